@@ -1,0 +1,83 @@
+# cachewarm — one entry point for building, testing and running.
+#   make demo    the main job on the embedded default: a local warm between two local memcacheds
+#   make test    everything CI runs (installs what it needs first)
+SHELL := /bin/bash
+PY ?= python3
+JOBS ?= 2
+DUMPER_SRC := dumper-cpp
+BUILD := build
+DUMPER := $(BUILD)/release/cachewarm-dump
+APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest
+# Stamps keep re-runs fast; they live in build/ (ignored by git).
+STAMPS := $(BUILD)/.stamps
+
+.PHONY: all deps deps-apt deps-py deps-node build dumper test test-cpp test-py lint demo bench faults fuzz synth clean
+
+all: build
+
+$(STAMPS):
+	@mkdir -p $@
+
+# ---- dependencies -----------------------------------------------------------------------------
+deps: deps-apt deps-py deps-node
+
+deps-apt: | $(STAMPS)
+	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt: installing$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(STAMPS)/py: pyproject.toml | $(STAMPS)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+deps-py: $(STAMPS)/py
+
+$(STAMPS)/node: infra/package.json | $(STAMPS)
+	cd infra && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+deps-node: $(STAMPS)/node
+
+# ---- the dumper (C++) -------------------------------------------------------------------------
+# Release build for use, and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
+build: dumper
+dumper: deps-apt
+	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build $(BUILD)/release -j$(JOBS)
+	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
+	cmake --build $(BUILD)/asan -j$(JOBS)
+
+# ---- tests ------------------------------------------------------------------------------------
+test: deps build lint test-cpp test-py
+
+test-cpp: build
+	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
+
+test-py: deps-py deps-node build
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
+
+lint: deps-py
+	$(PY) -m ruff check agent lambdas infra tests bench
+	$(PY) -m ruff format --check agent lambdas infra tests bench
+
+# ---- running ----------------------------------------------------------------------------------
+demo: deps-apt deps-py build
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/demo.py
+
+bench: deps-apt deps-py build
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
+
+TRIALS ?= 20
+faults: deps build
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) $(PY) -m pytest -q -s tests/faults
+
+fuzz: deps build
+	@echo "see docs/reliability.md"
+
+synth: deps-py deps-node
+	infra/node_modules/.bin/cdk synth --quiet
+
+clean:
+	rm -rf $(BUILD) infra/cdk.out

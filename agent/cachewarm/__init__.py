@@ -1,0 +1,3 @@
+"""cachewarm: warm a new memcached replica from an existing one."""
+
+__version__ = "0.1.0"
