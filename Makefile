@@ -58,7 +58,7 @@ test-py: deps-py deps-node build
 	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
 
 lint: deps-py
-	$(PY) -m ruff check agent lambdas infra tests bench
+	$(PY) -m ruff check agent lambdas infra tests bench --extend-exclude infra/node_modules
 	$(PY) -m ruff format --check agent lambdas infra tests bench
 
 # ---- running ----------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
 from cachewarm.testing.memcached import MemcachedServer
 
 REPO = Path(__file__).resolve().parent.parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -35,10 +36,25 @@ class MemcachedServer:
         binary = shutil.which("memcached") or "/usr/bin/memcached"
         if self.port == 0:
             self.port = free_port()
-        args = [binary, "-l", self.host, "-p", str(self.port), "-U", "0",
-                "-m", str(self.memory_mb), "-t", str(self.threads), "-c", "4096"]
+        args = [
+            binary,
+            "-l",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            "0",
+            "-m",
+            str(self.memory_mb),
+            "-t",
+            str(self.threads),
+            "-c",
+            "4096",
+        ]
         if self.max_item_size:
             args += ["-I", self.max_item_size]
+        if os.geteuid() == 0:  # memcached refuses to run as root without -u
+            args += ["-u", "root"]
         args += self.extra_args
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
