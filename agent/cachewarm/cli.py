@@ -1,0 +1,16 @@
+"""The `cachewarm` command line: one click group; each area registers its commands here."""
+
+from __future__ import annotations
+
+import click
+
+from cachewarm import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cachewarm")
+def main() -> None:
+    """Warm a new memcached replica from an existing one."""
+
+
+# Each area adds one line below: `main.add_command(<its click command or group>)`.
