@@ -1,0 +1,531 @@
+"""Data format v1 (docs/data-format.md): a typed reader, and a small writer for tests and fault injection.
+
+The reader trusts nothing the file system shows it: `check_file` runs the checks of section 3 in order,
+cheapest first, and only a file that passes all four is ever handed to `iter_records`. Lengths read
+from a file are bounds-checked against the bytes actually present before they are used, and values
+are returned as views into the file's buffer, so a bad length field can never make us allocate.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+MAGIC = b"CWARMDF1"
+TRAILER_MAGIC = b"CWARMEND"
+VERSION = 1
+HEADER_FIXED = 48
+TRAILER_LEN = 40
+RECORD_FIXED = 20
+MAX_KEY_LEN = 250
+MAX_NODE_LEN = 64
+NEVER_EXPIRES = -1
+MANIFEST_NAME = "DONE"
+DATA_SUFFIX = ".cwd"
+
+NAME_RE = re.compile(r"^([A-Za-z0-9_.]{1,64})-([0-9]{8})-([0-9]{4})-([0-9a-f]{16})\.cwd$")
+NODE_RE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+
+# magic, version, header_len, part, dump_start_ms, chunk, first_key_index, node_len, reserved
+_HEADER = struct.Struct("<8sHHIQQQH6s")
+# magic, record_count, records_bytes, end_key_index, misses
+_TRAILER = struct.Struct("<8sQQQQ")
+# value_len, flags, exptime, key_len, reserved
+_RECORD = struct.Struct("<IIqB3s")
+assert _HEADER.size == HEADER_FIXED and _TRAILER.size == TRAILER_LEN and _RECORD.size == RECORD_FIXED
+
+
+class FormatError(ValueError):
+    """Bad input to the writer, or a manifest that does not follow the format."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Names
+
+
+@dataclass(frozen=True, order=True)
+class DataFileName:
+    """The parts of a published data file name: `<node>-<chunk:08>-<part:04>-<xxh3:016x>.cwd`."""
+
+    chunk: int
+    part: int
+    node: str
+    xxh3: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}-{self.chunk:08d}-{self.part:04d}-{self.xxh3:016x}{DATA_SUFFIX}"
+
+    @property
+    def xxh3_hex(self) -> str:
+        return f"{self.xxh3:016x}"
+
+
+def parse_name(name: str) -> DataFileName | None:
+    """The parsed name of a published data file, or None for any other name (temp files, DONE, keys/)."""
+    m = NAME_RE.match(name)
+    if m is None:
+        return None
+    return DataFileName(node=m[1], chunk=int(m[2]), part=int(m[3]), xxh3=int(m[4], 16))
+
+
+# --------------------------------------------------------------------------------------------------
+# Header, trailer, records
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    header_len: int
+    part: int
+    dump_start_ms: int
+    chunk: int
+    first_key_index: int
+    node: str
+
+
+@dataclass(frozen=True)
+class Trailer:
+    record_count: int
+    records_bytes: int
+    end_key_index: int
+    misses: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One item. `exptime` is absolute unix seconds, or -1 for never; `value` may be a view."""
+
+    key: bytes
+    flags: int
+    exptime: int
+    value: memoryview | bytes
+
+
+class Status(enum.Enum):
+    OK = "ok"
+    # Fails checks 1-2: not (yet) fully visible; look again next round.
+    INCOMPLETE = "incomplete"
+    # Fails check 3: maybe blocks not yet visible on a ro,norecovery mount; look again next round.
+    CHECKSUM_MISMATCH = "checksum_mismatch"
+    # Passes 3, fails 4: the writer has a bug; stop with an error naming the file.
+    CORRUPT = "corrupt"
+
+    @property
+    def retryable(self) -> bool:
+        return self in (Status.INCOMPLETE, Status.CHECKSUM_MISMATCH)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    reason: str
+    name: DataFileName
+    header: Header | None = None
+    trailer: Trailer | None = None
+    # The verified bytes of the file (status OK only), so a caller never reads the file twice and
+    # never applies bytes other than the ones that were verified.
+    data: bytes | None = field(default=None, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+
+def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Header | str:
+    """Check 1 on the first bytes of a file; returns the header or the reason it fails."""
+    if size < HEADER_FIXED + TRAILER_LEN:
+        return f"size {size} < {HEADER_FIXED + TRAILER_LEN}"
+    if len(buf) < HEADER_FIXED:
+        return "short header read"
+    magic, version, header_len, part, start_ms, chunk, first, node_len, _ = _HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        return f"bad magic {bytes(magic)!r}"
+    if version != VERSION:
+        return f"version {version} != {VERSION}"
+    if not 1 <= node_len <= MAX_NODE_LEN:
+        return f"node_len {node_len} out of range"
+    if header_len != HEADER_FIXED + node_len:
+        return f"header_len {header_len} != 48 + node_len {node_len}"
+    if header_len + TRAILER_LEN > size:
+        return f"header_len {header_len} + trailer exceeds size {size}"
+    if len(buf) < header_len:
+        return "short header read"
+    node_b = bytes(buf[HEADER_FIXED:header_len])
+    node = node_b.decode("ascii", errors="replace")
+    if node != name.node:
+        return f"node {node!r} != name's {name.node!r}"
+    if chunk != name.chunk:
+        return f"chunk {chunk} != name's {name.chunk}"
+    if part != name.part:
+        return f"part {part} != name's {name.part}"
+    return Header(VERSION, header_len, part, start_ms, chunk, first, node)
+
+
+def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Trailer | str:
+    """Check 2 on the last 40 bytes of a file."""
+    if len(buf) != TRAILER_LEN:
+        return "short trailer read"
+    magic, count, rbytes, end_idx, misses = _TRAILER.unpack_from(buf, 0)
+    if magic != TRAILER_MAGIC:
+        return f"bad trailer magic {bytes(magic)!r}"
+    if header.header_len + rbytes + TRAILER_LEN != size:
+        return f"header_len {header.header_len} + records_bytes {rbytes} + 40 != size {size}"
+    return Trailer(count, rbytes, end_idx, misses)
+
+
+def _walk_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> str | None:
+    """Check 4 without building objects: returns the reason the records are bad, or None."""
+    pos = header.header_len
+    end = pos + trailer.records_bytes
+    count = 0
+    unpack = _RECORD.unpack_from
+    while pos < end:
+        if end - pos < RECORD_FIXED:
+            return f"record {count} at offset {pos}: header runs past records end {end}"
+        vlen, _, exptime, klen, _ = unpack(data, pos)
+        if not 1 <= klen <= MAX_KEY_LEN:
+            return f"record {count} at offset {pos}: key_len {klen}"
+        if exptime != NEVER_EXPIRES and exptime <= 0:
+            return f"record {count} at offset {pos}: exptime {exptime}"
+        nxt = pos + RECORD_FIXED + klen + vlen
+        if nxt > end:
+            return f"record {count} at offset {pos}: key/value ({klen}+{vlen} bytes) run past {end}"
+        pos = nxt
+        count += 1
+    if count != trailer.record_count:
+        return f"{count} records parsed, trailer says {trailer.record_count}"
+    if trailer.end_key_index - header.first_key_index != trailer.record_count + trailer.misses:
+        return (
+            f"end_key_index {trailer.end_key_index} - first_key_index {header.first_key_index}"
+            f" != record_count {trailer.record_count} + misses {trailer.misses}"
+        )
+    return None
+
+
+def check_bytes(name: DataFileName, data: bytes) -> Verdict:
+    """Section 3 on a file's full contents in memory."""
+    size = len(data)
+    header = _parse_header(data, name, size)
+    if isinstance(header, str):
+        return Verdict(Status.INCOMPLETE, header, name)
+    trailer = _parse_trailer(data[size - TRAILER_LEN :], header, size)
+    if isinstance(trailer, str):
+        return Verdict(Status.INCOMPLETE, trailer, name, header)
+    digest = xxhash.xxh3_64_intdigest(data)
+    if digest != name.xxh3:
+        return Verdict(
+            Status.CHECKSUM_MISMATCH, f"xxh3 {digest:016x} != name's {name.xxh3_hex}", name, header, trailer
+        )
+    bad = _walk_records(data, header, trailer)
+    if bad is not None:
+        return Verdict(Status.CORRUPT, bad, name, header, trailer)
+    return Verdict(Status.OK, "ok", name, header, trailer, data)
+
+
+def check_file(path: str | os.PathLike[str]) -> Verdict:
+    """Decide whether a published data file is complete (section 3), reading it at most once in full.
+
+    Raises FormatError if the file's name is not a data file name; OSError (e.g. the file vanished)
+    propagates. On OK, `verdict.data` holds the verified bytes.
+    """
+    p = Path(path)
+    name = parse_name(p.name)
+    if name is None:
+        raise FormatError(f"{p.name}: not a data file name")
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        # Checks 1-2 with two small reads before paying for the whole file.
+        head = f.read(HEADER_FIXED + MAX_NODE_LEN)
+        header = _parse_header(head, name, size)
+        if isinstance(header, str):
+            return Verdict(Status.INCOMPLETE, header, name)
+        f.seek(size - TRAILER_LEN)
+        trailer = _parse_trailer(f.read(TRAILER_LEN), header, size)
+        if isinstance(trailer, str):
+            return Verdict(Status.INCOMPLETE, trailer, name, header)
+        f.seek(0)
+        data = f.read(size)
+    if len(data) != size:
+        return Verdict(Status.INCOMPLETE, f"read {len(data)} of {size} bytes", name, header, trailer)
+    # Re-run every check on the bytes we hold: those are the bytes that will be applied.
+    return check_bytes(name, data)
+
+
+def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Iterator[Record]:
+    """Records of a file that passed `check_file` (or of a bare record stream when header_len is None
+    and `data` holds only records). Values are memoryviews into `data`. Raises FormatError on a record
+    that runs past the end (never allocates from a length field)."""
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    if header_len is None:
+        if bytes(mv[:8]) == MAGIC:
+            header_len = _HEADER.unpack_from(mv, 0)[2]
+            end = len(mv) - TRAILER_LEN
+        else:
+            header_len = 0
+            end = len(mv)
+    else:
+        end = len(mv) - TRAILER_LEN
+    pos = header_len
+    unpack = _RECORD.unpack_from
+    while pos < end:
+        if end - pos < RECORD_FIXED:
+            raise FormatError(f"record at offset {pos} runs past end {end}")
+        vlen, flags, exptime, klen, _ = unpack(mv, pos)
+        kstart = pos + RECORD_FIXED
+        vstart = kstart + klen
+        nxt = vstart + vlen
+        if nxt > end or klen == 0:
+            raise FormatError(f"record at offset {pos}: key_len {klen} value_len {vlen} past end {end}")
+        yield Record(bytes(mv[kstart:vstart]), flags, exptime, mv[vstart:nxt])
+        pos = nxt
+
+
+# --------------------------------------------------------------------------------------------------
+# The DONE manifest
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    name: str
+    chunk: int
+    part: int
+    xxh3: str
+    records: int
+    misses: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: int
+    node: str
+    dump_start_ms: int
+    files: list[ManifestFile]
+    totals: dict[str, int]
+    source: dict[str, Any]
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def total_records(self) -> int:
+        return int(self.totals.get("records", sum(f.records for f in self.files)))
+
+
+def _req(obj: dict[str, Any], key: str, typ: type, where: str) -> Any:
+    if key not in obj:
+        raise FormatError(f"{where}: missing field {key!r}")
+    val = obj[key]
+    if typ is int and (isinstance(val, bool) or not isinstance(val, int)):
+        raise FormatError(f"{where}: field {key!r} must be an integer, got {val!r}")
+    if typ is not int and not isinstance(val, typ):
+        raise FormatError(f"{where}: field {key!r} must be {typ.__name__}, got {val!r}")
+    return val
+
+
+def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
+    """Parse and validate a DONE manifest (section 5). Raises FormatError naming the problem."""
+    try:
+        obj = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FormatError(f"{where}: not valid JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: not a JSON object")
+    if obj.get("format") != "cachewarm-dump":
+        raise FormatError(f"{where}: format {obj.get('format')!r} != 'cachewarm-dump'")
+    version = _req(obj, "version", int, where)
+    if version != VERSION:
+        raise FormatError(f"{where}: version {version} != {VERSION}")
+    files: list[ManifestFile] = []
+    for i, fobj in enumerate(_req(obj, "files", list, where)):
+        w = f"{where}: files[{i}]"
+        if not isinstance(fobj, dict):
+            raise FormatError(f"{w}: not an object")
+        mf = ManifestFile(
+            name=_req(fobj, "name", str, w),
+            chunk=_req(fobj, "chunk", int, w),
+            part=_req(fobj, "part", int, w),
+            xxh3=_req(fobj, "xxh3", str, w),
+            records=_req(fobj, "records", int, w),
+            misses=int(fobj.get("misses", 0)),
+            bytes=_req(fobj, "bytes", int, w),
+        )
+        parsed = parse_name(mf.name)
+        if parsed is None:
+            raise FormatError(f"{w}: {mf.name!r} is not a data file name")
+        if (parsed.chunk, parsed.part, parsed.xxh3_hex) != (mf.chunk, mf.part, mf.xxh3):
+            raise FormatError(f"{w}: chunk/part/xxh3 disagree with the name {mf.name!r}")
+        files.append(mf)
+    totals = obj.get("totals", {})
+    if not isinstance(totals, dict):
+        raise FormatError(f"{where}: totals must be an object")
+    if "records" in totals and totals["records"] != sum(f.records for f in files):
+        raise FormatError(
+            f"{where}: totals.records {totals['records']} != sum of files' records "
+            f"{sum(f.records for f in files)}"
+        )
+    source = obj.get("source", {})
+    return Manifest(
+        version=version,
+        node=_req(obj, "node", str, where),
+        dump_start_ms=int(obj.get("dump_start_ms", 0)),
+        files=files,
+        totals={k: v for k, v in totals.items() if isinstance(v, int)},
+        source=source if isinstance(source, dict) else {},
+        raw=obj,
+    )
+
+
+def read_manifest(path: str | os.PathLike[str]) -> Manifest:
+    """Read `DONE`. On a ro,norecovery mount it may be half visible: that raises FormatError too."""
+    return parse_manifest(Path(path).read_bytes(), where=str(path))
+
+
+# --------------------------------------------------------------------------------------------------
+# Writer (tests, fault injection, the demo's fallback). The C++ dumper is the production writer.
+
+
+def encode_record(rec: Record) -> bytes:
+    key = bytes(rec.key)
+    if not 1 <= len(key) <= MAX_KEY_LEN:
+        raise FormatError(f"key length {len(key)} not in 1..{MAX_KEY_LEN}")
+    if rec.exptime != NEVER_EXPIRES and rec.exptime <= 0:
+        raise FormatError(f"exptime {rec.exptime}: must be -1 (never) or > 0")
+    if not 0 <= rec.flags <= 0xFFFFFFFF:
+        raise FormatError(f"flags {rec.flags} not a u32")
+    value = bytes(rec.value)
+    return _RECORD.pack(len(value), rec.flags, rec.exptime, len(key), b"\0\0\0") + key + value
+
+
+def encode_file(
+    node: str,
+    chunk: int,
+    part: int,
+    records: Iterable[Record],
+    dump_start_ms: int = 0,
+    first_key_index: int = 0,
+    misses: int = 0,
+) -> bytes:
+    """The bytes of one data file (sections 2.1-2.3)."""
+    if not NODE_RE.match(node):
+        raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
+    body = [encode_record(r) for r in records]
+    rbytes = sum(len(b) for b in body)
+    node_b = node.encode("ascii")
+    header = _HEADER.pack(
+        MAGIC,
+        VERSION,
+        HEADER_FIXED + len(node_b),
+        part,
+        dump_start_ms,
+        chunk,
+        first_key_index,
+        len(node_b),
+        b"\0" * 6,
+    )
+    end_key_index = first_key_index + len(body) + misses
+    trailer = _TRAILER.pack(TRAILER_MAGIC, len(body), rbytes, end_key_index, misses)
+    return b"".join([header, node_b, *body, trailer])
+
+
+def name_for(node: str, chunk: int, part: int, data: bytes) -> DataFileName:
+    return DataFileName(chunk=chunk, part=part, node=node, xxh3=xxhash.xxh3_64_intdigest(data))
+
+
+def _publish(out: Path, final: str, tmp: str, data: bytes) -> Path:
+    """Section 1's publish: temp name, fsync, rename, fsync the directory."""
+    tmp_path = out / tmp
+    with open(tmp_path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    final_path = out / final
+    os.replace(tmp_path, final_path)
+    dfd = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return final_path
+
+
+@dataclass
+class PublishedFile:
+    path: Path
+    name: DataFileName
+    records: int
+    misses: int
+    size: int
+
+
+@dataclass
+class DirWriter:
+    """Writes a dump directory in format v1 the way the dumper does (atomic publish, DONE last)."""
+
+    out: Path
+    node: str = "test_11211"
+    dump_start_ms: int = 0
+    published: list[PublishedFile] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+
+    def encode(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> tuple[str, bytes]:
+        """The final name and bytes of a file, without publishing it (for fault injection)."""
+        data = encode_file(self.node, chunk, part, records, self.dump_start_ms, misses=misses)
+        return name_for(self.node, chunk, part, data).name, data
+
+    def write(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> PublishedFile:
+        name_s, data = self.encode(chunk, part, records, misses)
+        path = _publish(self.out, name_s, f".tmp-{self.node}-{chunk:08d}-{part:04d}", data)
+        name = parse_name(name_s)
+        assert name is not None
+        count = _TRAILER.unpack_from(data, len(data) - TRAILER_LEN)[1]
+        pf = PublishedFile(path, name, count, misses, len(data))
+        self.published.append(pf)
+        return pf
+
+    def manifest(self, extra_files: Iterable[PublishedFile] = ()) -> dict[str, Any]:
+        files = sorted([*self.published, *extra_files], key=lambda p: (p.name.chunk, p.name.part))
+        return {
+            "format": "cachewarm-dump",
+            "version": VERSION,
+            "node": self.node,
+            "source": {"host": "127.0.0.1", "port": 0},
+            "dump_start_ms": self.dump_start_ms,
+            "files": [
+                {
+                    "name": p.name.name,
+                    "chunk": p.name.chunk,
+                    "part": p.name.part,
+                    "xxh3": p.name.xxh3_hex,
+                    "records": p.records,
+                    "misses": p.misses,
+                    "bytes": p.size,
+                }
+                for p in files
+            ],
+            "totals": {
+                "files": len(files),
+                "records": sum(p.records for p in files),
+                "bytes": sum(p.size for p in files),
+                "keys_listed": sum(p.records + p.misses for p in files),
+                "misses": sum(p.misses for p in files),
+                "skipped_min_ttl": 0,
+                "reconciled_keys": 0,
+                "resumes": 0,
+            },
+        }
+
+    def done(self, manifest: dict[str, Any] | None = None) -> Path:
+        body = json.dumps(manifest if manifest is not None else self.manifest(), indent=1).encode()
+        return _publish(self.out, MANIFEST_NAME, ".tmp-DONE", body)
