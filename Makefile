@@ -11,7 +11,7 @@ APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletes
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
-.PHONY: all deps deps-apt deps-py deps-node build dumper test test-cpp test-py lint demo bench faults fuzz synth clean
+.PHONY: all deps deps-apt deps-py deps-node build dumper vectors test test-cpp test-py lint demo bench faults fuzz synth clean
 
 all: build
 
@@ -47,6 +47,11 @@ dumper: deps-apt
 	cmake --build $(BUILD)/release -j$(JOBS)
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
+
+# Regenerate the golden vectors (tests/vectors/) with the real writer; a GoogleTest checks they match.
+vectors: dumper
+	rm -f tests/vectors/*.cwd tests/vectors/DONE tests/vectors/vectors.json
+	$(BUILD)/release/write_vectors tests/vectors
 
 # ---- tests ------------------------------------------------------------------------------------
 test: deps build lint test-cpp test-py

@@ -1,4 +1,3 @@
-// Placeholder until the dumper lands (issue: the dumper).
 #include <cstdio>
 int main() {
   std::puts("cachewarm-dump: not implemented yet");

@@ -1,0 +1,106 @@
+// Data format v1 (docs/data-format.md): file names, the data-file writer, and a verifying reader
+// (used by --resume, the golden-vector test and unit tests).
+#pragma once
+#include <xxhash.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "env.h"
+#include "slice.h"
+#include "status.h"
+
+namespace cachewarm {
+
+constexpr char kDataMagic[] = "CWARMDF1";
+constexpr char kTrailerMagic[] = "CWARMEND";
+constexpr uint16_t kFormatVersion = 1;
+constexpr size_t kHeaderFixed = 48;
+constexpr size_t kTrailerSize = 40;
+constexpr size_t kRecordHeaderSize = 20;
+constexpr size_t kMaxKeyLen = 250;
+constexpr int64_t kNeverExpires = -1;
+
+bool ValidNodeId(const std::string& node);
+// "<node>-<chunk:08>-<part:04>-<xxh3:016x>.cwd"
+std::string DataFileName(const std::string& node, uint64_t chunk, uint32_t part, uint64_t xxh3);
+std::string TmpDataFileName(const std::string& node, uint64_t chunk, uint32_t part);
+struct ParsedName {
+  std::string node;
+  uint64_t chunk = 0;
+  uint32_t part = 0;
+  uint64_t xxh3 = 0;
+};
+bool ParseDataFileName(const std::string& name, ParsedName* out);
+std::string Hex16(uint64_t v);
+
+// Encodes a record header (section 2.2) into dst[0..20).
+void EncodeRecordHeader(char* dst, uint32_t value_len, uint32_t flags, int64_t exptime, uint8_t key_len);
+
+// What a published data file holds; also a DONE manifest entry.
+struct PublishedFile {
+  std::string name;
+  uint64_t chunk = 0;
+  uint32_t part = 0;
+  uint64_t xxh3 = 0;
+  uint64_t records = 0;
+  uint64_t misses = 0;
+  uint64_t bytes = 0;
+  uint64_t first_key_index = 0;
+  uint64_t end_key_index = 0;
+};
+
+// Writes one data file under its temporary name; Finish() writes the trailer and publishes it
+// atomically under its final (checksummed) name. Bytes handed to AppendRaw go straight to writev:
+// callers pass iovecs that point into their receive buffers (no copies).
+class DataFileWriter {
+ public:
+  DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms);
+  ~DataFileWriter();
+  DataFileWriter(const DataFileWriter&) = delete;
+  DataFileWriter& operator=(const DataFileWriter&) = delete;
+
+  Status Open(uint64_t chunk, uint32_t part, uint64_t first_key_index);
+  bool is_open() const { return file_ != nullptr; }
+  // Raw record bytes (headers, keys, values, possibly pieces of one record); `records` is the
+  // number of records these bytes complete or begin (counted once per record).
+  Status AppendRaw(const struct iovec* iov, int iovcnt, uint64_t records);
+  // Convenience for tests and small files: one whole record.
+  Status AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value);
+  Status Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out);
+  // Closes and deletes the temporary file (on error paths).
+  void Abandon();
+
+  uint64_t file_bytes() const { return header_len_ + records_bytes_; }
+  uint64_t records() const { return records_; }
+  uint64_t chunk() const { return chunk_; }
+  uint32_t part() const { return part_; }
+  uint64_t first_key_index() const { return first_key_index_; }
+
+ private:
+  Env* env_;
+  std::string dir_, node_;
+  uint64_t dump_start_ms_;
+  std::unique_ptr<WritableFile> file_;
+  XXH3_state_t* hash_;
+  std::string tmp_name_;
+  uint64_t chunk_ = 0, first_key_index_ = 0, records_ = 0, records_bytes_ = 0, header_len_ = 0;
+  uint32_t part_ = 0;
+};
+
+struct DataRecord {
+  std::string key;
+  uint32_t flags = 0;
+  int64_t exptime = 0;
+  std::string value;
+};
+
+// Reads and fully verifies a data file as section 3 prescribes. `records` may be null (only the
+// summary is wanted); `verify_checksum` false skips step 3 (resume trusts its own fsynced files'
+// trailers but checks names, sizes and trailers).
+Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, bool verify_checksum,
+                    PublishedFile* info, std::vector<DataRecord>* records);
+
+}  // namespace cachewarm

@@ -1,0 +1,101 @@
+#include "golden_vectors.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../src/data_file.h"
+#include "../src/json.h"
+#include "../src/manifest.h"
+
+namespace cachewarm {
+namespace {
+
+constexpr char kNode[] = "vec_node.1";
+constexpr uint64_t kDumpStartMs = 1795000000000ULL;
+
+struct VecFile {
+  uint64_t chunk;
+  uint32_t part;
+  uint64_t first_key_index;
+  uint64_t misses;
+  std::vector<DataRecord> records;
+};
+
+std::string HexOf(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string o;
+  for (unsigned char c : s) {
+    o += d[c >> 4];
+    o += d[c & 15];
+  }
+  return o;
+}
+
+std::vector<VecFile> Files() {
+  std::vector<VecFile> v;
+  // chunk 0, part 0: six keys listed, one of them missed.
+  v.push_back({0, 0, 0, 1,
+               {
+                   {"user:1001", 0, kNeverExpires, "hello, world"},
+                   {std::string("\x00" "bin key\xff", 9), 4294967295u, 1795003600, std::string("\x00\x01\xfe\xff", 4)},
+                   {"empty-value", 7, 1795000000, ""},
+                   {"tricky", 1, kNeverExpires, "VALUE x 0 1\r\nEN\r\nEND\r\nMN\r\n"},
+                   {std::string(250, 'k'), 42, 1795000000, "250-byte key"},
+               }});
+  // chunk 0, part 1: the rest of chunk 0 (a data file spilled into a second part).
+  v.push_back({0, 1, 6, 0, {{"part1-key", 2, kNeverExpires, "second part"}}});
+  // chunk 1, part 0: every listed key was gone (3 misses): an empty file with 0 records.
+  v.push_back({1, 0, 0, 3, {}});
+  return v;
+}
+
+}  // namespace
+
+Status WriteGoldenVectors(Env* env, const std::string& dir) {
+  CW_RETURN_IF_ERROR(env->CreateDirIfMissing(dir));
+  Manifest m;
+  m.node = kNode;
+  m.host = "127.0.0.1";
+  m.port = 11211;
+  m.curr_items_before = 6;
+  m.curr_items_after = 6;
+  m.dump_start_ms = kDumpStartMs;
+  m.crawl_s = 0.5;
+  m.reconcile_s = 0.25;
+  m.total_s = 1.0;
+  std::string js = "{\n  \"comment\": \"golden vectors of data format v1 (docs/data-format.md); written by "
+                   "dumper-cpp/tools/golden_vectors.cc\",\n";
+  js += "  \"node\": " + JsonQuote(kNode) + ",\n  \"dump_start_ms\": " + std::to_string(kDumpStartMs) + ",\n";
+  js += "  \"files\": [";
+  bool first_file = true;
+  for (const VecFile& vf : Files()) {
+    DataFileWriter w(env, dir, kNode, kDumpStartMs);
+    CW_RETURN_IF_ERROR(w.Open(vf.chunk, vf.part, vf.first_key_index));
+    for (const DataRecord& r : vf.records) CW_RETURN_IF_ERROR(w.AddRecord(r.key, r.flags, r.exptime, r.value));
+    PublishedFile pf;
+    CW_RETURN_IF_ERROR(w.Finish(vf.first_key_index + vf.records.size() + vf.misses, vf.misses, &pf));
+    m.files.push_back(pf);
+    m.keys_listed += pf.end_key_index - pf.first_key_index;
+    js += first_file ? "\n    " : ",\n    ";
+    first_file = false;
+    js += "{\"name\": " + JsonQuote(pf.name) + ", \"chunk\": " + std::to_string(pf.chunk) +
+          ", \"part\": " + std::to_string(pf.part) + ", \"size\": " + std::to_string(pf.bytes) +
+          ", \"xxh3\": \"" + Hex16(pf.xxh3) + "\", \"header_len\": " + std::to_string(kHeaderFixed + m.node.size()) +
+          ", \"first_key_index\": " + std::to_string(pf.first_key_index) +
+          ", \"end_key_index\": " + std::to_string(pf.end_key_index) + ", \"misses\": " + std::to_string(pf.misses) +
+          ", \"record_count\": " + std::to_string(pf.records) + ",\n     \"records\": [";
+    for (size_t i = 0; i < vf.records.size(); i++) {
+      const DataRecord& r = vf.records[i];
+      js += i ? ",\n       " : "\n       ";
+      js += "{\"key_hex\": \"" + HexOf(r.key) + "\", \"flags\": " + std::to_string(r.flags) +
+            ", \"exptime\": " + std::to_string(r.exptime) + ", \"value_hex\": \"" + HexOf(r.value) + "\"}";
+    }
+    js += vf.records.empty() ? "]}" : "\n     ]}";
+  }
+  js += "\n  ],\n  \"done\": \"DONE\"\n}\n";
+  CW_RETURN_IF_ERROR(WriteManifest(env, dir, m));
+  return WriteFileAtomically(env, dir, ".tmp-vectors.json", "vectors.json", js);
+}
+
+}  // namespace cachewarm
