@@ -14,3 +14,6 @@ def main() -> None:
 
 
 # Each area adds one line below: `main.add_command(<its click command or group>)`.
+from cachewarm.commands import populate_cmd  # noqa: E402
+
+main.add_command(populate_cmd)

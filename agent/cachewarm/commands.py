@@ -1,0 +1,110 @@
+"""Click commands of the data path: `populate`, `warm`, `verify`, `demo` (registered in cli.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from cachewarm.ketama import EVCACHE_NODE_KEY, parse_nodes
+from cachewarm.populate import (
+    PopulateConfig,
+    PopulateError,
+    default_state_file,
+    default_workers,
+    populate,
+    progress_printer,
+)
+from cachewarm.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
+
+
+def _nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # type: ignore[type-arg]
+    try:
+        return parse_nodes(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
+
+
+def routing_options(f):  # type: ignore[no-untyped-def]
+    f = click.option(
+        "--node-key-format",
+        default=EVCACHE_NODE_KEY,
+        show_default=True,
+        help="Ketama node key (EVCache's default; '{host}:{port}' for several nodes on one host).",
+    )(f)
+    f = click.option("--ketama-reps", default=160, show_default=True, help="Ring points per node.")(f)
+    f = click.option(
+        "--hash-delimiter", default=None, help="Hash only the key part before this (hash.on.partial.key)."
+    )(f)
+    return f
+
+
+@click.command("populate")
+@click.option("--from", "source_dir", required=True, type=click.Path(path_type=Path), help="Dump directory.")
+@click.option("--to", "to", required=True, callback=_nodes, help="HOST:PORT[,HOST:PORT...]")
+@click.option(
+    "--state-file", type=click.Path(path_type=Path), help="Consumed-file state (outside the volume)."
+)
+@click.option("--mode", type=click.Choice(["add", "set"]), default="add", show_default=True)
+@click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
+@routing_options
+@click.option("--device", default=None, help="Block device to remount read-only between rounds.")
+@click.option("--mount", "mount_dir", default=None, help="Mount point of --device.")
+@click.option("--mount-cmd", default=DEFAULT_MOUNT_CMD, show_default=True)
+@click.option("--umount-cmd", default=DEFAULT_UMOUNT_CMD, show_default=True)
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True)
+@click.option("--bad-file-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True)
+@click.option("--destination-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True)
+@click.option(
+    "--idle-timeout", type=click.FloatRange(min=0), default=None, help="Give up if nothing appears."
+)
+def populate_cmd(
+    source_dir: Path,
+    to: list,  # type: ignore[type-arg]
+    state_file: Path | None,
+    mode: str,
+    max_items_per_second: float | None,
+    workers: int,
+    node_key_format: str,
+    ketama_reps: int,
+    hash_delimiter: str | None,
+    device: str | None,
+    mount_dir: str | None,
+    mount_cmd: str,
+    umount_cmd: str,
+    poll_interval: float,
+    bad_file_timeout: float,
+    destination_timeout: float,
+    idle_timeout: float | None,
+) -> None:
+    """Write the items of a dump directory's verified data files to memcached (add mode by default).
+
+    Progress goes to stdout as JSON lines; the last line is the summary. Exits non-zero with an
+    error naming the problem on any failure (SERVER_ERROR, corrupt file, missing file, ...)."""
+    if (device is None) != (mount_dir is None):
+        raise click.UsageError("--device and --mount go together")
+    remounter = CommandRemounter(device, mount_dir, mount_cmd, umount_cmd) if device and mount_dir else None
+    config = PopulateConfig(
+        source_dir=source_dir,
+        destinations=to,
+        state_file=state_file or default_state_file(source_dir, to),
+        mode=mode,  # type: ignore[arg-type]
+        max_items_per_second=max_items_per_second,
+        workers=workers,
+        node_key_format=node_key_format,
+        ketama_reps=ketama_reps,
+        hash_delimiter=hash_delimiter.encode() if hash_delimiter else None,
+        poll_interval=poll_interval,
+        bad_file_timeout=bad_file_timeout,
+        destination_timeout=destination_timeout,
+        idle_timeout=idle_timeout,
+        remounter=remounter or NoopRemounter(),
+    )
+    try:
+        summary = populate(config, progress_printer(sys.stdout))
+    except PopulateError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(summary.to_json())

@@ -1,0 +1,106 @@
+"""Ketama consistent hashing, bit-for-bit compatible with spymemcached's KetamaNodeLocator (EVCache).
+
+Why not a library: uhashring (the maintained Python ketama ring) hashes `str(key)`, so a bytes key
+hashes as "b'...'", and it has no way to set spymemcached's node-key string; its lookup is also
+"first point > hash" where spymemcached's TreeMap ceiling is "first point >= hash". The algorithm is
+small; the public spymemcached test vectors in tests/populator/test_ketama.py pin it.
+
+Ring: for each node (in the given order; a later node wins a point collision, like TreeMap.put)
+and each i in 0 .. reps/4 - 1, d = md5(nodeKey + "-" + i); its four little-endian u32 words are
+four ring points. A key's hash is the first little-endian u32 of md5(key); its node owns the first
+point >= the hash, wrapping to the first point.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+# EVCache: hostName + "/" + ip + ":11211", the port always written as 11211.
+EVCACHE_NODE_KEY = "{host}/{ip}:11211"
+# spymemcached's default for a literal IP address (and its public test vectors).
+SPY_NODE_KEY = "{host}:{port}"
+
+_U32X4 = struct.Struct("<4I")
+_U32 = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Node:
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_nodes(spec: str) -> list[Node]:
+    """`HOST:PORT[,HOST:PORT...]` -> nodes, in order. Raises ValueError naming the bad part."""
+    nodes = []
+    for part in spec.split(","):
+        part = part.strip()
+        host, sep, port_s = part.rpartition(":")
+        if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+            raise ValueError(f"bad destination {part!r}: expected HOST:PORT")
+        nodes.append(Node(host, int(port_s)))
+    if len(set(nodes)) != len(nodes):
+        raise ValueError(f"destination list {spec!r} names a node twice")
+    return nodes
+
+
+def key_hash(key: bytes) -> int:
+    return int(_U32.unpack_from(hashlib.md5(key).digest())[0])
+
+
+@dataclass
+class KetamaRing:
+    nodes: Sequence[Node]
+    node_key_format: str = EVCACHE_NODE_KEY
+    reps: int = 160
+    # EVCache's hash.on.partial.key: hash only the part before the first delimiter.
+    hash_delimiter: bytes | None = None
+    _points: list[int] = field(init=False, repr=False)
+    _owners: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError("ketama ring needs at least one node")
+        if self.reps < 4 or self.reps % 4:
+            raise ValueError(f"ketama reps {self.reps} must be a positive multiple of 4")
+        keys = [self.node_key(n) for n in self.nodes]
+        if len(set(keys)) != len(keys):
+            raise ValueError(
+                f"node keys collide with format {self.node_key_format!r} ({keys}); several nodes on one "
+                "host need a node-key format with the port, e.g. '{host}:{port}'"
+            )
+        ring: dict[int, int] = {}
+        for idx, nk in enumerate(keys):
+            for i in range(self.reps // 4):
+                for point in _U32X4.unpack(hashlib.md5(f"{nk}-{i}".encode()).digest()):
+                    ring[point] = idx
+        self._points = sorted(ring)
+        self._owners = [ring[p] for p in self._points]
+
+    def node_key(self, node: Node) -> str:
+        try:
+            return self.node_key_format.format(host=node.host, ip=node.host, port=node.port)
+        except (KeyError, IndexError) as e:
+            raise ValueError(
+                f"bad node-key format {self.node_key_format!r}: use {{host}}, {{ip}} and {{port}}"
+            ) from e
+
+    def index_for(self, key: bytes) -> int:
+        """The index in `nodes` of the key's node."""
+        if self.hash_delimiter is not None:
+            cut = key.find(self.hash_delimiter)
+            if cut >= 0:
+                key = key[:cut]
+        i = bisect.bisect_left(self._points, key_hash(key))
+        return self._owners[i if i < len(self._points) else 0]
+
+    def node_for(self, key: bytes) -> Node:
+        return self.nodes[self.index_for(key)]

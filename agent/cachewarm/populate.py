@@ -1,0 +1,633 @@
+"""The populator loop (issue 3): take complete, verified data files and write their items to the
+destination memcached(s), without ever overwriting a fresher value (add mode by default).
+
+Round: refresh the mount, list the directory, skip temp names and consumed files, hand the rest to
+a pool of worker processes. A worker verifies the whole file (docs/data-format.md section 3) before
+it writes any item, then writes every item with pipelined quiet meta sets, routed by ketama. The main
+process marks the file consumed in a state file outside the volume (atomic replace). Finished
+exactly when DONE exists and every file it lists is consumed; then the counts are checked against
+the manifest.
+
+A destination that restarted comes back empty: each outcome carries the destination's identity
+(pid + start time) and a change means every file consumed so far is redone (add mode makes the
+redo harmless on the nodes that did not restart).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import tenacity
+
+from cachewarm import dataformat as df
+from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.meta import DestinationUnavailable, MetaConnection, ServerIdentity, ttl_token
+from cachewarm.remount import NoopRemounter, Remounter
+
+Mode = Literal["add", "set"]
+_PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
+_RECORD = df._RECORD
+
+
+class PopulateError(RuntimeError):
+    """A failure the populator cannot recover from; the message names the problem."""
+
+
+def default_workers() -> int:
+    # One Python process writes ~265k items/s (FACTS.md), about what one memcached thread absorbs.
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def default_state_file(source_dir: Path, destinations: Iterable[Node]) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "cachewarm"
+    ident = f"{source_dir.resolve()}|{','.join(n.address for n in destinations)}"
+    return base / f"populate-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+
+
+# --------------------------------------------------------------------------------------------------
+# Worker side (runs in a pool process; everything it gets and returns is picklable)
+
+
+@dataclass(frozen=True)
+class WorkerParams:
+    nodes: tuple[Node, ...]
+    mode: Mode = "add"
+    node_key_format: str = EVCACHE_NODE_KEY
+    ketama_reps: int = 160
+    hash_delimiter: bytes | None = None
+    items_per_second: float | None = None  # this worker's share of the limit
+    batch_items: int = 1000
+    batch_bytes: int = 4 << 20
+    destination_timeout: float = 120.0
+    socket_timeout: float = 30.0
+
+
+@dataclass
+class FileOutcome:
+    name: str
+    status: str  # "ok", a df.Status value, or "dest_error"
+    reason: str = ""
+    records: int = 0
+    stored: int = 0
+    present: int = 0
+    expired: int = 0
+    bytes: int = 0
+    attempts: int = 0
+    identities: dict[str, tuple[int, int]] = field(default_factory=dict)
+    per_node: dict[str, int] = field(default_factory=dict)
+
+
+class _RateLimiter:
+    def __init__(self, rate: float | None) -> None:
+        self.rate = rate
+        self.start = time.monotonic()
+        self.count = 0
+
+    def take(self, n: int) -> None:
+        if not self.rate:
+            return
+        self.count += n
+        ahead = self.count / self.rate - (time.monotonic() - self.start)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
+    """One attempt at writing all of a verified file's items. Raises DestinationUnavailable."""
+    assert verdict.data is not None and verdict.header is not None
+    nodes = params.nodes
+    ring = (
+        KetamaRing(nodes, params.node_key_format, params.ketama_reps, params.hash_delimiter)
+        if len(nodes) > 1
+        else None
+    )
+    conns = [MetaConnection(n.host, n.port, params.socket_timeout) for n in nodes]
+    try:
+        for n, c in zip(nodes, conns, strict=True):
+            ident = c.connect()
+            out.identities[n.address] = (ident.pid, ident.started)
+        mode = b"ME" if params.mode == "add" else b"MS"
+        bufs = [bytearray() for _ in nodes]
+        counts = [0] * len(nodes)
+        sent_per_node = [0] * len(nodes)
+        limiter = _RateLimiter(params.items_per_second)
+        now = int(time.time())
+        expired = 0
+        data = verdict.data
+        mv = memoryview(data)
+        pos = verdict.header.header_len
+        end = len(data) - df.TRAILER_LEN
+        unpack = _RECORD.unpack_from
+        plain = _PLAIN_KEY.fullmatch
+        batch_items, batch_bytes = params.batch_items, params.batch_bytes
+        while pos < end:
+            vlen, flags, exptime, klen, _ = unpack(data, pos)
+            kstart = pos + df.RECORD_FIXED
+            vstart = kstart + klen
+            pos = vstart + vlen
+            if exptime == -1:
+                ttl: int | None = 0
+            else:
+                ttl = ttl_token(exptime, now)
+                if ttl is None:
+                    expired += 1
+                    continue
+            key = data[kstart:vstart]
+            idx = ring.index_for(key) if ring is not None else 0
+            buf = bufs[idx]
+            if plain(key):
+                buf += b"ms %b %d T%d F%d %b q\r\n" % (key, vlen, ttl, flags, mode)
+            else:
+                enc = base64.b64encode(key)
+                buf += b"ms %b %d b T%d F%d %b q\r\n" % (enc, vlen, ttl, flags, mode)
+            buf += mv[vstart:pos]
+            buf += b"\r\n"
+            counts[idx] += 1
+            if counts[idx] >= batch_items or len(buf) >= batch_bytes:
+                conns[idx].send_batch(buf, counts[idx])
+                sent_per_node[idx] += counts[idx]
+                limiter.take(counts[idx])
+                bufs[idx] = bytearray()
+                counts[idx] = 0
+                now = int(time.time())
+        for idx, c in enumerate(conns):
+            if counts[idx]:
+                c.send_batch(bufs[idx], counts[idx])
+                sent_per_node[idx] += counts[idx]
+        sent = present = errors = 0
+        first_error = None
+        for n, c in zip(nodes, conns, strict=True):
+            t = c.flush()
+            sent += t.sent
+            present += t.not_stored
+            errors += t.errors
+            if t.first_error and first_error is None:
+                first_error = f"{n.address} answered {t.first_error!r}"
+        out.records = verdict.trailer.record_count if verdict.trailer else 0
+        out.expired = expired
+        out.present = present
+        out.stored = sent - present - errors
+        out.per_node = {n.address: s for n, s in zip(nodes, sent_per_node, strict=True)}
+        if errors:
+            out.status = "dest_error"
+            out.reason = f"{errors} of {sent} writes failed; first: {first_error}"
+        else:
+            out.status = "ok"
+    finally:
+        for c in conns:
+            c.close()
+
+
+def apply_file(path: str, params: WorkerParams) -> FileOutcome:
+    """Verify one data file and, only if it passes every check, write all of its items."""
+    name = os.path.basename(path)
+    out = FileOutcome(name=name, status="")
+    try:
+        verdict = df.check_file(path)
+    except FileNotFoundError:
+        out.status, out.reason = df.Status.INCOMPLETE.value, "file vanished"
+        return out
+    if not verdict.ok:
+        out.status, out.reason = verdict.status.value, verdict.reason
+        return out
+    out.bytes = len(verdict.data or b"")
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+        stop=tenacity.stop_after_delay(params.destination_timeout),
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                out.attempts += 1
+                out.identities.clear()
+                _write_records(verdict, params, out)
+    except DestinationUnavailable as e:
+        out.status = "dest_error"
+        out.reason = (
+            f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# State (outside the volume)
+
+
+@dataclass
+class ConsumedFile:
+    records: int
+    stored: int
+    present: int
+    expired: int
+    bytes: int
+
+
+@dataclass
+class PopulateState:
+    consumed: dict[str, ConsumedFile] = field(default_factory=dict)
+    identities: dict[str, tuple[int, int]] = field(default_factory=dict)
+    restarts_detected: int = 0
+
+    @staticmethod
+    def load(path: Path) -> PopulateState:
+        if not path.exists():
+            return PopulateState()
+        try:
+            obj = json.loads(path.read_text())
+            return PopulateState(
+                consumed={k: ConsumedFile(**v) for k, v in obj["consumed"].items()},
+                identities={k: (int(v[0]), int(v[1])) for k, v in obj.get("identities", {}).items()},
+                restarts_detected=int(obj.get("restarts_detected", 0)),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise PopulateError(f"state file {path} is unreadable ({e}); remove it to start over") from e
+
+    def save(self, path: Path) -> None:
+        """Atomic replace: a crash leaves the old or the new state, never half of one."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = json.dumps(
+            {
+                "version": 1,
+                "consumed": {k: asdict(v) for k, v in self.consumed.items()},
+                "identities": {k: list(v) for k, v in self.identities.items()},
+                "restarts_detected": self.restarts_detected,
+            }
+        )
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        with contextlib.suppress(OSError):
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+
+# --------------------------------------------------------------------------------------------------
+# The loop
+
+
+@dataclass
+class PopulateConfig:
+    source_dir: Path
+    destinations: list[Node]
+    state_file: Path
+    mode: Mode = "add"
+    max_items_per_second: float | None = None
+    workers: int = field(default_factory=default_workers)
+    node_key_format: str = EVCACHE_NODE_KEY
+    ketama_reps: int = 160
+    hash_delimiter: bytes | None = None
+    poll_interval: float = 1.0
+    # How long a file may stay incomplete/unverifiable, or a DONE-listed file stay absent.
+    bad_file_timeout: float = 300.0
+    # How long a destination may refuse connections before the populator gives up.
+    destination_timeout: float = 120.0
+    # Give up when nothing at all appears (no data file, no DONE) for this long; None = wait forever.
+    idle_timeout: float | None = None
+    batch_items: int = 1000
+    batch_bytes: int = 4 << 20
+    remounter: Remounter = field(default_factory=NoopRemounter)
+    # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
+    should_abort: Callable[[], str | None] | None = None
+
+
+@dataclass
+class Progress:
+    event: str
+    round: int
+    files_consumed: int
+    files_pending: int
+    items: int
+    stored: int
+    already_present: int
+    expired: int
+    bytes: int
+    elapsed_s: float
+    items_per_s: float
+    detail: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+@dataclass
+class PopulateSummary:
+    files: int
+    records: int
+    stored: int
+    already_present: int
+    expired: int
+    bytes: int
+    elapsed_s: float
+    manifest_records: int
+    restarts_detected: int
+    per_node: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps({"event": "summary", **asdict(self)}, separators=(",", ":"))
+
+
+@dataclass
+class Populator:
+    config: PopulateConfig
+    on_progress: Callable[[Progress], None] = lambda p: None
+    state: PopulateState = field(init=False)
+    _start: float = field(init=False, default=0.0)
+    _round: int = field(init=False, default=0)
+    _last_save: float = field(init=False, default=0.0)
+    _dead: set[tuple[str, tuple[int, int]]] = field(init=False, default_factory=set)
+    _per_node: dict[str, int] = field(init=False, default_factory=dict)
+
+    def _params(self) -> WorkerParams:
+        c = self.config
+        rate = c.max_items_per_second / c.workers if c.max_items_per_second else None
+        return WorkerParams(
+            nodes=tuple(c.destinations),
+            mode=c.mode,
+            node_key_format=c.node_key_format,
+            ketama_reps=c.ketama_reps,
+            hash_delimiter=c.hash_delimiter,
+            items_per_second=rate,
+            batch_items=c.batch_items,
+            batch_bytes=c.batch_bytes,
+            destination_timeout=c.destination_timeout,
+        )
+
+    def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:
+        s = self.state.consumed.values()
+        items = sum(f.records for f in s)
+        elapsed = time.monotonic() - self._start
+        self.on_progress(
+            Progress(
+                event=event,
+                round=self._round,
+                files_consumed=len(self.state.consumed),
+                files_pending=pending,
+                items=items,
+                stored=sum(f.stored for f in s),
+                already_present=sum(f.present for f in s),
+                expired=sum(f.expired for f in s),
+                bytes=sum(f.bytes for f in s),
+                elapsed_s=round(elapsed, 3),
+                items_per_s=round(items / elapsed, 1) if elapsed > 0 else 0.0,
+                detail=detail,
+            )
+        )
+
+    def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_save >= 0.5:
+            self.state.save(self.config.state_file)
+            self._last_save = now
+
+    def _check_identities(self, seen: dict[str, tuple[int, int]]) -> bool:
+        """Compare a worker's view of the destinations with ours. Returns False if the outcome was
+        written to a server that has since restarted (the outcome must be redone)."""
+        ok = True
+        for addr, ident in seen.items():
+            if (addr, ident) in self._dead:
+                ok = False
+                continue
+            base = self.state.identities.get(addr)
+            if base is None:
+                self.state.identities[addr] = ident
+            elif not ServerIdentity(*base).same_as(ServerIdentity(*ident)):
+                # The destination restarted (came back empty): redo everything consumed so far.
+                self._dead.add((addr, base))
+                self.state.identities[addr] = ident
+                self.state.restarts_detected += 1
+                redo = len(self.state.consumed)
+                self.state.consumed.clear()
+                self._per_node.clear()
+                self._save(force=True)
+                self._emit("destination_restarted", detail=f"{addr}: redoing {redo} consumed files")
+        return ok
+
+    def _probe_destinations(self) -> None:
+        """Connect to each destination (with backoff) and check it did not restart."""
+        seen: dict[str, tuple[int, int]] = {}
+        for n in self.config.destinations:
+            retrying = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(DestinationUnavailable),
+                wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+                stop=tenacity.stop_after_delay(self.config.destination_timeout),
+                reraise=True,
+            )
+            try:
+                for attempt in retrying:
+                    with attempt:
+                        c = MetaConnection(n.host, n.port, 10.0)
+                        try:
+                            ident = c.connect()
+                        finally:
+                            c.close()
+            except DestinationUnavailable as e:
+                raise PopulateError(
+                    f"destination {n.address} unavailable for {self.config.destination_timeout:g}s: {e}"
+                ) from e
+            seen[n.address] = (ident.pid, ident.started)
+        self._check_identities(seen)
+
+    def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
+        names: dict[str, df.DataFileName] = {}
+        try:
+            entries = os.listdir(self.config.source_dir)
+        except FileNotFoundError:
+            return names, False
+        done = False
+        for e in entries:
+            if e == df.MANIFEST_NAME:
+                done = True
+            elif not e.startswith("."):
+                p = df.parse_name(e)
+                if p is not None:
+                    names[e] = p
+        return names, done
+
+    def run(self) -> PopulateSummary:
+        c = self.config
+        if not c.destinations:
+            raise PopulateError("no destination given")
+        if c.workers < 1:
+            raise PopulateError(f"workers must be >= 1, got {c.workers}")
+        self._start = time.monotonic()
+        self.state = PopulateState.load(c.state_file)
+        self._probe_destinations()
+        self._save(force=True)
+        params = self._params()
+        bad_since: dict[str, float] = {}
+        last_new = time.monotonic()
+        seen_any: set[str] = set()
+        self._emit("start", detail=f"{c.source_dir} -> {','.join(n.address for n in c.destinations)}")
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx) as pool:
+            while True:
+                if self._round > 0:
+                    c.remounter.refresh()
+                self._round += 1
+                if c.should_abort is not None and (why := c.should_abort()) is not None:
+                    raise PopulateError(why)
+                names, done_exists = self._scan()
+                if set(names) - seen_any or done_exists:
+                    last_new = time.monotonic()
+                seen_any |= set(names)
+                manifest = self._read_manifest(done_exists, bad_since)
+                todo = sorted((n for n in names if n not in self.state.consumed), key=lambda n: names[n])
+                progressed = self._run_round(pool, params, todo, bad_since)
+                now = time.monotonic()
+                if manifest is not None:
+                    listed = {f.name for f in manifest.files}
+                    unlisted = sorted(set(names) - listed)
+                    if unlisted:
+                        raise PopulateError(
+                            f"published data file(s) not listed in DONE: {', '.join(unlisted[:5])}"
+                        )
+                    missing = sorted(listed - set(self.state.consumed))
+                    if not missing:
+                        # Last look: a destination that restarted since the last file lost our items.
+                        self._probe_destinations()
+                        if not set(listed) - set(self.state.consumed):
+                            return self._finish(manifest)
+                        continue
+                    for m in missing:
+                        if m not in names:
+                            first = bad_since.setdefault(m, now)
+                            if now - first > c.bad_file_timeout:
+                                raise PopulateError(
+                                    f"DONE lists {m} but it did not appear in {c.source_dir} within "
+                                    f"{c.bad_file_timeout:g}s"
+                                )
+                elif c.idle_timeout is not None and now - last_new > c.idle_timeout:
+                    raise PopulateError(
+                        f"no data file and no DONE appeared in {c.source_dir} for {c.idle_timeout:g}s"
+                    )
+                self._emit("round", pending=len(todo))
+                if not progressed:
+                    time.sleep(c.poll_interval)
+
+    def _read_manifest(self, done_exists: bool, bad_since: dict[str, float]) -> df.Manifest | None:
+        if not done_exists:
+            return None
+        try:
+            m = df.read_manifest(self.config.source_dir / df.MANIFEST_NAME)
+        except (df.FormatError, OSError) as e:
+            # On a ro,norecovery mount DONE may be visible before its bytes are.
+            first = bad_since.setdefault(df.MANIFEST_NAME, time.monotonic())
+            if time.monotonic() - first > self.config.bad_file_timeout:
+                raise PopulateError(f"DONE is unreadable for {self.config.bad_file_timeout:g}s: {e}") from e
+            return None
+        bad_since.pop(df.MANIFEST_NAME, None)
+        return m
+
+    def _run_round(
+        self, pool: ProcessPoolExecutor, params: WorkerParams, todo: list[str], bad_since: dict[str, float]
+    ) -> bool:
+        """Apply every ready file of this round (all finish before the next remount)."""
+        c = self.config
+        progressed = False
+        futures: set[Future[FileOutcome]] = {
+            pool.submit(apply_file, str(c.source_dir / n), params) for n in todo
+        }
+        try:
+            while futures:
+                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    out = fut.result()
+                    if self._handle(out, bad_since):
+                        progressed = True
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            self._save(force=True)
+            raise
+        self._save(force=True)
+        return progressed
+
+    def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
+        c = self.config
+        if out.status == "ok":
+            if not self._check_identities(out.identities):
+                return False  # written to a server that restarted since: redo next round
+            self.state.consumed[out.name] = ConsumedFile(
+                out.records, out.stored, out.present, out.expired, out.bytes
+            )
+            for addr, n in out.per_node.items():
+                self._per_node[addr] = self._per_node.get(addr, 0) + n
+            bad_since.pop(out.name, None)
+            self._save()
+            self._emit("file", detail=out.name)
+            return True
+        if out.status == "dest_error":
+            self._save(force=True)
+            raise PopulateError(f"writing {out.name}: {out.reason}")
+        if out.status == df.Status.CORRUPT.value:
+            raise PopulateError(f"{out.name} is corrupt (checksum verifies, records do not): {out.reason}")
+        first = bad_since.setdefault(out.name, time.monotonic())
+        if time.monotonic() - first > c.bad_file_timeout:
+            raise PopulateError(
+                f"{out.name} stayed unverifiable for {c.bad_file_timeout:g}s ({out.status}: {out.reason})"
+            )
+        return False
+
+    def _finish(self, manifest: df.Manifest) -> PopulateSummary:
+        files = [self.state.consumed[f.name] for f in manifest.files]
+        for mf, cf in zip(manifest.files, files, strict=True):
+            if cf.records != mf.records:
+                raise PopulateError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
+            if cf.stored + cf.present + cf.expired != cf.records:
+                raise PopulateError(
+                    f"{mf.name}: stored {cf.stored} + present {cf.present} + expired {cf.expired} "
+                    f"!= records {cf.records}"
+                )
+        records = sum(f.records for f in files)
+        if records != manifest.total_records:
+            raise PopulateError(f"applied {records} records, DONE's totals say {manifest.total_records}")
+        self._save(force=True)
+        summary = PopulateSummary(
+            files=len(files),
+            records=records,
+            stored=sum(f.stored for f in files),
+            already_present=sum(f.present for f in files),
+            expired=sum(f.expired for f in files),
+            bytes=sum(f.bytes for f in files),
+            elapsed_s=round(time.monotonic() - self._start, 3),
+            manifest_records=manifest.total_records,
+            restarts_detected=self.state.restarts_detected,
+            per_node=dict(self._per_node),
+        )
+        self._emit("done")
+        return summary
+
+
+def populate(
+    config: PopulateConfig, on_progress: Callable[[Progress], None] | None = None
+) -> PopulateSummary:
+    """Run the populator to the end; raises PopulateError (message names the problem) on failure."""
+    return Populator(config, on_progress or (lambda p: None)).run()
+
+
+def progress_printer(stream: Any) -> Callable[[Progress], None]:
+    def emit(p: Progress) -> None:
+        stream.write(p.to_json() + "\n")
+        stream.flush()
+
+    return emit

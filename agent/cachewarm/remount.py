@@ -1,0 +1,68 @@
+"""Seeing the writer's new files between rounds.
+
+On AWS the populator reads an io2 multi-attach volume that another instance writes; ext4/XFS are not
+cluster file systems, so a read-only mount shows a frozen view until it is mounted again. Between
+rounds the populator calls `refresh()`: `umount` + `mount -o ro,norecovery` there, nothing on a plain
+directory (local warm, tests). The commands are templates so an operator can adapt them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+DEFAULT_MOUNT_CMD = "mount -o ro,norecovery {device} {mount}"
+DEFAULT_UMOUNT_CMD = "umount {mount}"
+
+Runner = Callable[[Sequence[str]], None]
+
+
+class RemountError(RuntimeError):
+    pass
+
+
+class Remounter(Protocol):
+    def refresh(self) -> None:
+        """Make files published since the last call visible."""
+
+
+@dataclass
+class NoopRemounter:
+    """A plain directory on the same machine: the kernel already shows every new file."""
+
+    def refresh(self) -> None:
+        return None
+
+
+def run_command(argv: Sequence[str]) -> None:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RemountError(
+            f"`{shlex.join(argv)}` failed with exit code {proc.returncode}: {proc.stderr.strip()}"
+        )
+
+
+@dataclass
+class CommandRemounter:
+    """`umount` + `mount -o ro,norecovery` of a block device, commands configurable."""
+
+    device: str
+    mount: str
+    mount_cmd: str = DEFAULT_MOUNT_CMD
+    umount_cmd: str = DEFAULT_UMOUNT_CMD
+    runner: Runner = field(default=run_command)
+    refreshes: int = 0
+
+    def _argv(self, template: str) -> list[str]:
+        try:
+            return [a.format(device=self.device, mount=self.mount) for a in shlex.split(template)]
+        except (KeyError, IndexError) as e:
+            raise RemountError(f"bad command template {template!r}: use {{device}} and {{mount}}") from e
+
+    def refresh(self) -> None:
+        self.runner(self._argv(self.umount_cmd))
+        self.runner(self._argv(self.mount_cmd))
+        self.refreshes += 1
