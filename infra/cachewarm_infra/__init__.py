@@ -1,0 +1,6 @@
+"""CDK code for cachewarm: the reusable `CacheWarmer` construct and the stack that deploys it."""
+
+from cachewarm_infra.asl import AslTask, discover_function_substitutions
+from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
+
+__all__ = ["AslTask", "CacheWarmer", "CacheWarmerProps", "discover_function_substitutions"]

@@ -1,0 +1,159 @@
+"""`CacheWarmStack`: the `CacheWarmer` construct wired to deploy-time parameters and CDK context.
+
+Context keys (`cdk deploy -c key=value`, or cdk.json) give defaults; the VPC, subnets and instance
+type are also CloudFormation parameters, so one synthesized template deploys into any account.
+
+| context | parameter | meaning |
+|---|---|---|
+| `vpcId` | `VpcId` | VPC of the memcached replicas |
+| `subnetIds` (comma-separated) | `SubnetIds` | subnets populators may use (one per AZ of the source) |
+| `amiParameter` | (SSM parameter) | SSM parameter holding the populator AMI id |
+| `instanceType` | `PopulatorInstanceType` | populator instance type (Nitro, for io2 multi-attach) |
+| `kmsKeyArn` | — | existing KMS key; default: the stack creates one (rotation on) |
+| `tracing` | — | X-Ray for the state machine and Lambdas (default true) |
+| `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
+| `alarmTopicArn` | — | SNS topic for the alarms |
+| `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import CfnOutput, CfnParameter, Fn, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from constructs import Construct, Node
+
+from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
+
+DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+DEFAULT_INSTANCE_TYPE = "c6i.2xlarge"
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """Everything the stack reads from context, resolved to plain values."""
+
+    asl_path: Path
+    lambdas_dir: Path
+    ssm_documents_dir: Path
+    dumper_tarball: Path
+    agent_bundle: Path
+    vpc_id: str = ""
+    subnet_ids: tuple[str, ...] = ()
+    ami_parameter: str = DEFAULT_AMI_PARAMETER
+    instance_type: str = DEFAULT_INSTANCE_TYPE
+    kms_key_arn: str = ""
+    tracing: bool = True
+    asg_names: tuple[str, ...] = ()
+    alarm_topic_arn: str = ""
+    powertools_layer_arn: str = ""
+
+    @classmethod
+    def from_context(cls, node: Node, repo: Path) -> StackSettings:
+        def ctx(key: str, default: str = "") -> str:
+            value = node.try_get_context(key)
+            return default if value is None else str(value)
+
+        def path(key: str, default: str) -> Path:
+            p = Path(ctx(key, default))
+            return p if p.is_absolute() else repo / p
+
+        def csv(key: str) -> tuple[str, ...]:
+            return tuple(s.strip() for s in ctx(key).split(",") if s.strip())
+
+        tracing = ctx("tracing", "true").lower()
+        if tracing not in ("true", "false"):
+            raise ValueError(f"context tracing={tracing!r}: expected true or false")
+        return cls(
+            asl_path=path("aslPath", "statemachine/warm.asl.json"),
+            lambdas_dir=path("lambdasDir", "lambdas"),
+            ssm_documents_dir=path("ssmDocumentsDir", "infra/ssm_documents"),
+            dumper_tarball=path("dumperTarball", "build/dist/cachewarm-dump.tar.gz"),
+            agent_bundle=path("agentBundle", "build/dist/cachewarm-agent.tar.gz"),
+            vpc_id=ctx("vpcId"),
+            subnet_ids=csv("subnetIds"),
+            ami_parameter=ctx("amiParameter", DEFAULT_AMI_PARAMETER),
+            instance_type=ctx("instanceType", DEFAULT_INSTANCE_TYPE),
+            kms_key_arn=ctx("kmsKeyArn"),
+            tracing=tracing == "true",
+            asg_names=csv("asgNames"),
+            alarm_topic_arn=ctx("alarmTopicArn"),
+            powertools_layer_arn=ctx("powertoolsLayerArn"),
+        )
+
+
+class CacheWarmStack(Stack):
+    def __init__(
+        self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: object
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        vpc_id = CfnParameter(
+            self,
+            "VpcId",
+            type="AWS::EC2::VPC::Id",
+            description="VPC of the memcached replicas (populators run there)",
+            **({"default": settings.vpc_id} if settings.vpc_id else {}),
+        )
+        subnet_ids = CfnParameter(
+            self,
+            "SubnetIds",
+            type="List<AWS::EC2::Subnet::Id>",
+            description="Subnets for populators; the controller uses the one in each source node's AZ",
+            **({"default": ",".join(settings.subnet_ids)} if settings.subnet_ids else {}),
+        )
+        instance_type = CfnParameter(
+            self,
+            "PopulatorInstanceType",
+            type="String",
+            default=settings.instance_type,
+            allowed_pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+            description="Populator instance type (must be Nitro: io2 multi-attach)",
+        )
+        # Only the VPC id is needed (for the populators' security group); no lookup, so synth is offline.
+        vpc = ec2.Vpc.from_vpc_attributes(
+            self, "Vpc", vpc_id=vpc_id.value_as_string, availability_zones=Fn.get_azs()
+        )
+        key = (
+            kms.Key.from_key_arn(self, "ImportedKey", settings.kms_key_arn) if settings.kms_key_arn else None
+        )
+        topic = (
+            sns.Topic.from_topic_arn(self, "AlarmTopic", settings.alarm_topic_arn)
+            if settings.alarm_topic_arn
+            else None
+        )
+        self.warmer = CacheWarmer(
+            self,
+            "CacheWarmer",
+            CacheWarmerProps(
+                asl_path=settings.asl_path,
+                lambdas_dir=settings.lambdas_dir,
+                ssm_documents_dir=settings.ssm_documents_dir,
+                dumper_tarball=settings.dumper_tarball,
+                agent_bundle=settings.agent_bundle,
+                vpc=vpc,
+                subnet_ids=subnet_ids.value_as_list,
+                machine_image=ec2.MachineImage.from_ssm_parameter(settings.ami_parameter),
+                instance_type=ec2.InstanceType(instance_type.value_as_string),
+                kms_key=key,
+                tracing=settings.tracing,
+                asg_group_names=settings.asg_names,
+                alarm_topic=topic,
+                powertools_layer_arn=settings.powertools_layer_arn or None,
+            ),
+        )
+        w = self.warmer
+        CfnOutput(self, "StateMachineArn", value=w.state_machine.state_machine_arn)
+        CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
+        CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template.launch_template_id or "")
+        CfnOutput(
+            self,
+            "SourceNodePolicyArn",
+            value=w.agent_policy.managed_policy_arn,
+            description="Attach to the source memcached nodes' instance role (agent needs it)",
+        )
+        CfnOutput(self, "DumpDocumentName", value=w.document_name("dump-agent"))
+        CfnOutput(self, "PopulateDocumentName", value=w.document_name("populate-agent"))

@@ -1,0 +1,55 @@
+"""One CDK synth per test session, shared by every infra test (a synth takes ~7 s here).
+
+Until the controller's real files exist, the stand-ins in `fixtures/` are used; each switches to the
+real file (statemachine/warm.asl.json, infra/ssm_documents/, lambdas/) as soon as it lands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.infra.support import Synth, asl_path, documents_dir, lambdas_dir
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Small stand-ins for build/dist/cachewarm-dump.tar.gz and cachewarm-agent.tar.gz."""
+    d = tmp_path_factory.mktemp("dist")
+    dumper, agent = d / "cachewarm-dump.tar.gz", d / "cachewarm-agent.tar.gz"
+    dumper.write_bytes(b"stand-in dumper tarball")
+    agent.write_bytes(b"stand-in agent bundle")
+    return dumper, agent
+
+
+@pytest.fixture(scope="session")
+def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+    from aws_cdk import App, Validations
+    from cachewarm_infra.stack import CacheWarmStack, StackSettings
+    from cdk_nag import AwsSolutionsChecks
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app = App(outdir=str(outdir))
+    settings = StackSettings(
+        asl_path=asl_path(),
+        lambdas_dir=lambdas_dir(),
+        ssm_documents_dir=documents_dir(),
+        dumper_tarball=artifacts[0],
+        agent_bundle=artifacts[1],
+        subnet_ids=("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
+        asg_names=("memcached-replica-b",),
+    )
+    stack = CacheWarmStack(app, "CacheWarmTest", settings=settings)
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    nag_error = None
+    try:
+        app.synth()
+    except Exception as e:  # cdk-nag findings fail the synth; the nag test reports them
+        nag_error = str(e)
+    report_path = outdir / "validation-report.json"
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    template = json.loads((outdir / "CacheWarmTest.template.json").read_text())
+    yield Synth(template=template, outdir=outdir, warmer=stack.warmer, nag_report=report, nag_error=nag_error)

@@ -1,0 +1,507 @@
+"""Template tests of the CacheWarm stack (one synth per session, see conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
+from cachewarm_infra.construct import POWERTOOLS_VERSION, asg_launch_pattern
+
+from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir
+
+
+@pytest.fixture(scope="module")
+def template(synth: Synth) -> Template:
+    return Template.from_json(synth.template)
+
+
+def _statements(synth: Synth) -> list[tuple[str, dict[str, Any]]]:
+    """Every IAM statement in the template: (resource logical id, statement)."""
+    out = []
+    for lid, res in synth.template["Resources"].items():
+        props = res.get("Properties", {})
+        docs = []
+        if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            docs.append(props["PolicyDocument"])
+        if res["Type"] == "AWS::IAM::Role":
+            docs.extend(p["PolicyDocument"] for p in props.get("Policies", []))
+        for doc in docs:
+            out.extend((lid, st) for st in doc["Statement"])
+    return out
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]
+
+
+def _controller_statements(synth: Synth) -> dict[str, dict[str, Any]]:
+    policies = synth.resources("AWS::IAM::Policy")
+    [(_, policy)] = [(k, v) for k, v in policies.items() if k.startswith("CacheWarmerControllerPolicy")]
+    return {st["Sid"]: st for st in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+# ---- ASL discovery ------------------------------------------------------------------------------
+
+
+def test_pascal_to_handler_names() -> None:
+    assert AslTask("CheckProgress").handler == "cachewarm_controller.handlers.check_progress"
+    assert AslTask("ValidateInput").snake == "validate_input"
+    assert AslTask("SSMStartAgents").snake == "ssm_start_agents"
+    assert AslTask("Teardown").placeholder == "TeardownFunctionArn"
+
+
+def test_discovery_finds_each_function_once() -> None:
+    text = '{"a": "${CheckProgressFunctionArn}", "b": "${CheckProgressFunctionArn}", "c": "${StatusBucket}"}'
+    assert [t.pascal for t in discover_function_substitutions(text)] == ["CheckProgress"]
+
+
+# ---- Lambdas ------------------------------------------------------------------------------------
+
+
+def test_one_function_per_asl_placeholder(synth: Synth) -> None:
+    tasks = discover_function_substitutions(asl_path().read_text())
+    functions = synth.resources("AWS::Lambda::Function")
+    handlers = sorted(f["Properties"]["Handler"] for f in functions.values())
+    assert handlers == sorted(t.handler for t in tasks)
+    for fn in functions.values():
+        p = fn["Properties"]
+        assert p["Runtime"] == "python3.12"
+        assert p["TracingConfig"] == {"Mode": "Active"}
+        assert len(p["Layers"]) == 1 and "Ref" in p["Layers"][0]  # the public Powertools layer parameter
+        env = p["Environment"]["Variables"]
+        for var in ("STATUS_BUCKET", "DUMP_DOCUMENT_NAME", "POPULATE_DOCUMENT_NAME", "KMS_KEY_ID"):
+            assert var in env, var
+        assert env["POWERTOOLS_SERVICE_NAME"] == "cachewarm"
+        assert env["POWERTOOLS_METRICS_NAMESPACE"] == "CacheWarm"
+        assert "LoggingConfig" in p  # its own log group, with retention (below)
+
+
+def test_handlers_exist_in_lambda_code(synth: Synth) -> None:
+    """Every handler the stack points at is a function in the deployed code (no import at runtime)."""
+    handlers_py = lambdas_dir() / "cachewarm_controller" / "handlers.py"
+    if not handlers_py.exists():
+        pytest.skip("lambdas/cachewarm_controller/handlers.py not written yet")
+    source = handlers_py.read_text()
+    for task in discover_function_substitutions(asl_path().read_text()):
+        assert re.search(rf"^(def {task.snake}\b|{task.snake}\s*=)", source, re.M) or re.search(
+            rf"\b{task.snake}\b\s*=", source
+        ), f"{handlers_py} has no handler {task.snake} for ${{{task.placeholder}}}"
+
+
+def test_powertools_layer_pinned_like_pyproject(synth: Synth) -> None:
+    pins = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["lambdas"]
+    assert f"aws-lambda-powertools[tracer]=={POWERTOOLS_VERSION}" in pins
+    params = synth.template["Parameters"]
+    assert any(
+        p.get("Default") == f"/aws/service/powertools/python/x86_64/python3.12/{POWERTOOLS_VERSION}"
+        for p in params.values()
+    )
+
+
+def test_log_groups_have_retention(synth: Synth) -> None:
+    groups = synth.resources("AWS::Logs::LogGroup")
+    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 1
+    assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
+
+
+# ---- the state machine --------------------------------------------------------------------------
+
+
+def test_state_machine_standard_logged_traced(template: Template) -> None:
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "StateMachineType": "STANDARD",
+            "TracingConfiguration": {"Enabled": True},
+            "LoggingConfiguration": {
+                "Level": "ALL",
+                "IncludeExecutionData": True,
+                "Destinations": Match.any_value(),
+            },
+        },
+    )
+
+
+def test_asl_substitutions_complete(synth: Synth) -> None:
+    """The deployed definition is the ASL file verbatim, and every placeholder has a substitution."""
+    [sm] = synth.resources("AWS::StepFunctions::StateMachine").values()
+    props = sm["Properties"]
+    definition = props["DefinitionString"]
+    text = definition if isinstance(definition, str) else "".join(str(p) for p in definition["Fn::Join"][1])
+    assert json.loads(text) == json.loads(asl_path().read_text())
+    subs = props["DefinitionSubstitutions"]
+    missing = placeholders(text) - set(subs)
+    assert not missing, f"ASL placeholders without a substitution: {missing}"
+    functions = synth.resources("AWS::Lambda::Function")
+    for task in discover_function_substitutions(text):
+        ref = subs[task.placeholder]
+        assert ref["Fn::GetAtt"][1] == "Arn"
+        assert functions[ref["Fn::GetAtt"][0]]["Properties"]["Handler"] == task.handler
+
+
+def test_state_machine_may_invoke_exactly_its_functions(synth: Synth) -> None:
+    stmts = [st for _, st in _statements(synth) if st.get("Sid") == "InvokeControllerFunctions"]
+    [st] = stmts
+    invoked = {r["Fn::GetAtt"][0] for r in _as_list(st["Resource"])}
+    assert invoked == set(synth.resources("AWS::Lambda::Function"))
+
+
+# ---- SSM documents ------------------------------------------------------------------------------
+
+
+def test_ssm_documents_deployed_from_files(synth: Synth) -> None:
+    docs = synth.resources("AWS::SSM::Document")
+    files = sorted(documents_dir().glob("*.json"))
+    assert len(docs) == len(files)
+    contents = [d["Properties"]["Content"] for d in docs.values()]
+    for f in files:
+        want = json.loads(f.read_text())
+        got = [c for c in contents if c.get("description") == want.get("description")]
+        assert got, f"{f.name} not deployed"
+        assert got[0]["mainSteps"] == want["mainSteps"]
+    for d in docs.values():
+        assert d["Properties"]["DocumentType"] == "Command"
+        for name, spec in d["Properties"]["Content"].get("parameters", {}).items():
+            assert "allowedPattern" in spec or "allowedValues" in spec, name
+
+
+# ---- storage ------------------------------------------------------------------------------------
+
+
+def test_status_bucket_encrypted_private_tls(synth: Synth, template: Template) -> None:
+    template.has_resource_properties(
+        "AWS::S3::Bucket",
+        {
+            "BucketEncryption": {
+                "ServerSideEncryptionConfiguration": [
+                    {
+                        "ServerSideEncryptionByDefault": {
+                            "SSEAlgorithm": "aws:kms",
+                            "KMSMasterKeyID": Match.any_value(),
+                        }
+                    }
+                ]
+            },
+            "LoggingConfiguration": Match.object_like({"LogFilePrefix": "status-bucket/"}),
+        },
+    )
+    for bucket in synth.resources("AWS::S3::Bucket").values():
+        p = bucket["Properties"]
+        assert p["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        assert "BucketEncryption" in p
+    policies = synth.resources("AWS::S3::BucketPolicy")
+    assert len(policies) == 2
+    for pol in policies.values():
+        deny = [
+            s
+            for s in pol["Properties"]["PolicyDocument"]["Statement"]
+            if s["Effect"] == "Deny"
+            and s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false"
+        ]
+        assert deny, "bucket does not enforce TLS"
+
+
+def test_kms_key_rotates(template: Template) -> None:
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+
+
+def test_artifacts_are_assets_the_agents_may_read(synth: Synth) -> None:
+    manifest = json.loads((synth.outdir / "CacheWarmTest.assets.json").read_text())
+    packaged = {f["source"]["path"] for f in manifest["files"].values()}
+    assert any(p.endswith(".tar.gz") for p in packaged)
+    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    read = next(
+        s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadArtifacts"
+    )
+    assert read["Action"] == "s3:GetObject"
+    assert len(read["Resource"]) == 2
+
+
+# ---- populators ---------------------------------------------------------------------------------
+
+
+def test_launch_template_hardened(template: Template) -> None:
+    template.has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 1},
+                    "InstanceType": {"Ref": "PopulatorInstanceType"},
+                    "ImageId": {"Ref": Match.string_like_regexp("SsmParameterValue.*al2023")},
+                    "IamInstanceProfile": Match.any_value(),
+                    "InstanceInitiatedShutdownBehavior": "terminate",
+                    "BlockDeviceMappings": [
+                        Match.object_like(
+                            {"Ebs": Match.object_like({"Encrypted": True, "KmsKeyId": Match.any_value()})}
+                        )
+                    ],
+                }
+            )
+        },
+    )
+    template.resource_count_is("AWS::IAM::InstanceProfile", 1)
+
+
+def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
+    roles = synth.resources("AWS::IAM::Role")
+    [role] = [r for k, r in roles.items() if k.startswith("CacheWarmerPopulatorRole")]
+    arns = role["Properties"]["ManagedPolicyArns"]
+    assert len(arns) == 2
+    assert "AmazonSSMManagedInstanceCore" in json.dumps(arns)
+    assert {"Ref": next(iter(synth.resources("AWS::IAM::ManagedPolicy")))} in arns
+    assert "Policies" not in role["Properties"]
+    # Nothing else is attached to the populator role.
+    for pol in synth.resources("AWS::IAM::Policy").values():
+        assert {"Ref": next(k for k in roles if k.startswith("CacheWarmerPopulatorRole"))} not in pol[
+            "Properties"
+        ].get("Roles", [])
+
+
+def test_populator_security_group_has_no_ingress(synth: Synth) -> None:
+    [sg] = synth.resources("AWS::EC2::SecurityGroup").values()
+    assert "SecurityGroupIngress" not in sg["Properties"]
+    assert not synth.resources("AWS::EC2::SecurityGroupIngress")
+
+
+# ---- IAM ----------------------------------------------------------------------------------------
+
+
+def test_no_wildcard_actions_anywhere(synth: Synth) -> None:
+    for lid, st in _statements(synth):
+        for action in _as_list(st["Action"]):
+            assert "*" not in action, f"{lid}: wildcard action {action}"
+        assert st["Effect"] in ("Allow", "Deny")
+        assert "NotAction" not in st and "NotResource" not in st, lid
+
+
+def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
+    """`Resource: "*"` only on actions IAM cannot scope (Describe/List, X-Ray, log delivery)."""
+    allowed = re.compile(
+        r"^(ec2:Describe\w+|autoscaling:Describe\w+|ssm:(Describe|List|Get)\w+|ssm:CancelCommand|"
+        r"xray:\w+|logs:(CreateLogDelivery|GetLogDelivery|UpdateLogDelivery|DeleteLogDelivery|ListLogDeliveries|"
+        r"PutResourcePolicy|DescribeResourcePolicies|DescribeLogGroups))$"
+    )
+    for lid, st in _statements(synth):
+        if st["Effect"] == "Allow" and "*" in _as_list(st["Resource"]):
+            for action in _as_list(st["Action"]):
+                assert allowed.match(action), f"{lid}: {action} on Resource *"
+
+
+def test_ec2_mutations_are_tag_scoped(synth: Synth) -> None:
+    s = _controller_statements(synth)
+    req = {"StringEquals": {"aws:RequestTag/cachewarm:managed": "true"}}
+    res = {"StringEquals": {"aws:ResourceTag/cachewarm:managed": "true"}}
+    assert s["CreateTaggedVolumes"]["Action"] == "ec2:CreateVolume"
+    assert s["CreateTaggedVolumes"]["Condition"] == req
+    assert s["LaunchTaggedPopulators"]["Action"] == "ec2:RunInstances"
+    assert s["LaunchTaggedPopulators"]["Condition"] == req
+    assert s["DeleteOurVolumes"]["Condition"] == res
+    assert s["TerminateOurPopulators"]["Condition"] == res
+    assert s["AttachOurVolumes"]["Condition"] == res
+    assert ":volume/*" in json.dumps(s["AttachOurVolumes"]["Resource"])
+    assert s["TagOnCreateOnly"]["Condition"] == {
+        "StringEquals": {"ec2:CreateAction": ["CreateVolume", "RunInstances"]}
+    }
+    assert s["PassPopulatorRole"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
+    }
+    assert s["GrantKeyToEbs"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    # Every ec2 mutation the controller may do appears only in these statements.
+    mutating = {"ec2:CreateVolume", "ec2:DeleteVolume", "ec2:TerminateInstances", "ec2:CreateTags"}
+    for sid, st in s.items():
+        hit = mutating & set(_as_list(st["Action"]))
+        if hit:
+            assert "Condition" in st, f"{sid}: {hit} without a tag condition"
+
+
+def test_run_instances_only_from_our_launch_template(synth: Synth) -> None:
+    st = _controller_statements(synth)["LaunchFromTemplate"]
+    lt = next(iter(synth.resources("AWS::EC2::LaunchTemplate")))
+    assert lt in json.dumps(st["Resource"])
+    assert ":instance/" not in json.dumps(st["Resource"])
+
+
+def test_send_command_only_our_documents(synth: Synth) -> None:
+    st = _controller_statements(synth)["RunOurDocuments"]
+    text = json.dumps(st["Resource"])
+    for lid in synth.resources("AWS::SSM::Document"):
+        assert lid in text
+    assert "document/*" not in text
+
+
+# ---- triggers -----------------------------------------------------------------------------------
+
+
+def _rules(synth: Synth) -> dict[str, dict[str, Any]]:
+    return synth.resources("AWS::Events::Rule")
+
+
+def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
+    [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerReplicaDeployedRule")]
+    p = rule["Properties"]
+    assert p["EventPattern"] == {
+        "source": ["cachewarm"],
+        "detail-type": ["Replica Deployed"],
+        "detail": {"warm_id": [{"exists": True}], "destination": {"nodes": [{"exists": True}]}},
+    }
+    [target] = p["Targets"]
+    sm = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    assert target["Arn"] == {"Ref": sm}
+    assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 4
+    tr = target["InputTransformer"]
+    assert tr["InputPathsMap"] == {
+        "detail-warm_id": "$.detail.warm_id",
+        "detail-source": "$.detail.source",
+        "detail-destination": "$.detail.destination",
+    }
+    parts = tr["InputTemplate"]["Fn::Join"][1]
+    rendered = "".join(p if isinstance(p, str) else "lt-0123456789abcdef0" for p in parts)
+    rendered = rendered.replace("<detail-warm_id>", '"w-1"').replace("<detail-source>", "{}")
+    rendered = rendered.replace("<detail-destination>", '{"endpoints": ["10.0.0.1:11211"]}')
+    assert json.loads(rendered) == {
+        "warm_id": "w-1",
+        "source": {},
+        "destination": {"endpoints": ["10.0.0.1:11211"]},
+        "populator": {"launch_template_id": "lt-0123456789abcdef0"},
+    }
+
+
+def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
+    sm = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    starts = [st for _, st in _statements(synth) if "states:StartExecution" in _as_list(st["Action"])]
+    assert starts
+    for st in starts:
+        assert st["Resource"] == {"Ref": sm}
+
+
+def test_asg_example_rule(synth: Synth) -> None:
+    [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerAsgLaunchRule")]
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance Launch Successful"],
+        "detail": {"AutoScalingGroupName": ["memcached-replica-b"]},
+    }
+
+
+def test_asg_pattern_helper_renders() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_events as events
+
+    stack = Stack(App(), "P")
+    events.Rule(stack, "R", event_pattern=asg_launch_pattern(["a", "b"]))
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::Events::Rule",
+        {"EventPattern": Match.object_like({"detail": {"AutoScalingGroupName": ["a", "b"]}})},
+    )
+
+
+def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
+    [q] = synth.resources("AWS::SQS::Queue").values()
+    assert "KmsMasterKeyId" in q["Properties"]
+    [qp] = synth.resources("AWS::SQS::QueuePolicy").values()
+    assert "aws:SecureTransport" in json.dumps(qp)
+
+
+# ---- observability ------------------------------------------------------------------------------
+
+
+def test_alarms(synth: Synth) -> None:
+    alarms = {
+        a["Properties"]["MetricName"]: a["Properties"]
+        for a in synth.resources("AWS::CloudWatch::Alarm").values()
+    }
+    assert set(alarms) == {"ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted", "StaleNodes"}
+    assert alarms["StaleNodes"]["Namespace"] == "CacheWarm"
+    assert alarms["StaleNodes"]["Dimensions"] == [{"Name": "service", "Value": "cachewarm"}]
+    for a in alarms.values():
+        assert a["Threshold"] == 1
+        assert a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        assert a["TreatMissingData"] == "notBreaching"
+        assert "runbook" in a["AlarmDescription"]
+
+
+def test_dashboard_shows_rates_and_nodes(synth: Synth) -> None:
+    [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dash["Properties"]["DashboardBody"])
+    for needle in (
+        "ItemsPopulated",
+        "BytesPopulated",
+        "FilesPopulated",
+        "NodesDone",
+        "StaleNodes",
+        "PERIOD(items)",
+    ):
+        assert needle in body, needle
+
+
+# ---- outputs ------------------------------------------------------------------------------------
+
+
+def test_outputs(synth: Synth) -> None:
+    assert {
+        "StateMachineArn",
+        "StatusBucketName",
+        "PopulatorLaunchTemplateId",
+        "SourceNodePolicyArn",
+        "DumpDocumentName",
+        "PopulateDocumentName",
+    } <= set(synth.template["Outputs"])
+    assert {"VpcId", "SubnetIds", "PopulatorInstanceType"} <= set(synth.template["Parameters"])
+
+
+def test_every_resource_type_is_tested(synth: Synth) -> None:
+    """A new resource type must come with a test (update this list and add one)."""
+    assert {r["Type"] for r in synth.template["Resources"].values()} == {
+        "AWS::CloudWatch::Alarm",
+        "AWS::CloudWatch::Dashboard",
+        "AWS::EC2::LaunchTemplate",
+        "AWS::EC2::SecurityGroup",
+        "AWS::Events::Rule",
+        "AWS::IAM::InstanceProfile",
+        "AWS::IAM::ManagedPolicy",
+        "AWS::IAM::Policy",
+        "AWS::IAM::Role",
+        "AWS::KMS::Key",
+        "AWS::Lambda::Function",
+        "AWS::Logs::LogGroup",
+        "AWS::S3::Bucket",
+        "AWS::S3::BucketPolicy",
+        "AWS::SQS::Queue",
+        "AWS::SQS::QueuePolicy",
+        "AWS::SSM::Document",
+        "AWS::StepFunctions::StateMachine",
+    }
+
+
+# ---- cdk-nag ------------------------------------------------------------------------------------
+
+
+def test_cdk_nag_aws_solutions_clean(synth: Synth) -> None:
+    assert synth.nag_report is not None, "cdk-nag did not run"
+    problems = [
+        f"{v['ruleName']} at {c['constructPath']}"
+        for plugin in synth.nag_report["pluginReports"]
+        for v in plugin["violations"]
+        for c in v["violatingConstructs"]
+    ]
+    assert not problems, "\n".join(problems)
+    assert synth.nag_error is None, synth.nag_error
+
+
+def test_every_nag_acknowledgement_has_a_written_reason(synth: Synth) -> None:
+    acks = synth.warmer.nag_acknowledgements
+    assert acks
+    for path, rule, reason in acks:
+        assert rule.startswith("AwsSolutions-"), rule
+        assert len(reason) > 40 and reason.endswith("."), f"{path} {rule}: give a real reason"
