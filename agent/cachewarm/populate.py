@@ -469,6 +469,11 @@ class Populator:
             raise PopulateError("no destination given")
         if c.workers < 1:
             raise PopulateError(f"workers must be >= 1, got {c.workers}")
+        if len(c.destinations) > 1:
+            try:  # fail before any work on a ring that cannot route (colliding node keys)
+                KetamaRing(c.destinations, c.node_key_format, c.ketama_reps, c.hash_delimiter)
+            except ValueError as e:
+                raise PopulateError(str(e)) from e
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
         self._probe_destinations()

@@ -1,0 +1,146 @@
+"""Pipelined meta-protocol reads (`mg <key> b v f t k`) and key listing (`lru_crawler metadump`), for
+`cachewarm verify`, the warm's final check and tests. Replies are parsed by declared lengths."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import urllib.parse
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from cachewarm.meta import DestinationUnavailable, wire_key
+
+
+@dataclass(frozen=True)
+class Item:
+    value: bytes
+    flags: int
+    ttl: int  # remaining seconds, -1 = never expires
+
+
+@dataclass
+class MetaReader:
+    host: str
+    port: int
+    timeout: float = 30.0
+    sock: socket.socket | None = field(default=None, repr=False)
+    _buf: bytearray = field(default_factory=bytearray, repr=False)
+
+    def __enter__(self) -> MetaReader:
+        try:
+            self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        except OSError as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: cannot connect: {e}") from e
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _fill(self) -> None:
+        assert self.sock is not None
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: connection closed")
+        self._buf += chunk
+
+    def _line(self) -> bytes:
+        while True:
+            i = self._buf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self._buf[:i])
+                del self._buf[: i + 2]
+                return line
+            self._fill()
+
+    def _exact(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            self._fill()
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
+        """Items of the keys that exist; a missing key is absent from the result."""
+        out: dict[bytes, Item] = {}
+        keys = list(keys)
+        assert self.sock is not None
+        for start in range(0, len(keys), batch):
+            req = bytearray()
+            for j, k in enumerate(keys[start : start + batch], start):
+                tok, b = wire_key(k)
+                # O<index> ties each reply to its key without trusting the echoed key's encoding.
+                req += b"mg %b%b v f t q O%d\r\n" % (tok, b, j)
+            req += b"mn\r\n"
+            self.sock.sendall(req)
+            while True:
+                line = self._line()
+                if line == b"MN":
+                    break
+                if line.startswith(b"VA "):
+                    parts = line.split(b" ")
+                    size = int(parts[1])
+                    flags, ttl, idx = 0, -1, -1
+                    for p in parts[2:]:
+                        if p[:1] == b"f":
+                            flags = int(p[1:])
+                        elif p[:1] == b"t":
+                            ttl = int(p[1:])
+                        elif p[:1] == b"O":
+                            idx = int(p[1:])
+                    value = self._exact(size + 2)[:-2]
+                    out[keys[idx]] = Item(value, flags, ttl)
+                elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
+                    raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
+        return out
+
+    def missing(self, keys: Iterable[bytes], batch: int = 1000) -> list[bytes]:
+        """The keys the server does not hold (`mg` without a value: cheap)."""
+        keys = list(keys)
+        found: set[int] = set()
+        assert self.sock is not None
+        for start in range(0, len(keys), batch):
+            req = bytearray()
+            for j, k in enumerate(keys[start : start + batch], start):
+                tok, b = wire_key(k)
+                req += b"mg %b%b q O%d\r\n" % (tok, b, j)
+            req += b"mn\r\n"
+            self.sock.sendall(req)
+            while True:
+                line = self._line()
+                if line == b"MN":
+                    break
+                if line.startswith(b"HD"):
+                    found.add(int(line.rsplit(b"O", 1)[1]))
+                elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
+                    raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
+        return [k for j, k in enumerate(keys) if j not in found]
+
+
+def list_keys(host: str, port: int, timeout: float = 60.0) -> Iterator[tuple[bytes, int]]:
+    """(key, absolute exptime or -1) of every item, from `lru_crawler metadump all`."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(b"lru_crawler metadump all\r\n")
+        buf = b""
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                raise DestinationUnavailable(f"{host}:{port}: closed during metadump")
+            buf += chunk
+            lines = buf.split(b"\n")
+            buf = lines.pop()
+            for ln in lines:
+                ln = ln.rstrip(b"\r")
+                if ln == b"END":
+                    return
+                if ln.startswith((b"ERROR", b"BUSY", b"CLIENT_ERROR", b"SERVER_ERROR")):
+                    raise RuntimeError(f"{host}:{port}: metadump failed: {ln!r}")
+                fields = dict(f.split(b"=", 1) for f in ln.split(b" ") if b"=" in f)
+                if b"key" not in fields:
+                    continue
+                key = urllib.parse.unquote_to_bytes(fields[b"key"])
+                if fields.get(b"b64") == b"yes":  # not emitted by 1.6.18; harmless elsewhere
+                    key = base64.b64decode(key)
+                yield key, int(fields.get(b"exp", b"-1"))

@@ -1,0 +1,81 @@
+"""Helpers for populator tests and benchmarks: dump directories, the populator in a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachewarm.dataformat import Record
+from cachewarm.ketama import Node
+from cachewarm.metaread import Item, MetaReader
+from cachewarm.populate import PopulateConfig, PopulateSummary, Progress, populate
+from cachewarm.testing.memcached import MemcachedServer
+
+
+def node(srv: MemcachedServer) -> Node:
+    return Node(srv.host, srv.port)
+
+
+def records(n: int, prefix: bytes = b"k", size: int = 100, start: int = 0) -> list[Record]:
+    return [Record(b"%s%d" % (prefix, i), i, -1, b"v%d-" % i + b"x" * size) for i in range(start, start + n)]
+
+
+def fetch(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, Item]:
+    with MetaReader(srv.host, srv.port) as r:
+        return r.get_many(keys)
+
+
+def config(src: Path, tmp: Path, dests: list[MemcachedServer], **kw: object) -> PopulateConfig:
+    base: dict[str, object] = {
+        "source_dir": src,
+        "destinations": [node(d) for d in dests],
+        "state_file": tmp / "state" / "populate.json",
+        "workers": 2,
+        "poll_interval": 0.05,
+        "bad_file_timeout": 30.0,
+        "destination_timeout": 20.0,
+        "node_key_format": "{host}:{port}",
+    }
+    base.update(kw)
+    return PopulateConfig(**base)  # type: ignore[arg-type]
+
+
+@dataclass
+class Background:
+    """The populator running in a thread, so a test can change the directory under it."""
+
+    cfg: PopulateConfig
+    events: list[Progress] = field(default_factory=list)
+    summary: PopulateSummary | None = None
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+
+    def start(self) -> Background:
+        def run() -> None:
+            try:
+                self.summary = populate(self.cfg, self.events.append)
+            except BaseException as e:
+                self.error = e
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return self
+
+    def wait_for(self, pred: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if self.error is not None:
+                raise AssertionError(f"populator failed: {self.error}")
+            assert time.monotonic() < deadline, "timed out waiting"
+            time.sleep(0.02)
+
+    def rounds(self) -> int:
+        return max((e.round for e in self.events), default=0)
+
+    def join(self, timeout: float = 60.0) -> None:
+        assert self.thread is not None
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "populator did not finish"

@@ -1,0 +1,369 @@
+"""The populator against real memcached servers, with dump directories made by the Python writer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cachewarm.dataformat import DirWriter, PublishedFile, Record, parse_name
+from cachewarm.ketama import KetamaRing
+from cachewarm.meta import MAX_RELATIVE_TTL, ttl_token
+from cachewarm.populate import PopulateError, PopulateState, populate
+from cachewarm.remount import CommandRemounter
+from cachewarm.testing.populating import Background, config, fetch, node, records
+
+MONTH = MAX_RELATIVE_TTL
+CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+
+
+def test_ttl_token() -> None:
+    now = 1_800_000_000
+    assert ttl_token(-1, now) == 0
+    assert ttl_token(now, now) is None
+    assert ttl_token(now - 5, now) is None
+    assert ttl_token(now + 1, now) == 1
+    assert ttl_token(now + MONTH, now) == MONTH
+    # memcached reads T > 30 days as an absolute time: send the absolute expiry itself.
+    assert ttl_token(now + MONTH + 1, now) == now + MONTH + 1
+
+
+def test_items_flags_ttls_and_binary_keys(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    now = int(time.time())
+    recs = [
+        Record(b"never", 0, -1, b"a"),
+        Record(b"maxflags", 0xFFFFFFFF, -1, b"b"),
+        Record(b"empty", 5, -1, b""),
+        Record(b"short", 1, now + 60, b"c"),
+        Record(b"long", 2, now + 90 * 86400, b"d"),
+        Record(b"expired", 3, now - 10, b"e"),
+        Record(b"bin\x00\xff key\r\n", 4, -1, b"binary"),
+        Record(bytes(range(256))[1:187], 6, -1, b"186-byte binary key"),
+        Record(b"v" * 250, 7, -1, b"250-byte key"),
+        Record(b"tricky", 8, -1, b"VA 1 f0\r\nEN\r\nMN\r\nSERVER_ERROR x\r\n"),
+    ]
+    w = DirWriter(tmp_path / "dump", node="src")
+    w.write(0, 0, recs[:5])
+    w.write(0, 1, recs[5:])
+    w.done()
+    s = populate(config(tmp_path / "dump", tmp_path, [dst]))
+    assert (s.records, s.stored, s.expired, s.already_present) == (10, 9, 1, 0)
+    got = fetch(dst, [r.key for r in recs])
+    assert b"expired" not in got
+    for r in recs:
+        if r.key == b"expired":
+            continue
+        assert got[r.key].value == r.value and got[r.key].flags == r.flags, r.key
+    assert got[b"never"].ttl == -1
+    assert 55 <= got[b"short"].ttl <= 60
+    assert abs(got[b"long"].ttl - 90 * 86400) <= 5
+
+
+def test_multi_mib_values(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=128, max_item_size="8m")
+    big = bytes(range(256)) * (6 * 4096)  # 6 MiB
+    w = DirWriter(tmp_path / "dump", node="src")
+    w.write(0, 0, [Record(b"big", 1, -1, big), Record(b"small", 2, -1, b"s"), Record(b"big2", 3, -1, big)])
+    w.done()
+    s = populate(config(tmp_path / "dump", tmp_path, [dst]))
+    assert s.stored == 3
+    got = fetch(dst, [b"big", b"small", b"big2"])
+    assert got[b"big"].value == big and got[b"big2"].value == big and got[b"small"].value == b"s"
+
+
+def test_add_mode_keeps_fresher_values_set_mode_overwrites(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    dst.command(b"set k1 99 0 5\r\nfresh\r\n", until=b"STORED\r\n")
+    w = DirWriter(tmp_path / "dump", node="src")
+    w.write(0, 0, records(100))
+    w.done()
+    s = populate(config(tmp_path / "dump", tmp_path, [dst]))
+    assert (s.stored, s.already_present) == (99, 1)
+    assert fetch(dst, [b"k1"])[b"k1"].value == b"fresh"
+    assert fetch(dst, [b"k2"])[b"k2"].value.startswith(b"v2-")
+    s = populate(config(tmp_path / "dump", tmp_path, [dst], mode="set", state_file=tmp_path / "s2.json"))
+    assert (s.stored, s.already_present) == (100, 0)
+    assert fetch(dst, [b"k1"])[b"k1"].value.startswith(b"v1-")
+
+
+def test_fresher_value_written_during_the_warm_survives(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    w = DirWriter(tmp_path / "dump", node="src")
+    w.write(0, 0, records(50))
+    bg = Background(config(tmp_path / "dump", tmp_path, [dst])).start()
+    bg.wait_for(lambda: any(e.event == "file" for e in bg.events))
+    # Live traffic writes k60 (not yet copied) into the new replica while the warm runs.
+    dst.command(b"set k60 1 0 4\r\nlive\r\n", until=b"STORED\r\n")
+    w.write(1, 0, records(50, start=50))
+    w.done()
+    bg.join()
+    assert bg.summary is not None and bg.summary.already_present == 1
+    assert fetch(dst, [b"k60"])[b"k60"].value == b"live"
+
+
+def test_ketama_routing_across_destinations(memcached, tmp_path: Path) -> None:
+    dsts = [memcached(memory_mb=32) for _ in range(3)]
+    recs = records(3000)
+    w = DirWriter(tmp_path / "dump", node="src")
+    w.write(0, 0, recs)
+    w.done()
+    s = populate(config(tmp_path / "dump", tmp_path, dsts))
+    assert s.stored == 3000
+    ring = KetamaRing([node(d) for d in dsts], "{host}:{port}")
+    for d in dsts:
+        mine = [r.key for r in recs if ring.node_for(r.key) == node(d)]
+        assert 500 < len(mine) < 1500
+        assert len(fetch(d, mine)) == len(mine)
+        assert int(d.stats()["curr_items"]) == len(mine)
+    assert sum(s.per_node.values()) == 3000
+
+
+def test_ketama_node_keys_that_collide_are_refused(memcached, tmp_path: Path) -> None:
+    dsts = [memcached(memory_mb=16) for _ in range(2)]
+    cfg = config(tmp_path / "d", tmp_path, dsts, node_key_format="{host}/{ip}:11211")
+    (tmp_path / "d").mkdir()
+    DirWriter(tmp_path / "d", node="src").write(0, 0, records(10))
+    with pytest.raises(PopulateError, match="node keys collide"):
+        populate(cfg)
+
+
+def test_partial_files_never_applied_then_picked_up(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    good = w.write(0, 0, records(10, prefix=b"a"))
+    name, data = w.encode(1, 0, records(10, prefix=b"b"))
+    # What a ro,norecovery reader may see of one published file, in turn.
+    views = [
+        data[:0],  # entry visible, no blocks
+        data[:100],  # truncated
+        data[:-40] + b"\0" * 40,  # zero-filled tail
+        data[:60] + b"\0" * 200 + data[260:],  # a hole in the middle: checksum mismatch
+        b"\0" * len(data),  # all zero
+    ]
+    (out / name).write_bytes(views[0])
+    (out / ".tmp-src-00000002-0000").write_bytes(b"garbage")
+    bg = Background(config(out, tmp_path, [dst])).start()
+    bg.wait_for(lambda: any(e.detail == good.path.name for e in bg.events))
+    for v in views:
+        (out / name).write_bytes(v)
+        r = bg.rounds()
+        bg.wait_for(lambda r=r: bg.rounds() >= r + 2)
+        assert fetch(dst, [b"b%d" % i for i in range(10)]) == {}, "a partial file was applied"
+    (out / name).write_bytes(data)
+    parsed = parse_name(name)
+    assert parsed is not None
+    w.published.append(PublishedFile(out / name, parsed, 10, 0, len(data)))
+    w.done()
+    bg.join()
+    assert bg.summary is not None and bg.summary.stored == 20
+    assert len(fetch(dst, [b"b%d" % i for i in range(10)])) == 10
+
+
+def test_corrupt_file_with_valid_checksum_stops(memcached, tmp_path: Path) -> None:
+    import struct
+
+    from cachewarm import dataformat as df
+
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    _, data = w.encode(0, 0, records(3))
+    bad = bytearray(data)
+    struct.pack_into("<q", bad, 48 + 3 + 8, 0)  # exptime 0 in record 0
+    (out / df.name_for("src", 0, 0, bytes(bad)).name).write_bytes(bad)
+    with pytest.raises(PopulateError, match=r"corrupt.*exptime"):
+        populate(config(out, tmp_path, [dst]))
+    assert dst.stats()["curr_items"] == "0"
+
+
+def test_done_listing_a_missing_file_waits_then_fails(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(5))
+    lost = w.write(0, 1, records(5, start=5))
+    w.done()
+    lost.path.unlink()
+    t0 = time.monotonic()
+    with pytest.raises(PopulateError, match=r"DONE lists .*-00000000-0001-.* did not appear"):
+        populate(config(out, tmp_path, [dst], bad_file_timeout=1.0))
+    assert time.monotonic() - t0 >= 1.0
+
+
+def test_published_file_not_in_done_fails(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(5))
+    w.done()
+    DirWriter(out, node="src").write(7, 0, records(2))
+    with pytest.raises(PopulateError, match="not listed in DONE"):
+        populate(config(out, tmp_path, [dst]))
+
+
+def test_file_staying_bad_fails(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    name, data = w.encode(0, 0, records(5))
+    (out / name).write_bytes(data[:50])
+    with pytest.raises(PopulateError, match="stayed unverifiable"):
+        populate(config(out, tmp_path, [dst], bad_file_timeout=0.5))
+
+
+def test_destination_restart_mid_run_loses_nothing(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(1000, prefix=b"a"))
+    bg = Background(config(out, tmp_path, [dst])).start()
+    bg.wait_for(lambda: any(e.event == "file" for e in bg.events))
+    dst.restart()  # comes back empty, same port
+    w.write(1, 0, records(1000, prefix=b"b"))
+    w.done()
+    bg.join()
+    assert bg.summary is not None and bg.summary.restarts_detected >= 1
+    keys = [b"a%d" % i for i in range(1000)] + [b"b%d" % i for i in range(1000)]
+    assert len(fetch(dst, keys)) == 2000
+
+
+def test_destination_down_mid_file_is_retried(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(500, prefix=b"a"))
+    bg = Background(config(out, tmp_path, [dst])).start()
+    bg.wait_for(lambda: any(e.event == "file" for e in bg.events))
+    dst.kill()
+    w.write(1, 0, records(500, prefix=b"b"))
+    time.sleep(0.5)  # the populator now meets a refused connection and backs off
+    dst.start()
+    w.done()
+    bg.join()
+    assert bg.summary is not None
+    keys = [b"a%d" % i for i in range(500)] + [b"b%d" % i for i in range(500)]
+    assert len(fetch(dst, keys)) == 1000
+
+
+def test_destination_unreachable_fails(tmp_path: Path) -> None:
+    from cachewarm.testing.memcached import free_port
+
+    out = tmp_path / "dump"
+    DirWriter(out, node="src").write(0, 0, records(5))
+
+    class Dead:
+        host = "127.0.0.1"
+        port = free_port()
+
+    with pytest.raises(PopulateError, match="unavailable"):
+        populate(config(out, tmp_path, [Dead()], destination_timeout=1.0))  # type: ignore[list-item]
+
+
+def test_full_destination_fails_loudly_cli(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=2, extra_args=["-M"])
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    for c in range(4):
+        w.write(c, 0, records(2000, size=2000, start=c * 2000))
+    w.done()
+    p = subprocess.run(
+        [
+            *CLI,
+            "populate",
+            "--from",
+            str(out),
+            "--to",
+            dst.address,
+            "--state-file",
+            str(tmp_path / "st.json"),
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode != 0
+    assert "SERVER_ERROR" in p.stderr and "error:" in p.stderr
+    assert '"event":"summary"' not in p.stdout
+
+
+def test_resume_from_state_file(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(100))
+    w.write(1, 0, records(100, start=100))
+    w.done()
+    cfg = config(out, tmp_path, [dst])
+    first = populate(cfg)
+    state = PopulateState.load(cfg.state_file)
+    assert len(state.consumed) == 2
+    again = populate(cfg)  # nothing left to write, same totals
+    assert (again.records, again.stored) == (first.records, first.stored) == (200, 200)
+    dst.restart()  # the destination lost everything while we were not running: redo all
+    third = populate(cfg)
+    assert third.restarts_detected == 1 and third.stored == 200
+    assert int(dst.stats()["curr_items"]) == 200
+
+
+def test_remounts_between_rounds_with_fake_runner(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(10))
+    calls: list[list[str]] = []
+
+    def runner(argv: object) -> None:
+        calls.append(list(argv))  # type: ignore[call-overload]
+        if len(calls) == 4:  # the writer publishes more while we are between mounts
+            w.write(1, 0, records(10, start=10))
+            w.done()
+
+    rm = CommandRemounter("/dev/nvme1n1", "/mnt/cw", runner=runner)
+    s = populate(config(out, tmp_path, [dst], remounter=rm))
+    assert s.stored == 20
+    assert calls[:2] == [["umount", "/mnt/cw"], ["mount", "-o", "ro,norecovery", "/dev/nvme1n1", "/mnt/cw"]]
+    assert len(calls) == 2 * rm.refreshes >= 4
+
+
+def test_progress_is_json_lines(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(10))
+    w.done()
+    p = subprocess.run(
+        [
+            *CLI,
+            "populate",
+            "--from",
+            str(out),
+            "--to",
+            dst.address,
+            "--state-file",
+            str(tmp_path / "st.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert lines[0]["event"] == "start" and lines[-1]["event"] == "summary"
+    assert lines[-1]["records"] == 10 and lines[-1]["stored"] == 10
+
+
+def test_rate_limit_still_completes(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(2000))
+    w.done()
+    s = populate(config(out, tmp_path, [dst], max_items_per_second=10_000, batch_items=100))
+    assert s.stored == 2000
