@@ -1,0 +1,78 @@
+"""Small AWS helpers shared by the steps: tags, client tokens, retry config, error mapping."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+TAG_WARM_ID = "cachewarm:warm-id"
+TAG_NODE = "cachewarm:node"
+TAG_MANAGED = "cachewarm:managed"
+TAG_ROLE = "cachewarm:role"
+# How a replica's nodes are found when the input names a replica (documented in statemachine/README.md).
+TAG_REPLICA = "cachewarm:replica"
+TAG_ASG = "aws:autoscaling:groupName"
+
+# Adaptive mode: exponential backoff with jitter plus client-side rate limiting on throttling
+# (RequestLimitExceeded, Throttling...). What still fails after this becomes TransientError and the
+# ASL retries the whole (idempotent) step with its own backoff.
+RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 10}, connect_timeout=10, read_timeout=30)
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "TooManyRequestsException",
+        "SlowDown",
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "Unavailable",
+        "InsufficientInstanceCapacity",
+    }
+)
+
+T = TypeVar("T")
+
+
+def tags(warm_id: str, node_id: str, role: str) -> list[dict[str, str]]:
+    """The tags every resource the controller creates carries (teardown finds them by warm id)."""
+    return [
+        {"Key": TAG_WARM_ID, "Value": warm_id},
+        {"Key": TAG_NODE, "Value": node_id},
+        {"Key": TAG_MANAGED, "Value": "true"},
+        {"Key": TAG_ROLE, "Value": role},
+    ]
+
+
+def client_token(warm_id: str, node_id: str, kind: str) -> str:
+    """EC2 idempotency token (<= 64 ASCII chars): the same warm + node + kind => the same resource."""
+    digest = hashlib.sha256(f"{warm_id}|{node_id}|{kind}".encode()).hexdigest()[:48]
+    return f"cw-{kind[:8]}-{digest}"
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def is_throttling(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) in THROTTLING_CODES
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def tag_value(resource: dict[str, Any], key: str) -> str | None:
+    for tag in resource.get("Tags", []) or []:
+        if tag.get("Key") == key:
+            return str(tag.get("Value"))
+    return None

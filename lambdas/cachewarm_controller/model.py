@@ -1,0 +1,197 @@
+"""The execution input (validated before anything is created) and the per-node plan.
+
+Every string that reaches an SSM document parameter is constrained here at least as strictly as the
+document's `allowedPattern`, so valid input never fails at SendCommand and hostile input never gets
+that far.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from cachewarm_controller.errors import InvalidInputError
+
+GIB = 1024**3
+# io2: 4 GiB .. 64 TiB, at most 1000 provisioned IOPS per GiB, 100 .. 256,000 IOPS (Block Express).
+IO2_MIN_GIB = 4
+IO2_MAX_GIB = 65_536
+IO2_MAX_IOPS_PER_GIB = 1000
+# Filesystem metadata, the manifest and the checkpoint: a fixed allowance on top of the data.
+FS_OVERHEAD_GIB = 1
+# An io2 multi-attach volume is attached to at most 16 Nitro instances (we use 2 per volume).
+MULTI_ATTACH_LIMIT = 16
+
+WarmId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{2,47}$")]
+InstanceId = Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$")]
+SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]
+AzName = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")]
+Endpoint = Annotated[str, Field(pattern=r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$")]
+ReplicaName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeStats(_Strict):
+    """Supplied memcached stats of one source node (else the controller asks the node via SSM)."""
+
+    items: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+class SourceSpec(_Strict):
+    """Which replica to read. At most one selector; none = the replica with the most items."""
+
+    replica: ReplicaName | None = None
+    asg_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,255}$")] | None = None
+    instance_ids: list[InstanceId] | None = Field(default=None, min_length=1, max_length=1000)
+    node_stats: dict[InstanceId, NodeStats] | None = None
+    memcached_port: int = Field(default=11211, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> SourceSpec:
+        chosen = [n for n in ("replica", "asg_name", "instance_ids") if getattr(self, n) is not None]
+        if len(chosen) > 1:
+            raise ValueError(f"give at most one of replica, asg_name, instance_ids (got {', '.join(chosen)})")
+        if self.instance_ids is not None and len(set(self.instance_ids)) != len(self.instance_ids):
+            raise ValueError("instance_ids has duplicates")
+        return self
+
+
+class DestinationSpec(_Strict):
+    """The replica being warmed: its memcached endpoints (the populators write to all of them)."""
+
+    replica: ReplicaName | None = None
+    endpoints: list[Endpoint] = Field(min_length=1, max_length=500)
+
+
+class PopulatorSpec(_Strict):
+    launch_template_id: Annotated[str, Field(pattern=r"^lt-[0-9a-f]{8,17}$")] | None = None
+    launch_template_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9()./_-]{3,128}$")] | None = None
+    launch_template_version: Annotated[str, Field(pattern=r"^(\$Latest|\$Default|[0-9]{1,10})$")] = "$Latest"
+    # Per AZ; a node whose AZ is missing here gets a populator in the source node's own subnet.
+    subnet_ids: dict[AzName, SubnetId] = Field(default_factory=dict)
+    mode: Literal["add", "set"] = "add"
+    max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
+
+    @model_validator(mode="after")
+    def _one_template(self) -> PopulatorSpec:
+        if (self.launch_template_id is None) == (self.launch_template_name is None):
+            raise ValueError("give exactly one of launch_template_id, launch_template_name")
+        return self
+
+
+class VolumeSpec(_Strict):
+    iops: int = Field(default=5000, ge=100, le=256_000)
+    # Volume size = data bytes x headroom + FS_OVERHEAD_GIB (docs: statemachine/README.md).
+    headroom: float = Field(default=1.25, ge=1.0, le=10.0)
+    kms_key_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9:/_-]{1,2048}$")] | None = None
+    device_name: Annotated[str, Field(pattern=r"^/dev/(sd[f-p]|xvd[f-p])$")] = "/dev/sdf"
+
+
+class DumperSpec(_Strict):
+    threads: int = Field(default=4, ge=1, le=256)
+    max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
+
+
+class PollingSpec(_Strict):
+    interval_seconds: int = Field(default=180, ge=5, le=3600)
+    stale_after_seconds: int = Field(default=600, ge=60, le=86_400)
+    max_revives: int = Field(default=3, ge=0, le=50)
+    deadline_hours: float = Field(default=24.0, gt=0, le=240)
+    # Bounded waits for volumes / instances / attachments / teardown (each try ~ backoff seconds).
+    resource_wait_attempts: int = Field(default=40, ge=1, le=500)
+
+
+class VerifySpec(_Strict):
+    sample_nodes: int = Field(default=16, ge=0, le=10_000)
+    require_item_match: bool = True
+
+
+class WarmInput(_Strict):
+    """The state machine's input. See statemachine/README.md for an example."""
+
+    warm_id: WarmId
+    source: SourceSpec = Field(default_factory=SourceSpec)
+    destination: DestinationSpec
+    populator: PopulatorSpec
+    volume: VolumeSpec = Field(default_factory=VolumeSpec)
+    dumper: DumperSpec = Field(default_factory=DumperSpec)
+    polling: PollingSpec = Field(default_factory=PollingSpec)
+    verify: VerifySpec = Field(default_factory=VerifySpec)
+    status_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$")] = "warms"
+    mount_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_.-]{1,200}$")] = "/mnt/cachewarm"
+
+
+def parse_input(raw: object) -> WarmInput:
+    """Validate the raw execution input; the error names every bad field (`source.instance_ids.0`)."""
+    if not isinstance(raw, dict):
+        raise InvalidInputError(f"input must be a JSON object, got {type(raw).__name__}")
+    try:
+        return WarmInput.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<input>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise InvalidInputError(f"invalid input: {problems}") from None
+
+
+def volume_size_gib(data_bytes: int, headroom: float, iops: int) -> int:
+    """GiB for one node: data x headroom + overhead, at least what io2 needs for `iops`."""
+    size = math.ceil(data_bytes * headroom / GIB) + FS_OVERHEAD_GIB
+    size = max(size, IO2_MIN_GIB, math.ceil(iops / IO2_MAX_IOPS_PER_GIB))
+    if size > IO2_MAX_GIB:
+        raise InvalidInputError(
+            f"a node holds {data_bytes} bytes; x{headroom} headroom needs {size} GiB, "
+            f"above io2's {IO2_MAX_GIB} GiB volume limit"
+        )
+    return size
+
+
+def device_path(volume_id: str) -> str:
+    """The stable device path of an EBS volume on a Nitro instance (NVMe names are not stable)."""
+    return "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_" + volume_id.replace("-", "")
+
+
+# ---- the plan: one row per source node, kept in S3 (300 rows would crowd the 256 KiB state) --------
+
+
+class RoleRun(BaseModel):
+    """The latest SSM command of one agent role on one node."""
+
+    command_id: str | None = None
+    attempt: int = 0
+    sent_ms: int = 0
+
+
+class NodePlan(BaseModel):
+    node_id: str  # the source instance id
+    az: str
+    subnet_id: str
+    instance_type: str
+    items: int
+    bytes: int
+    size_gib: int
+    volume_id: str | None = None
+    populator_id: str | None = None
+    dump: RoleRun = Field(default_factory=RoleRun)
+    populate: RoleRun = Field(default_factory=RoleRun)
+    revives: int = 0
+    done: bool = False
+
+
+class WarmPlan(BaseModel):
+    warm_id: str
+    source_replica: str | None
+    started_ms: int
+    nodes: list[NodePlan]
+
+    def node(self, node_id: str) -> NodePlan:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
