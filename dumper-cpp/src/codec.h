@@ -1,0 +1,22 @@
+// Key encodings: the crawler prints keys URL-encoded; mg needs base64 (+ the `b` flag) for keys with
+// bytes outside 0x21..0x7E.
+#pragma once
+#include <cstddef>
+#include <string>
+
+#include "slice.h"
+
+namespace cachewarm {
+
+// Decodes %XX escapes; false on a malformed escape.
+bool UrlDecode(const Slice& in, std::string* out);
+// Percent-encodes every byte that is not alphanumeric or one of "-._~" (what the key files hold).
+std::string UrlEncode(const Slice& in);
+// True if the key can be sent to memcached as is (every byte in 0x21..0x7E).
+bool IsPlainKey(const Slice& key);
+void Base64Encode(const Slice& in, std::string* out);
+// Decodes standard base64 (with padding) into dst (which may alias src: output is never longer than
+// input). Returns the decoded length, or -1 if the input is malformed.
+long Base64DecodeInPlace(const char* src, size_t n, char* dst);
+
+}  // namespace cachewarm

@@ -1,0 +1,95 @@
+#include "crawler.h"
+
+#include <cstring>
+
+namespace cachewarm {
+
+static constexpr size_t kMaxCrawlLine = 8192;
+
+bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime) {
+  if (n < 5 || std::memcmp(p, "key=", 4) != 0) return false;
+  size_t e = 4;
+  while (e < n && p[e] != ' ') e++;
+  if (e == 4) return false;
+  *url_key = Slice(p + 4, e - 4);
+  *exptime = -1;
+  // exp= follows; tolerate its absence (then -1; the TTL from mg is what gets written anyway).
+  size_t q = e;
+  while (q + 4 < n) {
+    if (p[q] == ' ' && std::memcmp(p + q + 1, "exp=", 4) == 0) {
+      q += 5;
+      bool neg = q < n && p[q] == '-';
+      if (neg) q++;
+      int64_t v = 0;
+      size_t digits = 0;
+      while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
+        v = v * 10 + (p[q] - '0');
+        q++;
+        digits++;
+      }
+      if (digits == 0) return false;
+      *exptime = neg ? -v : v;
+      break;
+    }
+    q++;
+  }
+  return true;
+}
+
+Status CrawlReader::Line(const char* p, size_t n) {
+  if (n >= 4 && std::memcmp(p, "key=", 4) == 0) {
+    Slice key;
+    int64_t exp;
+    if (!ParseMetadumpLine(p, n, &key, &exp)) return Status::Protocol("malformed metadump line");
+    keys_++;
+    return fn_(key, exp);
+  }
+  if (n > 0 && p[n - 1] == '\r') n--;
+  std::string line(p, n);
+  if (line == "END") {
+    done_ = true;
+    return Status::OK();
+  }
+  if (line.rfind("BUSY", 0) == 0) {
+    busy_ = true;
+    done_ = true;
+    return Status::OK();
+  }
+  if (line.rfind("ERROR", 0) == 0 || line.rfind("CLIENT_ERROR", 0) == 0 || line.rfind("SERVER_ERROR", 0) == 0)
+    return Status::Server("lru_crawler metadump answered: " + line);
+  return Status::Protocol("unexpected line from lru_crawler metadump: " + line.substr(0, 200));
+}
+
+Status CrawlReader::Feed(const char* data, size_t n) {
+  if (done_ && n) return Status::Protocol("bytes after END of lru_crawler metadump");
+  size_t pos = 0;
+  if (!partial_.empty()) {
+    const void* nl = std::memchr(data, '\n', n);
+    if (!nl) {
+      partial_.append(data, n);
+      if (partial_.size() > kMaxCrawlLine) return Status::Protocol("metadump line too long");
+      return Status::OK();
+    }
+    size_t e = size_t(static_cast<const char*>(nl) - data);
+    partial_.append(data, e);
+    std::string line;
+    line.swap(partial_);
+    CW_RETURN_IF_ERROR(Line(line.data(), line.size()));
+    pos = e + 1;
+  }
+  while (pos < n) {
+    if (done_) return Status::Protocol("bytes after END of lru_crawler metadump");
+    const void* nl = std::memchr(data + pos, '\n', n - pos);
+    if (!nl) {
+      partial_.assign(data + pos, n - pos);
+      if (partial_.size() > kMaxCrawlLine) return Status::Protocol("metadump line too long");
+      break;
+    }
+    size_t e = size_t(static_cast<const char*>(nl) - data);
+    CW_RETURN_IF_ERROR(Line(data + pos, e - pos));
+    pos = e + 1;
+  }
+  return Status::OK();
+}
+
+}  // namespace cachewarm

@@ -1,0 +1,76 @@
+#include "key_chunks.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace cachewarm {
+
+std::string KeyChunkName(uint64_t chunk) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%08" PRIu64 ".keys", chunk);
+  return b;
+}
+
+bool ParseKeyChunkName(const std::string& name, uint64_t* chunk) {
+  if (name.size() != 13 || name.compare(8, 5, ".keys") != 0) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + uint64_t(name[i] - '0');
+  }
+  *chunk = v;
+  return true;
+}
+
+KeyChunkWriter::KeyChunkWriter(Env* env, std::string keys_dir, uint64_t max_bytes, uint64_t next_chunk,
+                               PublishedFn fn)
+    : env_(env), dir_(std::move(keys_dir)), max_bytes_(max_bytes), next_chunk_(next_chunk), fn_(std::move(fn)) {
+  buf_.reserve(max_bytes_ + 1024);
+}
+
+Status KeyChunkWriter::Add(const Slice& url_key, int64_t exptime) {
+  const size_t line = url_key.size() + 24;
+  if (!buf_.empty() && buf_.size() + line > max_bytes_) CW_RETURN_IF_ERROR(Flush());
+  buf_.append(url_key.data(), url_key.size());
+  char b[24];
+  int n = std::snprintf(b, sizeof b, " %" PRId64 "\n", exptime);
+  buf_.append(b, size_t(n));
+  buf_keys_++;
+  keys_++;
+  return Status::OK();
+}
+
+Status KeyChunkWriter::Flush() {
+  if (buf_.empty()) return Status::OK();
+  const uint64_t chunk = next_chunk_;
+  CW_RETURN_IF_ERROR(WriteFileAtomically(env_, dir_, ".tmp-" + KeyChunkName(chunk), KeyChunkName(chunk), buf_));
+  next_chunk_++;
+  const uint64_t n = buf_keys_;
+  buf_.clear();
+  buf_keys_ = 0;
+  if (fn_) fn_(chunk, n);
+  return Status::OK();
+}
+
+Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn) {
+  size_t pos = 0;
+  const char* d = contents.data();
+  while (pos < contents.size()) {
+    const void* nl = std::memchr(d + pos, '\n', contents.size() - pos);
+    if (!nl) return Status::Corruption("key list ends without a newline");
+    const size_t e = size_t(static_cast<const char*>(nl) - d);
+    const void* sp = std::memchr(d + pos, ' ', e - pos);
+    if (!sp || sp == d + pos) return Status::Corruption("malformed key list line");
+    const size_t s = size_t(static_cast<const char*>(sp) - d);
+    char* end = nullptr;
+    const long long exp = std::strtoll(d + s + 1, &end, 10);
+    if (end != d + e) return Status::Corruption("malformed exptime in key list");
+    CW_RETURN_IF_ERROR(fn(Slice(d + pos, s - pos), exp));
+    pos = e + 1;
+  }
+  return Status::OK();
+}
+
+}  // namespace cachewarm

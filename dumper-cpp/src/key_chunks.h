@@ -1,0 +1,42 @@
+// Key lists (OUT/keys/<chunk:08>.keys, docs/data-format.md section 6): one line per key,
+// "<URL-encoded key> <exptime>\n". The crawl cuts its key stream into chunks of about
+// --key-file-size bytes and publishes each atomically; the callback hands it to the workers.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "env.h"
+#include "slice.h"
+#include "status.h"
+
+namespace cachewarm {
+
+std::string KeyChunkName(uint64_t chunk);
+bool ParseKeyChunkName(const std::string& name, uint64_t* chunk);
+
+class KeyChunkWriter {
+ public:
+  using PublishedFn = std::function<void(uint64_t chunk, uint64_t keys)>;
+  KeyChunkWriter(Env* env, std::string keys_dir, uint64_t max_bytes, uint64_t next_chunk, PublishedFn fn);
+  Status Add(const Slice& url_key, int64_t exptime);
+  // Publishes the last, partly filled chunk.
+  Status Flush();
+  uint64_t next_chunk() const { return next_chunk_; }
+  uint64_t keys() const { return keys_; }
+
+ private:
+  Env* env_;
+  std::string dir_;
+  uint64_t max_bytes_;
+  uint64_t next_chunk_;
+  PublishedFn fn_;
+  std::string buf_;
+  uint64_t buf_keys_ = 0, keys_ = 0;
+};
+
+// Splits a key list into lines; calls fn(url_key, exptime) for each. Corruption on a bad line.
+Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn);
+
+}  // namespace cachewarm

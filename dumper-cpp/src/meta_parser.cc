@@ -1,0 +1,154 @@
+#include "meta_parser.h"
+
+#include <cstring>
+
+namespace cachewarm {
+
+namespace {
+
+bool ParseU64(const char* p, size_t n, uint64_t max, uint64_t* out) {
+  if (n == 0 || n > 20) return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    uint64_t d = uint64_t(p[i] - '0');
+    if (v > (max - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = v;
+  return true;
+}
+
+bool ParseI64(const char* p, size_t n, int64_t* out) {
+  if (n > 0 && p[0] == '-') {
+    uint64_t v;
+    if (!ParseU64(p + 1, n - 1, uint64_t(INT64_MAX), &v)) return false;
+    *out = -int64_t(v);
+    return true;
+  }
+  uint64_t v;
+  if (!ParseU64(p, n, uint64_t(INT64_MAX), &v)) return false;
+  *out = int64_t(v);
+  return true;
+}
+
+std::string Printable(const char* p, size_t n) {
+  std::string o;
+  for (size_t i = 0; i < n && i < 200; i++) {
+    unsigned char c = static_cast<unsigned char>(p[i]);
+    o += (c >= 0x20 && c < 0x7f) ? char(c) : '?';
+  }
+  return o;
+}
+
+// Parses the flag tokens of VA/HD lines: "f123 t-1 kfoo b ...".
+bool ParseFlags(const char* line, size_t pos, size_t end, MetaResponse* r, std::string* err) {
+  while (pos < end) {
+    if (line[pos] == ' ') {
+      pos++;
+      continue;
+    }
+    size_t e = pos;
+    while (e < end && line[e] != ' ') e++;
+    const char f = line[pos];
+    const char* v = line + pos + 1;
+    const size_t vn = e - pos - 1;
+    uint64_t u;
+    switch (f) {
+      case 'f':
+        if (!ParseU64(v, vn, 0xffffffffULL, &u)) {
+          *err = "bad client flags in response";
+          return false;
+        }
+        r->has_flags = true;
+        r->flags = uint32_t(u);
+        break;
+      case 't':
+        if (!ParseI64(v, vn, &r->ttl) || r->ttl < -1) {
+          *err = "bad TTL in response";
+          return false;
+        }
+        r->has_ttl = true;
+        break;
+      case 'k':
+        if (vn == 0) {
+          *err = "empty key in response";
+          return false;
+        }
+        r->has_key = true;
+        r->key_offset = pos + 1;
+        r->key_len = vn;
+        break;
+      case 'b':
+        r->key_base64 = true;
+        break;
+      default:
+        break;  // flags we did not ask for (O, c, s, ...) are ignored
+    }
+    pos = e;
+  }
+  return true;
+}
+
+}  // namespace
+
+ParseResult ParseMetaHeader(const char* data, size_t n, MetaResponse* r, std::string* err) {
+  *r = MetaResponse();
+  const size_t lim = n < kMaxHeaderLine ? n : kMaxHeaderLine;
+  const void* nl = lim ? std::memchr(data, '\n', lim) : nullptr;
+  if (!nl) {
+    if (n >= kMaxHeaderLine) {
+      *err = "response line longer than " + std::to_string(kMaxHeaderLine) + " bytes: " + Printable(data, 64);
+      return ParseResult::kBad;
+    }
+    return ParseResult::kNeedMore;
+  }
+  const size_t lf = size_t(static_cast<const char*>(nl) - data);
+  if (lf == 0 || data[lf - 1] != '\r') {
+    *err = "response line not ended by \\r\\n: " + Printable(data, lf);
+    return ParseResult::kBad;
+  }
+  const size_t end = lf - 1;  // line content is data[0..end)
+  r->header_len = lf + 1;
+  auto is = [&](const char* word) {
+    size_t w = std::strlen(word);
+    return end >= w && std::memcmp(data, word, w) == 0 && (end == w || data[w] == ' ');
+  };
+  if (is("VA")) {
+    size_t p = 3, e = 3;
+    while (e < end && data[e] != ' ') e++;
+    uint64_t len;
+    if (end < 4 || !ParseU64(data + p, e - p, 0xffffffffULL, &len)) {
+      *err = "bad value length in: " + Printable(data, end);
+      return ParseResult::kBad;
+    }
+    r->type = MetaResponse::kValue;
+    r->value_len = uint32_t(len);
+    return ParseFlags(data, e, end, r, err) ? ParseResult::kOk : ParseResult::kBad;
+  }
+  if (is("HD")) {
+    r->type = MetaResponse::kHit;
+    return ParseFlags(data, 2, end, r, err) ? ParseResult::kOk : ParseResult::kBad;
+  }
+  if (is("EN")) {
+    r->type = MetaResponse::kMiss;
+    return ParseResult::kOk;
+  }
+  if (is("MN")) {
+    r->type = MetaResponse::kNoop;
+    return ParseResult::kOk;
+  }
+  if (is("SERVER_ERROR")) {
+    r->type = MetaResponse::kServerError;
+  } else if (is("CLIENT_ERROR")) {
+    r->type = MetaResponse::kClientError;
+  } else if (is("ERROR")) {
+    r->type = MetaResponse::kError;
+  } else {
+    r->type = MetaResponse::kOther;
+  }
+  r->message = Printable(data, end);
+  return ParseResult::kOk;
+}
+
+}  // namespace cachewarm

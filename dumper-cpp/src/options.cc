@@ -1,0 +1,189 @@
+#include "options.h"
+
+#include <getopt.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+
+#include "data_file.h"
+
+namespace cachewarm {
+
+std::string Usage() {
+  return R"(usage: cachewarm-dump --out DIR [options]
+
+Dumps every item of a memcached server into chunked, checksummed data files (docs/data-format.md).
+Exit status 0 only when OUT/DONE has been published.
+
+  --host HOST                 memcached host (default 127.0.0.1)
+  --port PORT                 memcached port, 1..65535 (default 11211)
+  --out DIR                   output directory (created if missing; required)
+  --threads N                 worker threads / connections, 1..256 (default 2)
+  --buffer-size BYTES         receive buffer per worker (2 each), 64k..1G (default 4M)
+  --memory-limit BYTES        hard limit for all buffers, 16M..1T (default 256M)
+  --key-file-size BYTES       size of a key-list chunk, 4k..1G (default 1M)
+  --data-file-size BYTES      start a new data file part past this size, 4k..1T (default 256M)
+  --batch N                   keys per pipelined mg batch, 1..100000 (default 500)
+  --resume                    continue the dump already in --out (after a crash or kill)
+  --min-ttl SECONDS           skip items expiring in less than this, 0..2147483647 (default 0)
+  --max-items-per-second N    rate limit for the whole dump, 0 = unlimited (default 0)
+  --node-id ID                source node id in file names, [A-Za-z0-9_.]{1,64} (default HOST_PORT)
+  --progress-interval SECONDS seconds between JSON progress lines on stdout, 0.05..3600 (default 1)
+  --help                      this text
+
+Sizes accept k, M, G suffixes (powers of 1024).
+)";
+}
+
+bool ParseSize(const std::string& s, uint64_t* out) {
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (errno != 0) return false;
+  std::string suf(end);
+  uint64_t mul = 1;
+  if (suf == "k" || suf == "K") mul = 1ULL << 10;
+  else if (suf == "m" || suf == "M") mul = 1ULL << 20;
+  else if (suf == "g" || suf == "G") mul = 1ULL << 30;
+  else if (suf == "t" || suf == "T") mul = 1ULL << 40;
+  else if (!suf.empty()) return false;
+  if (v > UINT64_MAX / mul) return false;
+  *out = v * mul;
+  return true;
+}
+
+namespace {
+
+Status SizeFlag(const char* flag, const char* arg, uint64_t lo, uint64_t hi, uint64_t* out) {
+  uint64_t v;
+  if (!ParseSize(arg, &v))
+    return Status::InvalidArgument(std::string("--") + flag + ": '" + arg + "' is not a size (e.g. 4096, 64k, 4M)");
+  if (v < lo || v > hi)
+    return Status::InvalidArgument(std::string("--") + flag + " " + arg + " is out of range " + std::to_string(lo) +
+                                   ".." + std::to_string(hi) + " bytes");
+  *out = v;
+  return Status::OK();
+}
+
+Status IntFlag(const char* flag, const char* arg, int64_t lo, int64_t hi, int64_t* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(arg, &end, 10);
+  if (errno != 0 || end == arg || *end != '\0')
+    return Status::InvalidArgument(std::string("--") + flag + ": '" + arg + "' is not an integer");
+  if (v < lo || v > hi)
+    return Status::InvalidArgument(std::string("--") + flag + " " + arg + " is out of range " + std::to_string(lo) +
+                                   ".." + std::to_string(hi));
+  *out = v;
+  return Status::OK();
+}
+
+}  // namespace
+
+uint64_t PlannedMemory(const Options& o) {
+  const uint64_t per_worker = 2 * o.buffer_size + o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16);
+  return uint64_t(o.threads) * per_worker + o.key_file_size + kFixedOverhead;
+}
+
+Status ParseOptions(int argc, char** argv, Options* o) {
+  enum {
+    kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
+    kRate, kNode, kProgress, kHelp
+  };
+  static const struct option longopts[] = {
+      {"host", required_argument, nullptr, kHost},
+      {"port", required_argument, nullptr, kPort},
+      {"out", required_argument, nullptr, kOut},
+      {"threads", required_argument, nullptr, kThreads},
+      {"buffer-size", required_argument, nullptr, kBuffer},
+      {"memory-limit", required_argument, nullptr, kMemory},
+      {"key-file-size", required_argument, nullptr, kKeyFile},
+      {"data-file-size", required_argument, nullptr, kDataFile},
+      {"batch", required_argument, nullptr, kBatch},
+      {"resume", no_argument, nullptr, kResume},
+      {"min-ttl", required_argument, nullptr, kMinTtl},
+      {"max-items-per-second", required_argument, nullptr, kRate},
+      {"node-id", required_argument, nullptr, kNode},
+      {"progress-interval", required_argument, nullptr, kProgress},
+      {"help", no_argument, nullptr, kHelp},
+      {nullptr, 0, nullptr, 0},
+  };
+  optind = 0;  // reinitialize getopt (tests parse several command lines)
+  opterr = 0;
+  int64_t v;
+  for (;;) {
+    int idx = 0;
+    int c = getopt_long(argc, argv, ":", longopts, &idx);
+    if (c == -1) break;
+    const char* a = optarg;
+    switch (c) {
+      case kHost:
+        if (!*a) return Status::InvalidArgument("--host must not be empty");
+        o->host = a;
+        break;
+      case kPort:
+        CW_RETURN_IF_ERROR(IntFlag("port", a, 1, 65535, &v));
+        o->port = int(v);
+        break;
+      case kOut:
+        if (!*a) return Status::InvalidArgument("--out must not be empty");
+        o->out = a;
+        break;
+      case kThreads:
+        CW_RETURN_IF_ERROR(IntFlag("threads", a, 1, 256, &v));
+        o->threads = int(v);
+        break;
+      case kBuffer: CW_RETURN_IF_ERROR(SizeFlag("buffer-size", a, 64ULL << 10, 1ULL << 30, &o->buffer_size)); break;
+      case kMemory: CW_RETURN_IF_ERROR(SizeFlag("memory-limit", a, 16ULL << 20, 1ULL << 40, &o->memory_limit)); break;
+      case kKeyFile: CW_RETURN_IF_ERROR(SizeFlag("key-file-size", a, 4ULL << 10, 1ULL << 30, &o->key_file_size)); break;
+      case kDataFile: CW_RETURN_IF_ERROR(SizeFlag("data-file-size", a, 4ULL << 10, 1ULL << 40, &o->data_file_size)); break;
+      case kBatch:
+        CW_RETURN_IF_ERROR(IntFlag("batch", a, 1, 100000, &v));
+        o->batch = int(v);
+        break;
+      case kResume: o->resume = true; break;
+      case kMinTtl: CW_RETURN_IF_ERROR(IntFlag("min-ttl", a, 0, 2147483647, &o->min_ttl)); break;
+      case kRate:
+        CW_RETURN_IF_ERROR(IntFlag("max-items-per-second", a, 0, 1000000000, &v));
+        o->max_items_per_second = uint64_t(v);
+        break;
+      case kNode:
+        if (!ValidNodeId(a))
+          return Status::InvalidArgument(std::string("--node-id '") + a + "' must match [A-Za-z0-9_.]{1,64}");
+        o->node_id = a;
+        break;
+      case kProgress: {
+        char* end = nullptr;
+        double d = std::strtod(a, &end);
+        if (end == a || *end || !(d >= 0.05 && d <= 3600))
+          return Status::InvalidArgument(std::string("--progress-interval ") + a + " is out of range 0.05..3600");
+        o->progress_interval_s = d;
+        break;
+      }
+      case kHelp: o->help = true; return Status::OK();
+      case ':': return Status::InvalidArgument(std::string(argv[optind - 1]) + " needs a value");
+      default: return Status::InvalidArgument(std::string("unknown option ") + argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return Status::InvalidArgument(std::string("unexpected argument '") + argv[optind] + "'");
+  if (o->out.empty()) return Status::InvalidArgument("--out DIR is required");
+  if (o->node_id.empty()) {
+    std::string n = o->host + "_" + std::to_string(o->port);
+    for (char& ch : n)
+      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.')) ch = '_';
+    if (n.size() > 64) n.resize(64);
+    o->node_id = n;
+  }
+  const uint64_t need = PlannedMemory(*o);
+  if (need > o->memory_limit)
+    return Status::InvalidArgument(
+        "--memory-limit " + std::to_string(o->memory_limit) + " is too small: --threads " +
+        std::to_string(o->threads) + " x (2 x --buffer-size " + std::to_string(o->buffer_size) +
+        " + --key-file-size " + std::to_string(o->key_file_size) + " + --batch " + std::to_string(o->batch) + " x " +
+        std::to_string(kSendBytesPerKey + 16) + ") + fixed overhead needs " + std::to_string(need) + " bytes");
+  return Status::OK();
+}
+
+}  // namespace cachewarm

@@ -1,0 +1,41 @@
+// Command-line options of cachewarm-dump (getopt_long), validated with errors that name the flag.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "status.h"
+
+namespace cachewarm {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  int port = 11211;
+  std::string out;  // required
+  int threads = 2;
+  uint64_t buffer_size = 4ULL << 20;
+  uint64_t memory_limit = 256ULL << 20;
+  uint64_t key_file_size = 1ULL << 20;
+  uint64_t data_file_size = 256ULL << 20;
+  int batch = 500;
+  bool resume = false;
+  int64_t min_ttl = 0;
+  uint64_t max_items_per_second = 0;  // 0 = unlimited
+  std::string node_id;  // default: <host>_<port>, sanitized
+  double progress_interval_s = 1.0;
+  bool help = false;
+};
+
+std::string Usage();
+// Parses argv; InvalidArgument names the offending flag and its allowed range.
+Status ParseOptions(int argc, char** argv, Options* o);
+// Bytes the dumper allocates up front for `o` (buffers, key lists, send buffers, fixed overhead).
+uint64_t PlannedMemory(const Options& o);
+// Per-key bytes reserved in a worker's send buffer (the longest `mg` line for a 250-byte key).
+constexpr uint64_t kSendBytesPerKey = 400;
+// Fixed allowance for code, stacks, the crawl buffer and small tables.
+constexpr uint64_t kFixedOverhead = 16ULL << 20;
+// Parses "123", "64k", "4M", "1G" (binary units).
+bool ParseSize(const std::string& s, uint64_t* out);
+
+}  // namespace cachewarm

@@ -1,0 +1,156 @@
+#include "response_stream.h"
+
+#include <cstring>
+
+#include "codec.h"
+
+namespace cachewarm {
+
+ResponseStream::ResponseStream(size_t buffer_size, int64_t min_ttl) : cap_(buffer_size), min_ttl_(min_ttl) {
+  buf_[0].reset(new char[cap_]);
+  buf_[1].reset(new char[cap_]);
+  cur_ = buf_[0].get();
+}
+
+void ResponseStream::Reset() {
+  filled_ = pos_ = 0;
+  stream_left_ = 0;
+  crlf_left_ = 0;
+  hits_ = skipped_ = 0;
+  niov_ = nrec_ = 0;
+}
+
+Status ResponseStream::Flush(RecordSink* sink) {
+  if (niov_ == 0) return Status::OK();
+  Status s = sink->Write(iov_, niov_, uint64_t(nrec_));
+  niov_ = nrec_ = 0;
+  return s;
+}
+
+// Validates a VA header line, decodes a base64 key in place, decides --min-ttl, and encodes the
+// record header into the next slot of hdrs_ (the caller adds the iovecs).
+Status ResponseStream::StartRecord(const MetaResponse& r, char* line, bool* skip, size_t* key_len) {
+  if (!r.has_key || !r.has_flags || !r.has_ttl)
+    return Status::Protocol("VA response without the k, f and t flags requested");
+  char* key = line + r.key_offset;
+  size_t klen = r.key_len;
+  if (r.key_base64) {
+    long d = Base64DecodeInPlace(key, klen, key);
+    if (d < 0) return Status::Protocol("malformed base64 key in response");
+    klen = size_t(d);
+  }
+  if (klen == 0 || klen > kMaxKeyLen) return Status::Protocol("key length out of range in response");
+  hits_++;
+  *skip = min_ttl_ > 0 && r.ttl != -1 && r.ttl < min_ttl_;
+  if (*skip) {
+    skipped_++;
+    return Status::OK();
+  }
+  // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
+  const int64_t exptime = r.ttl == -1 ? kNeverExpires : now_ + r.ttl;
+  EncodeRecordHeader(hdrs_[nrec_], r.value_len, r.flags, exptime, uint8_t(klen));
+  *key_len = klen;
+  return Status::OK();
+}
+
+Status ResponseStream::Commit(size_t n, RecordSink* sink) {
+  filled_ += n;
+  for (;;) {
+    if (stream_left_ > 0) {
+      size_t take = filled_ - pos_;
+      if (take > stream_left_) take = size_t(stream_left_);
+      if (take == 0) break;
+      if (!stream_skip_) {
+        struct iovec v = {cur_ + pos_, take};
+        CW_RETURN_IF_ERROR(sink->Write(&v, 1, 0));
+      }
+      pos_ += take;
+      stream_left_ -= take;
+      if (stream_left_ == 0) crlf_left_ = 2;
+      continue;
+    }
+    if (crlf_left_ > 0) {
+      if (pos_ == filled_) break;
+      const char want = crlf_left_ == 2 ? '\r' : '\n';
+      if (cur_[pos_] != want) return Status::Protocol("value not followed by \\r\\n");
+      pos_++;
+      crlf_left_--;
+      continue;
+    }
+    MetaResponse r;
+    std::string err;
+    ParseResult pr = ParseMetaHeader(cur_ + pos_, filled_ - pos_, &r, &err);
+    if (pr == ParseResult::kNeedMore) break;
+    if (pr == ParseResult::kBad) return Status::Protocol(err);
+    switch (r.type) {
+      case MetaResponse::kValue: {
+        const uint64_t total = r.header_len + uint64_t(r.value_len) + 2;
+        const bool complete = filled_ - pos_ >= total;
+        if (!complete && total <= cap_) goto need_more;  // it will fit once the tail is moved
+        // Streaming needs hdrs_[0] free; a full pending array needs a flush too.
+        if (!complete || nrec_ == kMaxPending) CW_RETURN_IF_ERROR(Flush(sink));
+        char* line = cur_ + pos_;
+        bool skip = false;
+        size_t klen = 0;
+        CW_RETURN_IF_ERROR(StartRecord(r, line, &skip, &klen));
+        char* value = line + r.header_len;
+        if (complete) {
+          if (value[r.value_len] != '\r' || value[r.value_len + 1] != '\n')
+            return Status::Protocol("value not followed by \\r\\n");
+          if (!skip) {
+            iov_[niov_++] = {hdrs_[nrec_], kRecordHeaderSize};
+            iov_[niov_++] = {line + r.key_offset, klen};
+            iov_[niov_++] = {value, r.value_len};
+            nrec_++;
+          }
+          pos_ += size_t(total);
+        } else {
+          // Larger than a buffer: write header, key and the value bytes we have, stream the rest.
+          if (!skip) {
+            struct iovec v[2] = {{hdrs_[0], kRecordHeaderSize}, {line + r.key_offset, klen}};
+            CW_RETURN_IF_ERROR(sink->Write(v, 2, 1));
+          }
+          stream_skip_ = skip;
+          stream_left_ = r.value_len;
+          pos_ += r.header_len;
+          if (stream_left_ == 0) crlf_left_ = 2;
+        }
+        break;
+      }
+      case MetaResponse::kNoop: {
+        pos_ += r.header_len;
+        CW_RETURN_IF_ERROR(Flush(sink));
+        const uint64_t h = hits_, sk = skipped_;
+        hits_ = skipped_ = 0;
+        CW_RETURN_IF_ERROR(sink->OnBatchEnd(h, sk));
+        break;
+      }
+      case MetaResponse::kMiss:
+        pos_ += r.header_len;
+        break;
+      case MetaResponse::kServerError:
+        return Status::Server("memcached answered: " + r.message);
+      case MetaResponse::kClientError:
+        return Status::Server("memcached answered: " + r.message);
+      case MetaResponse::kError:
+        return Status::Server("memcached answered ERROR (command not understood)");
+      case MetaResponse::kHit:
+        return Status::Protocol("HD response without a value to an mg asking for v");
+      default:
+        return Status::Protocol("unexpected response line: " + r.message);
+    }
+  }
+need_more:
+  CW_RETURN_IF_ERROR(Flush(sink));
+  // Move the unfinished tail to the other buffer; it becomes the current one.
+  const size_t tail = filled_ - pos_;
+  char* other = buf_[cur_idx_ ^ 1].get();
+  if (tail) std::memcpy(other, cur_ + pos_, tail);
+  cur_idx_ ^= 1;
+  cur_ = other;
+  filled_ = tail;
+  pos_ = 0;
+  return Status::OK();
+}
+
+}  // namespace cachewarm

@@ -1,0 +1,76 @@
+// The receive side of a worker: turns the byte stream of pipelined `mg <key> v f t k q u` / `mn`
+// responses into data-file records without copying values.
+//
+// Two fixed buffers of `buffer_size` bytes are allocated up front. Bytes are received into the
+// current buffer; each complete VA response becomes three iovecs (a 20-byte record header from a
+// preallocated array, the key and the value, both pointing into the buffer) handed to the sink in
+// one writev. The unfinished tail (at most one response) is moved to the other buffer, which then
+// becomes current. A value too large for a buffer is streamed to the sink in pieces.
+#pragma once
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "data_file.h"
+#include "meta_parser.h"
+#include "status.h"
+
+namespace cachewarm {
+
+class RecordSink {
+ public:
+  virtual ~RecordSink() = default;
+  // Record bytes; `records` = records begun in these bytes.
+  virtual Status Write(const struct iovec* iov, int iovcnt, uint64_t records) = 0;
+  // An `MN` arrived: the batch sent before it is complete. `hits` = VA responses in the batch
+  // (written or skipped), `skipped` = those dropped by --min-ttl.
+  virtual Status OnBatchEnd(uint64_t hits, uint64_t skipped) = 0;
+};
+
+class ResponseStream {
+ public:
+  // min_ttl > 0: items whose remaining TTL is below it (and not "never") are skipped.
+  ResponseStream(size_t buffer_size, int64_t min_ttl);
+  ResponseStream(const ResponseStream&) = delete;
+  ResponseStream& operator=(const ResponseStream&) = delete;
+
+  // Unix time (seconds) used to turn mg's remaining TTL into an absolute exptime.
+  void set_now(int64_t now) { now_ = now; }
+  char* WritePtr() { return cur_ + filled_; }
+  size_t WritableBytes() const { return cap_ - filled_; }
+  // `n` bytes were received at WritePtr(): parse, emit records to the sink.
+  Status Commit(size_t n, RecordSink* sink);
+  // True when no response is partially received.
+  bool AtBoundary() const { return filled_ == 0 && stream_left_ == 0 && crlf_left_ == 0; }
+  void Reset();
+  size_t buffer_size() const { return cap_; }
+
+ private:
+  static constexpr int kMaxPending = 256;  // records per writev
+  Status Flush(RecordSink* sink);
+  Status StartRecord(const MetaResponse& r, char* line, bool* skip, size_t* key_len);
+
+  size_t cap_;
+  int64_t min_ttl_;
+  int64_t now_ = 0;
+  std::unique_ptr<char[]> buf_[2];
+  char* cur_;
+  int cur_idx_ = 0;
+  size_t filled_ = 0;
+  size_t pos_ = 0;
+  // streaming a large value
+  uint64_t stream_left_ = 0;
+  bool stream_skip_ = false;
+  int crlf_left_ = 0;
+  // batch counters
+  uint64_t hits_ = 0, skipped_ = 0;
+  // pending writev
+  char hdrs_[kMaxPending][kRecordHeaderSize];
+  struct iovec iov_[kMaxPending * 3];
+  int niov_ = 0;
+  int nrec_ = 0;
+};
+
+}  // namespace cachewarm
