@@ -108,3 +108,116 @@ def populate_cmd(
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     click.echo(summary.to_json())
+
+
+@click.command("warm")
+@click.option("--source", required=True, help="Source memcached HOST:PORT.")
+@click.option("--target", required=True, callback=_nodes, help="Target HOST:PORT[,HOST:PORT...]")
+@click.option("--workdir", required=True, type=click.Path(path_type=Path), help="Dump + state directory.")
+@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Dumper threads.")
+@click.option("--mode", type=click.Choice(["add", "set"]), default="add", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
+@click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
+@click.option("--node-key-format", default=EVCACHE_NODE_KEY, show_default=True)
+@click.option("--data-file-size", default="32M", show_default=True)
+@click.option("--resume", is_flag=True, help="Continue the dump and populate already in --workdir.")
+@click.option("--check/--no-check", default=True, show_default=True, help="Look up every key in the target.")
+@click.option("--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, build/).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def warm_cmd(
+    source: str,
+    target: list,  # type: ignore[type-arg]
+    workdir: Path,
+    threads: int,
+    mode: str,
+    workers: int,
+    max_items_per_second: float | None,
+    node_key_format: str,
+    data_file_size: str,
+    resume: bool,
+    check: bool,
+    dumper: str | None,
+    as_json: bool,
+) -> None:
+    """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
+    every item it should."""
+    from cachewarm.warm import WarmConfig, WarmError, find_dumper, run_warm
+
+    try:
+        (src,) = parse_nodes(source)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--source") from e
+    try:
+        cfg = WarmConfig(
+            source=src,
+            targets=target,
+            workdir=workdir,
+            dumper=find_dumper(dumper),
+            threads=threads,
+            mode=mode,  # type: ignore[arg-type]
+            workers=workers,
+            max_items_per_second=max_items_per_second,
+            node_key_format=node_key_format,
+            data_file_size=data_file_size,
+            resume=resume,
+            check=check,
+        )
+        summary = run_warm(cfg)
+    except (WarmError, PopulateError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(summary.to_json() if as_json else summary.text())
+    if not summary.ok:
+        click.echo(f"error: the target is missing {summary.missing_in_target} items", err=True)
+        sys.exit(1)
+
+
+@click.command("verify")
+@click.option("--source", required=True, help="Source memcached HOST:PORT.")
+@click.option("--target", required=True, callback=_nodes, help="Target HOST:PORT[,HOST:PORT...]")
+@click.option(
+    "--sample", type=click.IntRange(min=1), default=None, help="Compare N random keys (default all)."
+)
+@click.option("--ttl-tolerance", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--node-key-format", default=EVCACHE_NODE_KEY, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def verify_cmd(
+    source: str,
+    target: list,  # type: ignore[type-arg]
+    sample: int | None,
+    ttl_tolerance: int,
+    node_key_format: str,
+    as_json: bool,
+) -> None:
+    """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
+    value and flags and a TTL within tolerance. Non-zero exit on any difference."""
+    from cachewarm.verify import verify
+
+    try:
+        (src,) = parse_nodes(source)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--source") from e
+    try:
+        rep = verify(src, target, sample, ttl_tolerance, node_key_format)
+    except (OSError, RuntimeError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    click.echo(rep.to_json() if as_json else rep.text())
+    if not rep.ok:
+        sys.exit(1)
+
+
+@click.command("demo")
+@click.option("--items", type=click.IntRange(min=1), default=1_000_000, show_default=True)
+@click.option("--sample", type=click.IntRange(min=1), default=None, help="Verify a sample (default all).")
+def demo_cmd(items: int, sample: int | None) -> None:
+    """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them."""
+    from cachewarm.demo import run_demo
+    from cachewarm.warm import WarmError
+
+    try:
+        ok = run_demo(items, sample=sample)
+    except (WarmError, PopulateError) as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    sys.exit(0 if ok else 1)

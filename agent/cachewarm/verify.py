@@ -1,0 +1,106 @@
+"""`cachewarm verify`: every (or a sample of) source key is on its target node with the same value and
+flags and a TTL within tolerance."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+
+from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.metaread import MetaReader, list_keys
+
+
+@dataclass
+class VerifyReport:
+    source_keys: int = 0
+    checked: int = 0
+    gone_from_source: int = 0  # expired or evicted between listing and fetching: not comparable
+    missing: int = 0
+    value_mismatch: int = 0
+    flags_mismatch: int = 0
+    ttl_mismatch: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def differences(self) -> int:
+        return self.missing + self.value_mismatch + self.flags_mismatch + self.ttl_mismatch
+
+    @property
+    def ok(self) -> bool:
+        return self.differences == 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"event": "verify", "ok": self.ok, "differences": self.differences, **asdict(self)},
+            separators=(",", ":"),
+        )
+
+    def text(self) -> str:
+        return (
+            f"verify {'OK' if self.ok else 'FAILED'}: {self.checked:,} keys compared "
+            f"(of {self.source_keys:,} in the source; {self.gone_from_source:,} gone meanwhile): "
+            f"missing {self.missing:,}, value {self.value_mismatch:,}, flags {self.flags_mismatch:,}, "
+            f"ttl {self.ttl_mismatch:,}"
+            + ("".join(f"\n  {e}" for e in self.examples) if self.examples else "")
+        )
+
+
+def _note(rep: VerifyReport, what: str, key: bytes) -> None:
+    if len(rep.examples) < 10:
+        rep.examples.append(f"{what}: {key!r}")
+
+
+def verify(
+    source: Node,
+    targets: list[Node],
+    sample: int | None = None,
+    ttl_tolerance: int = 5,
+    node_key_format: str = EVCACHE_NODE_KEY,
+    batch: int = 2000,
+    seed: int | None = None,
+) -> VerifyReport:
+    rep = VerifyReport()
+    rng = random.Random(seed)
+    keys: list[bytes] = []
+    # Reservoir sample: memory bounded by the sample size, one pass over the crawl.
+    for n, (k, _exp) in enumerate(list_keys(source.host, source.port)):
+        rep.source_keys += 1
+        if sample is None or len(keys) < sample:
+            keys.append(k)
+        else:
+            j = rng.randrange(n + 1)
+            if j < sample:
+                keys[j] = k
+    ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
+    with MetaReader(source.host, source.port) as src:
+        tgts = [MetaReader(t.host, t.port).__enter__() for t in targets]
+        try:
+            for i in range(0, len(keys), batch):
+                part = keys[i : i + batch]
+                have = src.get_many(part)
+                rep.gone_from_source += len(part) - len(have)
+                per_node: list[list[bytes]] = [[] for _ in targets]
+                for k in have:
+                    per_node[ring.index_for(k) if ring else 0].append(k)
+                for rd, ks in zip(tgts, per_node, strict=True):
+                    got = rd.get_many(ks)
+                    for k in ks:
+                        rep.checked += 1
+                        s, t = have[k], got.get(k)
+                        if t is None:
+                            rep.missing += 1
+                            _note(rep, "missing", k)
+                        elif t.value != s.value:
+                            rep.value_mismatch += 1
+                            _note(rep, "value differs", k)
+                        elif t.flags != s.flags:
+                            rep.flags_mismatch += 1
+                            _note(rep, f"flags {s.flags} != {t.flags}", k)
+                        elif (s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance:
+                            rep.ttl_mismatch += 1
+                            _note(rep, f"ttl {s.ttl} vs {t.ttl}", k)
+        finally:
+            for rd in tgts:
+                rd.__exit__()
+    return rep

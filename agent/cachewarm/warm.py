@@ -1,0 +1,304 @@
+"""`cachewarm warm`: the whole data path on one machine — the dumper and the populator concurrently.
+
+The dumper (`cachewarm-dump`) writes data files into `WORKDIR/dump`; the populator, in this
+process, starts on the first published file and ends when DONE's files are all applied. Then every
+dumped, unexpired key is looked up on its target node: exit 0 only if the target holds them all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from cachewarm import dataformat as df
+from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.metaread import MetaReader
+from cachewarm.populate import (
+    Mode,
+    PopulateConfig,
+    PopulateError,
+    PopulateSummary,
+    Progress,
+    default_workers,
+    populate,
+)
+
+REPO_DUMPER = Path(__file__).resolve().parents[2] / "build" / "release" / "cachewarm-dump"
+
+
+class WarmError(RuntimeError):
+    pass
+
+
+def find_dumper(explicit: str | None = None) -> Path:
+    """`--dumper`, else $CACHEWARM_DUMP, else build/release/cachewarm-dump, else on PATH."""
+    for cand in (
+        explicit,
+        os.environ.get("CACHEWARM_DUMP"),
+        str(REPO_DUMPER),
+        shutil.which("cachewarm-dump"),
+    ):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return Path(cand)
+    raise WarmError("cachewarm-dump not found: run `make build`, or set CACHEWARM_DUMP / --dumper")
+
+
+@dataclass
+class WarmConfig:
+    source: Node
+    targets: list[Node]
+    workdir: Path
+    dumper: Path
+    threads: int = 2
+    mode: Mode = "add"
+    workers: int = field(default_factory=default_workers)
+    max_items_per_second: float | None = None
+    node_key_format: str = EVCACHE_NODE_KEY
+    data_file_size: str = "32M"
+    resume: bool = False
+    check: bool = True
+    dumper_args: list[str] = field(default_factory=list)
+    poll_interval: float = 0.1
+
+
+@dataclass
+class WarmSummary:
+    ok: bool
+    items_dumped: int
+    keys_listed: int
+    dump_misses: int
+    copied: int
+    already_present: int
+    skipped_expired: int
+    bytes: int
+    files: int
+    missing_in_target: int
+    checked_in_target: int
+    dump_s: float
+    populate_s: float
+    total_s: float
+    mb_per_s: float
+    populate: dict[str, Any]
+
+    def to_json(self) -> str:
+        return json.dumps({"event": "warm_summary", **asdict(self)}, separators=(",", ":"))
+
+    def text(self) -> str:
+        lines = [
+            f"warm {'OK' if self.ok else 'FAILED'} in {self.total_s:.1f}s "
+            f"(dump {self.dump_s:.1f}s, populate {self.populate_s:.1f}s, overlapped)",
+            f"  items dumped        {self.items_dumped:>12,}  (keys listed {self.keys_listed:,}, "
+            f"gone before fetch {self.dump_misses:,})",
+            f"  items copied        {self.copied:>12,}",
+            f"  already present     {self.already_present:>12,}  (fresher values kept: add mode)",
+            f"  skipped (expired)   {self.skipped_expired:>12,}",
+            f"  bytes               {self.bytes:>12,}  ({self.mb_per_s:.1f} MB/s, {self.files} files)",
+        ]
+        if self.checked_in_target:
+            lines.append(
+                f"  target check        {self.checked_in_target - self.missing_in_target:>12,} of "
+                f"{self.checked_in_target:,} unexpired keys present"
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class _DumperRun:
+    proc: subprocess.Popen[bytes]
+    last_progress: dict[str, Any] = field(default_factory=dict)
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    ended_at: float | None = None
+
+    def pump(self) -> None:
+        def out() -> None:
+            assert self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                try:
+                    obj = json.loads(raw)
+                except ValueError:
+                    self.stderr_tail.append(raw.decode(errors="replace").rstrip())
+                    continue
+                if isinstance(obj, dict):
+                    self.last_progress = obj
+
+        def err() -> None:
+            assert self.proc.stderr is not None
+            for raw in self.proc.stderr:
+                self.stderr_tail.append(raw.decode(errors="replace").rstrip())
+
+        threading.Thread(target=out, daemon=True).start()
+        threading.Thread(target=err, daemon=True).start()
+
+    def failure(self) -> str | None:
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
+        if rc == 0:
+            return None
+        tail = " | ".join(list(self.stderr_tail)[-5:])
+        return f"cachewarm-dump failed with exit code {rc}: {tail}"
+
+
+def _check_target(cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest) -> tuple[int, int, list[bytes]]:
+    """Look up every dumped, unexpired key on its target node. Returns (checked, missing, examples)."""
+    ring = KetamaRing(cfg.targets, cfg.node_key_format) if len(cfg.targets) > 1 else None
+    checked = missing = 0
+    examples: list[bytes] = []
+    readers = [MetaReader(n.host, n.port).__enter__() for n in cfg.targets]
+    try:
+        for mf in manifest.files:
+            v = df.check_file(dump_dir / mf.name)
+            if not v.ok or v.data is None:
+                raise WarmError(f"{mf.name} no longer verifies: {v.reason}")
+            now = int(time.time()) + 1
+            per_node: list[list[bytes]] = [[] for _ in cfg.targets]
+            for r in df.iter_records(v.data):
+                if r.exptime != -1 and r.exptime <= now:
+                    continue
+                per_node[ring.index_for(r.key) if ring else 0].append(r.key)
+            for rd, keys in zip(readers, per_node, strict=True):
+                gone = rd.missing(keys)
+                checked += len(keys)
+                missing += len(gone)
+                examples.extend(gone[: max(0, 5 - len(examples))])
+    finally:
+        for rd in readers:
+            rd.__exit__()
+    return checked, missing, examples
+
+
+class _Display:
+    """A tqdm bar on a terminal, plain progress lines otherwise."""
+
+    def __init__(self, stream: IO[str], dumper: _DumperRun) -> None:
+        self.stream = stream
+        self.dumper = dumper
+        self.tty = stream.isatty()
+        self.bar: Any = None
+        self.last_line = 0.0
+        if self.tty:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=None, unit="item", unit_scale=True, file=stream, desc="warm", smoothing=0.1)
+
+    def update(self, p: Progress) -> None:
+        dp = self.dumper.last_progress
+        total = dp.get("keys_listed") or dp.get("keys") or None
+        if self.bar is not None:
+            if total and self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = p.items
+            mb = p.bytes / 1e6 / p.elapsed_s if p.elapsed_s else 0.0
+            self.bar.set_postfix_str(f"{mb:.0f} MB/s, dumped {dp.get('items', dp.get('records', 0)):,}")
+            self.bar.refresh()
+        elif time.monotonic() - self.last_line >= 1.0 or p.event == "done":
+            self.last_line = time.monotonic()
+            self.stream.write(
+                f"populated {p.items:,} items ({p.bytes / 1e6:.0f} MB, {p.files_consumed} files) "
+                f"in {p.elapsed_s:.1f}s; dumper: {json.dumps(dp, separators=(',', ':'))}\n"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
+    dump_dir = cfg.workdir / "dump"
+    state_file = cfg.workdir / "populate-state.json"
+    cfg.workdir.mkdir(parents=True, exist_ok=True)
+    if dump_dir.exists() and any(dump_dir.iterdir()) and not cfg.resume:
+        raise WarmError(
+            f"{dump_dir} already holds a dump: use an empty --workdir, or --resume to continue it"
+        )
+    if not cfg.resume and state_file.exists():
+        state_file.unlink()
+    argv = [
+        str(cfg.dumper),
+        "--host",
+        cfg.source.host,
+        "--port",
+        str(cfg.source.port),
+        "--out",
+        str(dump_dir),
+        "--threads",
+        str(cfg.threads),
+        "--data-file-size",
+        cfg.data_file_size,
+        "--progress-interval",
+        "0.5",
+        *(["--resume"] if cfg.resume else []),
+        *cfg.dumper_args,
+    ]
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    dumper = _DumperRun(proc)
+    dumper.pump()
+    display = _Display(stream, dumper)
+    pcfg = PopulateConfig(
+        source_dir=dump_dir,
+        destinations=cfg.targets,
+        state_file=state_file,
+        mode=cfg.mode,
+        workers=cfg.workers,
+        max_items_per_second=cfg.max_items_per_second,
+        node_key_format=cfg.node_key_format,
+        poll_interval=cfg.poll_interval,
+        should_abort=dumper.failure,
+    )
+    try:
+        summary: PopulateSummary = populate(pcfg, display.update)
+        rc = proc.wait()
+        if rc != 0:
+            raise WarmError(dumper.failure() or f"cachewarm-dump exited {rc}")
+    except (PopulateError, WarmError):
+        display.close()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        raise
+    display.close()
+    dump_end = dumper.ended_at or time.monotonic()
+    pop_end = time.monotonic()
+    manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
+    checked = missing = 0
+    if cfg.check:
+        checked, missing, examples = _check_target(cfg, dump_dir, manifest)
+        if missing:
+            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+    total = time.monotonic() - start
+    t = manifest.totals
+    return WarmSummary(
+        ok=missing == 0,
+        items_dumped=manifest.total_records,
+        keys_listed=int(t.get("keys_listed", 0)),
+        dump_misses=int(t.get("misses", 0)),
+        copied=summary.stored,
+        already_present=summary.already_present,
+        skipped_expired=summary.expired,
+        bytes=summary.bytes,
+        files=summary.files,
+        missing_in_target=missing,
+        checked_in_target=checked,
+        dump_s=round(dump_end - start, 3),
+        populate_s=round(pop_end - start, 3),
+        total_s=round(total, 3),
+        mb_per_s=round(summary.bytes / 1e6 / (pop_end - start), 1),
+        populate=asdict(summary),
+    )
