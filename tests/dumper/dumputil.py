@@ -1,0 +1,131 @@
+"""Helpers for the dumper tests: fast loading over a raw socket, running the dumper, reading a dump."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachewarm import dataformat
+from cachewarm.testing.memcached import MemcachedServer
+
+
+@dataclass(frozen=True)
+class Item:
+    key: bytes
+    value: bytes
+    flags: int = 0
+    ttl: int = 0  # memcached semantics: 0 = never, <= 30 days relative, else absolute
+
+
+def _ms_line(it: Item) -> bytes:
+    if all(0x21 <= b <= 0x7E for b in it.key):
+        k, b = it.key, b""
+    else:
+        k, b = base64.b64encode(it.key), b" b"
+    return b"ms %s %d T%d F%d%s q\r\n%s\r\n" % (k, len(it.value), it.ttl, it.flags, b, it.value)
+
+
+def load(server: MemcachedServer, items: Iterable[Item], batch: int = 2000) -> None:
+    """Pipelined quiet `ms` over one raw socket; fails on any reply other than the final MN."""
+    with socket.create_connection((server.host, server.port), timeout=60) as s:
+        buf: list[bytes] = []
+
+        def flush() -> None:
+            s.sendall(b"".join(buf) + b"mn\r\n")
+            buf.clear()
+            reply = b""
+            while not reply.endswith(b"MN\r\n"):
+                chunk = s.recv(65536)
+                assert chunk, "memcached closed the connection while loading"
+                reply += chunk
+            assert reply == b"MN\r\n", f"load failed: {reply[:200]!r}"
+
+        for it in items:
+            buf.append(_ms_line(it))
+            if len(buf) >= batch:
+                flush()
+        if buf:
+            flush()
+
+
+def load_numbered(server: MemcachedServer, n: int, value_size: int = 10, prefix: str = "k") -> None:
+    """n items `<prefix><i>` with small values; built in bulk for speed."""
+    with socket.create_connection((server.host, server.port), timeout=120) as s:
+        step = 5000
+        val = b"x" * value_size
+        for start in range(0, n, step):
+            lines = [
+                b"ms %s%d %d T0 F%d q\r\n%s\r\n" % (prefix.encode(), i, value_size, i & 0xFFFF, val)
+                for i in range(start, min(n, start + step))
+            ]
+            s.sendall(b"".join(lines) + b"mn\r\n")
+            reply = b""
+            while not reply.endswith(b"MN\r\n"):
+                chunk = s.recv(65536)
+                assert chunk, "memcached closed the connection while loading"
+                reply += chunk
+            assert reply == b"MN\r\n", f"load failed: {reply[:200]!r}"
+
+
+def dump_cmd(dumper: Path, server: MemcachedServer, out: Path, *args: str) -> list[str]:
+    return [str(dumper), "--host", server.host, "--port", str(server.port), "--out", str(out), *args]
+
+
+def run_dump(
+    dumper: Path, server: MemcachedServer, out: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        dump_cmd(dumper, server, out, *args), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@dataclass
+class Dump:
+    manifest: dataformat.Manifest | None
+    records: list[dataformat.Record]
+    files: list[str]
+
+    def by_key(self) -> dict[bytes, dataformat.Record]:
+        out: dict[bytes, dataformat.Record] = {}
+        for r in self.records:
+            assert r.key not in out, f"key {r.key!r} dumped twice"
+            out[r.key] = r
+        return out
+
+
+def read_dump(out: Path, require_done: bool = True) -> Dump:
+    """Every published data file must verify (section 3); with DONE, it must list exactly those files."""
+    names = sorted(p.name for p in out.iterdir() if dataformat.parse_name(p.name) is not None)
+    records: list[dataformat.Record] = []
+    for n in names:
+        v = dataformat.check_file(out / n)
+        assert v.ok, f"{n}: {v.status} {v.reason}"
+        assert v.data is not None
+        recs = [
+            dataformat.Record(r.key, r.flags, r.exptime, bytes(r.value))
+            for r in dataformat.iter_records(v.data)
+        ]
+        assert v.trailer is not None and len(recs) == v.trailer.record_count
+        records.extend(recs)
+    manifest = None
+    if (out / "DONE").exists():
+        manifest = dataformat.read_manifest(out / "DONE")
+        assert sorted(f.name for f in manifest.files) == names
+        assert manifest.total_records == len(records)
+    else:
+        assert not require_done, "no DONE manifest"
+    return Dump(manifest, records, names)
+
+
+def progress_lines(stdout: str) -> list[dict[str, object]]:
+    return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
+
+
+def leftovers(out: Path) -> Sequence[str]:
+    """Temporary files left in OUT (readers ignore them, but a clean failure removes its own)."""
+    return [p.name for p in out.iterdir() if p.name.startswith(".tmp-")] if out.exists() else []
