@@ -11,7 +11,7 @@ APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletes
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
-.PHONY: all deps deps-apt deps-py deps-node build dumper vectors test test-cpp test-py lint demo bench faults fuzz synth clean
+.PHONY: all deps deps-apt deps-py deps-node build dumper vectors test test-cpp test-py lint demo bench faults fuzz dist synth clean
 
 all: build
 
@@ -81,8 +81,25 @@ faults: deps build
 fuzz: deps build
 	@echo "see docs/reliability.md"
 
-synth: deps-py deps-node
-	infra/node_modules/.bin/cdk synth --quiet
+# ---- deployable artifacts (CDK assets) ----------------------------------------------------------
+# build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
+# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI).
+DIST := $(BUILD)/dist
+dist: dumper deps-py
+	@mkdir -p $(DIST)
+	tar -C $(BUILD)/release -czf $(DIST)/cachewarm-dump.tar.gz cachewarm-dump
+	rm -rf $(DIST)/agent && mkdir -p $(DIST)/agent
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST)/agent .
+	if [ -n "$(DIST_WHEELHOUSE)" ]; then \
+	  $(PY) -c 'import tomllib;print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' \
+	    > $(DIST)/agent/requirements.txt && \
+	  $(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: --platform manylinux2014_x86_64 \
+	    --python-version 3.11 --implementation cp -d $(DIST)/agent -r $(DIST)/agent/requirements.txt; \
+	fi
+	tar -C $(DIST)/agent -czf $(DIST)/cachewarm-agent.tar.gz .
+
+synth: deps-py deps-node dist
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
 
 clean:
 	rm -rf $(BUILD) infra/cdk.out

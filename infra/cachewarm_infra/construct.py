@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Aws, Duration, Fn, RemovalPolicy, Stack, Tags, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, Fn, RemovalPolicy, Stack, Tags, Token, Validations
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_ec2 as ec2
@@ -655,7 +655,14 @@ class CacheWarmer(Construct):
         dash.add_widgets(
             cw.GraphWidget(
                 title="Items/s written to the destination",
-                left=[cw.MathExpression(expression="items / PERIOD(items)", using_metrics={"items": items})],
+                left=[
+                    cw.MathExpression(
+                        expression="items / PERIOD(items)",
+                        using_metrics={"items": items},
+                        label="items/s",
+                        period=Duration.minutes(1),
+                    )
+                ],
                 width=12,
             ),
             cw.GraphWidget(
@@ -707,6 +714,11 @@ class CacheWarmer(Construct):
     def _acknowledge_nag_findings(self) -> None:
         """Every accepted AwsSolutions finding, with the reason. Tests fail on anything else."""
         self.nag_acknowledgements: list[tuple[str, str, str]] = []
+        # How cdk-nag prints `Stack.format_arn` ARNs: concrete region/account when the stack has an env.
+        stack = Stack.of(self)
+        region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+        account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+        ec2_any = f"arn:<AWS::Partition>:ec2:{region}:{account}"
 
         def ack(scope: Construct, rule: str, reason: str) -> None:
             Validations.of(scope).acknowledge(Acknowledgment(id=rule, reason=reason))
@@ -730,20 +742,20 @@ class CacheWarmer(Construct):
         )
         ack(
             self.controller_policy,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:volume/*]",
+            f"AwsSolutions-IAM5[Resource::{ec2_any}:volume/*]",
             "Volumes are created by the warm, so their ids are unknown; create/attach/delete require the "
             f"{TAG_MANAGED}=true request or resource tag.",
         )
         ack(
             self.controller_policy,
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
+            f"AwsSolutions-IAM5[Resource::{ec2_any}:instance/*]",
             "Source nodes are the platform's instances and populators are created per warm; launch and "
             f"terminate require the {TAG_MANAGED}=true tag, attach/detach require our tagged volume.",
         )
         for kind in ("subnet", "network-interface", "security-group"):
             ack(
                 self.controller_policy,
-                f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:{kind}/*]",
+                f"AwsSolutions-IAM5[Resource::{ec2_any}:{kind}/*]",
                 "RunInstances names these resources; the instance itself must carry the cachewarm tag and "
                 "come from this stack's launch template.",
             )

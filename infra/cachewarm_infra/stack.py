@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from aws_cdk import CfnOutput, CfnParameter, Fn, Stack
+from aws_cdk import Annotations, CfnOutput, CfnParameter, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -116,6 +116,10 @@ class CacheWarmStack(Stack):
         # Only the VPC id is needed (for the populators' security group); no lookup, so synth is offline.
         vpc = ec2.Vpc.from_vpc_attributes(
             self, "Vpc", vpc_id=vpc_id.value_as_string, availability_zones=Fn.get_azs()
+        )
+        Annotations.of(vpc).acknowledge_warning(
+            "@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones",
+            "Only the VPC id is used (the populators' security group); subnets come from SubnetIds.",
         )
         key = (
             kms.Key.from_key_arn(self, "ImportedKey", settings.kms_key_arn) if settings.kms_key_arn else None

@@ -14,7 +14,7 @@ REAL_DOCS = REPO / "infra" / "ssm_documents"
 REAL_LAMBDAS = REPO / "lambdas"
 
 # jsii prints a banner about Node 20 on every import; it is noise in test output.
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
 def asl_path() -> Path:
