@@ -24,7 +24,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -305,6 +305,8 @@ class PopulateConfig:
     idle_timeout: float | None = None
     batch_items: int = 1000
     batch_bytes: int = 4 << 20
+    # Seconds between "waiting" progress lines while nothing new is applied.
+    progress_interval: float = 1.0
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
@@ -484,50 +486,91 @@ class Populator:
         seen_any: set[str] = set()
         self._emit("start", detail=f"{c.source_dir} -> {','.join(n.address for n in c.destinations)}")
         ctx = multiprocessing.get_context("spawn")
+        # A real remount needs every file closed; a plain directory lets files stream through.
+        quiesce = bool(getattr(c.remounter, "quiesce", True))
+        inflight: dict[Future[FileOutcome], str] = {}
+        retry_at: dict[str, float] = {}
+        last_round_event = 0.0
         with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx) as pool:
-            while True:
-                if self._round > 0:
-                    c.remounter.refresh()
-                self._round += 1
-                if c.should_abort is not None and (why := c.should_abort()) is not None:
-                    raise PopulateError(why)
-                names, done_exists = self._scan()
-                if set(names) - seen_any or done_exists:
-                    last_new = time.monotonic()
-                seen_any |= set(names)
-                manifest = self._read_manifest(done_exists, bad_since)
-                todo = sorted((n for n in names if n not in self.state.consumed), key=lambda n: names[n])
-                progressed = self._run_round(pool, params, todo, bad_since)
-                now = time.monotonic()
-                if manifest is not None:
-                    listed = {f.name for f in manifest.files}
-                    unlisted = sorted(set(names) - listed)
-                    if unlisted:
-                        raise PopulateError(
-                            f"published data file(s) not listed in DONE: {', '.join(unlisted[:5])}"
-                        )
-                    missing = sorted(listed - set(self.state.consumed))
-                    if not missing:
-                        # Last look: a destination that restarted since the last file lost our items.
-                        self._probe_destinations()
-                        if not set(listed) - set(self.state.consumed):
-                            return self._finish(manifest)
-                        continue
-                    for m in missing:
-                        if m not in names:
-                            first = bad_since.setdefault(m, now)
-                            if now - first > c.bad_file_timeout:
-                                raise PopulateError(
-                                    f"DONE lists {m} but it did not appear in {c.source_dir} within "
-                                    f"{c.bad_file_timeout:g}s"
-                                )
-                elif c.idle_timeout is not None and now - last_new > c.idle_timeout:
-                    raise PopulateError(
-                        f"no data file and no DONE appeared in {c.source_dir} for {c.idle_timeout:g}s"
+            try:
+                while True:
+                    if quiesce and self._round > 0:
+                        c.remounter.refresh()
+                    self._round += 1
+                    if c.should_abort is not None and (why := c.should_abort()) is not None:
+                        raise PopulateError(why)
+                    names, done_exists = self._scan()
+                    if set(names) - seen_any or done_exists:
+                        last_new = time.monotonic()
+                    seen_any |= set(names)
+                    manifest = self._read_manifest(done_exists, bad_since)
+                    busy = set(inflight.values())
+                    now = time.monotonic()
+                    todo = sorted(
+                        (
+                            n
+                            for n in names
+                            if n not in self.state.consumed and n not in busy and retry_at.get(n, 0.0) <= now
+                        ),
+                        key=lambda n: names[n],
                     )
-                self._emit("round", pending=len(todo))
-                if not progressed:
-                    time.sleep(c.poll_interval)
+                    # Bounded queue so files are applied roughly in publish order.
+                    room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
+                    for n in todo[:room]:
+                        inflight[pool.submit(apply_file, str(c.source_dir / n), params)] = n
+                    progressed = False
+                    if inflight:
+                        finished, _ = wait(
+                            set(inflight),
+                            timeout=None if quiesce else c.poll_interval,
+                            return_when=ALL_COMPLETED if quiesce else FIRST_COMPLETED,
+                        )
+                        for fut in finished:
+                            name = inflight.pop(fut)
+                            out = fut.result()
+                            if self._handle(out, bad_since):
+                                progressed = True
+                            elif out.status != "ok":
+                                retry_at[name] = time.monotonic() + c.poll_interval
+                    self._save()
+                    now = time.monotonic()
+                    if manifest is not None:
+                        listed = {f.name for f in manifest.files}
+                        unlisted = sorted(set(names) - listed)
+                        if unlisted:
+                            raise PopulateError(
+                                f"published data file(s) not listed in DONE: {', '.join(unlisted[:5])}"
+                            )
+                        missing = sorted(listed - set(self.state.consumed))
+                        if not missing and not inflight:
+                            # Last look: a destination that restarted since the last file lost our items.
+                            self._probe_destinations()
+                            if not set(listed) - set(self.state.consumed):
+                                return self._finish(manifest)
+                            continue
+                        for m in missing:
+                            if m not in names:
+                                first = bad_since.setdefault(m, now)
+                                if now - first > c.bad_file_timeout:
+                                    raise PopulateError(
+                                        f"DONE lists {m} but it did not appear in {c.source_dir} within "
+                                        f"{c.bad_file_timeout:g}s"
+                                    )
+                    elif c.idle_timeout is not None and now - last_new > c.idle_timeout:
+                        raise PopulateError(
+                            f"no data file and no DONE appeared in {c.source_dir} for {c.idle_timeout:g}s"
+                        )
+                    if not progressed:
+                        if now - last_round_event >= c.progress_interval:
+                            last_round_event = now
+                            self._emit("waiting", pending=len(todo) + len(inflight))
+                        if not inflight:
+                            time.sleep(c.poll_interval)
+            except BaseException:
+                for f in inflight:
+                    f.cancel()
+                self._save(force=True)
+                raise
 
     def _read_manifest(self, done_exists: bool, bad_since: dict[str, float]) -> df.Manifest | None:
         if not done_exists:
@@ -542,30 +585,6 @@ class Populator:
             return None
         bad_since.pop(df.MANIFEST_NAME, None)
         return m
-
-    def _run_round(
-        self, pool: ProcessPoolExecutor, params: WorkerParams, todo: list[str], bad_since: dict[str, float]
-    ) -> bool:
-        """Apply every ready file of this round (all finish before the next remount)."""
-        c = self.config
-        progressed = False
-        futures: set[Future[FileOutcome]] = {
-            pool.submit(apply_file, str(c.source_dir / n), params) for n in todo
-        }
-        try:
-            while futures:
-                finished, futures = wait(futures, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    out = fut.result()
-                    if self._handle(out, bad_since):
-                        progressed = True
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            self._save(force=True)
-            raise
-        self._save(force=True)
-        return progressed
 
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
         c = self.config

@@ -25,6 +25,9 @@ class RemountError(RuntimeError):
 
 
 class Remounter(Protocol):
+    # True: every file must be closed before refresh() (rounds); False: files stream through.
+    quiesce: bool
+
     def refresh(self) -> None:
         """Make files published since the last call visible."""
 
@@ -32,6 +35,8 @@ class Remounter(Protocol):
 @dataclass
 class NoopRemounter:
     """A plain directory on the same machine: the kernel already shows every new file."""
+
+    quiesce: bool = False
 
     def refresh(self) -> None:
         return None
@@ -55,6 +60,7 @@ class CommandRemounter:
     umount_cmd: str = DEFAULT_UMOUNT_CMD
     runner: Runner = field(default=run_command)
     refreshes: int = 0
+    quiesce: bool = True
 
     def _argv(self, template: str) -> list[str]:
         try:

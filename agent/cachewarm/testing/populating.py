@@ -38,6 +38,7 @@ def config(src: Path, tmp: Path, dests: list[MemcachedServer], **kw: object) -> 
         "bad_file_timeout": 30.0,
         "destination_timeout": 20.0,
         "node_key_format": "{host}:{port}",
+        "progress_interval": 0.0,
     }
     base.update(kw)
     return PopulateConfig(**base)  # type: ignore[arg-type]
