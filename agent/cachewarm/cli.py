@@ -20,3 +20,6 @@ main.add_command(populate_cmd)
 main.add_command(warm_cmd)
 main.add_command(verify_cmd)
 main.add_command(demo_cmd)
+from cachewarm.node_agent.cli import agent_group  # noqa: E402
+
+main.add_command(agent_group)

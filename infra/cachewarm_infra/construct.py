@@ -53,7 +53,7 @@ REPLICA_EVENT_DETAIL_TYPE = "Replica Deployed"
 
 # SSM document parameters the construct fills with the S3 URLs of the build artifacts, so the
 # documents always install the agent and dumper versioned with this deployment.
-ARTIFACT_PARAMETERS = ("DumperTarballUrl", "AgentBundleUrl")
+ARTIFACT_PARAMETERS = ("dumperTarballUrl", "agentBundleUrl")
 # AWS-owned SSM documents the controller sends.
 AWS_DOCUMENTS = ("AWS-RunShellScript",)
 
@@ -174,8 +174,8 @@ class CacheWarmer(Construct):
         """One Command document per `infra/ssm_documents/<stem>.json`, keyed by `<stem>`."""
         docs: dict[str, ssm.CfnDocument] = {}
         urls = {
-            "DumperTarballUrl": self.dumper_asset.s3_object_url,
-            "AgentBundleUrl": self.agent_asset.s3_object_url,
+            "dumperTarballUrl": self.dumper_asset.s3_object_url,
+            "agentBundleUrl": self.agent_asset.s3_object_url,
         }
         for path in sorted(self.props.ssm_documents_dir.glob("*.json")):
             try:
@@ -609,26 +609,34 @@ class CacheWarmer(Construct):
         return replica, asg_rule
 
     # ---- observability --------------------------------------------------------------------------
-    def warm_metric(self, name: str, statistic: str = "Sum") -> cw.Metric:
-        """A metric the controller publishes with Powertools (namespace CacheWarm, service=cachewarm)."""
+    def warm_metric(self, name: str, step: str, statistic: str = "Sum") -> cw.Metric:
+        """A metric the controller's handlers emit with Powertools (EMF): namespace CacheWarm,
+        dimensions service=cachewarm and Step=<handler name>."""
         return cw.Metric(
             namespace="CacheWarm",
             metric_name=name,
-            dimensions_map={"service": "cachewarm"},
+            dimensions_map={"service": "cachewarm", "Step": step},
             statistic=statistic,
             period=Duration.minutes(1),
         )
 
     def _make_alarms(self) -> list[cw.Alarm]:
         sm = self.state_machine
+        five = Duration.minutes(5)
         specs = [
-            ("ExecutionsFailed", sm.metric_failed(period=Duration.minutes(5)), "a warm failed"),
-            ("ExecutionsTimedOut", sm.metric_timed_out(period=Duration.minutes(5)), "a warm timed out"),
-            ("ExecutionsAborted", sm.metric_aborted(period=Duration.minutes(5)), "a warm was aborted"),
+            ("ExecutionsFailed", sm.metric_failed(period=five), "a warm failed"),
+            ("ExecutionsTimedOut", sm.metric_timed_out(period=five), "a warm timed out"),
+            ("ExecutionsAborted", sm.metric_aborted(period=five), "a warm was aborted"),
             (
+                # CheckProgress revives a node whose heartbeat went stale (or whose agent failed).
                 "StaleHeartbeats",
-                self.warm_metric("StaleNodes", "Maximum").with_(period=Duration.minutes(5)),
-                f"an agent's heartbeat is older than {self.props.heartbeat_stale_minutes} min",
+                self.warm_metric("Revives", "check_progress").with_(period=five),
+                "an agent's heartbeat went stale or its command failed (the node was revived)",
+            ),
+            (
+                "TeardownLeftovers",
+                self.warm_metric("TeardownLeftovers", "teardown", "Maximum").with_(period=five),
+                "teardown left volumes or populators behind",
             ),
         ]
         alarms = []
@@ -650,35 +658,45 @@ class CacheWarmer(Construct):
 
     def _make_dashboard(self) -> cw.Dashboard:
         sm = self.state_machine
-        items = self.warm_metric("ItemsPopulated")
+        minute = Duration.minutes(1)
+        # CheckProgress reports running totals (items and bytes populated so far): rates are RATE().
+        items = self.warm_metric("ItemsPopulated", "check_progress", "Maximum")
+        bytes_ = self.warm_metric("BytesPopulated", "check_progress", "Maximum")
         dash = cw.Dashboard(self, "Dashboard", default_interval=Duration.hours(12))
         dash.add_widgets(
             cw.GraphWidget(
                 title="Items/s written to the destination",
                 left=[
                     cw.MathExpression(
-                        expression="items / PERIOD(items)",
+                        expression="RATE(items)",
                         using_metrics={"items": items},
                         label="items/s",
-                        period=Duration.minutes(1),
+                        period=minute,
                     )
                 ],
                 width=12,
             ),
             cw.GraphWidget(
-                title="Bytes and files populated",
-                left=[self.warm_metric("BytesPopulated")],
-                right=[self.warm_metric("FilesPopulated")],
+                title="Bytes/s written, and totals",
+                left=[
+                    cw.MathExpression(
+                        expression="RATE(bytes)",
+                        using_metrics={"bytes": bytes_},
+                        label="bytes/s",
+                        period=minute,
+                    )
+                ],
+                right=[items, bytes_],
                 width=12,
             ),
         )
         dash.add_widgets(
             cw.GraphWidget(
-                title="Nodes: done / total / stale",
+                title="Nodes: source nodes / done / revived",
                 left=[
-                    self.warm_metric("NodesDone", "Maximum"),
-                    self.warm_metric("NodesTotal", "Maximum"),
-                    self.warm_metric("StaleNodes", "Maximum"),
+                    self.warm_metric("SourceNodes", "plan", "Maximum"),
+                    self.warm_metric("NodesDone", "check_progress", "Maximum"),
+                    self.warm_metric("Revives", "check_progress"),
                 ],
                 width=12,
             ),
@@ -690,17 +708,18 @@ class CacheWarmer(Construct):
         )
         progress = self.functions.get("CheckProgress")
         if progress is not None:
-            # Per-node progress: CheckProgress logs one structured line per node and poll.
+            # Per-node progress: CheckProgress logs one structured line per node and poll
+            # (node_id, role, state, items, bytes, files); this shows the latest of each.
             dash.add_widgets(
                 cw.LogQueryWidget(
                     title="Per-node progress (latest CheckProgress poll)",
                     log_group_names=[progress.log_group.log_group_name],
                     query_lines=[
-                        "fields @timestamp, warm_id, node_id, state, items, bytes, files",
-                        "filter ispresent(node_id)",
+                        "fields @timestamp, correlation_id, node_id, state, items, bytes, files",
+                        "filter ispresent(node_id) and ispresent(items)",
                         "stats latest(state) as state, max(items) as items, max(bytes) as bytes,"
-                        " max(files) as files by warm_id, node_id",
-                        "sort warm_id, node_id",
+                        " max(files) as files by correlation_id, node_id",
+                        "sort correlation_id, node_id",
                     ],
                     width=24,
                 )

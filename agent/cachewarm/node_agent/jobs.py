@@ -1,0 +1,237 @@
+"""The two agent jobs: dump on a source node, populate on a populator. Plain functions over injected
+runner / S3 client / populate function, so tests drive them without AWS, root or a block device."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.runner import CommandRunner
+from cachewarm.node_agent.status import Progress, StatusPublisher
+from cachewarm.node_agent.volume import Volume
+
+# The dump lives in this directory of the volume (the populator reads the same path).
+DUMP_DIR = "dump"
+DEFAULT_DUMPER = "/opt/cachewarm/bin/cachewarm-dump"
+DEFAULT_STATE_DIR = Path("/var/lib/cachewarm")
+
+
+def dumper_node_id(node_id: str) -> str:
+    """The dumper's node id allows `[A-Za-z0-9_.]{1,64}` (docs/data-format.md): map the rest to `_`."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", node_id)[:64] or "node"
+
+
+def find_dumper(explicit: str | None) -> str:
+    for candidate in (
+        explicit,
+        os.environ.get("CACHEWARM_DUMP"),
+        DEFAULT_DUMPER,
+        shutil.which("cachewarm-dump"),
+    ):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    raise AgentError(
+        ExitCode.WORK_FAILED,
+        f"cachewarm-dump not found (looked at --dumper, $CACHEWARM_DUMP, {DEFAULT_DUMPER}, PATH)",
+    )
+
+
+@dataclass
+class DumpJob:
+    warm_id: str
+    node_id: str
+    volume: Volume
+    memcached_host: str
+    memcached_port: int
+    dumper: str
+    threads: int | None = None
+    max_items_per_second: int | None = None
+    device_timeout_s: float = 600.0
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def out_dir(self) -> Path:
+        return self.volume.mount / DUMP_DIR
+
+    def argv(self, resume: bool) -> list[str]:
+        argv = [
+            self.dumper,
+            "--host",
+            self.memcached_host,
+            "--port",
+            str(self.memcached_port),
+            "--out",
+            str(self.out_dir),
+            "--node-id",
+            dumper_node_id(self.node_id),
+        ]
+        if self.threads:
+            argv += ["--threads", str(self.threads)]
+        if self.max_items_per_second:
+            argv += ["--max-items-per-second", str(self.max_items_per_second)]
+        if resume:
+            argv.append("--resume")
+        return argv + self.extra_args
+
+
+def progress_from_dumper(line: str) -> Progress | None:
+    """A `cachewarm-dump` JSON progress line, or None for anything else (kept out of the status)."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or "items" not in obj:
+        return None
+    return Progress(
+        items=int(obj.get("items", 0)),
+        bytes=int(obj.get("bytes", 0)),
+        files=int(obj.get("files", 0)),
+        keys_listed=int(obj.get("keys_listed", 0)),
+    )
+
+
+def manifest_progress(done_file: Path) -> Progress:
+    totals = json.loads(done_file.read_text()).get("totals", {})
+    return Progress(
+        items=int(totals.get("records", 0)),
+        bytes=int(totals.get("bytes", 0)),
+        files=int(totals.get("files", 0)),
+        keys_listed=int(totals.get("keys_listed", 0)),
+    )
+
+
+def run_dump(
+    job: DumpJob, status: StatusPublisher, runner: CommandRunner, log: Callable[[str], None]
+) -> None:
+    """Format/mount, run (or resume) the dumper, keep the status fresh. Raises AgentError on failure."""
+    job.volume.wait_for_device(job.device_timeout_s)
+    job.volume.prepare_source()
+    done = job.out_dir / "DONE"
+    if done.exists():
+        log(f"{done} exists: the dump finished in an earlier run")
+        status.update(manifest_progress(done))
+        return
+    job.out_dir.mkdir(parents=True, exist_ok=True)
+    # The published files and keys/META are the dumper's checkpoint (docs/data-format.md section 6).
+    resume = (job.out_dir / "keys" / "META").exists()
+    log(("resuming" if resume else "starting") + f" the dump of {job.memcached_host}:{job.memcached_port}")
+
+    def on_line(line: str) -> None:
+        p = progress_from_dumper(line)
+        if p is not None:
+            status.update(p)
+
+    res = runner.stream(job.argv(resume), on_line)
+    if not res.ok:
+        raise AgentError(ExitCode.WORK_FAILED, f"the dumper failed: {res.describe()}")
+    if not done.exists():
+        raise AgentError(ExitCode.WORK_FAILED, f"the dumper exited 0 but {done} is missing")
+    status.update(manifest_progress(done))
+
+
+# ---- populate ------------------------------------------------------------------------------------
+
+PopulateFn = Callable[[Any, Callable[[Any], None]], Any]
+
+
+@dataclass
+class PopulateJob:
+    warm_id: str
+    node_id: str
+    volume: Volume
+    destinations: str  # HOST:PORT[,HOST:PORT…]
+    mode: Literal["add", "set"] = "add"
+    max_items_per_second: int | None = None
+    state_dir: Path = DEFAULT_STATE_DIR
+    device_timeout_s: float = 600.0
+    # How long to wait for the source to format the volume and create the dump directory.
+    source_timeout_s: float = 3600.0
+
+    @property
+    def source_dir(self) -> Path:
+        return self.volume.mount / DUMP_DIR
+
+    @property
+    def state_file(self) -> Path:
+        # Outside the (read-only) volume, per warm and node, so a re-run continues where it stopped.
+        return self.state_dir / self.warm_id / f"{self.node_id}.populate-state.json"
+
+
+def progress_from_populator(p: Any) -> Progress:
+    return Progress(items=int(p.items), bytes=int(p.bytes), files=int(p.files_consumed), keys_listed=0)
+
+
+def run_populate(
+    job: PopulateJob,
+    status: StatusPublisher,
+    populate_fn: PopulateFn | None = None,
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+) -> Any:
+    """Mount read-only, wait for the dump directory, run the populator loop to DONE."""
+    from cachewarm.ketama import parse_nodes
+    from cachewarm.populate import PopulateConfig, PopulateError, populate
+    from cachewarm.remount import CommandRemounter
+
+    vol = job.volume
+    vol.wait_for_device(job.device_timeout_s)
+    vol.prepare_reader(job.source_timeout_s)
+    deadline = vol.clock() + job.source_timeout_s
+    while not job.source_dir.is_dir():
+        # The dumper creates it after mounting; our read-only view only changes when we remount.
+        if vol.clock() >= deadline:
+            raise AgentError(
+                ExitCode.TIMEOUT, f"{job.source_dir} did not appear within {job.source_timeout_s:.0f} s"
+            )
+        log(f"waiting for {job.source_dir}")
+        vol.sleep(vol.poll_s)
+        vol.remount_reader()
+    try:
+        destinations = parse_nodes(job.destinations)
+    except ValueError as e:
+        raise AgentError(ExitCode.USAGE, f"--to {job.destinations!r}: {e}") from e
+    job.state_file.parent.mkdir(parents=True, exist_ok=True)
+    config = PopulateConfig(
+        source_dir=job.source_dir,
+        destinations=destinations,
+        state_file=job.state_file,
+        mode=job.mode,
+        max_items_per_second=job.max_items_per_second,
+        remounter=CommandRemounter(
+            vol.device, str(vol.mount), mount_cmd=vol.reader_mount_template, runner=_raising(vol.runner)
+        ),
+    )
+    fn = populate_fn or populate
+
+    def on_progress(p: Any) -> None:
+        status.update(progress_from_populator(p))
+
+    try:
+        summary = fn(config, on_progress)
+    except PopulateError as e:
+        raise AgentError(ExitCode.WORK_FAILED, f"the populator failed: {e}") from e
+    status.update(
+        Progress(
+            items=int(summary.records), bytes=int(summary.bytes), files=int(summary.files), keys_listed=0
+        )
+    )
+    return summary
+
+
+def _raising(runner: CommandRunner) -> Callable[[Any], None]:
+    """Adapt our runner to the populator's remount runner (which raises on failure)."""
+    from cachewarm.remount import RemountError
+
+    def run(argv: Any) -> None:
+        res = runner.run(list(argv))
+        if not res.ok:
+            raise RemountError(res.describe())
+
+    return run

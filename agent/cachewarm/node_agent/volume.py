@@ -1,0 +1,155 @@
+"""The shared io2 volume: wait for the device, format it (source only), mount it.
+
+The source node owns the file system: it formats the device only when `blkid` finds nothing on it,
+reuses an existing XFS (a re-run resumes), and refuses anything else. A populator never writes: it
+waits for the XFS to appear and mounts it `ro,norecovery` (the writer is another host; replaying the
+log would write to the volume).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.runner import CommandResult, CommandRunner
+
+FS_TYPE = "xfs"
+FS_LABEL = "cachewarm"
+SOURCE_MOUNT_OPTIONS = "rw,noatime"
+READER_MOUNT_OPTIONS = "ro,norecovery"
+# `blkid -p` exits 2 when it finds no file system signature on the device.
+BLKID_NOTHING_FOUND = 2
+
+
+@dataclass(frozen=True)
+class Mounted:
+    source: str
+    fstype: str
+    options: frozenset[str]
+
+
+@dataclass
+class Volume:
+    """One block device and its mount point, with every command going through `runner`."""
+
+    device: str
+    mount: Path
+    runner: CommandRunner
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    poll_s: float = 5.0
+    log: Callable[[str], None] = field(default=lambda msg: None)
+
+    # ---- inspection ---------------------------------------------------------------------------
+    def wait_for_device(self, timeout_s: float) -> None:
+        """The attachment takes a while to show up as a block device on the instance."""
+        deadline = self.clock() + timeout_s
+        while not Path(self.device).exists():
+            if self.clock() >= deadline:
+                raise AgentError(
+                    ExitCode.VOLUME,
+                    f"device {self.device} did not appear within {timeout_s:.0f} s (is the volume attached?)",
+                )
+            self.sleep(self.poll_s)
+
+    def fstype(self) -> str | None:
+        """The file system on the device, None if there is none (`blkid -p` probes the device itself)."""
+        res = self.runner.run(["blkid", "-p", "-o", "value", "-s", "TYPE", self.device])
+        if res.returncode == BLKID_NOTHING_FOUND:
+            return None
+        if not res.ok:
+            raise AgentError(ExitCode.VOLUME, f"cannot probe {self.device}: {res.describe()}")
+        value = res.stdout.strip()
+        return value or None
+
+    def mounted(self) -> Mounted | None:
+        res = self.runner.run(
+            [
+                "findmnt",
+                "--noheadings",
+                "--raw",
+                "--output",
+                "SOURCE,FSTYPE,OPTIONS",
+                "--mountpoint",
+                str(self.mount),
+            ]
+        )
+        if not res.ok or not res.stdout.strip():
+            return None  # findmnt exits 1 when nothing is mounted there
+        source, fstype, options = [*res.stdout.strip().splitlines()[0].split(" "), "", ""][:3]
+        return Mounted(source, fstype, frozenset(options.split(",")))
+
+    # ---- source node: format + mount read-write -----------------------------------------------
+    def prepare_source(self) -> bool:
+        """Format if blank, mount RW. Returns True if this call formatted the device."""
+        formatted = False
+        current = self.mounted()
+        if current is not None:
+            if "ro" in current.options:
+                raise AgentError(
+                    ExitCode.VOLUME, f"{self.mount} is mounted read-only; the dumper needs it RW"
+                )
+            self.log(f"{self.mount} already mounted ({current.source}); resuming")
+            return False
+        fs = self.fstype()
+        if fs is None:
+            self.log(f"formatting {self.device} as {FS_TYPE}")
+            # -K: skip discard, which is slow on a large new EBS volume and useless on a fresh one.
+            self._check(self.runner.run(["mkfs.xfs", "-q", "-K", "-L", FS_LABEL, self.device]), "format")
+            formatted = True
+        elif fs != FS_TYPE:
+            raise AgentError(
+                ExitCode.VOLUME,
+                f"{self.device} holds a {fs} file system, not {FS_TYPE}: refusing to format a device "
+                "that is not blank (wrong --device?)",
+            )
+        self._mount(SOURCE_MOUNT_OPTIONS)
+        return formatted
+
+    # ---- populator: wait for the source's file system, mount read-only --------------------------
+    def prepare_reader(self, timeout_s: float) -> None:
+        current = self.mounted()
+        if current is not None:
+            if "ro" not in current.options:
+                raise AgentError(
+                    ExitCode.VOLUME,
+                    f"{self.mount} is mounted read-write; a populator must mount it read-only",
+                )
+            return
+        deadline = self.clock() + timeout_s
+        while (fs := self.fstype()) is None:
+            if self.clock() >= deadline:
+                raise AgentError(
+                    ExitCode.TIMEOUT,
+                    f"no file system on {self.device} after {timeout_s:.0f} s (has the dumper started?)",
+                )
+            self.log(f"waiting for the source to format {self.device}")
+            self.sleep(self.poll_s)
+        if fs != FS_TYPE:
+            raise AgentError(ExitCode.VOLUME, f"{self.device} holds a {fs} file system, expected {FS_TYPE}")
+        self._mount(READER_MOUNT_OPTIONS)
+
+    def remount_reader(self) -> None:
+        """A read-only mount shows a frozen view: mount again to see what the writer published."""
+        self._check(self.runner.run(["umount", str(self.mount)]), "unmount")
+        self._mount(READER_MOUNT_OPTIONS)
+
+    def _mount(self, options: str) -> None:
+        self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
+        self._check(
+            self.runner.run(["mount", "-t", FS_TYPE, "-o", options, self.device, str(self.mount)]), "mount"
+        )
+
+    def _check(self, res: CommandResult, what: str) -> None:
+        if not res.ok:
+            raise AgentError(
+                ExitCode.VOLUME, f"cannot {what} {self.device} at {self.mount}: {res.describe()}"
+            )
+
+    @property
+    def reader_mount_template(self) -> str:
+        """The populator's remount command (`cachewarm populate --mount-cmd`)."""
+        return f"mount -t {FS_TYPE} -o {READER_MOUNT_OPTIONS} {{device}} {{mount}}"
