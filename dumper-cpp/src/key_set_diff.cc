@@ -81,6 +81,8 @@ Status KeySetDiff::AddCandidate(const Slice& raw_key, const Slice& url_key, int6
   if (phase_ == 1) {
     CW_RETURN_IF_ERROR(CloseAll());
     // Partitions with no existing key still need an (empty) file.
+    if (::mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::IOError(ErrnoMessage("mkdir " + dir_, errno));
     for (int p = 0; p < nparts_; p++) {
       FILE* f = std::fopen(PartPath("ex", p).c_str(), "ab");
       if (!f) return Status::IOError(ErrnoMessage("create " + PartPath("ex", p), errno));

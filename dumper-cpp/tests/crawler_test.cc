@@ -1,0 +1,184 @@
+// The metadump reader, key lists and the bounded-memory key-set difference.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "codec.h"
+#include "crawler.h"
+#include "env.h"
+#include "key_chunks.h"
+#include "key_set_diff.h"
+#include "testutil.h"
+
+namespace cachewarm {
+namespace {
+
+struct Got {
+  std::vector<std::pair<std::string, int64_t>> keys;
+};
+
+Status FeedPieces(CrawlReader* r, const std::string& s, size_t piece) {
+  for (size_t p = 0; p < s.size(); p += piece) CW_RETURN_IF_ERROR(r->Feed(s.data() + p, std::min(piece, s.size() - p)));
+  return Status::OK();
+}
+
+TEST(Crawler, BareNewlineLinesAndFinalEnd) {
+  const std::string dump =
+      "key=user%3A1 exp=-1 la=1700000000 cas=5 fetch=no cls=1 size=70\n"
+      "key=%00bin%20key%FF exp=1795003600 la=1700000000 cas=6 fetch=yes cls=2 size=80\n"
+      "key=k exp=0 la=1 cas=7 fetch=no cls=1 size=60\n"
+      "END\r\n";
+  for (size_t piece = 1; piece <= dump.size(); piece++) {
+    Got g;
+    CrawlReader r([&](const Slice& k, int64_t e) {
+      g.keys.push_back({k.ToString(), e});
+      return Status::OK();
+    });
+    ASSERT_TRUE(FeedPieces(&r, dump, piece).ok()) << piece;
+    ASSERT_TRUE(r.done());
+    EXPECT_FALSE(r.busy());
+    ASSERT_EQ(g.keys.size(), 3u);
+    EXPECT_EQ(g.keys[0], (std::pair<std::string, int64_t>{"user%3A1", -1}));
+    EXPECT_EQ(g.keys[1].second, 1795003600);
+    std::string raw;
+    ASSERT_TRUE(UrlDecode(g.keys[1].first, &raw));
+    EXPECT_EQ(raw, std::string("\x00" "bin key\xff", 9));
+  }
+}
+
+TEST(Crawler, BusyErrorsAndGarbage) {
+  auto run = [](const std::string& s, CrawlReader** keep = nullptr) {
+    static CrawlReader* r = nullptr;
+    delete r;
+    r = new CrawlReader([](const Slice&, int64_t) { return Status::OK(); });
+    if (keep) *keep = r;
+    return r->Feed(s.data(), s.size());
+  };
+  CrawlReader* r = nullptr;
+  EXPECT_TRUE(run("BUSY currently processing crawler request\r\n", &r).ok());
+  EXPECT_TRUE(r->busy());
+  EXPECT_EQ(run("ERROR\r\n").code(), Status::kServer);
+  EXPECT_EQ(run("CLIENT_ERROR bad command\r\n").code(), Status::kServer);
+  EXPECT_EQ(run("garbage\n").code(), Status::kProtocol);
+  EXPECT_EQ(run("key= exp=1\n").code(), Status::kProtocol);
+  EXPECT_EQ(run("key=a exp=\n").code(), Status::kProtocol);
+  EXPECT_EQ(run("END\r\nkey=a exp=1\n").code(), Status::kProtocol);
+  EXPECT_EQ(run(std::string(9000, 'k')).code(), Status::kProtocol);
+  run("");
+}
+
+TEST(KeyChunks, CutByBytesAndReadBack) {
+  TempDir t;
+  std::vector<std::pair<uint64_t, uint64_t>> published;
+  KeyChunkWriter w(Env::Default(), t.path(), 4096, 5, [&](uint64_t c, uint64_t n) { published.push_back({c, n}); });
+  for (int i = 0; i < 1000; i++) ASSERT_TRUE(w.Add("key%20" + std::to_string(i), i % 2 ? -1 : 1700000000 + i).ok());
+  ASSERT_TRUE(w.Flush().ok());
+  ASSERT_GT(published.size(), 3u);
+  EXPECT_EQ(published.front().first, 5u);
+  uint64_t total = 0, idx = 0;
+  for (auto& [c, n] : published) {
+    std::string contents;
+    ASSERT_TRUE(Env::Default()->ReadFileToString(t.path() + "/" + KeyChunkName(c), &contents).ok());
+    EXPECT_LE(contents.size(), 4096u);
+    uint64_t k = 0;
+    ASSERT_TRUE(ForEachKeyLine(contents, [&](const Slice& key, int64_t e) {
+                  EXPECT_EQ(key.ToString(), "key%20" + std::to_string(idx));
+                  EXPECT_EQ(e, idx % 2 ? -1 : int64_t(1700000000 + idx));
+                  idx++;
+                  k++;
+                  return Status::OK();
+                }).ok());
+    EXPECT_EQ(k, n);
+    total += n;
+  }
+  EXPECT_EQ(total, 1000u);
+  uint64_t c;
+  EXPECT_TRUE(ParseKeyChunkName("00000012.keys", &c));
+  EXPECT_EQ(c, 12u);
+  EXPECT_FALSE(ParseKeyChunkName(".tmp-00000012.keys", &c));
+  EXPECT_FALSE(ForEachKeyLine("no-newline 1", [](const Slice&, int64_t) { return Status::OK(); }).ok());
+  EXPECT_FALSE(ForEachKeyLine("k x\n", [](const Slice&, int64_t) { return Status::OK(); }).ok());
+}
+
+TEST(KeySetDiff, EmitsExactlyTheNewKeysOnce) {
+  TempDir t;
+  std::mt19937 rng(3);
+  std::set<std::string> existing, fresh;
+  for (int i = 0; i < 200000; i++) existing.insert("old" + std::to_string(i));
+  for (int i = 0; i < 3000; i++) fresh.insert(std::string("new\x01", 4) + std::to_string(rng()));
+  KeySetDiff diff(t.path() + "/diff", existing.size());
+  EXPECT_GE(diff.partitions(), 16);
+  for (const std::string& k : existing) ASSERT_TRUE(diff.AddExisting(k).ok());
+  // The crawl lists old and new keys, some twice.
+  auto cand = [&](const std::string& k) { return diff.AddCandidate(k, UrlEncode(k), 7); };
+  for (const std::string& k : existing) ASSERT_TRUE(cand(k).ok());
+  for (const std::string& k : fresh) ASSERT_TRUE(cand(k).ok());
+  for (const std::string& k : fresh) ASSERT_TRUE(cand(k).ok());
+  std::multiset<std::string> got;
+  ASSERT_TRUE(diff.Emit([&](const Slice& url, int64_t e) {
+                    std::string raw;
+                    EXPECT_TRUE(UrlDecode(url, &raw));
+                    EXPECT_EQ(e, 7);
+                    got.insert(raw);
+                    return Status::OK();
+                  }).ok());
+  EXPECT_EQ(got, std::multiset<std::string>(fresh.begin(), fresh.end()));
+}
+
+TEST(KeySetDiff, NothingExistingOrNothingCrawled) {
+  TempDir t;
+  {
+    KeySetDiff d(t.path() + "/a", 0);
+    int n = 0;
+    ASSERT_TRUE(d.Emit([&](const Slice&, int64_t) { n++; return Status::OK(); }).ok());
+    EXPECT_EQ(n, 0);
+  }
+  {
+    KeySetDiff d(t.path() + "/b", 0);
+    ASSERT_TRUE(d.AddCandidate("x", "x", -1).ok());
+    int n = 0;
+    ASSERT_TRUE(d.Emit([&](const Slice&, int64_t) { n++; return Status::OK(); }).ok());
+    EXPECT_EQ(n, 1);
+  }
+  std::vector<std::string> left;
+  Env::Default()->GetChildren(t.path(), &left);
+  EXPECT_TRUE(left.empty()) << left.size() << " " << (left.empty() ? "" : left[0]);  // scratch removed
+}
+
+TEST(Env, WritevAllResumesShortWritesAndEintr) {
+  std::string sink;
+  int calls = 0;
+  WritevFn fn = [&](int, const struct iovec* iov, int n) -> ssize_t {
+    calls++;
+    if (calls % 3 == 0) {
+      errno = EINTR;
+      return -1;
+    }
+    // Take at most 5 bytes, possibly splitting an iovec.
+    size_t left = 5;
+    ssize_t done = 0;
+    for (int i = 0; i < n && left; i++) {
+      size_t k = std::min(left, iov[i].iov_len);
+      sink.append(static_cast<const char*>(iov[i].iov_base), k);
+      left -= k;
+      done += ssize_t(k);
+    }
+    return done;
+  };
+  std::string a = "hello ", b = "", c = "wonderful ", d = "world";
+  struct iovec iov[4] = {{&a[0], a.size()}, {nullptr, 0}, {&c[0], c.size()}, {&d[0], d.size()}};
+  (void)b;
+  ASSERT_TRUE(WritevAll(fn, 0, iov, 4, "t").ok());
+  EXPECT_EQ(sink, "hello wonderful world");
+  WritevFn eio = [](int, const struct iovec*, int) -> ssize_t {
+    errno = EIO;
+    return -1;
+  };
+  Status s = WritevAll(eio, 0, iov, 4, "f.cwd");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("f.cwd"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cachewarm

@@ -1,0 +1,269 @@
+// The meta-protocol header parser and the receive stream, with adversarial values and split reads.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "codec.h"
+#include "coding.h"
+#include "meta_parser.h"
+#include "response_stream.h"
+
+namespace cachewarm {
+namespace {
+
+ParseResult P(const std::string& s, MetaResponse* r, std::string* err) { return ParseMetaHeader(s.data(), s.size(), r, err); }
+
+TEST(MetaParser, ValueLineWithFlags) {
+  MetaResponse r;
+  std::string err;
+  const std::string line = "VA 12 f4294967295 t-1 kuser:1 O99 c7\r\nhello world!\r\n";
+  ASSERT_EQ(P(line, &r, &err), ParseResult::kOk) << err;
+  EXPECT_EQ(r.type, MetaResponse::kValue);
+  EXPECT_EQ(r.value_len, 12u);
+  EXPECT_EQ(r.flags, 4294967295u);
+  EXPECT_EQ(r.ttl, -1);
+  EXPECT_EQ(line.substr(r.key_offset, r.key_len), "user:1");
+  EXPECT_EQ(r.header_len, line.find("\r\n") + 2);
+  EXPECT_FALSE(r.key_base64);
+  ASSERT_EQ(P("VA 0 f0 t30 kAGJpbg== b\r\n\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_TRUE(r.key_base64);
+  EXPECT_EQ(r.ttl, 30);
+}
+
+TEST(MetaParser, OtherResponses) {
+  MetaResponse r;
+  std::string err;
+  ASSERT_EQ(P("MN\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kNoop);
+  ASSERT_EQ(P("EN\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kMiss);
+  ASSERT_EQ(P("HD f1\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kHit);
+  ASSERT_EQ(P("SERVER_ERROR out of memory\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kServerError);
+  EXPECT_EQ(r.message, "SERVER_ERROR out of memory");
+  ASSERT_EQ(P("CLIENT_ERROR bad data chunk\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kClientError);
+  ASSERT_EQ(P("ERROR\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kError);
+  ASSERT_EQ(P("VALUE x 0 1\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kOther);
+  ASSERT_EQ(P("MNX\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kOther);
+}
+
+TEST(MetaParser, IncompleteAndBadLines) {
+  MetaResponse r;
+  std::string err;
+  for (const char* part : {"", "V", "VA 1", "VA 12 f1 t-1 kabc", "VA 12 f1 t-1 kabc\r", "MN\r"})
+    EXPECT_EQ(P(part, &r, &err), ParseResult::kNeedMore) << part;
+  for (const char* bad : {"VA x f1\r\n", "VA 4294967296 f1\r\n", "VA 1 f4294967296 t1 ka\r\n", "VA 1 fx\r\n",
+                          "VA 1 t-2 ka\r\n", "VA 1 tz ka\r\n", "VA 1 f1 t1 k\r\n", "MN\n", "\n", "VA\r\n",
+                          "VA -1 f1\r\n", "VA 99999999999999999999999 f1\r\n"})
+    EXPECT_EQ(P(bad, &r, &err), ParseResult::kBad) << bad;
+  EXPECT_EQ(P(std::string(kMaxHeaderLine, 'A'), &r, &err), ParseResult::kBad);
+  EXPECT_NE(err.find("longer than"), std::string::npos);
+}
+
+// --- ResponseStream ---------------------------------------------------------------------------
+
+struct Rec {
+  std::string key;
+  uint32_t flags;
+  int64_t ttl;
+  std::string value;
+};
+
+class CaptureSink : public RecordSink {
+ public:
+  Status Write(const struct iovec* iov, int n, uint64_t records) override {
+    for (int i = 0; i < n; i++) bytes.append(static_cast<const char*>(iov[i].iov_base), iov[i].iov_len);
+    this->records += records;
+    writes++;
+    return Status::OK();
+  }
+  Status OnBatchEnd(uint64_t hits, uint64_t skipped) override {
+    batches.push_back({hits, skipped});
+    return Status::OK();
+  }
+  std::string bytes;
+  uint64_t records = 0;
+  int writes = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> batches;
+};
+
+std::string Respond(const Rec& r) {
+  std::string key = r.key, b;
+  if (!IsPlainKey(key)) {
+    Base64Encode(r.key, &key);
+    b = " b";
+  }
+  return "VA " + std::to_string(r.value.size()) + " f" + std::to_string(r.flags) + " t" + std::to_string(r.ttl) +
+         " k" + key + b + "\r\n" + r.value + "\r\n";
+}
+
+std::string Expected(const std::vector<Rec>& recs, int64_t now, int64_t min_ttl) {
+  std::string o;
+  for (const Rec& r : recs) {
+    if (min_ttl > 0 && r.ttl != -1 && r.ttl < min_ttl) continue;
+    char h[kRecordHeaderSize];
+    EncodeRecordHeader(h, uint32_t(r.value.size()), r.flags, r.ttl == -1 ? -1 : now + r.ttl, uint8_t(r.key.size()));
+    o.append(h, sizeof h);
+    o += r.key;
+    o += r.value;
+  }
+  return o;
+}
+
+// Feeds `wire` into the stream in pieces chosen by `next_piece`.
+template <typename F>
+Status Feed(ResponseStream* rs, const std::string& wire, CaptureSink* sink, F next_piece) {
+  size_t pos = 0;
+  while (pos < wire.size()) {
+    size_t n = std::min({next_piece(), wire.size() - pos, rs->WritableBytes()});
+    if (n == 0) n = 1;
+    if (rs->WritableBytes() == 0) return Status::Protocol("stream buffer full");
+    std::memcpy(rs->WritePtr(), wire.data() + pos, n);
+    pos += n;
+    CW_RETURN_IF_ERROR(rs->Commit(n, sink));
+  }
+  return Status::OK();
+}
+
+std::vector<Rec> Adversarial() {
+  return {
+      {"plain", 0, -1, "hello"},
+      {"empty", 7, 100, ""},
+      {"proto", 1, -1, "VA 5 f0 t-1 kx\r\nEN\r\nMN\r\nVALUE x 0 1\r\nEND\r\nSERVER_ERROR no\r\n"},
+      {"crlf-only", 2, 5, "\r\n\r\n"},
+      {std::string("\x00" "bin\xff key", 9), 4294967295u, 3600, std::string("\x00\xff", 2)},
+      {std::string(250, 'k'), 9, -1, "long key"},
+      {std::string(186, '\x01'), 10, 1, "longest binary key"},
+  };
+}
+
+TEST(ResponseStream, EverySplitPointGivesTheSameRecords) {
+  const auto recs = Adversarial();
+  std::string wire;
+  for (const Rec& r : recs) wire += Respond(r);
+  wire += "MN\r\n";
+  const std::string want = Expected(recs, 1000, 0);
+  for (size_t cut = 0; cut <= wire.size(); cut++) {
+    ResponseStream rs(8192, 0);
+    rs.set_now(1000);
+    CaptureSink sink;
+    size_t calls = 0;
+    Status s = Feed(&rs, wire, &sink, [&] { return calls++ == 0 ? (cut ? cut : 1) : wire.size(); });
+    ASSERT_TRUE(s.ok()) << cut << ": " << s.ToString();
+    ASSERT_EQ(sink.bytes, want) << "split at " << cut;
+    ASSERT_EQ(sink.batches.size(), 1u);
+    EXPECT_EQ(sink.batches[0].first, recs.size());
+    EXPECT_TRUE(rs.AtBoundary());
+  }
+}
+
+TEST(ResponseStream, RandomPiecesLargeValuesStreamedAndMinTtl) {
+  std::mt19937 rng(7);
+  std::vector<Rec> recs;
+  std::string wire;
+  int in_batch = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> want_batches;
+  uint64_t hits = 0, skipped = 0;
+  for (int i = 0; i < 600; i++) {
+    Rec r;
+    r.key = "key" + std::to_string(i);
+    if (i % 17 == 0) r.key += std::string(1, char(0x80 + i % 100));  // needs base64
+    const int kind = int(rng() % 10);
+    r.value.resize(kind == 0 ? 20000 + rng() % 30000 : kind == 1 ? 8000 + rng() % 300 : rng() % 300);
+    for (char& c : r.value) c = "VAEN\r\n MNx"[rng() % 10];
+    r.flags = uint32_t(rng());
+    r.ttl = (i % 3 == 0) ? -1 : int64_t(rng() % 200);
+    recs.push_back(r);
+    wire += Respond(r);
+    hits++;
+    if (r.ttl != -1 && r.ttl < 50) skipped++;
+    if (++in_batch == 37 || i == 599) {
+      wire += "MN\r\n";
+      want_batches.push_back({hits, skipped});
+      hits = skipped = in_batch = 0;
+    }
+  }
+  for (int trial = 0; trial < 20; trial++) {
+    ResponseStream rs(8192, 50);
+    rs.set_now(5000);
+    CaptureSink sink;
+    Status s = Feed(&rs, wire, &sink, [&] { return size_t(1 + rng() % (trial < 10 ? 64 : 20000)); });
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(sink.bytes, Expected(recs, 5000, 50));
+    ASSERT_EQ(sink.batches, want_batches);
+    EXPECT_TRUE(rs.AtBoundary());
+  }
+}
+
+TEST(ResponseStream, ManyRecordsPerReadAreBatchedIntoFewWrites) {
+  std::string wire;
+  std::vector<Rec> recs;
+  for (int i = 0; i < 1000; i++) {
+    recs.push_back({"k" + std::to_string(i), 0, -1, std::string(100, 'v')});
+    wire += Respond(recs.back());
+  }
+  wire += "MN\r\n";
+  ResponseStream rs(1 << 20, 0);
+  CaptureSink sink;
+  ASSERT_TRUE(Feed(&rs, wire, &sink, [&] { return wire.size(); }).ok());
+  EXPECT_EQ(sink.records, 1000u);
+  EXPECT_LE(sink.writes, 4 + 1000 / 256);  // iovecs of up to 256 records per writev
+  EXPECT_EQ(sink.bytes, Expected(recs, 0, 0));
+}
+
+Status FeedAll(const std::string& wire, size_t buffer = 8192) {
+  ResponseStream rs(buffer, 0);
+  CaptureSink sink;
+  return Feed(&rs, wire, &sink, [&] { return size_t(3); });
+}
+
+TEST(ResponseStream, ErrorsAreLoud) {
+  const std::string ok = Respond({"a", 0, -1, "x"});
+  Status s = FeedAll(ok + "SERVER_ERROR out of memory storing object\r\n");
+  EXPECT_EQ(s.code(), Status::kServer);
+  EXPECT_NE(s.message().find("SERVER_ERROR out of memory"), std::string::npos);
+  EXPECT_EQ(FeedAll("CLIENT_ERROR bad command line format\r\n").code(), Status::kServer);
+  EXPECT_EQ(FeedAll("ERROR\r\n").code(), Status::kServer);
+  EXPECT_EQ(FeedAll("HD\r\n").code(), Status::kProtocol);
+  EXPECT_EQ(FeedAll("VALUE a 0 1\r\nx\r\nEND\r\n").code(), Status::kProtocol);
+  EXPECT_EQ(FeedAll("VA 1 f0 t-1 ka\r\nxx\r\n").code(), Status::kProtocol);  // value longer than declared
+  EXPECT_EQ(FeedAll("VA 1 f0 ka\r\nx\r\n").code(), Status::kProtocol);       // no TTL
+  EXPECT_EQ(FeedAll("VA 1 f0 t-1 k!!!! b\r\nx\r\n").code(), Status::kProtocol);  // bad base64
+  EXPECT_EQ(FeedAll("VA 100000 f0 t-1 ka\r\n" + std::string(100000, 'x') + "\r\r").code(), Status::kProtocol);
+  EXPECT_EQ(FeedAll(std::string(5000, 'x')).code(), Status::kProtocol);
+  // An "EN" (miss without q) is fine and counts nothing.
+  EXPECT_TRUE(FeedAll("EN\r\nMN\r\n").ok());
+}
+
+TEST(Codec, Base64AndUrl) {
+  std::string e;
+  for (const std::string& in : {std::string(""), std::string("a"), std::string("ab"), std::string("abc"),
+                                std::string("\x00\xff\x10 ", 4), std::string(186, '\xee')}) {
+    Base64Encode(in, &e);
+    std::string d = e;
+    long n = Base64DecodeInPlace(d.data(), d.size(), d.data());
+    ASSERT_EQ(n, long(in.size()));
+    EXPECT_EQ(d.substr(0, size_t(n)), in);
+  }
+  EXPECT_EQ(Base64DecodeInPlace("abc", 3, nullptr), -1);
+  char bad[] = "ab=c";
+  EXPECT_EQ(Base64DecodeInPlace(bad, 4, bad), -1);
+  std::string out;
+  ASSERT_TRUE(UrlDecode("a%20b%2Fc%00%FF", &out));
+  EXPECT_EQ(out, std::string("a b/c\x00\xff", 7));
+  EXPECT_FALSE(UrlDecode("%2", &out));
+  EXPECT_FALSE(UrlDecode("%zz", &out));
+  EXPECT_FALSE(UrlDecode("abc%", &out));
+  EXPECT_EQ(UrlEncode(std::string("a b\x00", 4)), "a%20b%00");
+  EXPECT_TRUE(IsPlainKey("abc:~!"));
+  EXPECT_FALSE(IsPlainKey("a b"));
+  EXPECT_FALSE(IsPlainKey("\x7f"));
+}
+
+}  // namespace
+}  // namespace cachewarm
