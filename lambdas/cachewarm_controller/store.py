@@ -126,7 +126,7 @@ class S3Store:
                 return None
 
         out: StatusMap = {}
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(keys)))) as pool:
             for st in pool.map(get, keys):
                 if st is not None:
                     out[(st.role, st.node_id)] = st

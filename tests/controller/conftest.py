@@ -1,391 +1,67 @@
-"""Offline AWS world for the controller: moto (EC2/SSM/S3/CloudWatch/Step Functions/Lambda) plus the
-three fakes for what moto gets wrong (multi-attach, SSM command status/online, agents' heartbeats).
-
-The real ASL file runs under moto's Step Functions interpreter; its Lambda tasks are dispatched
-in-process to the real handlers (moto's Lambda only echoes); Wait states advance a fake clock
-instead of sleeping, and Retry back-off does not sleep.
-"""
+"""Fixtures for the controller tests (the harness is in support.py)."""
 
 from __future__ import annotations
 
-import json
-import re
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import boto3
 import pytest
 from cachewarm_controller import handlers, steps
-from cachewarm_controller.agents import SsmAgentRunner
-from cachewarm_controller.attach import Attachment
-from cachewarm_controller.awsutil import TAG_REPLICA
-from cachewarm_controller.model import NodeStats
-from cachewarm_controller.store import NodeStatus, Progress, S3Store, StatusMap
+from cachewarm_controller.store import S3Store
 from moto import mock_aws
 
-REPO = Path(__file__).resolve().parents[2]
-ASL_PATH = REPO / "statemachine" / "warm.asl.json"
-DOCS_DIR = REPO / "infra" / "ssm_documents"
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-BUCKET = "cachewarm-status-test"
-DUMP_DOC = "cachewarm-dump-agent"
-POPULATE_DOC = "cachewarm-populate-agent"
-AMI = "ami-12c6146b"  # one of moto's built-in AMIs
-MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+from tests.controller.support import (
+    AMI,
+    BUCKET,
+    DOCS_DIR,
+    DUMP_DOC,
+    MOTO_CONFIG,
+    POPULATE_DOC,
+    REGION,
+    AgentSim,
+    FakeAttacher,
+    FakeClock,
+    World,
+    dispatcher,
+)
 
-
-class FakeClock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class FakeAttacher:
-    """Multi-attach as EC2 does it (moto keeps only the last attachment): attachments are immediate."""
-
-    def __init__(self) -> None:
-        self.table: dict[str, dict[str, Attachment]] = {}
-        self.calls: list[tuple[str, str, str]] = []
-
-    def attachments(self, volume_ids: Sequence[str]) -> dict[str, list[Attachment]]:
-        return {v: list(self.table.get(v, {}).values()) for v in volume_ids}
-
-    def attach(self, volume_id: str, instance_id: str, device: str) -> None:
-        self.calls.append(("attach", volume_id, instance_id))
-        self.table.setdefault(volume_id, {})[instance_id] = Attachment(
-            volume_id, instance_id, "attached", device
-        )
-
-    def detach(self, volume_id: str, instance_id: str, force: bool) -> None:
-        self.calls.append(("detach", volume_id, instance_id))
-        self.table.get(volume_id, {}).pop(instance_id, None)
-
-
-@dataclass
-class SimNode:
-    """How one node's agents behave in the simulation."""
-
-    finish_after_s: float = 600.0  # populate done this long after its command was sent
-    items: int = 1000
-    files: int = 10
-    silent_attempts: int = 0  # the first N populate attempts never heartbeat (go stale)
-    fail_attempts: int = 0  # the first N populate attempts report state=failed
-
-
-@dataclass
-class AgentSim:
-    """Stands in for SSM + the agents on the instances: SendCommand really goes to moto (so the
-    parameters are inspected there), command status is what the simulated agent is doing, and the
-    agents' status objects are synthesized from the fake clock (optionally written to moto's S3 and
-    read back through the real S3Store)."""
-
-    ssm: Any
-    clock: FakeClock
-    store: S3Store | None = None
-    default: SimNode = field(default_factory=SimNode)
-    nodes: dict[str, SimNode] = field(default_factory=dict)
-    # (role, node) -> list of (command id, attempt, sent_at)
-    sent: dict[tuple[str, str], list[tuple[str, int, float]]] = field(default_factory=dict)
-    cancelled: list[str] = field(default_factory=list)
-    offline: set[str] = field(default_factory=set)
-    command_params: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._real = SsmAgentRunner(self.ssm, sleep=lambda s: None)
-
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str:
-        cid = self._real.send(document, instance_id, parameters, comment)
-        role = "dump" if document == DUMP_DOC else "populate"
-        node = parameters["nodeId"]
-        runs = self.sent.setdefault((role, node), [])
-        runs.append((cid, len(runs) + 1, self.clock()))
-        self.command_params.append({"document": document, "instance": instance_id, **parameters})
-        return cid
-
-    def _node(self, node: str) -> SimNode:
-        return self.nodes.get(node, self.default)
-
-    def _status(self, role: str, node: str) -> NodeStatus | None:
-        runs = self.sent.get((role, node))
-        if not runs:
-            return None
-        _, attempt, sent_at = runs[-1]
-        sim = self._node(node)
-        now = self.clock()
-        progress = Progress(items=sim.items, bytes=sim.items * 1000, files=sim.files)
-        if role == "dump":
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
-        if attempt <= sim.silent_attempts:
-            return None
-        if attempt <= sim.silent_attempts + sim.fail_attempts:
-            return NodeStatus(
-                node, role, "failed", int(now * 1000), Progress(), "injected agent failure", attempt
-            )
-        if now - sent_at >= sim.finish_after_s:
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
-        return NodeStatus(
-            node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
-        )
-
-    def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
-        out: StatusMap = {}
-        for role, node in self.sent:
-            st = self._status(role, node)
-            if st is not None:
-                out[(role, node)] = st
-        if self.store is None:
-            return out
-        for (role, node), st in out.items():  # the agents' side of the contract
-            body = {
-                "warm_id": warm_id,
-                "node_id": node,
-                "role": role,
-                "state": st.state,
-                "heartbeat_ms": st.heartbeat_ms,
-                "progress": st.progress.__dict__,
-                "error": st.error,
-                "attempt": st.attempt,
-            }
-            self.store.s3.put_object(
-                Bucket=self.store.bucket, Key=f"{prefix}/{warm_id}/{role}/{node}.json", Body=json.dumps(body)
-            )
-        return self.store.read_statuses(prefix, warm_id)
-
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for (role, node), runs in self.sent.items():
-            for cid, _, _ in runs:
-                if cid in self.cancelled:
-                    out[cid] = "Cancelled"
-                    continue
-                st = self._status(role, node) if cid == runs[-1][0] else None
-                out[cid] = "Success" if st is not None and st.state == "done" else "InProgress"
-        return {c: out.get(c, "Undeliverable") for c in command_ids}
-
-    def cancel(self, command_ids: Sequence[str]) -> None:
-        self.cancelled.extend(command_ids)
-
-    def online(self, instance_ids: Sequence[str]) -> set[str]:
-        return set(instance_ids) - self.offline
-
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
-        return {i: NodeStats(items=1_000_000 + int(i[-4:], 16), bytes=5 * 1024**3) for i in instance_ids}
-
-
-@dataclass
-class World:
-    ec2: Any
-    ssm: Any
-    s3: Any
-    sfn: Any
-    clock: FakeClock
-    attacher: FakeAttacher
-    agents: AgentSim
-    deps: steps.Deps
-    subnets: dict[str, str]
-    source_ids: list[str]
-    template_id: str
-    faults: dict[str, str] = field(default_factory=dict)  # PascalName -> "before" | "after" | "transient"
-    invocations: list[str] = field(default_factory=list)
-
-    def make_input(self, **overrides: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "warm_id": "warm-test-1",
-            "source": {"replica": "main-a"},
-            "destination": {"replica": "main-b", "endpoints": ["10.0.9.1:11211", "10.0.9.2:11211"]},
-            "populator": {"launch_template_id": self.template_id},
-            "polling": {"interval_seconds": 120, "stale_after_seconds": 600, "max_revives": 2},
-        }
-        body.update(overrides)
-        return body
-
-    def add_source_nodes(self, replica: str, count: int, instance_type: str = "r5.large") -> list[str]:
-        ids: list[str] = []
-        azs = sorted(self.subnets)
-        for i in range(count):
-            az = azs[i % len(azs)]
-            resp = self.ec2.run_instances(
-                ImageId=AMI,
-                InstanceType=instance_type,
-                MinCount=1,
-                MaxCount=1,
-                SubnetId=self.subnets[az],
-                TagSpecifications=[
-                    {"ResourceType": "instance", "Tags": [{"Key": TAG_REPLICA, "Value": replica}]}
-                ],
-            )
-            ids.append(resp["Instances"][0]["InstanceId"])
-        return ids
-
-    def inventory(self, warm_id: str = "warm-test-1") -> steps.Inventory:
-        return steps.inventory(self.ec2, warm_id)
-
-    def status_objects(self, warm_id: str = "warm-test-1") -> list[str]:
-        resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{warm_id}/")
-        return [o["Key"] for o in resp.get("Contents", [])]
-
-    # ---- the state machine ----------------------------------------------------------------------
-
-    def create_state_machine(self) -> str:
-        definition = ASL_PATH.read_text()
-        subs = {
-            m: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{m[: -len('FunctionArn')]}"
-            for m in re.findall(r"\$\{(\w+FunctionArn)\}", definition)
-        }
-        subs.update(
-            {"StatusBucket": BUCKET, "DumpDocumentName": DUMP_DOC, "PopulateDocumentName": POPULATE_DOC}
-        )
-        for k, v in subs.items():
-            definition = definition.replace("${" + k + "}", v)
-        arn = self.sfn.create_state_machine(
-            name="cachewarm", definition=definition, roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn"
-        )["stateMachineArn"]
-        return str(arn)
-
-    def run(self, execution_input: Any, timeout_s: float = 90.0) -> Execution:
-        arn = self.create_state_machine()
-        raw = execution_input if isinstance(execution_input, str) else json.dumps(execution_input)
-        exec_arn = self.sfn.start_execution(stateMachineArn=arn, input=raw)["executionArn"]
-        deadline = time.monotonic() + timeout_s
-        while True:
-            desc = self.sfn.describe_execution(executionArn=exec_arn)
-            if desc["status"] != "RUNNING":
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"execution still running after {timeout_s}s")
-            time.sleep(0.02)
-        events: list[dict[str, Any]] = []
-        token = None
-        while True:
-            kw: dict[str, Any] = {"executionArn": exec_arn, "maxResults": 1000}
-            if token:
-                kw["nextToken"] = token
-            page = self.sfn.get_execution_history(**kw)
-            events.extend(page["events"])
-            token = page.get("nextToken")
-            if not token:
-                break
-        return Execution(desc, events)
-
-
-@dataclass
-class Execution:
-    desc: dict[str, Any]
-    events: list[dict[str, Any]]
-
-    @property
-    def status(self) -> str:
-        return str(self.desc["status"])
-
-    def entered(self) -> list[str]:
-        """State names in the order they were entered."""
-        return [e["stateEnteredEventDetails"]["name"] for e in self.events if "stateEnteredEventDetails" in e]
-
-    def outputs(self, state: str) -> list[dict[str, Any]]:
-        return [
-            json.loads(e["stateExitedEventDetails"]["output"])
-            for e in self.events
-            if "stateExitedEventDetails" in e and e["stateExitedEventDetails"]["name"] == state
-        ]
-
-    def types(self) -> list[str]:
-        return [e["type"] for e in self.events]
-
-    def failure(self) -> dict[str, Any]:
-        for e in self.events:
-            if e["type"] == "ExecutionFailed":
-                return dict(e["executionFailedEventDetails"])
-        raise AssertionError("execution did not fail")
-
-
-@dataclass
-class _Context:
-    function_name: str
-    memory_limit_in_mb: int = 256
-    aws_request_id: str = "req-1"
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{self.function_name}"
-
-
-def _snake(pascal: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", pascal).lower()
-
-
-class InjectedFault(Exception):
-    """A failure the test injects into a step (not retried by the ASL)."""
-
-
-def _dispatcher(world_ref: Callable[[], World]) -> Callable[..., bytes]:
-    def invoke(
-        self: Any,
-        function_name: str,
-        qualifier: Any,
-        body: Any,
-        headers: Any,
-        response_headers: dict[str, str],
-    ) -> bytes:
-        world = world_ref()
-        name = function_name.rsplit(":", 1)[-1]
-        world.invocations.append(name)
-        handler = getattr(handlers, _snake(name))
-        event = json.loads(body) if body else {}
-        fault = world.faults.get(name)
-        try:
-            if fault == "transient":
-                world.faults.pop(name)
-                from cachewarm_controller.errors import TransientError
-
-                raise TransientError("injected throttling")
-            if fault == "before":
-                raise InjectedFault(f"injected failure before {name}")
-            result = handler(event, _Context(name))
-            if fault == "after":
-                raise InjectedFault(f"injected failure after {name} did its work")
-        except Exception as exc:
-            response_headers["x-amz-function-error"] = "Unhandled"
-            return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()
-        return json.dumps(result).encode()
-
-    return invoke
+ENV = {
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "STATUS_BUCKET": BUCKET,
+    "DUMP_DOCUMENT_NAME": DUMP_DOC,
+    "POPULATE_DOCUMENT_NAME": POPULATE_DOC,
+    "POWERTOOLS_SERVICE_NAME": "cachewarm",
+    "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}
 
 
 @pytest.fixture
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "STATUS_BUCKET": BUCKET,
-        "DUMP_DOCUMENT_NAME": DUMP_DOC,
-        "POPULATE_DOCUMENT_NAME": POPULATE_DOC,
-        "POWERTOOLS_SERVICE_NAME": "cachewarm",
-        "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
-        "POWERTOOLS_LOG_LEVEL": "WARNING",
-    }.items():
+    """The Lambda environment, for tests that build their own moto world."""
+    for k, v in ENV.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("KMS_KEY_ID", raising=False)
 
 
-@pytest.fixture
-def world(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+@pytest.fixture(scope="module")
+def shared_world() -> Iterator[World]:
+    """One moto world per test module (building EC2/SSM backends costs seconds); tests share it and
+    are kept apart by their warm id."""
     from moto.awslambda_simple.models import LambdaSimpleBackend
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+    from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
-    with mock_aws(config=MOTO_CONFIG):
+    with pytest.MonkeyPatch.context() as monkeypatch, mock_aws(config=MOTO_CONFIG):
+        for k, v in ENV.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("KMS_KEY_ID", raising=False)
         ec2 = boto3.client("ec2", region_name=REGION)
         ssm = boto3.client("ssm", region_name=REGION)
         s3 = boto3.client("s3", region_name=REGION)
@@ -409,7 +85,8 @@ def world(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         )["LaunchTemplate"]["LaunchTemplateId"]
         clock = FakeClock()
         store = S3Store(s3, BUCKET)
-        agents = AgentSim(ssm, clock, store=store)
+        # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.
+        agents = AgentSim(ssm, clock)
         attacher = FakeAttacher()
         deps = steps.Deps(
             ec2=ec2,
@@ -431,6 +108,15 @@ def world(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
         # Only the retrier's module sees a sleep-free `time` (the test thread still really sleeps).
         monkeypatch.setattr(retrier_decl, "time", SimpleNamespace(sleep=clock.advance))
-        monkeypatch.setattr(LambdaSimpleBackend, "invoke", _dispatcher(lambda: w))
+        monkeypatch.setattr(LambdaSimpleBackend, "invoke", dispatcher(lambda: w))
+        # The interpreter builds a new boto3 Lambda client per task (~0.1 s each): reuse one.
+        lambda_client = boto3.client("lambda", region_name=REGION)
+        monkeypatch.setattr(lambda_eval_utils, "boto_client_for", lambda **kw: lambda_client)
         monkeypatch.setattr(handlers, "get_deps", lambda: w.deps)
         yield w
+
+
+@pytest.fixture
+def world(shared_world: World) -> World:
+    shared_world.reset()
+    return shared_world

@@ -1,11 +1,248 @@
-"""The real ASL executed by moto's Step Functions interpreter, Lambda tasks in-process."""
+"""The real ASL file executed by moto's Step Functions interpreter, its Lambda tasks dispatched
+in-process to the real handlers. Assertions are on the executed history as well as the end state."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
+
+import pytest
+
+from tests.controller.support import BUCKET, DOCS_DIR, DUMP_DOC, SimNode
+
+TASKS_BEFORE_POLL = [
+    "Plan",
+    "CreateVolumes",
+    "CheckVolumes",
+    "LaunchPopulators",
+    "CheckPopulators",
+    "AttachVolumes",
+    "StartAgents",
+]
+ALL_FAILABLE = [*TASKS_BEFORE_POLL, "CheckProgress", "Verify"]
+
+
+def assert_nothing_left(world: Any) -> None:
+    inv = world.inventory()
+    assert inv.empty, inv.describe()
+    assert world.status_objects() == []
+    assert all(not atts for atts in world.attacher.table.values()), world.attacher.table
 
 
 def test_success_path(world: Any) -> None:
+    world.agents.store = world.deps.s3  # agents' status objects go through moto's S3 and back
     ex = world.run(world.make_input())
     assert ex.status == "SUCCEEDED", ex.desc
-    print(ex.entered())
+    entered = ex.entered()
+    assert entered[:10] == [
+        "ValidateInput",
+        "Plan",
+        "CreateVolumes",
+        "CheckVolumes",
+        "VolumesAvailable?",
+        "LaunchPopulators",
+        "CheckPopulators",
+        "PopulatorsReady?",
+        "AttachVolumes",
+        "StartAgents",
+    ]
+    assert (
+        entered[-4:] == ["TeardownComplete?", "WarmOutcome", "WarmSucceeded"][-3:]
+        or entered[-1] == "WarmSucceeded"
+    )
+    assert entered.index("Verify") < entered.index("Teardown")
+    assert "WarmFailed" not in entered and "InputRejected" not in entered
+    # Polls at replica level: one CheckProgress per interval until every node is done (600 s / 120 s).
+    progress = ex.outputs("CheckProgress")
+    assert [p["progress"]["done"] for p in progress] == [False] * (len(progress) - 1) + [True]
+    assert progress[-1]["progress"]["nodes_done"] == 3
+    assert len(progress) == 5
+    plan = ex.outputs("Plan")[0]["plan"]
+    assert plan["nodes"] == 3 and plan["source_replica"] == "main-a"
+    assert ex.outputs("CreateVolumes")[0]["volumes"]["created"] == 3
+    assert ex.outputs("AttachVolumes")[0]["attach"]["attachments"] == 6
+    assert ex.outputs("StartAgents")[0]["agents"]["commands"] == 6
+    assert ex.outputs("Verify")[0]["verify"]["sampled"] == 3
+    # Each volume went to its source node and its populator; everything is gone afterwards.
+    attached = [(v, i) for op, v, i in world.attacher.calls if op == "attach"]
+    assert {i for _, i in attached} >= set(world.source_ids)
+    assert_nothing_left(world)
+    assert ex.types()[-1] == "ExecutionSucceeded"
+
+
+def test_agent_commands_match_the_ssm_documents(world: Any) -> None:
+    ex = world.run(world.make_input())
+    assert ex.status == "SUCCEEDED"
+    docs = {n: json.loads((DOCS_DIR / f"{n}.json").read_text()) for n in ("dump-agent", "populate-agent")}
+    sent = world.agents.command_params
+    assert len(sent) == 6
+    for cmd in sent:
+        doc = docs["dump-agent" if cmd["document"] == DUMP_DOC else "populate-agent"]
+        params = {k: v for k, v in cmd.items() if k not in {"document", "instance"}}
+        # Every parameter the controller sends exists in the document and passes its allowedPattern.
+        for key, value in params.items():
+            assert key in doc["parameters"], key
+            assert re.fullmatch(doc["parameters"][key]["allowedPattern"], value), (key, value)
+        required = {k for k, p in doc["parameters"].items() if "default" not in p}
+        assert required <= params.keys()
+    # The commands really reached SSM (moto) with those parameters.
+    listed = [c for c in world.ssm.list_commands()["Commands"] if world.warm_id + " " in c["Comment"]]
+    assert len(listed) == 6
+    assert {c["DocumentName"] for c in listed} == {"cachewarm-dump-agent", "cachewarm-populate-agent"}
+    dump = next(c for c in listed if c["DocumentName"] == DUMP_DOC)
+    assert dump["Parameters"]["statusBucket"] == [BUCKET]
+    # (moto lists every instance under InstanceIds; the targets are checked on what was sent.)
+    for cmd in sent:
+        if cmd["document"] == DUMP_DOC:
+            assert cmd["instance"] == cmd["nodeId"] and cmd["instance"] in world.source_ids
+        else:
+            assert cmd["instance"] not in world.source_ids
+
+
+# "after": the step did its work (created/attached/started things), then failed — the hard case for
+# teardown. "before" once early and once mid-way.
+@pytest.mark.parametrize(
+    ("stage", "when"),
+    [*((s, "after") for s in ALL_FAILABLE), ("Plan", "before"), ("AttachVolumes", "before")],
+)
+def test_failure_at_every_stage_tears_down(world: Any, stage: str, when: str) -> None:
+    world.faults[stage] = when
+    ex = world.run(world.make_input())
+    assert ex.status == "FAILED"
+    failure = ex.failure()
+    assert failure["error"] == "InjectedFault"
+    assert stage in failure["cause"]
+    entered = ex.entered()
+    failed_at = entered.index(stage)
+    assert "Teardown" in entered[failed_at + 1 :], entered
+    assert entered[-1] == "WarmFailed"
+    # The injected fault is not retried (only throttling/transient errors are).
+    assert world.invocations.count(stage) == 1
+    # Nothing after the failing stage ran.
+    later = ALL_FAILABLE[ALL_FAILABLE.index(stage) + 1 :]
+    assert not set(later) & set(world.invocations)
+    assert_nothing_left(world)
+
+
+def test_transient_error_is_retried_with_backoff(world: Any) -> None:
+    world.faults["CreateVolumes"] = "transient"
+    ex = world.run(world.make_input())
+    assert ex.status == "SUCCEEDED"
+    assert world.invocations.count("CreateVolumes") == 2
+    create_events = [e["type"] for e in ex.events if e["type"].startswith("LambdaFunction")]
+    assert "LambdaFunctionFailed" in create_events
+    assert ex.outputs("CreateVolumes")[0]["volumes"]["volumes"] == 3
+    assert_nothing_left(world)
+
+
+def test_stale_node_is_revived_and_the_warm_completes(world: Any) -> None:
+    stale = world.source_ids[1]
+    world.agents.nodes[stale] = SimNode(silent_attempts=1)  # first populate never heartbeats
+    world.agents.store = world.deps.s3
+    ex = world.run(world.make_input())
+    assert ex.status == "SUCCEEDED", ex.desc
+    revived = [r for p in ex.outputs("CheckProgress") for r in p["progress"]["revived"]]
+    assert len(revived) == 1
+    assert revived[0]["node"] == stale and revived[0]["role"] == "populate"
+    assert "heartbeat stale" in revived[0]["reason"]
+    runs = world.agents.sent[("populate", stale)]
+    assert [attempt for _, attempt, _ in runs] == [1, 2]
+    assert runs[0][0] in world.agents.cancelled  # the hung command was cancelled before the resume
+    assert_nothing_left(world)
+
+
+def test_node_failing_past_revive_limit_fails_the_warm(world: Any) -> None:
+    bad = world.source_ids[0]
+    world.agents.nodes[bad] = SimNode(fail_attempts=10)
+    ex = world.run(world.make_input())
+    assert ex.status == "FAILED"
+    failure = ex.failure()
+    assert failure["error"] == "NodeFailedError"
+    assert bad in failure["cause"] and "max_revives=2" in failure["cause"]
+    assert len(world.agents.sent[("populate", bad)]) == 3  # first run + 2 revives
+    assert ex.entered()[-3:] == ["TeardownComplete?", "WarmOutcome", "WarmFailed"]
+    assert_nothing_left(world)
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"warm_id": "warm-test-1"}, "destination"),
+        ({"warm_id": "Bad Id!", "destination": {"endpoints": ["a:1"]}}, "warm_id"),
+        ("hello", "input must be a JSON object"),
+        ([1, 2], "input must be a JSON object"),
+        ("HOSTILE", "destination.endpoints.0"),
+        ("NO_TEMPLATE", "populator"),
+        ("TWO_SOURCES", "source"),
+        ("UNKNOWN_FIELD", "volumes"),
+        ("IOPS", "volume.iops"),
+    ],
+)
+def test_bad_input_is_rejected_before_anything_is_created(world: Any, raw: Any, named: str) -> None:
+    if raw == "HOSTILE":
+        raw = world.make_input(destination={"endpoints": ["10.0.0.1:11211; rm -rf /"]})
+    elif raw == "NO_TEMPLATE":
+        raw = world.make_input(populator={})
+    elif raw == "TWO_SOURCES":
+        raw = world.make_input(source={"replica": "main-a", "instance_ids": [world.source_ids[0]]})
+    elif raw == "UNKNOWN_FIELD":
+        raw = world.make_input(volumes={"iops": 5000})
+    elif raw == "IOPS":
+        raw = world.make_input(volume={"iops": 10})
+    before = snapshot(world)
+    ex = world.run(raw)
+    assert ex.status == "FAILED"
+    failure = ex.failure()
+    assert failure["error"] == "InvalidInputError"
+    assert named in json.loads(failure["cause"])["errorMessage"]
+    assert ex.entered() == ["ValidateInput", "InputRejected"]
+    assert world.invocations == ["ValidateInput"]
+    assert snapshot(world) == before  # no volume, instance, command or object created
+
+
+def snapshot(world: Any) -> tuple[int, int, int, int]:
+    """Counts of everything that could be created (across all warms in the shared moto world)."""
+    vols = len(world.ec2.describe_volumes()["Volumes"])
+    insts = sum(len(r["Instances"]) for r in world.ec2.describe_instances()["Reservations"])
+    cmds = len(world.ssm.list_commands()["Commands"])
+    objs = world.s3.list_objects_v2(Bucket=BUCKET).get("KeyCount", 0)
+    return vols, insts, cmds, objs
+
+
+def test_warm_id_in_use_is_rejected_and_its_resources_are_left_alone(world: Any) -> None:
+    vol = world.ec2.create_volume(
+        AvailabilityZone="us-east-1a",
+        Size=4,
+        TagSpecifications=[
+            {"ResourceType": "volume", "Tags": [{"Key": "cachewarm:warm-id", "Value": world.warm_id}]}
+        ],
+    )["VolumeId"]
+    ex = world.run(world.make_input())
+    assert ex.status == "FAILED"
+    assert ex.failure()["error"] == "InvalidInputError"
+    assert "in use" in ex.failure()["cause"]
+    assert [v["VolumeId"] for v in world.inventory().volumes] == [vol]
+    world.ec2.delete_volume(VolumeId=vol)
+
+
+def test_non_nitro_source_fails_in_plan_before_creating_anything(world: Any) -> None:
+    old = world.add_source_nodes(None, 2, instance_type="t2.micro")
+    before = snapshot(world)
+    ex = world.run(world.make_input(source={"instance_ids": old}))
+    assert ex.status == "FAILED"
+    failure = ex.failure()
+    assert failure["error"] == "NotNitroError"
+    assert "t2.micro" in failure["cause"] and "Nitro" in failure["cause"]
+    assert "CreateVolumes" not in world.invocations
+    assert snapshot(world)[:3] == before[:3]
+    assert_nothing_left(world)
+
+
+def test_source_picked_by_most_items_when_not_given(world: Any) -> None:
+    body = world.make_input()
+    del body["source"]
+    ex = world.run(body)
+    assert ex.status == "SUCCEEDED"
+    # main-b is the destination; main-a is the only candidate left, asked for its stats via SSM.
+    assert ex.outputs("Plan")[0]["plan"]["source_replica"] == "main-a"
