@@ -48,7 +48,8 @@ def _pattern(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     rx = re.compile(PATTERNS[name])
 
     def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is not None and not rx.match(value):
+        # fullmatch: `$` alone would accept a trailing newline.
+        if value is not None and not rx.fullmatch(value):
             raise click.BadParameter(f"{value!r} does not match {PATTERNS[name]}", ctx, param)
         return value
 
@@ -57,7 +58,7 @@ def _pattern(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 def _endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
     for part in value.split(","):
-        if not re.match(PATTERNS["endpoint"], part):
+        if not re.fullmatch(PATTERNS["endpoint"], part):
             raise click.BadParameter(f"{part!r} is not HOST:PORT", ctx, param)
     return value
 

@@ -1,0 +1,147 @@
+"""The SSM documents (infra/ssm_documents/*.json): every parameter is pattern-checked, hostile values
+never match, what the controller sends does, and the command lines parse as our agent CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cachewarm.node_agent.cli import agent_group
+
+from tests.infra.support import documents_dir
+
+DOCS = sorted(documents_dir().glob("*.json"))
+HOSTILE = [
+    "; rm -rf /",
+    "x; rm -rf /",
+    "$(reboot)",
+    "x$(reboot)",
+    "${IFS}",
+    "`id`",
+    "x`id`",
+    "x\nrm -rf /",
+    "\nrm -rf /",
+    "x'; rm -rf / #",
+    "x' '",
+    'x"; rm -rf / #',
+    "x && reboot",
+    "x || reboot",
+    "x | nc evil 1",
+    "x > /etc/passwd",
+    "x < /etc/shadow",
+    "x\\",
+    "x\trm",
+    "x\x00",
+    "{{ other }}",
+    "",
+]
+# What the controller sends (lambdas/cachewarm_controller) — each must pass its pattern.
+VALID = {
+    "warmId": "warm-2026-11-22",
+    "nodeId": "i-0123456789abcdef0",
+    "device": "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0",
+    "mount": "/mnt/cachewarm",
+    "statusBucket": "cachewarm-status-123456789012",
+    "statusPrefix": "warms",
+    "maxItemsPerSecond": "250000",
+    "executionTimeout": "172800",
+    "memcached": "127.0.0.1:11211",
+    "threads": "4",
+    "to": "10.0.0.1:11211,ip-10-0-0-2.ec2.internal:11211",
+    "mode": "add",
+    "dumperTarballUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/abc123.tar.gz",
+    "agentBundleUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/def456.tar.gz",
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def params(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    return list(load(path).get("parameters", {}).items())
+
+
+def test_documents_exist() -> None:
+    assert {p.stem for p in DOCS} >= {"dump-agent", "populate-agent"}
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_every_parameter_has_an_anchored_pattern(path: Path) -> None:
+    doc = load(path)
+    assert doc["schemaVersion"] == "2.2"
+    assert all(s["action"] == "aws:runShellScript" for s in doc["mainSteps"])
+    for name, spec in params(path):
+        pattern = spec.get("allowedPattern")
+        assert pattern, f"{path.name}: {name} has no allowedPattern"
+        assert pattern.startswith("^") and pattern.endswith("$"), (
+            f"{path.name}: {name} pattern is not anchored"
+        )
+        re.compile(pattern)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_hostile_values_never_match(path: Path) -> None:
+    for name, spec in params(path):
+        rx = re.compile(spec["allowedPattern"])
+        for bad in HOSTILE:
+            # search(), not fullmatch(): SSM must not accept a value in which the pattern merely occurs.
+            assert not rx.search(bad), f"{path.name}: {name} accepts {bad!r}"
+        # A valid value with shell metacharacters around it is still refused.
+        if name in VALID:
+            for wrapped in (f"{VALID[name]}; rm -rf /", f"$({VALID[name]})", f"{VALID[name]}\nreboot"):
+                assert not rx.search(wrapped), f"{path.name}: {name} accepts {wrapped!r}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_valid_values_and_defaults_match(path: Path) -> None:
+    for name, spec in params(path):
+        rx = re.compile(spec["allowedPattern"])
+        if "default" in spec:
+            assert rx.search(spec["default"]), (
+                f"{path.name}: {name} default {spec['default']!r} fails its pattern"
+            )
+        if name in VALID:
+            assert rx.search(VALID[name]), f"{path.name}: {name} refuses {VALID[name]!r}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_commands_use_only_declared_parameters_inside_single_quotes(path: Path) -> None:
+    declared = {n for n, _ in params(path)}
+    for step in load(path)["mainSteps"]:
+        for line in step["inputs"]["runCommand"]:
+            for m in re.finditer(r"\{\{\s*(\w+)\s*\}\}", line):
+                assert m.group(1) in declared, f"{path.name}: undeclared {{{{{m.group(1)}}}}}"
+        for m in re.finditer(r"(.)\{\{\s*(\w+)\s*\}\}(.)", " ".join(step["inputs"]["runCommand"])):
+            assert (m.group(1), m.group(3)) == ("'", "'"), (
+                f"{path.name}: {{{{{m.group(2)}}}}} not single-quoted"
+            )
+
+
+def agent_argv(path: Path) -> list[str]:
+    """The `cachewarm agent …` command line of a document, with valid values filled in."""
+    [line] = [
+        ln
+        for step in load(path)["mainSteps"]
+        for ln in step["inputs"]["runCommand"]
+        if re.search(r"\bcachewarm agent (dump|populate)\b", ln)
+    ]
+    line = line[re.search(r"\bcachewarm agent (dump|populate)\b", line).start() :]  # type: ignore[union-attr]
+    values = {n: VALID.get(n, s.get("default", "")) for n, s in params(path)}
+    line = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], line)
+    argv = [a for a in shlex.split(line) if a != "${RATE[@]}"]
+    assert argv[:2] == ["cachewarm", "agent"]
+    return argv[2:]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_document_command_parses_as_the_agent_cli(path: Path) -> None:
+    argv = agent_argv(path)
+    cmd = agent_group.commands[argv[0]]
+    ctx = cmd.make_context(argv[0], argv[1:])  # raises click.UsageError on an unknown flag or bad value
+    assert ctx.params["warm_id"] == VALID["warmId"]
+    assert ctx.params["device"] == VALID["device"]
