@@ -1,0 +1,57 @@
+"""Fault-suite fixtures and the closing table (scenario, trials, lost, corrupt, leaked).
+
+The table is printed at the end of the pytest run (terminal summary) and, when FAULT_REPORT names a
+file, written there as Markdown (`make faults` puts it in build/faults.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.faults.harness import Tally
+
+_ROWS = pytest.StashKey[list[Tally]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_ROWS] = []
+
+
+@pytest.fixture
+def tally(request: pytest.FixtureRequest) -> Callable[..., Tally]:
+    """`t = tally("scenario")`: a Tally that ends up in the closing table."""
+
+    def make(scenario: str, known_bug: str | None = None) -> Tally:
+        t = Tally(scenario, known_bug=known_bug)
+        request.config.stash[_ROWS].append(t)
+        return t
+
+    return make
+
+
+def table(rows: list[Tally]) -> str:
+    out = [
+        "| scenario | trials | lost | corrupt | leaked | result |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        result = "ok" if r.clean else "FAIL"
+        if r.known_bug:
+            result = f"known bug (xfail): {r.known_bug}"
+        out.append(f"| {r.scenario} | {r.trials} | {r.lost} | {r.corrupt} | {r.leaked} | {result} |")
+    return "\n".join(out)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    rows = config.stash.get(_ROWS, [])
+    if not rows:
+        return
+    terminalreporter.section("fault scenarios")
+    terminalreporter.write_line(table(rows))
+    report = os.environ.get("FAULT_REPORT")
+    if report:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(table(rows) + "\n")

@@ -1,0 +1,114 @@
+"""Shared pieces of the fault suite: trial counts, the per-scenario tally, the result table, and small
+helpers to run the real binaries and look at real memcached servers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from cachewarm.metaread import Item, MetaReader
+from cachewarm.testing.memcached import MemcachedServer
+
+# `make faults TRIALS=20` sets FAULT_TRIALS; the default keeps `make test` fast.
+DEFAULT_TRIALS = 3
+CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+
+
+def trials() -> int:
+    raw = os.environ.get("FAULT_TRIALS", str(DEFAULT_TRIALS))
+    try:
+        n = int(raw)
+    except ValueError as e:
+        raise ValueError(f"FAULT_TRIALS={raw!r} is not an integer") from e
+    if n < 1:
+        raise ValueError(f"FAULT_TRIALS={n} must be >= 1")
+    return n
+
+
+@dataclass
+class Tally:
+    """One scenario's figures. lost: items that should have arrived and did not. corrupt: items or
+    files that arrived wrong (bad value/flags, twice, partial, clobbered, resurrected, unverifiable).
+    leaked: anything left behind (temp files, processes, written state on refused input, AWS resources).
+    """
+
+    scenario: str
+    trials: int = 0
+    lost: int = 0
+    corrupt: int = 0
+    leaked: int = 0
+    notes: list[str] = field(default_factory=list)
+    # Set when the scenario is an xfail(strict=True) test pinning a known bug in another area.
+    known_bug: str | None = None
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < 20:
+            self.notes.append(text)
+
+    @property
+    def clean(self) -> bool:
+        return self.lost == 0 and self.corrupt == 0 and self.leaked == 0
+
+    def line(self) -> str:
+        figures = f"trials={self.trials} lost={self.lost} corrupt={self.corrupt} leaked={self.leaked}"
+        line = f"{self.scenario}: {figures}"
+        return line + (f" (known bug: {self.known_bug})" if self.known_bug else "")
+
+    def check(self) -> None:
+        """Print the scenario line and fail with the first notes if anything was lost/corrupt/leaked."""
+        print(self.line())
+        assert self.clean, self.line() + "\n  " + "\n  ".join(self.notes)
+
+
+def fetch_all(srv: MemcachedServer, keys: Iterable[bytes]) -> dict[bytes, Item]:
+    with MetaReader(srv.host, srv.port) as r:
+        return r.get_many(list(keys))
+
+
+def children_of(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> list[psutil.Process]:
+    try:
+        return psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def kill9(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> list[psutil.Process]:
+    """SIGKILL one process we started; returns its descendants as they were just before."""
+    kids = children_of(proc)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return kids
+
+
+def survivors(procs: list[psutil.Process], grace: float = 5.0) -> list[psutil.Process]:
+    """Descendants of a killed process still alive after `grace` seconds (a leak); we then end them."""
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    return alive
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+def tmp_leftovers(directory: Path) -> list[str]:
+    """Temporary names a process left behind (readers ignore them; a clean run removes its own)."""
+    if not directory.exists():
+        return []
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob(".tmp-*"))
