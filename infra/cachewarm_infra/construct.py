@@ -545,7 +545,7 @@ class CacheWarmer(Construct):
         return events.RuleTargetInput.from_object(
             {
                 "warm_id": events.EventField.from_path("$.detail.warm_id"),
-                "source": events.EventField.from_path("$.detail.source"),
+                "source": {"replica": events.EventField.from_path("$.detail.source.replica")},
                 "destination": events.EventField.from_path("$.detail.destination"),
                 "populator": {"launch_template_id": self.launch_template.launch_template_id},
             }
@@ -568,7 +568,13 @@ class CacheWarmer(Construct):
             event_pattern=events.EventPattern(
                 source=[REPLICA_EVENT_SOURCE],
                 detail_type=[REPLICA_EVENT_DETAIL_TYPE],
-                detail={"warm_id": [{"exists": True}], "destination": {"nodes": [{"exists": True}]}},
+                # Every path the input transformer reads must exist (a missing one would become null);
+                # `exists` only matches leaves, hence source.replica rather than source.
+                detail={
+                    "warm_id": [{"exists": True}],
+                    "source": {"replica": [{"exists": True}]},
+                    "destination": {"endpoints": [{"exists": True}]},
+                },
             ),
         )
         replica.add_target(

@@ -347,34 +347,85 @@ def _rules(synth: Synth) -> dict[str, dict[str, Any]]:
     return synth.resources("AWS::Events::Rule")
 
 
+def render_transformer(target: dict[str, Any], event: dict[str, Any], lt_id: str) -> dict[str, Any]:
+    """What EventBridge would send the state machine for `event` (simple `$.a.b` paths)."""
+    tr = target["InputTransformer"]
+    template = "".join(p if isinstance(p, str) else lt_id for p in tr["InputTemplate"]["Fn::Join"][1])
+    for name, path in tr["InputPathsMap"].items():
+        value: Any = event
+        for part in path.removeprefix("$.").split("."):
+            value = value[part]
+        template = template.replace(f"<{name}>", json.dumps(value))
+    return dict(json.loads(template))
+
+
+def _rule(synth: Synth, prefix: str) -> dict[str, Any]:
+    [rule] = [r for k, r in _rules(synth).items() if k.startswith(prefix)]
+    return rule["Properties"]
+
+
+def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
+    # moto's EventBridge pattern matcher (its TestEventPattern API returns no result).
+    from moto.events.models import EventPattern
+
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+
+
 def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
-    [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerReplicaDeployedRule")]
-    p = rule["Properties"]
+    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
     assert p["EventPattern"] == {
         "source": ["cachewarm"],
         "detail-type": ["Replica Deployed"],
-        "detail": {"warm_id": [{"exists": True}], "destination": {"nodes": [{"exists": True}]}},
+        "detail": {
+            "warm_id": [{"exists": True}],
+            "source": {"replica": [{"exists": True}]},
+            "destination": {"endpoints": [{"exists": True}]},
+        },
     }
     [target] = p["Targets"]
     sm = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
     assert target["Arn"] == {"Ref": sm}
     assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 4
-    tr = target["InputTransformer"]
-    assert tr["InputPathsMap"] == {
+    assert target["InputTransformer"]["InputPathsMap"] == {
         "detail-warm_id": "$.detail.warm_id",
-        "detail-source": "$.detail.source",
+        "detail-source-replica": "$.detail.source.replica",
         "detail-destination": "$.detail.destination",
     }
-    parts = tr["InputTemplate"]["Fn::Join"][1]
-    rendered = "".join(p if isinstance(p, str) else "lt-0123456789abcdef0" for p in parts)
-    rendered = rendered.replace("<detail-warm_id>", '"w-1"').replace("<detail-source>", "{}")
-    rendered = rendered.replace("<detail-destination>", '{"endpoints": ["10.0.0.1:11211"]}')
-    assert json.loads(rendered) == {
-        "warm_id": "w-1",
-        "source": {},
-        "destination": {"endpoints": ["10.0.0.1:11211"]},
+
+
+def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
+    """infra/examples/replica-deployed-event.json matches the rule, and the transformed input passes
+    the controller's own input validation."""
+    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
+    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
+    assert _matches(p["EventPattern"], event)
+    for missing in ("warm_id", "source", "destination"):
+        broken = {**event, "detail": {k: v for k, v in event["detail"].items() if k != missing}}
+        assert not _matches(p["EventPattern"], broken), missing
+    no_endpoints = {**event, "detail": {**event["detail"], "destination": {"replica": "users-v2"}}}
+    assert not _matches(p["EventPattern"], no_endpoints)
+    rendered = render_transformer(p["Targets"][0], event, "lt-0123456789abcdef0")
+    assert rendered == {
+        "warm_id": "users-v2-20261122",
+        "source": {"replica": "users-v1"},
+        "destination": event["detail"]["destination"],
         "populator": {"launch_template_id": "lt-0123456789abcdef0"},
     }
+    model = pytest.importorskip("cachewarm_controller.model")
+    assert model.parse_input(rendered).warm_id == "users-v2-20261122"
+
+
+def test_documented_console_input_is_valid() -> None:
+    model = pytest.importorskip("cachewarm_controller.model")
+    doc = json.loads((REPO / "infra" / "examples" / "start-input.json").read_text())
+    assert model.parse_input(doc).destination.endpoints[0] == "10.0.1.21:11211"
+
+
+def test_documented_put_events_entry_is_the_event() -> None:
+    [entry] = json.loads((REPO / "infra" / "examples" / "put-replica-deployed.json").read_text())
+    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
+    assert (entry["Source"], entry["DetailType"]) == (event["source"], event["detail-type"])
+    assert json.loads(entry["Detail"]) == event["detail"]
 
 
 def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
@@ -387,6 +438,10 @@ def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
 
 def test_asg_example_rule(synth: Synth) -> None:
     [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerAsgLaunchRule")]
+    event = json.loads((REPO / "infra" / "examples" / "asg-launch-event.json").read_text())
+    assert _matches(rule["Properties"]["EventPattern"], event)
+    other = {**event, "detail": {**event["detail"], "AutoScalingGroupName": "web-frontend"}}
+    assert not _matches(rule["Properties"]["EventPattern"], other)
     assert rule["Properties"]["EventPattern"] == {
         "source": ["aws.autoscaling"],
         "detail-type": ["EC2 Instance Launch Successful"],
