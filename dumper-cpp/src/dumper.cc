@@ -389,7 +389,11 @@ Status Dumper::CrawlInto(const std::function<Status(const Slice&, int64_t)>& fn)
   for (int attempt = 0;; attempt++) {
     Conn c;
     CW_RETURN_IF_ERROR(c.Connect(o_.host, o_.port, kConnectTimeoutMs));
-    CW_RETURN_IF_ERROR(c.SendAll("lru_crawler metadump all\r\n", kIoTimeoutMs));
+    // `metadump hash` walks the hash table and, measured on 1.6.18, lists every item even while
+    // values are fetched (`all` walks the LRUs and skips items it cannot lock). Older servers
+    // without it answer an error: fall back to `all` (reconciliation catches what it skips).
+    CW_RETURN_IF_ERROR(c.SendAll(std::string("lru_crawler metadump ") + (crawl_by_hash_ ? "hash" : "all") + "\r\n",
+                                 kIoTimeoutMs));
     CrawlReader reader(fn);
     std::unique_ptr<char[]> buf(new char[1 << 18]);
     while (!reader.done()) {
@@ -397,8 +401,14 @@ Status Dumper::CrawlInto(const std::function<Status(const Slice&, int64_t)>& fn)
       size_t n = 0;
       Status s = c.Recv(buf.get(), 1 << 18, &n, kIoTimeoutMs);
       if (!s.ok()) return Status::IOError("lru_crawler metadump: " + s.message());
-      CW_RETURN_IF_ERROR(reader.Feed(buf.get(), n));
+      Status fs = reader.Feed(buf.get(), n);
+      if (!fs.ok() && crawl_by_hash_ && reader.keys() == 0 && fs.code() == Status::kServer) {
+        crawl_by_hash_ = false;
+        break;
+      }
+      CW_RETURN_IF_ERROR(fs);
     }
+    if (!reader.done()) continue;  // retry with `metadump all`
     if (!reader.busy()) return Status::OK();
     if (attempt >= 300) return Status::Server("lru_crawler stayed busy for 60 s (another crawl is running?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -414,6 +424,7 @@ Status Dumper::Crawl(bool pipelined) {
     }
     if (pipelined) Push(ChunkTask{chunk, 0, 0});
   });
+  crawl_by_hash_ = o_.crawl_mode == "hash";
   CW_RETURN_IF_ERROR(CrawlInto([&](const Slice& k, int64_t exp) {
     progress_.keys_listed++;
     return w.Add(k, exp);
@@ -494,6 +505,8 @@ Status Dumper::Run() {
     int64_t v = 0;
     if (cs.ok() && JsonGetInt(crawled, "chunks", &v)) {
       crawl_chunks_ = uint64_t(v);
+      std::string mode;
+      crawl_by_hash_ = JsonGetString(crawled, "mode", &mode) && mode == "hash";
     } else {
       progress_.phase = kCrawl;
       const auto tc = std::chrono::steady_clock::now();
@@ -508,14 +521,20 @@ Status Dumper::Run() {
       CW_RETURN_IF_ERROR(WriteFileAtomically(
           env_, keys_dir_, ".tmp-CRAWLED", "CRAWLED",
           "{\"chunks\": " + std::to_string(next_chunk_) + ", \"keys\": " + std::to_string(progress_.keys_listed.load()) +
-              ", \"crawl_s\": " + JsonDouble(crawl_s) + "}\n"));
+              ", \"mode\": \"" + (crawl_by_hash_ ? "hash" : "all") + "\", \"crawl_s\": " + JsonDouble(crawl_s) + "}\n"));
     }
     progress_.phase = kDump;
     CW_RETURN_IF_ERROR(WaitDrained());
     CW_RETURN_IF_ERROR(CheckServer("during the dump"));
     // Phase 2: reconciliation, after every chunk of the first crawl is dumped (so nothing fetches
-    // values while the crawler walks the LRUs and it can lock every item).
-    if (!env_->FileExists(keys_dir_ + "/RECONCILED")) {
+    // values while the crawler walks and it can lock every item). A `metadump hash` crawl takes each
+    // hash bucket's lock (blocking, never trylock) with table expansion held off, so it lists every
+    // item that exists throughout; then a reconciliation crawl is needed only if fewer keys were
+    // listed than the server holds. An LRU crawl (`all`) skips busy items: always reconcile.
+    ServerStats now;
+    CW_RETURN_IF_ERROR(GetStats(&control_, &now));
+    const bool short_count = progress_.keys_listed.load() < uint64_t(std::max<int64_t>(0, now.curr_items));
+    if (!env_->FileExists(keys_dir_ + "/RECONCILED") && (o_.reconcile_always || !crawl_by_hash_ || short_count)) {
       progress_.phase = kReconcile;
       const auto tr = std::chrono::steady_clock::now();
       // The reconciliation crawl itself may skip a locked item (rarely: seen once in 1M on an idle
@@ -524,7 +543,6 @@ Status Dumper::Run() {
         uint64_t n = 0;
         CW_RETURN_IF_ERROR(FilteredCrawl(&n));
         CW_RETURN_IF_ERROR(WaitDrained());
-        ServerStats now;
         CW_RETURN_IF_ERROR(GetStats(&control_, &now));
         std::fprintf(stderr, "cachewarm-dump: reconciliation pass %d listed %" PRIu64 " new keys (%" PRIu64
                      " listed, server holds %" PRId64 ")\n", pass + 1, n, progress_.keys_listed.load(), now.curr_items);
@@ -534,6 +552,10 @@ Status Dumper::Run() {
       CW_RETURN_IF_ERROR(WriteFileAtomically(env_, keys_dir_, ".tmp-RECONCILED", "RECONCILED",
                                              "{\"chunks\": " + std::to_string(next_chunk_) + "}\n"));
     }
+    if (!env_->FileExists(keys_dir_ + "/RECONCILED"))
+      CW_RETURN_IF_ERROR(WriteFileAtomically(env_, keys_dir_, ".tmp-RECONCILED", "RECONCILED",
+                                             "{\"chunks\": " + std::to_string(next_chunk_) +
+                                                 ", \"skipped\": \"hash crawl listed every item\"}\n"));
     CW_RETURN_IF_ERROR(WaitDrained());
     return CheckServer("during the dump");
   }();

@@ -67,6 +67,7 @@ class Dumper {
   uint64_t dump_start_ms_ = 0;
   uint64_t resumes_ = 0;
   uint64_t next_chunk_ = 0;
+  bool crawl_by_hash_ = true;
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
   std::map<uint64_t, uint64_t> chunk_keys_;  // chunk -> keys
   std::map<uint64_t, ChunkTask> resume_tasks_;

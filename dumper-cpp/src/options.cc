@@ -22,7 +22,7 @@ Exit status 0 only when OUT/DONE has been published.
   --threads N                 worker threads / connections, 1..256 (default 2)
   --buffer-size BYTES         receive buffer per worker (2 each), 64k..1G (default 4M)
   --memory-limit BYTES        hard limit for all buffers, 16M..1T (default 256M)
-  --key-file-size BYTES       size of a key-list chunk, 4k..1G (default 1M)
+  --key-file-size BYTES       size of a key-list chunk, 4k..1G (default 256k)
   --data-file-size BYTES      start a new data file part past this size, 4k..1T (default 256M)
   --batch N                   keys per pipelined mg batch, 1..100000 (default 500)
   --resume                    continue the dump already in --out (after a crash or kill)
@@ -30,6 +30,9 @@ Exit status 0 only when OUT/DONE has been published.
   --max-items-per-second N    rate limit for the whole dump, 0 = unlimited (default 0)
   --node-id ID                source node id in file names, [A-Za-z0-9_.]{1,64} (default HOST_PORT)
   --progress-interval SECONDS seconds between JSON progress lines on stdout, 0.05..3600 (default 1)
+  --crawl hash|all            first crawl walks the hash table (default; lists every item) or the
+                              LRUs (skips busy items; reconciliation then always runs)
+  --reconcile auto|always     reconciliation crawl only when needed (default) or always
   --help                      this text
 
 Sizes accept k, M, G suffixes (powers of 1024).
@@ -90,7 +93,7 @@ uint64_t PlannedMemory(const Options& o) {
 Status ParseOptions(int argc, char** argv, Options* o) {
   enum {
     kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
-    kRate, kNode, kProgress, kHelp
+    kRate, kNode, kProgress, kCrawl, kReconcile, kHelp
   };
   static const struct option longopts[] = {
       {"host", required_argument, nullptr, kHost},
@@ -107,6 +110,8 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"max-items-per-second", required_argument, nullptr, kRate},
       {"node-id", required_argument, nullptr, kNode},
       {"progress-interval", required_argument, nullptr, kProgress},
+      {"crawl", required_argument, nullptr, kCrawl},
+      {"reconcile", required_argument, nullptr, kReconcile},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0},
   };
@@ -162,6 +167,16 @@ Status ParseOptions(int argc, char** argv, Options* o) {
         o->progress_interval_s = d;
         break;
       }
+      case kCrawl:
+        if (std::string(a) != "hash" && std::string(a) != "all")
+          return Status::InvalidArgument(std::string("--crawl must be hash or all, not '") + a + "'");
+        o->crawl_mode = a;
+        break;
+      case kReconcile:
+        if (std::string(a) != "auto" && std::string(a) != "always")
+          return Status::InvalidArgument(std::string("--reconcile must be auto or always, not '") + a + "'");
+        o->reconcile_always = std::string(a) == "always";
+        break;
       case kHelp: o->help = true; return Status::OK();
       case ':': return Status::InvalidArgument(std::string(argv[optind - 1]) + " needs a value");
       default: return Status::InvalidArgument(std::string("unknown option ") + argv[optind - 1]);

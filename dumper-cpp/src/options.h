@@ -15,7 +15,7 @@ struct Options {
   int threads = 2;
   uint64_t buffer_size = 4ULL << 20;
   uint64_t memory_limit = 256ULL << 20;
-  uint64_t key_file_size = 1ULL << 20;
+  uint64_t key_file_size = 256ULL << 10;
   uint64_t data_file_size = 256ULL << 20;
   int batch = 500;
   bool resume = false;
@@ -23,6 +23,8 @@ struct Options {
   uint64_t max_items_per_second = 0;  // 0 = unlimited
   std::string node_id;  // default: <host>_<port>, sanitized
   double progress_interval_s = 1.0;
+  std::string crawl_mode = "hash";  // first crawl: `lru_crawler metadump hash` or `all`
+  bool reconcile_always = false;    // run the reconciliation crawl even after a complete hash crawl
   bool help = false;
 };
 

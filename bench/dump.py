@@ -1,0 +1,220 @@
+"""Benchmark cachewarm-dump against a raw ceiling reader and memcached-tool, in the same run.
+
+    python3 bench/dump.py [--runs 3] [--quick]
+
+Per data set (a fresh `memcached -m 4096 -t 2`: 1,000,000 x 1,000 B and 200,000 x 10,000 B):
+  * cachewarm-dump --threads 2 (writing real files to a temp dir, reconciliation included),
+  * the raw ceiling: build/release/ceiling_reader, a minimal C++ reader that crawls keys and, pipelined
+    with the crawl, fetches every value with pipelined `mg` over 2 connections and discards it,
+alternating, medians of --runs. Plus `memcached-tool HOST:PORT dump` on a 100,000-item copy (with the
+dumper on the same copy), and peak RSS of the dumper at 1M vs 4M small items (flat = fixed buffers).
+Prints one JSON document. The machine is shared: compare within one run only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cachewarm.testing.memcached import MemcachedServer
+
+REPO = Path(__file__).resolve().parent.parent
+DUMPER = Path(os.environ.get("CACHEWARM_DUMP", REPO / "build" / "release" / "cachewarm-dump"))
+CEILING = REPO / "build" / "release" / "ceiling_reader"
+MEMCACHED_TOOL = "/usr/share/memcached/scripts/memcached-tool"
+
+
+@dataclass
+class Run:
+    seconds: float
+    items: int
+    bytes: int
+    peak_rss_mb: float = 0.0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / self.seconds / 1e6
+
+
+def load(srv: MemcachedServer, n: int, size: int, prefix: str, conns: int = 2) -> None:
+    """Pipelined quiet `ms` over `conns` raw sockets (each loads a slice of the key range)."""
+
+    def worker(lo: int, hi: int) -> None:
+        with socket.create_connection((srv.host, srv.port), timeout=120) as s:
+            step = 2000
+            for start in range(lo, hi, step):
+                val = (b"%016d" % start) * (size // 16) + b"v" * (size % 16)
+                hdr = b" %d T0 F%d q\r\n" % (size, start & 0xFFFF)
+                s.sendall(
+                    b"".join(b"ms %s%d%s%s\r\n" % (prefix.encode(), i, hdr, val) for i in range(start, min(hi, start + step)))
+                    + b"mn\r\n"
+                )
+                reply = b""
+                while not reply.endswith(b"MN\r\n"):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        raise RuntimeError("memcached closed the connection while loading")
+                    reply += chunk
+                if reply != b"MN\r\n":
+                    raise RuntimeError(f"load failed: {reply[:200]!r}")
+
+    per = (n + conns - 1) // conns
+    ts = [threading.Thread(target=worker, args=(i * per, min(n, (i + 1) * per))) for i in range(conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    have = int(srv.stats()["curr_items"])
+    if have != n:
+        raise RuntimeError(f"loaded {have} of {n} items (memcached too small?)")
+
+
+def timed(cmd: list[str], stdout: int | None = subprocess.PIPE) -> tuple[float, str, float, int]:
+    """Runs cmd; returns (seconds, stdout, peak RSS MB of that process from wait4, returncode)."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    out_b = proc.stdout.read() if proc.stdout else b""
+    err_b = proc.stderr.read() if proc.stderr else b""
+    _, status, ru = os.wait4(proc.pid, 0)
+    secs = time.monotonic() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {err_b.decode()[-500:]}")
+    return secs, out_b.decode(), ru.ru_maxrss / 1024.0, proc.returncode
+
+
+def run_dumper(srv: MemcachedServer, work: Path) -> Run:
+    out = work / "dump"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [str(DUMPER), "--port", str(srv.port), "--out", str(out), "--threads", "2", "--progress-interval", "60"]
+    secs, _, rss, _ = timed(cmd)
+    done = json.loads((out / "DONE").read_text())
+    t = done["totals"]
+    shutil.rmtree(out, ignore_errors=True)
+    return Run(secs, t["records"], t["bytes"], rss, {"reconciled_keys": t["reconciled_keys"], "misses": t["misses"]})
+
+
+def run_ceiling(srv: MemcachedServer) -> Run:
+    secs, out, rss, _ = timed([str(CEILING), srv.host, str(srv.port), "2", "500"])
+    r = json.loads(out)
+    return Run(secs, r["hits"], r["value_bytes"], rss, {"keys": r["keys"]})
+
+
+def run_tool(srv: MemcachedServer) -> Run:
+    secs, out, rss, _ = timed([sys.executable if False else "perl", MEMCACHED_TOOL, srv.address, "dump"])
+    items = out.count("\nadd ") + (1 if out.startswith("add ") else 0)
+    return Run(secs, items, len(out), rss)
+
+
+def summary(runs: list[Run]) -> dict[str, object]:
+    return {
+        "items_per_s_median": round(statistics.median(r.items_per_s for r in runs)),
+        "mb_per_s_median": round(statistics.median(r.mb_per_s for r in runs), 1),
+        "seconds_median": round(statistics.median(r.seconds for r in runs), 3),
+        "peak_rss_mb_max": round(max(r.peak_rss_mb for r in runs), 1),
+        "runs": [asdict(r) | {"items_per_s": round(r.items_per_s)} for r in runs],
+    }
+
+
+def dataset(name: str, n: int, size: int, runs: int, work: Path) -> dict[str, object]:
+    with MemcachedServer(memory_mb=4096, threads=2) as srv:
+        t0 = time.monotonic()
+        load(srv, n, size, "k")
+        load_s = time.monotonic() - t0
+        dumps: list[Run] = []
+        ceilings: list[Run] = []
+        for i in range(runs):
+            # Alternate the order so neither always runs on a warmer machine.
+            if i % 2:
+                dumps.append(run_dumper(srv, work))
+                ceilings.append(run_ceiling(srv))
+            else:
+                ceilings.append(run_ceiling(srv))
+                dumps.append(run_dumper(srv, work))
+        d, c = summary(dumps), summary(ceilings)
+        return {
+            "name": name,
+            "items": n,
+            "value_size": size,
+            "load_s": round(load_s, 2),
+            "dumper": d,
+            "ceiling": c,
+            "ratio_dumper_over_ceiling": round(d["items_per_s_median"] / c["items_per_s_median"], 3),  # type: ignore[operator]
+            "complete": all(r.items == n for r in dumps),
+            "ceiling_complete": all(r.items == n for r in ceilings),
+        }
+
+
+def tool_baseline(n: int, runs: int, work: Path) -> dict[str, object]:
+    with MemcachedServer(memory_mb=1024, threads=2) as srv:
+        load(srv, n, 1000, "t")
+        tools = [run_tool(srv) for _ in range(runs)]
+        dumps = [run_dumper(srv, work) for _ in range(runs)]
+        t, d = summary(tools), summary(dumps)
+        return {
+            "items": n,
+            "memcached_tool": t,
+            "dumper": d,
+            "speedup_dumper_over_memcached_tool": round(d["items_per_s_median"] / t["items_per_s_median"], 1),  # type: ignore[operator]
+            "memcached_tool_complete": all(r.items == n for r in tools),
+        }
+
+
+def rss_scale(work: Path, sizes: list[int]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for n in sizes:
+        with MemcachedServer(memory_mb=4096, threads=2) as srv:
+            load(srv, n, 100, "r")
+            r = run_dumper(srv, work)
+            out[str(n)] = {"peak_rss_mb": round(r.peak_rss_mb, 1), "items": r.items, "complete": r.items == n}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="10x smaller data sets (smoke test of the script)")
+    ap.add_argument("--skip-rss-scale", action="store_true")
+    ap.add_argument("--skip-tool", action="store_true")
+    args = ap.parse_args()
+    for p in (DUMPER, CEILING):
+        if not p.exists():
+            sys.exit(f"{p} not built: run `make build`")
+    div = 10 if args.quick else 1
+    result: dict[str, object] = {
+        "benchmark": "cachewarm-dump",
+        "cpus": os.cpu_count(),
+        "note": "shared, noisy machine (other engineers' jobs run concurrently): compare within this run only",
+        "runs_per_measurement": args.runs,
+    }
+    with tempfile.TemporaryDirectory(prefix="cwbench-") as tmp:
+        work = Path(tmp)
+        result["datasets"] = [
+            dataset("1M x 1000 B", 1_000_000 // div, 1000, args.runs, work),
+            dataset("200k x 10000 B", 200_000 // div, 10_000, args.runs, work),
+        ]
+        if not args.skip_tool:
+            result["memcached_tool_baseline"] = tool_baseline(100_000 // div, args.runs, work)
+        if not args.skip_rss_scale:
+            result["peak_rss_vs_items"] = rss_scale(work, [1_000_000 // div, 4_000_000 // div])
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
