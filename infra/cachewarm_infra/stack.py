@@ -159,5 +159,7 @@ class CacheWarmStack(Stack):
             value=w.agent_policy.managed_policy_arn,
             description="Attach to the source memcached nodes' instance role (agent needs it)",
         )
+        CfnOutput(self, "AgentBundleUrl", value=w.agent_asset.s3_object_url, description="cachewarm wheel(s)")
+        CfnOutput(self, "DumperTarballUrl", value=w.dumper_asset.s3_object_url, description="cachewarm-dump")
         CfnOutput(self, "DumpDocumentName", value=w.document_name("dump-agent"))
         CfnOutput(self, "PopulateDocumentName", value=w.document_name("populate-agent"))

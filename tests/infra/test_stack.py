@@ -530,6 +530,8 @@ def test_outputs(synth: Synth) -> None:
         "StatusBucketName",
         "PopulatorLaunchTemplateId",
         "SourceNodePolicyArn",
+        "AgentBundleUrl",
+        "DumperTarballUrl",
         "DumpDocumentName",
         "PopulateDocumentName",
     } <= set(synth.template["Outputs"])
