@@ -95,8 +95,8 @@ class CacheWarmer(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: CacheWarmerProps) -> None:
         super().__init__(scope, construct_id)
         self.props = props
-        asl_text = props.asl_path.read_text(encoding="utf-8")
         asl_doc = load_asl(props.asl_path)
+        asl_text = props.asl_path.read_text(encoding="utf-8")
         unsupported = unsupported_integrations(asl_doc)
         if unsupported:
             raise ValueError(

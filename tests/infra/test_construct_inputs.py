@@ -1,0 +1,122 @@
+"""The construct and the stack settings refuse bad inputs with errors naming the problem (no synth)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_ec2 as ec2
+from cachewarm_infra.asl import unsupported_integrations
+from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
+from cachewarm_infra.stack import StackSettings
+
+from tests.infra.support import REPO, asl_path, documents_dir, lambdas_dir
+
+
+def props(tmp_path: Path, **over: Any) -> CacheWarmerProps:
+    dumper, agent = tmp_path / "d.tar.gz", tmp_path / "a.tar.gz"
+    dumper.write_bytes(b"d")
+    agent.write_bytes(b"a")
+    stack = Stack(App(), "S")
+    base: dict[str, Any] = {
+        "asl_path": asl_path(),
+        "lambdas_dir": lambdas_dir(),
+        "ssm_documents_dir": documents_dir(),
+        "dumper_tarball": dumper,
+        "agent_bundle": agent,
+        "vpc": ec2.Vpc.from_vpc_attributes(stack, "V", vpc_id="vpc-1", availability_zones=["us-east-1a"]),
+        "machine_image": ec2.MachineImage.latest_amazon_linux2023(),
+        "instance_type": ec2.InstanceType("c6i.large"),
+    }
+    base.update(over)
+    return CacheWarmerProps(**base)
+
+
+def build(p: CacheWarmerProps) -> None:
+    CacheWarmer(Stack.of(p.vpc), "W", p)
+
+
+def test_missing_asl(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="state machine definition not found"):
+        build(props(tmp_path, asl_path=tmp_path / "nope.asl.json"))
+
+
+def test_asl_without_functions(tmp_path: Path) -> None:
+    asl = tmp_path / "x.asl.json"
+    asl.write_text(json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}))
+    with pytest.raises(ValueError, match=r"no .*FunctionArn"):
+        build(props(tmp_path, asl_path=asl))
+
+
+def test_asl_not_json(tmp_path: Path) -> None:
+    asl = tmp_path / "x.asl.json"
+    asl.write_text("{")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        build(props(tmp_path, asl_path=asl))
+
+
+def test_unknown_service_integration_is_refused(tmp_path: Path) -> None:
+    doc = {
+        "StartAt": "A",
+        "States": {
+            "A": {"Type": "Task", "Resource": "${AFunctionArn}", "Next": "B"},
+            "B": {"Type": "Task", "Resource": "arn:aws:states:::aws-sdk:ec2:deleteVolume", "End": True},
+        },
+    }
+    assert unsupported_integrations(doc) == ["arn:aws:states:::aws-sdk:ec2:deleteVolume"]
+    asl = tmp_path / "x.asl.json"
+    asl.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="aws-sdk:ec2:deleteVolume"):
+        build(props(tmp_path, asl_path=asl))
+
+
+def test_missing_artifacts_name_make_dist(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"agent bundle not found: .*make dist"):
+        build(props(tmp_path, agent_bundle=tmp_path / "missing.tar.gz"))
+
+
+def test_document_parameter_without_pattern(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for f in documents_dir().glob("*.json"):
+        (docs / f.name).write_text(f.read_text())
+    bad = json.loads((docs / "dump-agent.json").read_text())
+    bad["parameters"]["extra"] = {"type": "String"}
+    (docs / "dump-agent.json").write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match="extra has no allowedPattern"):
+        build(props(tmp_path, ssm_documents_dir=docs))
+
+
+def test_missing_document(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "dump-agent.json").write_text((documents_dir() / "dump-agent.json").read_text())
+    with pytest.raises(FileNotFoundError, match=r"populate-agent\.json not found"):
+        build(props(tmp_path, ssm_documents_dir=docs))
+
+
+def test_settings_from_context() -> None:
+    app = App(
+        context={
+            "subnetIds": "subnet-a, subnet-b,",
+            "tracing": "false",
+            "asgNames": "g1",
+            "dumperTarball": "/abs/d.tar.gz",
+            "instanceType": "m7i.xlarge",
+        }
+    )
+    s = StackSettings.from_context(app.node, REPO)
+    assert s.subnet_ids == ("subnet-a", "subnet-b")
+    assert s.tracing is False and s.asg_names == ("g1",)
+    assert s.dumper_tarball == Path("/abs/d.tar.gz")
+    assert s.agent_bundle == REPO / "build" / "dist" / "cachewarm-agent.tar.gz"
+    assert s.asl_path == REPO / "statemachine" / "warm.asl.json"
+    assert s.instance_type == "m7i.xlarge"
+
+
+def test_settings_reject_bad_tracing() -> None:
+    with pytest.raises(ValueError, match="tracing='yes'"):
+        StackSettings.from_context(App(context={"tracing": "yes"}).node, REPO)
