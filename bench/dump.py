@@ -62,7 +62,10 @@ def load(srv: MemcachedServer, n: int, size: int, prefix: str, conns: int = 2) -
                 val = (b"%016d" % start) * (size // 16) + b"v" * (size % 16)
                 hdr = b" %d T0 F%d q\r\n" % (size, start & 0xFFFF)
                 s.sendall(
-                    b"".join(b"ms %s%d%s%s\r\n" % (prefix.encode(), i, hdr, val) for i in range(start, min(hi, start + step)))
+                    b"".join(
+                        b"ms %s%d%s%s\r\n" % (prefix.encode(), i, hdr, val)
+                        for i in range(start, min(hi, start + step))
+                    )
                     + b"mn\r\n"
                 )
                 reply = b""
@@ -85,39 +88,77 @@ def load(srv: MemcachedServer, n: int, size: int, prefix: str, conns: int = 2) -
         raise RuntimeError(f"loaded {have} of {n} items (memcached too small?)")
 
 
-def timed(cmd: list[str], stdout: int | None = subprocess.PIPE) -> tuple[float, str, float, int]:
-    """Runs cmd; returns (seconds, stdout, peak RSS MB of that process from wait4, returncode)."""
+def _vm_hwm_mb(pid: int) -> float | None:
+    """Peak RSS (VmHWM) of a live process; it restarts at exec, so it is the program's own peak."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def timed(cmd: list[str]) -> tuple[float, str, float]:
+    """Runs cmd; returns (seconds, stdout, peak RSS in MB sampled from /proc every 10 ms).
+
+    (wait4's ru_maxrss would include the memory of the Python parent copied at fork.)"""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
-    out_b = proc.stdout.read() if proc.stdout else b""
-    err_b = proc.stderr.read() if proc.stderr else b""
-    _, status, ru = os.wait4(proc.pid, 0)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peak = 0.0
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            v = _vm_hwm_mb(proc.pid)
+            if v is not None and proc.poll() is None:
+                peak = max(peak, v)
+            stop.wait(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    out_b, err_b = proc.communicate()
     secs = time.monotonic() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    stop.set()
+    sampler.join()
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}): {err_b.decode()[-500:]}")
-    return secs, out_b.decode(), ru.ru_maxrss / 1024.0, proc.returncode
+    return secs, out_b.decode(), peak
 
 
 def run_dumper(srv: MemcachedServer, work: Path) -> Run:
     out = work / "dump"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [str(DUMPER), "--port", str(srv.port), "--out", str(out), "--threads", "2", "--progress-interval", "60"]
-    secs, _, rss, _ = timed(cmd)
+    cmd = [
+        str(DUMPER),
+        "--port",
+        str(srv.port),
+        "--out",
+        str(out),
+        "--threads",
+        "2",
+        "--progress-interval",
+        "60",
+    ]
+    secs, _, rss = timed(cmd)
     done = json.loads((out / "DONE").read_text())
     t = done["totals"]
     shutil.rmtree(out, ignore_errors=True)
-    return Run(secs, t["records"], t["bytes"], rss, {"reconciled_keys": t["reconciled_keys"], "misses": t["misses"]})
+    return Run(
+        secs, t["records"], t["bytes"], rss, {"reconciled_keys": t["reconciled_keys"], "misses": t["misses"]}
+    )
 
 
 def run_ceiling(srv: MemcachedServer) -> Run:
-    secs, out, rss, _ = timed([str(CEILING), srv.host, str(srv.port), "2", "500"])
+    secs, out, rss = timed([str(CEILING), srv.host, str(srv.port), "2", "500"])
     r = json.loads(out)
     return Run(secs, r["hits"], r["value_bytes"], rss, {"keys": r["keys"]})
 
 
 def run_tool(srv: MemcachedServer) -> Run:
-    secs, out, rss, _ = timed([sys.executable if False else "perl", MEMCACHED_TOOL, srv.address, "dump"])
+    secs, out, rss = timed(["perl", MEMCACHED_TOOL, srv.address, "dump"])
     items = out.count("\nadd ") + (1 if out.startswith("add ") else 0)
     return Run(secs, items, len(out), rss)
 
@@ -200,7 +241,8 @@ def main() -> None:
     result: dict[str, object] = {
         "benchmark": "cachewarm-dump",
         "cpus": os.cpu_count(),
-        "note": "shared, noisy machine (other engineers' jobs run concurrently): compare within this run only",
+        "note": "shared, noisy machine (other jobs run concurrently): compare within this run only",
+        "dumper_memory_limit_mb": 256,  # the dumper's default --memory-limit
         "runs_per_measurement": args.runs,
     }
     with tempfile.TemporaryDirectory(prefix="cwbench-") as tmp:
@@ -213,6 +255,19 @@ def main() -> None:
             result["memcached_tool_baseline"] = tool_baseline(100_000 // div, args.runs, work)
         if not args.skip_rss_scale:
             result["peak_rss_vs_items"] = rss_scale(work, [1_000_000 // div, 4_000_000 // div])
+    ds: list[dict[str, object]] = result["datasets"]  # type: ignore[assignment]
+    targets: dict[str, object] = {
+        "ratio_ge_0.8": {str(d["name"]): d["ratio_dumper_over_ceiling"] >= 0.8 for d in ds},  # type: ignore[operator]
+        "complete": all(bool(d["complete"]) for d in ds),
+        "peak_rss_within_limit_plus_10pct": all(
+            d["dumper"]["peak_rss_mb_max"] <= 256 * 1.1  # type: ignore[index]
+            for d in ds
+        ),
+    }
+    if "peak_rss_vs_items" in result:
+        r = list(result["peak_rss_vs_items"].values())  # type: ignore[attr-defined]
+        targets["peak_rss_flat_1m_to_4m"] = r[1]["peak_rss_mb"] <= r[0]["peak_rss_mb"] * 1.1 + 2
+    result["targets"] = targets
     print(json.dumps(result, indent=2))
 
 

@@ -27,6 +27,8 @@ enum Phase { kStart, kCrawl, kDump, kReconcile, kDone };
 constexpr int kIoTimeoutMs = 60000;
 constexpr int kConnectTimeoutMs = 5000;
 constexpr int kMaxReconcilePasses = 4;
+// Key chunks waiting for their fsync while the crawl goes on (counted in PlannedMemory).
+constexpr int kPublishQueueDepth = kKeyChunksInFlight;
 
 uint64_t NowMs() {
   return uint64_t(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -423,7 +425,7 @@ Status Dumper::Crawl(bool pipelined) {
       chunk_keys_[chunk] = keys;
     }
     if (pipelined) Push(ChunkTask{chunk, 0, 0});
-  });
+  }, kPublishQueueDepth);
   crawl_by_hash_ = o_.crawl_mode == "hash";
   CW_RETURN_IF_ERROR(CrawlInto([&](const Slice& k, int64_t exp) {
     progress_.keys_listed++;

@@ -25,14 +25,27 @@ bool ParseKeyChunkName(const std::string& name, uint64_t* chunk) {
 }
 
 KeyChunkWriter::KeyChunkWriter(Env* env, std::string keys_dir, uint64_t max_bytes, uint64_t next_chunk,
-                               PublishedFn fn)
-    : env_(env), dir_(std::move(keys_dir)), max_bytes_(max_bytes), next_chunk_(next_chunk), fn_(std::move(fn)) {
+                               PublishedFn fn, int async_depth)
+    : env_(env), dir_(std::move(keys_dir)), max_bytes_(max_bytes), next_chunk_(next_chunk), fn_(std::move(fn)),
+      depth_(async_depth) {
   buf_.reserve(max_bytes_ + 1024);
+  if (depth_ > 0) thread_ = std::thread([this] { Loop(); });
+}
+
+KeyChunkWriter::~KeyChunkWriter() {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
 }
 
 Status KeyChunkWriter::Add(const Slice& url_key, int64_t exptime) {
   const size_t line = url_key.size() + 24;
-  if (!buf_.empty() && buf_.size() + line > max_bytes_) CW_RETURN_IF_ERROR(Flush());
+  if (!buf_.empty() && buf_.size() + line > max_bytes_) CW_RETURN_IF_ERROR(Cut());
   buf_.append(url_key.data(), url_key.size());
   char b[24];
   int n = std::snprintf(b, sizeof b, " %" PRId64 "\n", exptime);
@@ -42,16 +55,59 @@ Status KeyChunkWriter::Add(const Slice& url_key, int64_t exptime) {
   return Status::OK();
 }
 
-Status KeyChunkWriter::Flush() {
-  if (buf_.empty()) return Status::OK();
-  const uint64_t chunk = next_chunk_;
-  CW_RETURN_IF_ERROR(WriteFileAtomically(env_, dir_, ".tmp-" + KeyChunkName(chunk), KeyChunkName(chunk), buf_));
-  next_chunk_++;
-  const uint64_t n = buf_keys_;
-  buf_.clear();
-  buf_keys_ = 0;
-  if (fn_) fn_(chunk, n);
+Status KeyChunkWriter::Publish(const Pending& p) {
+  CW_RETURN_IF_ERROR(WriteFileAtomically(env_, dir_, ".tmp-" + KeyChunkName(p.chunk), KeyChunkName(p.chunk), p.contents));
+  if (fn_) fn_(p.chunk, p.keys);
   return Status::OK();
+}
+
+void KeyChunkWriter::Loop() {
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    cv_.wait(l, [&] { return !queue_.empty() || stop_; });
+    if (queue_.empty()) return;
+    Pending p = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    l.unlock();
+    Status s = error_.ok() ? Publish(p) : Status::OK();  // after an error, publish nothing more
+    l.lock();
+    if (!s.ok() && error_.ok()) error_ = s;
+    busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+// Hands the full buffer over: published here (sync) or by the background thread (async).
+Status KeyChunkWriter::Cut() {
+  if (buf_.empty()) return Status::OK();
+  Pending p{next_chunk_, buf_keys_, std::string()};
+  next_chunk_++;
+  buf_keys_ = 0;
+  if (depth_ == 0) {
+    p.contents.swap(buf_);
+    Status s = Publish(p);
+    buf_.swap(p.contents);
+    buf_.clear();
+    return s;
+  }
+  p.contents = std::move(buf_);
+  buf_ = std::string();
+  buf_.reserve(max_bytes_ + 1024);
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return queue_.size() < size_t(depth_) || !error_.ok(); });
+  if (!error_.ok()) return error_;
+  queue_.push_back(std::move(p));
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status KeyChunkWriter::Flush() {
+  CW_RETURN_IF_ERROR(Cut());
+  if (depth_ == 0) return Status::OK();
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return (queue_.empty() && !busy_) || !error_.ok(); });
+  return error_;
 }
 
 Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn) {

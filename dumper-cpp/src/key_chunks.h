@@ -2,8 +2,12 @@
 // "<URL-encoded key> <exptime>\n". The crawl cuts its key stream into chunks of about
 // --key-file-size bytes and publishes each atomically; the callback hands it to the workers.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -19,14 +23,26 @@ bool ParseKeyChunkName(const std::string& name, uint64_t* chunk);
 class KeyChunkWriter {
  public:
   using PublishedFn = std::function<void(uint64_t chunk, uint64_t keys)>;
-  KeyChunkWriter(Env* env, std::string keys_dir, uint64_t max_bytes, uint64_t next_chunk, PublishedFn fn);
+  // async_depth > 0: chunks are fsynced and published by a background thread (so the crawl never
+  // waits on the disk), at most async_depth chunks queued (bounded memory); `fn` runs on that thread.
+  KeyChunkWriter(Env* env, std::string keys_dir, uint64_t max_bytes, uint64_t next_chunk, PublishedFn fn,
+                 int async_depth = 0);
+  ~KeyChunkWriter();
   Status Add(const Slice& url_key, int64_t exptime);
-  // Publishes the last, partly filled chunk.
+  // Publishes the last, partly filled chunk and waits until every chunk is published.
   Status Flush();
   uint64_t next_chunk() const { return next_chunk_; }
   uint64_t keys() const { return keys_; }
 
  private:
+  struct Pending {
+    uint64_t chunk, keys;
+    std::string contents;
+  };
+  Status Cut();
+  Status Publish(const Pending& p);
+  void Loop();
+
   Env* env_;
   std::string dir_;
   uint64_t max_bytes_;
@@ -34,6 +50,14 @@ class KeyChunkWriter {
   PublishedFn fn_;
   std::string buf_;
   uint64_t buf_keys_ = 0, keys_ = 0;
+  // async publishing
+  int depth_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  bool busy_ = false, stop_ = false;
+  Status error_;
+  std::thread thread_;
 };
 
 // Splits a key list into lines; calls fn(url_key, exptime) for each. Corruption on a bad line.

@@ -87,7 +87,7 @@ Status IntFlag(const char* flag, const char* arg, int64_t lo, int64_t hi, int64_
 
 uint64_t PlannedMemory(const Options& o) {
   const uint64_t per_worker = 2 * o.buffer_size + o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16);
-  return uint64_t(o.threads) * per_worker + o.key_file_size + kFixedOverhead;
+  return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size + kFixedOverhead;
 }
 
 Status ParseOptions(int argc, char** argv, Options* o) {

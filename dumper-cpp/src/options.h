@@ -35,6 +35,8 @@ Status ParseOptions(int argc, char** argv, Options* o);
 uint64_t PlannedMemory(const Options& o);
 // Per-key bytes reserved in a worker's send buffer (the longest `mg` line for a 250-byte key).
 constexpr uint64_t kSendBytesPerKey = 400;
+// Key chunks the crawl may have queued for publishing (each --key-file-size bytes).
+constexpr int kKeyChunksInFlight = 4;
 // Fixed allowance for code, stacks, the crawl buffer and small tables.
 constexpr uint64_t kFixedOverhead = 16ULL << 20;
 // Parses "123", "64k", "4M", "1G" (binary units).

@@ -7,6 +7,7 @@
 #include "codec.h"
 #include "crawler.h"
 #include "env.h"
+#include "fault_env.h"
 #include "key_chunks.h"
 #include "key_set_diff.h"
 #include "testutil.h"
@@ -99,6 +100,35 @@ TEST(KeyChunks, CutByBytesAndReadBack) {
   EXPECT_FALSE(ParseKeyChunkName(".tmp-00000012.keys", &c));
   EXPECT_FALSE(ForEachKeyLine("no-newline 1", [](const Slice&, int64_t) { return Status::OK(); }).ok());
   EXPECT_FALSE(ForEachKeyLine("k x\n", [](const Slice&, int64_t) { return Status::OK(); }).ok());
+}
+
+TEST(KeyChunks, AsyncPublishingKeepsOrderAndReportsErrors) {
+  TempDir t;
+  std::vector<uint64_t> order;
+  std::mutex mu;
+  {
+    KeyChunkWriter w(Env::Default(), t.path(), 4096, 0, [&](uint64_t c, uint64_t) {
+      std::lock_guard<std::mutex> l(mu);
+      order.push_back(c);
+    }, 2);
+    for (int i = 0; i < 5000; i++) ASSERT_TRUE(w.Add("k" + std::to_string(i), -1).ok());
+    ASSERT_TRUE(w.Flush().ok());
+    ASSERT_EQ(order.size(), w.next_chunk());
+    for (size_t i = 0; i < order.size(); i++) EXPECT_EQ(order[i], i);
+    std::vector<std::string> names;
+    Env::Default()->GetChildren(t.path(), &names);
+    EXPECT_EQ(names.size(), order.size());  // no temporary left behind
+  }
+  Faults f;
+  f.fail_rename = true;
+  FaultEnv env(&f);
+  TempDir t2;
+  KeyChunkWriter w(&env, t2.path(), 4096, 0, nullptr, 2);
+  Status s;
+  for (int i = 0; i < 5000 && s.ok(); i++) s = w.Add("k" + std::to_string(i), -1);
+  if (s.ok()) s = w.Flush();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("injected"), std::string::npos);
 }
 
 TEST(KeySetDiff, EmitsExactlyTheNewKeysOnce) {

@@ -85,7 +85,8 @@ TEST(Options, MemoryPlanCountsEveryBuffer) {
   o.batch = 1000;
   const uint64_t need = PlannedMemory(o);
   EXPECT_GE(need, 4ULL * 2 * (8 << 20));
-  EXPECT_LE(need, 4ULL * 2 * (8 << 20) + 4 * (1 << 20) + (1 << 20) + 4 * 1000 * 416 + kFixedOverhead);
+  EXPECT_LE(need, 4ULL * 2 * (8 << 20) + 4 * (1 << 20) + (2 + kKeyChunksInFlight) * (1 << 20) + 4 * 1000 * 416 +
+                      kFixedOverhead);
   Options help;
   ASSERT_TRUE(Parse({"--help"}, &help).ok());
   EXPECT_TRUE(help.help);

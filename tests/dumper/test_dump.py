@@ -195,3 +195,19 @@ def test_memcached_dying_mid_dump_fails_loudly(dumper_bin: Path, memcached, tmp_
     assert not (out / "DONE").exists()
     read_dump(out, require_done=False)  # whatever was published verifies
     assert leftovers(out) == []
+
+
+def test_items_expiring_mid_dump_are_counted_as_misses(dumper_bin: Path, memcached, tmp_path: Path) -> None:
+    srv = memcached()
+    load(srv, [Item(b"soon%d" % i, b"s", 0, 2) for i in range(3000)])
+    load(srv, [Item(b"keep%d" % i, b"k", 0, 0) for i in range(3000)])
+    # Rate-limited so the short-lived items expire between the crawl and their `mg`.
+    r = run_dump(dumper_bin, srv, tmp_path / "o", "--max-items-per-second", "1500", "--batch", "50")
+    assert r.returncode == 0, r.stderr
+    dump = read_dump(tmp_path / "o")
+    keys = set(dump.by_key())
+    assert {b"keep%d" % i for i in range(3000)} <= keys
+    m = dump.manifest
+    assert m is not None
+    assert m.totals["misses"] > 0, "expected some items to expire before they were fetched"
+    assert m.totals["records"] + m.totals["misses"] == m.totals["keys_listed"]
