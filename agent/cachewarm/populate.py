@@ -22,6 +22,8 @@ import json
 import multiprocessing
 import os
 import re
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -33,12 +35,13 @@ import tenacity
 
 from cachewarm import dataformat as df
 from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
-from cachewarm.meta import DestinationUnavailable, MetaConnection, ServerIdentity, ttl_token
+from cachewarm.meta import MAX_RELATIVE_TTL, DestinationUnavailable, MetaConnection, ServerIdentity
 from cachewarm.remount import NoopRemounter, Remounter
 
 Mode = Literal["add", "set"]
 _PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
-_RECORD = df._RECORD
+# value_len, flags, exptime, key_len (reserved bytes skipped)
+_RECORD_NR = struct.Struct("<IIqB3x")
 
 
 class PopulateError(RuntimeError):
@@ -104,9 +107,89 @@ class _RateLimiter:
             time.sleep(ahead)
 
 
+@dataclass
+class _Encoded:
+    """A verified file's items as wire-ready batches, per destination node."""
+
+    batches: list[list[tuple[bytes, int]]]
+    expired: int
+
+
+def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) -> _Encoded | str:
+    """Encode every item as `ms <key> <len> [b] T<ttl> F<flags> M<mode> q` in ONE pass that also runs
+    the format's record checks (section 3, check 4): nothing is sent unless the whole file passes, so
+    a corrupt file is never partially applied. Returns the reason on a corrupt file."""
+    assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
+    data = verdict.data
+    mv = memoryview(data)
+    n_nodes = len(params.nodes)
+    tail = b" ME q\r\n" if params.mode == "add" else b" MS q\r\n"
+    batch_items, batch_bytes = params.batch_items, params.batch_bytes
+    parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
+    counts = [0] * n_nodes
+    sizes = [0] * n_nodes
+    batches: list[list[tuple[bytes, int]]] = [[] for _ in range(n_nodes)]
+    unpack = _RECORD_NR.unpack_from
+    plain = _PLAIN_KEY.fullmatch
+    b64 = base64.b64encode
+    now = int(time.time())
+    horizon = now + MAX_RELATIVE_TTL
+    pos = verdict.header.header_len
+    end = pos + verdict.trailer.records_bytes
+    nrec = expired = 0
+    idx = 0
+    while pos < end:
+        if end - pos < df.RECORD_FIXED:
+            return f"record {nrec} at offset {pos}: header runs past records end {end}"
+        vlen, flags, exptime, klen = unpack(data, pos)
+        kstart = pos + df.RECORD_FIXED
+        vstart = kstart + klen
+        nxt = vstart + vlen
+        if nxt > end or klen == 0 or klen > df.MAX_KEY_LEN:
+            return f"record {nrec} at offset {pos}: key_len {klen} value_len {vlen} runs past {end} or is bad"
+        nrec += 1
+        pos = nxt
+        if exptime == -1:
+            ttl = 0
+        elif exptime > now:
+            # memcached reads T above 30 days as an absolute time: send the absolute expiry then.
+            ttl = exptime - now if exptime <= horizon else exptime
+        elif exptime > 0:
+            expired += 1
+            continue
+        else:
+            return f"record {nrec - 1} at offset {kstart - df.RECORD_FIXED}: exptime {exptime}"
+        key = data[kstart:vstart]
+        if ring is not None:
+            idx = ring.index_for(key)
+        p = parts[idx]
+        if plain(key):
+            p.append(b"ms %b %d T%d F%d%b" % (key, vlen, ttl, flags, tail))
+        else:
+            enc = b64(key)
+            if len(enc) > df.MAX_KEY_LEN:
+                return f"record {nrec - 1}: binary key of {klen} bytes is too long for memcached (max 186)"
+            p.append(b"ms %b %d b T%d F%d%b" % (enc, vlen, ttl, flags, tail))
+        p.append(mv[vstart:nxt])
+        p.append(b"\r\n")
+        counts[idx] += 1
+        sizes[idx] += vlen
+        if counts[idx] >= batch_items or sizes[idx] >= batch_bytes:
+            batches[idx].append((b"".join(p), counts[idx]))
+            parts[idx] = []
+            counts[idx] = sizes[idx] = 0
+    if nrec != verdict.trailer.record_count:
+        return f"{nrec} records parsed, trailer says {verdict.trailer.record_count}"
+    if verdict.trailer.end_key_index - verdict.header.first_key_index != nrec + verdict.trailer.misses:
+        return "end_key_index - first_key_index != record_count + misses"
+    for i in range(n_nodes):
+        if counts[i]:
+            batches[i].append((b"".join(parts[i]), counts[i]))
+    return _Encoded(batches, expired)
+
+
 def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
     """One attempt at writing all of a verified file's items. Raises DestinationUnavailable."""
-    assert verdict.data is not None and verdict.header is not None
     nodes = params.nodes
     ring = (
         KetamaRing(nodes, params.node_key_format, params.ketama_reps, params.hash_delimiter)
@@ -118,54 +201,19 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
         for n, c in zip(nodes, conns, strict=True):
             ident = c.connect()
             out.identities[n.address] = (ident.pid, ident.started)
-        mode = b"ME" if params.mode == "add" else b"MS"
-        bufs = [bytearray() for _ in nodes]
-        counts = [0] * len(nodes)
-        sent_per_node = [0] * len(nodes)
+        enc = _encode(verdict, params, ring)
+        if isinstance(enc, str):
+            out.status, out.reason = df.Status.CORRUPT.value, enc
+            return
         limiter = _RateLimiter(params.items_per_second)
-        now = int(time.time())
-        expired = 0
-        data = verdict.data
-        mv = memoryview(data)
-        pos = verdict.header.header_len
-        end = len(data) - df.TRAILER_LEN
-        unpack = _RECORD.unpack_from
-        plain = _PLAIN_KEY.fullmatch
-        batch_items, batch_bytes = params.batch_items, params.batch_bytes
-        while pos < end:
-            vlen, flags, exptime, klen, _ = unpack(data, pos)
-            kstart = pos + df.RECORD_FIXED
-            vstart = kstart + klen
-            pos = vstart + vlen
-            if exptime == -1:
-                ttl: int | None = 0
-            else:
-                ttl = ttl_token(exptime, now)
-                if ttl is None:
-                    expired += 1
-                    continue
-            key = data[kstart:vstart]
-            idx = ring.index_for(key) if ring is not None else 0
-            buf = bufs[idx]
-            if plain(key):
-                buf += b"ms %b %d T%d F%d %b q\r\n" % (key, vlen, ttl, flags, mode)
-            else:
-                enc = base64.b64encode(key)
-                buf += b"ms %b %d b T%d F%d %b q\r\n" % (enc, vlen, ttl, flags, mode)
-            buf += mv[vstart:pos]
-            buf += b"\r\n"
-            counts[idx] += 1
-            if counts[idx] >= batch_items or len(buf) >= batch_bytes:
-                conns[idx].send_batch(buf, counts[idx])
-                sent_per_node[idx] += counts[idx]
-                limiter.take(counts[idx])
-                bufs[idx] = bytearray()
-                counts[idx] = 0
-                now = int(time.time())
-        for idx, c in enumerate(conns):
-            if counts[idx]:
-                c.send_batch(bufs[idx], counts[idx])
-                sent_per_node[idx] += counts[idx]
+        # Interleave the nodes' batches so every destination is kept busy.
+        longest = max(len(b) for b in enc.batches)
+        for j in range(longest):
+            for c, node_batches in zip(conns, enc.batches, strict=True):
+                if j < len(node_batches):
+                    payload, count = node_batches[j]
+                    c.send_batch(payload, count)
+                    limiter.take(count)
         sent = present = errors = 0
         first_error = None
         for n, c in zip(nodes, conns, strict=True):
@@ -176,10 +224,10 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
             if t.first_error and first_error is None:
                 first_error = f"{n.address} answered {t.first_error!r}"
         out.records = verdict.trailer.record_count if verdict.trailer else 0
-        out.expired = expired
+        out.expired = enc.expired
         out.present = present
         out.stored = sent - present - errors
-        out.per_node = {n.address: s for n, s in zip(nodes, sent_per_node, strict=True)}
+        out.per_node = {n.address: sum(cnt for _, cnt in b) for n, b in zip(nodes, enc.batches, strict=True)}
         if errors:
             out.status = "dest_error"
             out.reason = f"{errors} of {sent} writes failed; first: {first_error}"
@@ -195,7 +243,8 @@ def apply_file(path: str, params: WorkerParams) -> FileOutcome:
     name = os.path.basename(path)
     out = FileOutcome(name=name, status="")
     try:
-        verdict = df.check_file(path)
+        # Checks 1-3 here; check 4 runs in _encode, over every record before any is sent.
+        verdict = df.check_file(path, walk_records=False)
     except FileNotFoundError:
         out.status, out.reason = df.Status.INCOMPLETE.value, "file vanished"
         return out
@@ -485,7 +534,9 @@ class Populator:
         last_new = time.monotonic()
         seen_any: set[str] = set()
         self._emit("start", detail=f"{c.source_dir} -> {','.join(n.address for n in c.destinations)}")
-        ctx = multiprocessing.get_context("spawn")
+        # fork starts workers in milliseconds (spawn costs ~0.3 s of imports each); it is only safe
+        # while this process has no other threads (e.g. `warm`'s output pumps), else forkserver.
+        ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
         # A real remount needs every file closed; a plain directory lets files stream through.
         quiesce = bool(getattr(c.remounter, "quiesce", True))
         inflight: dict[Future[FileOutcome], str] = {}
