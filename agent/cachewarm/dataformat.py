@@ -48,6 +48,10 @@ class FormatError(ValueError):
     """Bad input to the writer, or a manifest that does not follow the format."""
 
 
+class ManifestNotReadable(FormatError):
+    """DONE is not (yet) valid JSON: on a ro,norecovery mount its bytes may not be visible yet."""
+
+
 # --------------------------------------------------------------------------------------------------
 # Names
 
@@ -338,7 +342,7 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
     try:
         obj = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"{where}: not valid JSON ({e})") from e
+        raise ManifestNotReadable(f"{where}: not valid JSON ({e})") from e
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: not a JSON object")
     if obj.get("format") != "cachewarm-dump":
@@ -366,6 +370,13 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
         if (parsed.chunk, parsed.part, parsed.xxh3_hex) != (mf.chunk, mf.part, mf.xxh3):
             raise FormatError(f"{w}: chunk/part/xxh3 disagree with the name {mf.name!r}")
         files.append(mf)
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise FormatError(f"{where}: lists a file more than once: {', '.join(dup[:3])}")
+    slots = [(f.chunk, f.part) for f in files]
+    if len(set(slots)) != len(slots):
+        raise FormatError(f"{where}: lists two files for one (chunk, part)")
     totals = obj.get("totals", {})
     if not isinstance(totals, dict):
         raise FormatError(f"{where}: totals must be an object")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import ipaddress
+import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,14 +40,33 @@ class Node:
         return f"{self.host}:{self.port}"
 
 
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*\.?$")
+
+
+def valid_host(host: str) -> bool:
+    """A DNS name, an IPv4 address, or an IPv6 address (given in brackets on the command line)."""
+    if len(host) > 253:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(host))
+
+
 def parse_nodes(spec: str) -> list[Node]:
     """`HOST:PORT[,HOST:PORT...]` -> nodes, in order. Raises ValueError naming the bad part."""
     nodes = []
     for part in spec.split(","):
         part = part.strip()
         host, sep, port_s = part.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
         if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
             raise ValueError(f"bad destination {part!r}: expected HOST:PORT")
+        if not valid_host(host):
+            raise ValueError(f"bad destination {part!r}: {host!r} is not a host name or IP address")
         nodes.append(Node(host, int(port_s)))
     if len(set(nodes)) != len(nodes):
         raise ValueError(f"destination list {spec!r} names a node twice")

@@ -80,7 +80,7 @@ class MetaConnection:
     def connect(self) -> ServerIdentity:
         try:
             self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        except OSError as e:
+        except (OSError, UnicodeError) as e:
             raise DestinationUnavailable(f"{self.host}:{self.port}: cannot connect: {e}") from e
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self.identity()

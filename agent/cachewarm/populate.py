@@ -22,6 +22,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import struct
 import threading
 import time
@@ -236,6 +237,30 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
     finally:
         for c in conns:
             c.close()
+
+
+def _worker_init() -> None:
+    """Tie a pool worker's life to its parent: a kill -9 of the populator must not leave workers
+    behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere)."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl failed")
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+        return
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def apply_file(path: str, params: WorkerParams) -> FileOutcome:
@@ -542,7 +567,7 @@ class Populator:
         inflight: dict[Future[FileOutcome], str] = {}
         retry_at: dict[str, float] = {}
         last_round_event = 0.0
-        with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx, initializer=_worker_init) as pool:
             try:
                 while True:
                     if quiesce and self._round > 0:
@@ -628,12 +653,15 @@ class Populator:
             return None
         try:
             m = df.read_manifest(self.config.source_dir / df.MANIFEST_NAME)
-        except (df.FormatError, OSError) as e:
+        except (df.ManifestNotReadable, OSError) as e:
             # On a ro,norecovery mount DONE may be visible before its bytes are.
             first = bad_since.setdefault(df.MANIFEST_NAME, time.monotonic())
             if time.monotonic() - first > self.config.bad_file_timeout:
                 raise PopulateError(f"DONE is unreadable for {self.config.bad_file_timeout:g}s: {e}") from e
             return None
+        except df.FormatError as e:
+            # Whole JSON that breaks the format is a lie, not a half-visible file: stop now.
+            raise PopulateError(f"DONE is invalid: {e}") from e
         bad_since.pop(df.MANIFEST_NAME, None)
         return m
 

@@ -151,3 +151,13 @@ def test_manifest(tmp_path: Path) -> None:
 def test_name_checksum_covers_every_byte(tmp_path: Path) -> None:
     pf = DirWriter(tmp_path, node="n").write(0, 0, sample_records())
     assert xxhash.xxh3_64_intdigest(pf.path.read_bytes()) == pf.name.xxh3
+
+
+def test_manifest_listing_a_file_twice_is_refused(tmp_path: Path) -> None:
+    w = DirWriter(tmp_path, node="n")
+    w.write(0, 0, sample_records())
+    body = w.manifest()
+    body["files"].append(dict(body["files"][0]))
+    body["totals"]["records"] *= 2
+    with pytest.raises(df.FormatError, match="more than once"):
+        df.parse_manifest(json.dumps(body))

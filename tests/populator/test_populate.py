@@ -367,3 +367,18 @@ def test_rate_limit_still_completes(memcached, tmp_path: Path) -> None:
     w.done()
     s = populate(config(out, tmp_path, [dst], max_items_per_second=10_000, batch_items=100))
     assert s.stored == 2000
+
+
+def test_invalid_done_fails_at_once_half_visible_done_waits(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(5))
+    body = w.manifest()
+    body["totals"]["records"] = 99
+    (out / "DONE").write_text(json.dumps(body))
+    with pytest.raises(PopulateError, match="DONE is invalid"):
+        populate(config(out, tmp_path, [dst], bad_file_timeout=60.0))
+    (out / "DONE").write_text(json.dumps(w.manifest())[:40])  # half visible
+    with pytest.raises(PopulateError, match="DONE is unreadable"):
+        populate(config(out, tmp_path, [dst], bad_file_timeout=0.5))
