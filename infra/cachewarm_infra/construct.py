@@ -269,6 +269,7 @@ class CacheWarmer(Construct):
         template = ec2.LaunchTemplate(
             self,
             "PopulatorTemplate",
+            user_data=self._populator_user_data(),
             machine_image=self.props.machine_image,
             instance_type=self.props.instance_type,
             role=role,
@@ -292,6 +293,13 @@ class CacheWarmer(Construct):
         )
         Tags.of(template).add(TAG_MANAGED, "true")
         return role, sg, template
+
+    def _populator_user_data(self) -> ec2.UserData:
+        """Install this deployment's agent at boot, so `cachewarm agent populate` is there when the
+        controller's Run Command arrives (the populate document waits for cloud-init)."""
+        ud = ec2.UserData.for_linux()
+        ud.add_commands(*install_agent_commands(self.agent_asset.s3_object_url))
+        return ud
 
     # ---- the controller -------------------------------------------------------------------------
     def _make_controller_role(self) -> iam.Role:
@@ -821,6 +829,35 @@ class CacheWarmer(Construct):
 
     def _logical(self, bucket: s3.Bucket) -> str:
         return Stack.of(self).get_logical_id(bucket.node.default_child)  # type: ignore[arg-type]
+
+
+INSTALL_DIR = "/opt/cachewarm"
+
+
+def install_agent_commands(agent_bundle_url: str, dumper_tarball_url: str | None = None) -> list[str]:
+    """Shell lines that install the agent (and optionally the dumper) from the deployed artifacts.
+
+    Amazon Linux 2023: Python 3.11 and xfsprogs from the distribution's repositories; the agent's
+    dependencies come from the bundle (`DIST_WHEELHOUSE=1 make dist`) or else from PyPI.
+    """
+    d = INSTALL_DIR
+    lines = [
+        "set -euo pipefail",
+        "exec >>/var/log/cachewarm-install.log 2>&1",
+        "dnf install -y -q python3.11 python3.11-pip xfsprogs",
+        f"mkdir -p {d}/bin {d}/wheels",
+        f"aws s3 cp --only-show-errors '{agent_bundle_url}' {d}/cachewarm-agent.tar.gz",
+        f"tar -xzf {d}/cachewarm-agent.tar.gz -C {d}/wheels",
+        f"[ -x {d}/venv/bin/python ] || python3.11 -m venv {d}/venv",
+        f"{d}/venv/bin/pip install --quiet --upgrade --find-links {d}/wheels cachewarm",
+        f"ln -sf {d}/venv/bin/cachewarm /usr/local/bin/cachewarm",
+    ]
+    if dumper_tarball_url:
+        lines += [
+            f"aws s3 cp --only-show-errors '{dumper_tarball_url}' {d}/cachewarm-dump.tar.gz",
+            f"tar -xzf {d}/cachewarm-dump.tar.gz -C {d}/bin",
+        ]
+    return [*lines, f"touch {d}/.installed"]
 
 
 def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:

@@ -253,6 +253,23 @@ def test_launch_template_hardened(template: Template) -> None:
     template.resource_count_is("AWS::IAM::InstanceProfile", 1)
 
 
+def _asset_key(synth: Synth, output: str) -> str:
+    """The S3 object key in a `s3://<bucket>/<key>` stack output."""
+    value = json.dumps(synth.template["Outputs"][output]["Value"])
+    [key] = re.findall(r"/([0-9a-f]{64}\.[a-z.]+)", value)
+    return key
+
+
+def test_populators_install_this_deployments_agent_at_boot(synth: Synth) -> None:
+    [lt] = synth.resources("AWS::EC2::LaunchTemplate").values()
+    user_data = json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
+    assert "dnf install -y -q python3.11 python3.11-pip xfsprogs" in user_data
+    assert "pip install --quiet --upgrade --find-links /opt/cachewarm/wheels cachewarm" in user_data
+    assert "ln -sf /opt/cachewarm/venv/bin/cachewarm /usr/local/bin/cachewarm" in user_data
+    assert _asset_key(synth, "AgentBundleUrl") in user_data
+    assert _asset_key(synth, "DumperTarballUrl") not in user_data  # populators never dump
+
+
 def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
     roles = synth.resources("AWS::IAM::Role")
     [role] = [r for k, r in roles.items() if k.startswith("CacheWarmerPopulatorRole")]
