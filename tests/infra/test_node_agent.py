@@ -577,3 +577,57 @@ def test_cli_patterns_accept_what_the_controller_sends() -> None:
     assert re.match(PATTERNS["device"], BASE["--device"])
     assert re.match(PATTERNS["status_prefix"], "warms")
     assert re.match(PATTERNS["endpoint"], "ip-10-0-0-1.ec2.internal:11211")
+
+
+def test_dump_then_populate_agents_end_to_end(
+    tmp_path: Path, s3: Any, memcached: Any, dumper_bin: Path
+) -> None:
+    """Both agents on this machine (mounts faked, the volume is a directory): every item arrives,
+    both status objects end `done`, and the populator really remounted read-only between rounds."""
+    from pymemcache.client.base import Client
+
+    src, dst = memcached(), memcached()
+    source = Client(("127.0.0.1", src.port))
+    for i in range(300):
+        source.set(f"k{i}", f"value-{i}".encode() * 10, noreply=False)
+    dump_runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    dump_runner.stream = SubprocessRunner().stream  # type: ignore[method-assign]
+    dump = DumpJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=volume(tmp_path, dump_runner),
+        memcached_host="127.0.0.1",
+        memcached_port=src.port,
+        dumper=str(dumper_bin),
+        threads=2,
+    )
+    assert (
+        execute(
+            lambda: StatusPublisher(s3, where("dump"), interval_s=3600),
+            lambda st: run_dump(dump, st, dump_runner, lambda m: None),
+        )
+        == ExitCode.OK
+    )
+    pop_runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job = PopulateJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=Volume(dump.volume.device, dump.volume.mount, pop_runner),
+        destinations=f"127.0.0.1:{dst.port}",
+        state_dir=tmp_path / "state",
+    )
+    assert (
+        execute(
+            lambda: StatusPublisher(s3, where("populate"), interval_s=3600),
+            lambda st: run_populate(job, st, log=lambda m: None),
+        )
+        == ExitCode.OK
+    )
+    dest = Client(("127.0.0.1", dst.port))
+    assert all(dest.get(f"k{i}") == f"value-{i}".encode() * 10 for i in range(300))
+    assert read_status(s3, where("dump"))["state"] == "done"
+    body = read_status(s3, where("populate"))
+    assert body["state"] == "done" and body["progress"]["items"] == 300
+    mounts = [c for c in pop_runner.calls if c[0] == "mount"]
+    assert all("ro,norecovery" in c for c in mounts)
+    assert job.state_file.exists()
