@@ -1,0 +1,168 @@
+"""Source -> cachewarm-dump -> populator -> target with real memcached servers: `warm`, `verify`, `demo`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.testing.memcached import MemcachedServer, free_port
+from cachewarm.testing.populating import fetch
+
+CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+BIG = bytes(range(256)) * (5 * 4096)  # 5 MiB
+
+
+def run(args: list[str], dumper: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CACHEWARM_DUMP": str(dumper)}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def put(srv: MemcachedServer, items: list[tuple[bytes, int, int, bytes]]) -> None:
+    """(key, flags, T, value) with quiet meta sets; T > 30 days is an absolute time."""
+    c = MetaConnection(srv.host, srv.port)
+    c.connect()
+    buf = bytearray()
+    for key, flags, ttl, value in items:
+        tok, b = wire_key(key)
+        buf += b"ms %b %d%b T%d F%d q\r\n" % (tok, len(value), b, ttl, flags) + value + b"\r\n"
+    c.send_batch(buf, len(items))
+    t = c.flush()
+    c.close()
+    assert t.errors == 0 and t.not_stored == 0, t.first_error
+
+
+def edge_items() -> list[tuple[bytes, int, int, bytes]]:
+    now = int(time.time())
+    return [
+        (b"plain", 0, 0, b"never expires"),
+        (b"maxflags", 0xFFFFFFFF, 0, b"all 32 flag bits"),
+        (b"empty", 3, 0, b""),
+        (b"big", 4, 0, BIG),
+        (b"short", 5, 120, b"two minutes"),
+        (b"long", 6, now + 60 * 86400, b"sixty days, absolute"),
+        (b"bin\x00\xff\r\n key", 7, 0, b"binary key"),
+        (b"tricky", 8, 0, b"VA 5 f1\r\nEN\r\nEND\r\nMN\r\n"),
+        *[(b"bulk:%d" % i, i, 0 if i % 2 else 3600, b"x" * (i % 700)) for i in range(3000)],
+    ]
+
+
+def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+    src = memcached(memory_mb=128, max_item_size="8m")
+    dst = memcached(memory_mb=128, max_item_size="8m")
+    items = edge_items()
+    put(src, items)
+    r = run(
+        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        dumper_bin,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "warm OK" in r.stdout and "target check" in r.stdout
+    got = fetch(dst, [k for k, *_ in items])
+    assert len(got) == len(items)
+    now = int(time.time())
+    for key, flags, ttl, value in items:
+        g = got[key]
+        assert g.value == value and g.flags == flags, key
+        if ttl == 0:
+            assert g.ttl == -1, key
+        elif ttl > 30 * 86400:
+            assert abs(g.ttl - (ttl - now)) <= 5, key
+        else:
+            assert ttl - 10 <= g.ttl <= ttl, key
+    v = run(["verify", "--source", src.address, "--target", dst.address, "--json"], dumper_bin)
+    assert v.returncode == 0, v.stdout + v.stderr
+    rep = json.loads(v.stdout)
+    assert rep["ok"] and rep["checked"] == len(items)
+
+
+def test_warm_keeps_fresher_target_values_and_reports(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+    src = memcached(memory_mb=64)
+    dst = memcached(memory_mb=64)
+    put(src, [(b"k%d" % i, 1, 0, b"old") for i in range(1000)])
+    put(dst, [(b"k7", 2, 0, b"fresher, written by live traffic")])
+    r = run(
+        [
+            "warm",
+            "--source",
+            src.address,
+            "--target",
+            dst.address,
+            "--workdir",
+            str(tmp_path / "w"),
+            "--json",
+        ],
+        dumper_bin,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert (s["copied"], s["already_present"], s["items_dumped"], s["missing_in_target"]) == (999, 1, 1000, 0)
+    assert fetch(dst, [b"k7"])[b"k7"].value == b"fresher, written by live traffic"
+    # verify sees the difference the add mode kept on purpose and says so.
+    v = run(["verify", "--source", src.address, "--target", dst.address], dumper_bin)
+    assert v.returncode == 1 and "value differs: b'k7'" in v.stdout
+
+
+def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+    src = memcached(memory_mb=64)
+    dsts = [memcached(memory_mb=64) for _ in range(3)]
+    put(src, [(b"user:%d" % i, i, 0, b"v%d" % i) for i in range(3000)])
+    targets = ",".join(d.address for d in dsts)
+    fmt = ["--node-key-format", "{host}:{port}"]
+    r = run(
+        ["warm", "--source", src.address, "--target", targets, "--workdir", str(tmp_path / "w"), *fmt],
+        dumper_bin,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = [int(d.stats()["curr_items"]) for d in dsts]
+    assert sum(counts) == 3000 and min(counts) > 500
+    v = run(["verify", "--source", src.address, "--target", targets, *fmt], dumper_bin)
+    assert v.returncode == 0, v.stdout
+
+
+def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    r = run(
+        [
+            "warm",
+            "--source",
+            f"127.0.0.1:{free_port()}",
+            "--target",
+            dst.address,
+            "--workdir",
+            str(tmp_path / "w"),
+        ],
+        dumper_bin,
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert "error: cachewarm-dump failed" in r.stderr
+
+
+def test_warm_refuses_a_used_workdir(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+    src = memcached(memory_mb=16)
+    dst = memcached(memory_mb=16)
+    (tmp_path / "w" / "dump").mkdir(parents=True)
+    (tmp_path / "w" / "dump" / "leftover").write_text("x")
+    r = run(
+        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        dumper_bin,
+    )
+    assert r.returncode == 1 and "already holds a dump" in r.stderr
+
+
+def test_demo_small(dumper_bin: Path) -> None:
+    r = run(["demo", "--items", "20000"], dumper_bin)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "demo OK" in r.stdout and "verify OK: 20,000 keys compared" in r.stdout
+
+
+@pytest.mark.parametrize("bad", ["--target nohost", "--target x;y:1"])
+def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path) -> None:
+    r = run(["warm", "--source", "127.0.0.1:1", *bad.split(), "--workdir", str(tmp_path)], dumper_bin)
+    assert r.returncode == 2 and "--target" in r.stderr
