@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.support import Synth, asl_path, documents_dir, lambdas_dir
+from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +32,9 @@ def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
     from cdk_nag import AwsSolutionsChecks
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    app = App(outdir=str(outdir))
+    # The same feature flags as `cdk synth` (cdk.json), so the template under test is the deployed one.
+    flags = json.loads((REPO / "cdk.json").read_text()).get("context", {})
+    app = App(outdir=str(outdir), context=flags)
     settings = StackSettings(
         asl_path=asl_path(),
         lambdas_dir=lambdas_dir(),

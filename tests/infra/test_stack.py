@@ -600,3 +600,20 @@ def test_every_nag_acknowledgement_has_a_written_reason(synth: Synth) -> None:
     for path, rule, reason in acks:
         assert rule.startswith("AwsSolutions-"), rule
         assert len(reason) > 40 and reason.endswith("."), f"{path} {rule}: give a real reason"
+
+
+def test_lambda_code_asset_is_the_lambdas_dir(synth: Synth) -> None:
+    """One code asset for every function: the lambdas/ directory as is, without caches or tests."""
+    keys = {json.dumps(f["Properties"]["Code"]) for f in synth.resources("AWS::Lambda::Function").values()}
+    assert len(keys) == 1
+    manifest = json.loads((synth.outdir / "CacheWarmTest.assets.json").read_text())
+    dirs = [
+        synth.outdir / f["source"]["path"]
+        for f in manifest["files"].values()
+        if f["source"].get("packaging") == "zip"
+    ]
+    code = [d for d in dirs if (d / "cachewarm_controller").is_dir()]
+    assert len(code) == 1
+    files = {p.relative_to(code[0]).as_posix() for p in code[0].rglob("*") if p.is_file()}
+    assert "cachewarm_controller/handlers.py" in files
+    assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
