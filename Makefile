@@ -68,7 +68,7 @@ lint: deps-py
 
 # ---- running ----------------------------------------------------------------------------------
 demo: deps-apt deps-py build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/demo.py
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) PYTHONPATH=$(CURDIR)/agent $(PY) -m cachewarm demo
 
 bench: deps-apt deps-py build
 	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
