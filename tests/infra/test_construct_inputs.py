@@ -120,3 +120,25 @@ def test_settings_from_context() -> None:
 def test_settings_reject_bad_tracing() -> None:
     with pytest.raises(ValueError, match="tracing='yes'"):
         StackSettings.from_context(App(context={"tracing": "yes"}).node, REPO)
+
+
+def test_artifact_url_parameters_get_this_deployments_urls(tmp_path: Path) -> None:
+    """A document that declares agentBundleUrl / dumperTarballUrl installs the stack's own artifacts."""
+    from aws_cdk import Token
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for f in documents_dir().glob("*.json"):
+        doc = json.loads(f.read_text())
+        pattern = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[0-9a-f]{64}\.[a-z.]{1,10}$"
+        doc["parameters"]["agentBundleUrl"] = {"type": "String", "allowedPattern": pattern}
+        doc["parameters"]["dumperTarballUrl"] = {"type": "String", "allowedPattern": pattern}
+        (docs / f.name).write_text(json.dumps(doc))
+    p = props(tmp_path, ssm_documents_dir=docs)
+    warmer = CacheWarmer(Stack.of(p.vpc), "W", p)
+    stack = Stack.of(p.vpc)
+    for doc in warmer.documents.values():
+        params = stack.resolve(doc.content)["parameters"]
+        assert "Fn::Sub" in json.dumps(params["agentBundleUrl"]["default"])
+        assert Token.is_unresolved(doc.content["parameters"]["dumperTarballUrl"]["default"])
+        assert params["agentBundleUrl"]["default"] != params["dumperTarballUrl"]["default"]

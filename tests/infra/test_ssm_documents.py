@@ -53,8 +53,8 @@ VALID = {
     "threads": "4",
     "to": "10.0.0.1:11211,ip-10-0-0-2.ec2.internal:11211",
     "mode": "add",
-    "dumperTarballUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/abc123.tar.gz",
-    "agentBundleUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/def456.tar.gz",
+    "dumperTarballUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "ab" * 32 + ".gz",
+    "agentBundleUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "cd" * 32 + ".gz",
 }
 
 
