@@ -7,7 +7,7 @@ JOBS ?= 2
 DUMPER_SRC := dumper-cpp
 BUILD := build
 DUMPER := $(BUILD)/release/cachewarm-dump
-APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest
+APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest clang
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
@@ -75,11 +75,16 @@ bench: deps-apt deps-py build
 	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
 
 TRIALS ?= 20
+# Fault scenarios with TRIALS trials each; the closing table also goes to build/faults.md.
 faults: deps build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) $(PY) -m pytest -q -s tests/faults
+	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md \
+	  $(PY) -m pytest -q -s --timeout=0 tests/faults
 
+# Longer fuzzing runs (FUZZ_SECONDS per target); corpora are kept in build/fuzz/corpus between runs.
+FUZZ_SECONDS ?= 300
 fuzz: deps build
-	@echo "see docs/reliability.md"
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CORPUS_DIR=$(CURDIR)/$(BUILD)/fuzz/corpus \
+	  $(PY) -m pytest -q --timeout=0 tests/fuzz
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
