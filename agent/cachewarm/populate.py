@@ -37,7 +37,7 @@ import tenacity
 from cachewarm import dataformat as df
 from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.meta import MAX_RELATIVE_TTL, DestinationUnavailable, MetaConnection, ServerIdentity
-from cachewarm.remount import NoopRemounter, Remounter
+from cachewarm.remount import NoopRemounter, Remounter, RemountError
 
 Mode = Literal["add", "set"]
 _PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
@@ -550,6 +550,8 @@ class Populator:
                 KetamaRing(c.destinations, c.node_key_format, c.ketama_reps, c.hash_delimiter)
             except ValueError as e:
                 raise PopulateError(str(e)) from e
+        if not c.source_dir.is_dir():
+            raise PopulateError(f"source directory {c.source_dir} does not exist")
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
         self._probe_destinations()
@@ -570,8 +572,9 @@ class Populator:
         with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx, initializer=_worker_init) as pool:
             try:
                 while True:
-                    if quiesce and self._round > 0:
-                        c.remounter.refresh()
+                    if quiesce and self._round > 0 and not self._refresh(bad_since):
+                        time.sleep(c.poll_interval)
+                        continue
                     self._round += 1
                     if c.should_abort is not None and (why := c.should_abort()) is not None:
                         raise PopulateError(why)
@@ -647,6 +650,19 @@ class Populator:
                     f.cancel()
                 self._save(force=True)
                 raise
+
+    def _refresh(self, bad_since: dict[str, float]) -> bool:
+        """Remount; a failure is retried next round until bad_file_timeout, then it is fatal."""
+        try:
+            self.config.remounter.refresh()
+        except RemountError as e:
+            first = bad_since.setdefault("<remount>", time.monotonic())
+            if time.monotonic() - first > self.config.bad_file_timeout:
+                raise PopulateError(f"remounting failed for {self.config.bad_file_timeout:g}s: {e}") from e
+            self._emit("remount_failed", detail=str(e))
+            return False
+        bad_since.pop("<remount>", None)
+        return True
 
     def _read_manifest(self, done_exists: bool, bad_since: dict[str, float]) -> df.Manifest | None:
         if not done_exists:

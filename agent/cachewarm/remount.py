@@ -69,6 +69,15 @@ class CommandRemounter:
             raise RemountError(f"bad command template {template!r}: use {{device}} and {{mount}}") from e
 
     def refresh(self) -> None:
-        self.runner(self._argv(self.umount_cmd))
-        self.runner(self._argv(self.mount_cmd))
+        # A failed umount may mean "not mounted" (a previous mount failed): still try to mount, and
+        # report both if the mount fails too.
+        umount_error: RemountError | None = None
+        try:
+            self.runner(self._argv(self.umount_cmd))
+        except RemountError as e:
+            umount_error = e
+        try:
+            self.runner(self._argv(self.mount_cmd))
+        except RemountError as e:
+            raise RemountError(f"{e}" + (f" (after: {umount_error})" if umount_error else "")) from e
         self.refreshes += 1

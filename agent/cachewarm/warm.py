@@ -225,6 +225,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
         )
     if not cfg.resume and state_file.exists():
         state_file.unlink()
+    dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
     argv = [
         str(cfg.dumper),
         "--host",

@@ -382,3 +382,40 @@ def test_invalid_done_fails_at_once_half_visible_done_waits(memcached, tmp_path:
     (out / "DONE").write_text(json.dumps(w.manifest())[:40])  # half visible
     with pytest.raises(PopulateError, match="DONE is unreadable"):
         populate(config(out, tmp_path, [dst], bad_file_timeout=0.5))
+
+
+def test_remount_failures_are_retried_then_fatal(memcached, tmp_path: Path) -> None:
+    from cachewarm.remount import RemountError
+
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(10))
+    calls: list[list[str]] = []
+
+    def flaky(argv: object) -> None:
+        calls.append(list(argv))  # type: ignore[call-overload]
+        if len(calls) in (1, 2, 4):  # umount+mount fail once, then umount "not mounted" once
+            raise RemountError(f"{argv} failed")
+        if len(calls) == 5:
+            w.write(1, 0, records(10, start=10))
+            w.done()
+
+    s = populate(config(out, tmp_path, [dst], remounter=CommandRemounter("/dev/x", "/m", runner=flaky)))
+    assert s.stored == 20
+
+    def broken(argv: object) -> None:
+        raise RemountError("mount: /m: wrong fs type")
+
+    out2 = tmp_path / "dump2"
+    DirWriter(out2, node="src").write(0, 0, records(3))
+    cfg = config(out2, tmp_path, [dst], bad_file_timeout=0.3, state_file=tmp_path / "s2.json")
+    cfg.remounter = CommandRemounter("/dev/x", "/m", runner=broken)
+    with pytest.raises(PopulateError, match=r"remounting failed.*wrong fs type"):
+        populate(cfg)
+
+
+def test_missing_source_dir_is_named(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    with pytest.raises(PopulateError, match="does not exist"):
+        populate(config(tmp_path / "nope", tmp_path, [dst]))
