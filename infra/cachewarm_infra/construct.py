@@ -200,6 +200,13 @@ class CacheWarmer(Construct):
                 raise FileNotFoundError(f"{self.props.ssm_documents_dir}/{needed}.json not found")
         return docs
 
+    @property
+    def launch_template_id(self) -> str:
+        # A LaunchTemplate created here always has an id (None only for imported templates).
+        lt_id = self.launch_template.launch_template_id
+        assert lt_id is not None
+        return lt_id
+
     def document_name(self, stem: str) -> str:
         return self.documents[stem].ref
 
@@ -360,7 +367,7 @@ class CacheWarmer(Construct):
                     stack.format_arn(
                         service="ec2",
                         resource="launch-template",
-                        resource_name=self.launch_template.launch_template_id or "*",
+                        resource_name=self.launch_template_id,
                     ),
                     ec2_arn("subnet"),
                     ec2_arn("network-interface"),
@@ -464,7 +471,7 @@ class CacheWarmer(Construct):
             "DUMP_DOCUMENT_NAME": self.document_name("dump-agent"),
             "POPULATE_DOCUMENT_NAME": self.document_name("populate-agent"),
             "KMS_KEY_ID": self.key.key_arn,
-            "POPULATOR_LAUNCH_TEMPLATE_ID": self.launch_template.launch_template_id or "",
+            "POPULATOR_LAUNCH_TEMPLATE_ID": self.launch_template_id,
             "HEARTBEAT_STALE_SECONDS": str(self.props.heartbeat_stale_minutes * 60),
             "POWERTOOLS_SERVICE_NAME": "cachewarm",
             "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
@@ -516,7 +523,7 @@ class CacheWarmer(Construct):
         subs["StatusPrefix"] = self.props.status_prefix
         subs["DumpDocumentName"] = self.document_name("dump-agent")
         subs["PopulateDocumentName"] = self.document_name("populate-agent")
-        subs["PopulatorLaunchTemplateId"] = self.launch_template.launch_template_id or ""
+        subs["PopulatorLaunchTemplateId"] = self.launch_template_id
         return subs
 
     def _make_state_machine(self, asl_text: str) -> sfn.StateMachine:
@@ -555,7 +562,7 @@ class CacheWarmer(Construct):
                 "warm_id": events.EventField.from_path("$.detail.warm_id"),
                 "source": {"replica": events.EventField.from_path("$.detail.source.replica")},
                 "destination": events.EventField.from_path("$.detail.destination"),
-                "populator": {"launch_template_id": self.launch_template.launch_template_id},
+                "populator": {"launch_template_id": self.launch_template_id},
             }
         )
 
@@ -613,7 +620,7 @@ class CacheWarmer(Construct):
                             "destination": {
                                 "asg_name": events.EventField.from_path("$.detail.AutoScalingGroupName"),
                             },
-                            "populator": {"launch_template_id": self.launch_template.launch_template_id},
+                            "populator": {"launch_template_id": self.launch_template_id},
                         }
                     ),
                     dead_letter_queue=dlq,

@@ -152,7 +152,7 @@ class CacheWarmStack(Stack):
         w = self.warmer
         CfnOutput(self, "StateMachineArn", value=w.state_machine.state_machine_arn)
         CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
-        CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template.launch_template_id or "")
+        CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template_id)
         CfnOutput(
             self,
             "SourceNodePolicyArn",
