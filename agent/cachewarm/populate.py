@@ -26,7 +26,7 @@ import signal
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -76,6 +76,10 @@ class WorkerParams:
     batch_bytes: int = 4 << 20
     destination_timeout: float = 120.0
     socket_timeout: float = 30.0
+    # Files up to this size are checked and encoded in one pass and held encoded until the whole
+    # file has passed (one pass over the records); larger files are checked first (a cheap walk),
+    # then encoded and sent batch by batch: memory ~ file size + two batches per node.
+    one_pass_max_bytes: int = 64 << 20
 
 
 @dataclass
@@ -108,18 +112,17 @@ class _RateLimiter:
             time.sleep(ahead)
 
 
-@dataclass
-class _Encoded:
-    """A verified file's items as wire-ready batches, per destination node."""
-
-    batches: list[list[tuple[bytes, int]]]
-    expired: int
+class _Corrupt(Exception):
+    pass
 
 
-def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) -> _Encoded | str:
-    """Encode every item as `ms <key> <len> [b] T<ttl> F<flags> M<mode> q` in ONE pass that also runs
-    the format's record checks (section 3, check 4): nothing is sent unless the whole file passes, so
-    a corrupt file is never partially applied. Returns the reason on a corrupt file."""
+def _encode(
+    verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None, stats: list[int]
+) -> Iterator[tuple[int, bytes, int]]:
+    """Yield (node index, `ms ... q` batch, item count), running the format's record checks
+    (section 3, check 4) on the way; raises _Corrupt naming the bad record. `stats[0]` counts the
+    items skipped as expired, `stats[1]` binary keys too long for memcached's base64 key.
+    The caller decides whether to send before the generator is exhausted."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     data = verdict.data
     mv = memoryview(data)
@@ -129,7 +132,6 @@ def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) 
     parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
     counts = [0] * n_nodes
     sizes = [0] * n_nodes
-    batches: list[list[tuple[bytes, int]]] = [[] for _ in range(n_nodes)]
     unpack = _RECORD_NR.unpack_from
     plain = _PLAIN_KEY.fullmatch
     b64 = base64.b64encode
@@ -137,17 +139,19 @@ def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) 
     horizon = now + MAX_RELATIVE_TTL
     pos = verdict.header.header_len
     end = pos + verdict.trailer.records_bytes
-    nrec = expired = 0
+    nrec = 0
     idx = 0
     while pos < end:
         if end - pos < df.RECORD_FIXED:
-            return f"record {nrec} at offset {pos}: header runs past records end {end}"
+            raise _Corrupt(f"record {nrec} at offset {pos}: header runs past records end {end}")
         vlen, flags, exptime, klen = unpack(data, pos)
         kstart = pos + df.RECORD_FIXED
         vstart = kstart + klen
         nxt = vstart + vlen
         if nxt > end or klen == 0 or klen > df.MAX_KEY_LEN:
-            return f"record {nrec} at offset {pos}: key_len {klen} value_len {vlen} runs past {end} or is bad"
+            raise _Corrupt(
+                f"record {nrec} at offset {pos}: key_len {klen} value_len {vlen} bad or past {end}"
+            )
         nrec += 1
         pos = nxt
         if exptime == -1:
@@ -156,10 +160,10 @@ def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) 
             # memcached reads T above 30 days as an absolute time: send the absolute expiry then.
             ttl = exptime - now if exptime <= horizon else exptime
         elif exptime > 0:
-            expired += 1
+            stats[0] += 1
             continue
         else:
-            return f"record {nrec - 1} at offset {kstart - df.RECORD_FIXED}: exptime {exptime}"
+            raise _Corrupt(f"record {nrec - 1} at offset {kstart - df.RECORD_FIXED}: exptime {exptime}")
         key = data[kstart:vstart]
         if ring is not None:
             idx = ring.index_for(key)
@@ -169,52 +173,63 @@ def _encode(verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None) 
         else:
             enc = b64(key)
             if len(enc) > df.MAX_KEY_LEN:
-                return f"record {nrec - 1}: binary key of {klen} bytes is too long for memcached (max 186)"
+                # memcached cannot hold it (base64 form > 250 chars): counted, and the file fails.
+                stats[1] += 1
+                continue
             p.append(b"ms %b %d b T%d F%d%b" % (enc, vlen, ttl, flags, tail))
         p.append(mv[vstart:nxt])
         p.append(b"\r\n")
         counts[idx] += 1
         sizes[idx] += vlen
         if counts[idx] >= batch_items or sizes[idx] >= batch_bytes:
-            batches[idx].append((b"".join(p), counts[idx]))
+            yield idx, b"".join(p), counts[idx]
             parts[idx] = []
             counts[idx] = sizes[idx] = 0
     if nrec != verdict.trailer.record_count:
-        return f"{nrec} records parsed, trailer says {verdict.trailer.record_count}"
+        raise _Corrupt(f"{nrec} records parsed, trailer says {verdict.trailer.record_count}")
     if verdict.trailer.end_key_index - verdict.header.first_key_index != nrec + verdict.trailer.misses:
-        return "end_key_index - first_key_index != record_count + misses"
+        raise _Corrupt("end_key_index - first_key_index != record_count + misses")
     for i in range(n_nodes):
         if counts[i]:
-            batches[i].append((b"".join(parts[i]), counts[i]))
-    return _Encoded(batches, expired)
+            yield i, b"".join(parts[i]), counts[i]
 
 
 def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
     """One attempt at writing all of a verified file's items. Raises DestinationUnavailable."""
+    assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     nodes = params.nodes
     ring = (
         KetamaRing(nodes, params.node_key_format, params.ketama_reps, params.hash_delimiter)
         if len(nodes) > 1
         else None
     )
+    expired = [0, 0]
+    batches: Iterable[tuple[int, bytes, int]]
+    try:
+        if len(verdict.data) <= params.one_pass_max_bytes:
+            batches = list(_encode(verdict, params, ring, expired))
+        else:
+            bad = df._walk_records(verdict.data, verdict.header, verdict.trailer)
+            if bad is not None:
+                raise _Corrupt(bad)
+            batches = _encode(verdict, params, ring, expired)
+    except _Corrupt as e:
+        out.status, out.reason = df.Status.CORRUPT.value, str(e)
+        return
     conns = [MetaConnection(n.host, n.port, params.socket_timeout) for n in nodes]
     try:
         for n, c in zip(nodes, conns, strict=True):
             ident = c.connect()
             out.identities[n.address] = (ident.pid, ident.started)
-        enc = _encode(verdict, params, ring)
-        if isinstance(enc, str):
-            out.status, out.reason = df.Status.CORRUPT.value, enc
-            return
         limiter = _RateLimiter(params.items_per_second)
-        # Interleave the nodes' batches so every destination is kept busy.
-        longest = max(len(b) for b in enc.batches)
-        for j in range(longest):
-            for c, node_batches in zip(conns, enc.batches, strict=True):
-                if j < len(node_batches):
-                    payload, count = node_batches[j]
-                    c.send_batch(payload, count)
-                    limiter.take(count)
+        per_node = [0] * len(nodes)
+        try:
+            for idx, payload, count in batches:
+                conns[idx].send_batch(payload, count)
+                per_node[idx] += count
+                limiter.take(count)
+        except _Corrupt as e:  # unreachable: a large file was walked first; kept as a guard
+            raise AssertionError(f"record check failed after sending began: {e}") from e
         sent = present = errors = 0
         first_error = None
         for n, c in zip(nodes, conns, strict=True):
@@ -224,14 +239,17 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
             errors += t.errors
             if t.first_error and first_error is None:
                 first_error = f"{n.address} answered {t.first_error!r}"
-        out.records = verdict.trailer.record_count if verdict.trailer else 0
-        out.expired = enc.expired
+        out.records = verdict.trailer.record_count
+        out.expired = expired[0]
         out.present = present
         out.stored = sent - present - errors
-        out.per_node = {n.address: sum(cnt for _, cnt in b) for n, b in zip(nodes, enc.batches, strict=True)}
+        out.per_node = {n.address: k for n, k in zip(nodes, per_node, strict=True)}
         if errors:
             out.status = "dest_error"
             out.reason = f"{errors} of {sent} writes failed; first: {first_error}"
+        elif expired[1]:
+            out.status = "dest_error"
+            out.reason = f"{expired[1]} binary keys longer than 186 bytes cannot be written to memcached"
         else:
             out.status = "ok"
     finally:
@@ -381,6 +399,7 @@ class PopulateConfig:
     batch_bytes: int = 4 << 20
     # Seconds between "waiting" progress lines while nothing new is applied.
     progress_interval: float = 1.0
+    one_pass_max_bytes: int = 64 << 20
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
@@ -446,6 +465,7 @@ class Populator:
             batch_items=c.batch_items,
             batch_bytes=c.batch_bytes,
             destination_timeout=c.destination_timeout,
+            one_pass_max_bytes=c.one_pass_max_bytes,
         )
 
     def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:

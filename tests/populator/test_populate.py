@@ -419,3 +419,47 @@ def test_missing_source_dir_is_named(memcached, tmp_path: Path) -> None:
     dst = memcached(memory_mb=16)
     with pytest.raises(PopulateError, match="does not exist"):
         populate(config(tmp_path / "nope", tmp_path, [dst]))
+
+
+@pytest.mark.parametrize("one_pass_max", [1 << 30, 1024])
+def test_corrupt_file_never_partially_applied_either_strategy(
+    memcached, tmp_path: Path, one_pass_max: int
+) -> None:
+    """Files above one_pass_max are walked first, then streamed: still nothing of a bad file is sent."""
+    import struct
+
+    from cachewarm import dataformat as df
+
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    good = w.write(0, 0, records(300))
+    _, data = w.encode(1, 0, records(300, prefix=b"b"))
+    bad = bytearray(data)
+    last = len(bad) - 40 - (20 + len(b"b299") + len(b"v299-") + 100)
+    struct.pack_into("<q", bad, last + 8, -7)  # the LAST record's exptime is invalid
+    (out / df.name_for("src", 1, 0, bytes(bad)).name).write_bytes(bad)
+    with pytest.raises(PopulateError, match=r"corrupt.*exptime -7"):
+        populate(config(out, tmp_path, [dst], one_pass_max_bytes=one_pass_max, workers=1))
+    assert fetch(dst, [b"b%d" % i for i in range(300)]) == {}
+    assert good.records == 300
+
+
+def test_large_file_streaming_strategy_applies_everything(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(5000))
+    w.done()
+    s = populate(config(out, tmp_path, [dst], one_pass_max_bytes=1024, batch_items=100))
+    assert s.stored == 5000 and int(dst.stats()["curr_items"]) == 5000
+
+
+def test_binary_key_too_long_for_memcached_fails_loudly(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, [Record(b"\x00" * 200, 0, -1, b"v"), *records(3)])
+    w.done()
+    with pytest.raises(PopulateError, match="longer than 186 bytes"):
+        populate(config(out, tmp_path, [dst]))
