@@ -70,7 +70,8 @@ class CacheWarmerProps:
     vpc: ec2.IVpc
     machine_image: ec2.IMachineImage
     instance_type: ec2.InstanceType
-    # Subnets the populators may be launched in (the controller picks the one in the source's AZ).
+    # Optional subnets for populators (env POPULATOR_SUBNET_IDS); by default the controller launches
+    # each populator in its source node's subnet (same AZ, as multi-attach requires).
     subnet_ids: Sequence[str] = ()
     kms_key: kms.IKey | None = None
     # Must match the execution input's `status_prefix` (the controller's default is "warms").
@@ -82,8 +83,6 @@ class CacheWarmerProps:
     lambda_memory_mb: int = 512
     root_volume_gb: int = 30
     root_device_name: str = "/dev/xvda"
-    # A node whose heartbeat is older than this is "stale" (the controller emits StaleNodes).
-    heartbeat_stale_minutes: int = 15
     # Optional: also start a warm when an instance of one of these Auto Scaling groups launches.
     asg_group_names: Sequence[str] = ()
     alarm_topic: sns.ITopic | None = None
@@ -472,7 +471,6 @@ class CacheWarmer(Construct):
             "POPULATE_DOCUMENT_NAME": self.document_name("populate-agent"),
             "KMS_KEY_ID": self.key.key_arn,
             "POPULATOR_LAUNCH_TEMPLATE_ID": self.launch_template_id,
-            "HEARTBEAT_STALE_SECONDS": str(self.props.heartbeat_stale_minutes * 60),
             "POWERTOOLS_SERVICE_NAME": "cachewarm",
             "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
         }

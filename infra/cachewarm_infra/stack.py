@@ -6,7 +6,7 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | context | parameter | meaning |
 |---|---|---|
 | `vpcId` | `VpcId` | VPC of the memcached replicas |
-| `subnetIds` (comma-separated) | `SubnetIds` | subnets populators may use (one per AZ of the source) |
+| `subnetIds` (comma-separated) | `SubnetIds` | optional populator subnets (default: the source's) |
 | `amiParameter` | (SSM parameter) | SSM parameter holding the populator AMI id |
 | `instanceType` | `PopulatorInstanceType` | populator instance type (Nitro, for io2 multi-attach) |
 | `kmsKeyArn` | — | existing KMS key; default: the stack creates one (rotation on) |
@@ -101,9 +101,9 @@ class CacheWarmStack(Stack):
         subnet_ids = CfnParameter(
             self,
             "SubnetIds",
-            type="List<AWS::EC2::Subnet::Id>",
-            description="Subnets for populators; the controller uses the one in each source node's AZ",
-            **({"default": ",".join(settings.subnet_ids)} if settings.subnet_ids else {}),
+            type="CommaDelimitedList",
+            default=",".join(settings.subnet_ids),
+            description="Optional populator subnets (POPULATOR_SUBNET_IDS); empty = the source node's subnet",
         )
         instance_type = CfnParameter(
             self,
@@ -119,7 +119,7 @@ class CacheWarmStack(Stack):
         )
         Annotations.of(vpc).acknowledge_warning(
             "@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones",
-            "Only the VPC id is used (the populators' security group); subnets come from SubnetIds.",
+            "Only the VPC id is used (the populators' security group); no subnet is selected at synth.",
         )
         key = (
             kms.Key.from_key_arn(self, "ImportedKey", settings.kms_key_arn) if settings.kms_key_arn else None
