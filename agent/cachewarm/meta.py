@@ -116,6 +116,13 @@ class MetaConnection:
             self._rbuf += chunk
 
     def identity(self) -> ServerIdentity:
+        stats = self.stats()
+        try:
+            return ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+        except (KeyError, ValueError) as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
+
+    def stats(self) -> dict[str, str]:
         self._send(b"stats\r\n")
         stats: dict[str, str] = {}
         while True:
@@ -127,10 +134,7 @@ class MetaConnection:
                 stats[parts[1]] = parts[2]
             elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
                 raise DestinationUnavailable(f"{self.host}:{self.port}: stats failed: {line!r}")
-        try:
-            return ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
-        except (KeyError, ValueError) as e:
-            raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
+        return stats
 
     def send_batch(self, payload: bytes | bytearray, count: int) -> None:
         """Send one batch of `ms ... q` commands (already encoded) followed by `mn`; keeps at most two

@@ -436,6 +436,8 @@ class PopulateSummary:
     manifest_records: int
     restarts_detected: int
     per_node: dict[str, int]
+    # Items the destinations evicted while we wrote (too small a destination): they are gone.
+    destination_evictions: int = 0
 
     def to_json(self) -> str:
         return json.dumps({"event": "summary", **asdict(self)}, separators=(",", ":"))
@@ -451,6 +453,8 @@ class Populator:
     _last_save: float = field(init=False, default=0.0)
     _dead: set[tuple[str, tuple[int, int]]] = field(init=False, default_factory=set)
     _per_node: dict[str, int] = field(init=False, default_factory=dict)
+    _evictions_at_start: dict[str, tuple[int, int]] = field(init=False, default_factory=dict)
+    _evictions: dict[str, int] = field(init=False, default_factory=dict)
 
     def _params(self) -> WorkerParams:
         c = self.config
@@ -534,6 +538,7 @@ class Populator:
                         c = MetaConnection(n.host, n.port, 10.0)
                         try:
                             ident = c.connect()
+                            evictions = int(c.stats().get("evictions", "0"))
                         finally:
                             c.close()
             except DestinationUnavailable as e:
@@ -541,6 +546,13 @@ class Populator:
                     f"destination {n.address} unavailable for {self.config.destination_timeout:g}s: {e}"
                 ) from e
             seen[n.address] = (ident.pid, ident.started)
+            # Evictions while we write mean the destination is too small: items were dropped.
+            first = self._evictions_at_start.setdefault(n.address, (ident.pid, evictions))
+            if first[0] == ident.pid:
+                self._evictions[n.address] = evictions - first[1]
+            else:
+                self._evictions_at_start[n.address] = (ident.pid, 0)
+                self._evictions[n.address] = evictions
         self._check_identities(seen)
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
@@ -752,7 +764,14 @@ class Populator:
             manifest_records=manifest.total_records,
             restarts_detected=self.state.restarts_detected,
             per_node=dict(self._per_node),
+            destination_evictions=sum(self._evictions.values()),
         )
+        if summary.destination_evictions:
+            self._emit(
+                "warning",
+                detail=f"destinations evicted {summary.destination_evictions} items during the populate: "
+                "they are too small for the data",
+            )
         self._emit("done")
         return summary
 

@@ -103,6 +103,9 @@ class WarmSummary:
             f"  skipped (expired)   {self.skipped_expired:>12,}",
             f"  bytes               {self.bytes:>12,}  ({self.mb_per_s:.1f} MB/s, {self.files} files)",
         ]
+        ev = int(self.populate.get("destination_evictions", 0))
+        if ev:
+            lines.append(f"  WARNING: the target evicted {ev:,} items during the warm (too small)")
         if self.checked_in_target:
             lines.append(
                 f"  target check        {self.checked_in_target - self.missing_in_target:>12,} of "

@@ -463,3 +463,16 @@ def test_binary_key_too_long_for_memcached_fails_loudly(memcached, tmp_path: Pat
     w.done()
     with pytest.raises(PopulateError, match="longer than 186 bytes"):
         populate(config(out, tmp_path, [dst]))
+
+
+def test_evictions_in_a_small_destination_are_reported(memcached, tmp_path: Path) -> None:
+    dst = memcached(memory_mb=2)  # no -M: memcached evicts instead of refusing
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    for c in range(4):
+        w.write(c, 0, records(2000, size=2000, start=c * 2000))
+    w.done()
+    events = []
+    s = populate(config(out, tmp_path, [dst]), events.append)
+    assert s.destination_evictions > 0
+    assert any(e.event == "warning" and "evicted" in e.detail for e in events)
