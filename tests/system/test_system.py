@@ -1,0 +1,141 @@
+"""The whole system on one machine: the real ASL under moto's Step Functions interpreter, the real
+Lambda handlers in-process (the controller tests' harness), SSM Run Command running the real SSM
+documents and agent commands here (localssm.py): the real dumper against real source memcacheds, the
+real populator against real destination memcacheds, status objects in moto S3.
+
+Then: the execution SUCCEEDED, the destination replica holds exactly the source replica's live items
+(each on the node EVCache's ketama picks), and no tagged AWS resource, status object or agent is left.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.metaread import list_keys
+from cachewarm.testing.memcached import MemcachedServer
+from cachewarm_controller import steps
+
+from tests.controller.support import World
+from tests.dumper.dumputil import Item, load
+from tests.faults.harness import fetch_all
+from tests.system.localssm import LocalAgents, agent_patches
+
+ITEMS_PER_SOURCE = 1500
+WAIT_S = 0.2  # a Wait state's real sleep here (the ASL says interval_seconds)
+
+
+def _volume_of(device: str) -> str:
+    # cachewarm_controller.model.device_path: ".../nvme-Amazon_Elastic_Block_Store_vol0123..."
+    return "vol-" + device.rsplit("_vol", 1)[1]
+
+
+def _items(node: int, now: int) -> list[Item]:
+    out = []
+    for j in range(ITEMS_PER_SOURCE):
+        ttl = [0, 3600, now + 40 * 86400][j % 3]
+        key = b"n%d:key:%d" % (node, j) if j % 50 else b"n%d:bin\x00\xff%d" % (node, j)
+        out.append(Item(key, b"value-%d-%d-" % (node, j) * (1 + j % 7), (node << 20) | j, ttl))
+    # Items that are gone before the warm: not "live", must not appear at the destination.
+    out += [Item(b"n%d:expiring:%d" % (node, j), b"x", 0, 1) for j in range(20)]
+    return out
+
+
+def _all_items(srv: MemcachedServer) -> dict[bytes, Any]:
+    keys = [k for k, _ in list_keys(srv.host, srv.port)]
+    return fetch_all(srv, keys)
+
+
+@pytest.fixture
+def system(world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, dumper_bin: Path) -> World:
+    """The controller world with real time and real agents instead of the simulated ones."""
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+
+    monkeypatch.setenv("CACHEWARM_DUMP", str(dumper_bin))
+
+    # Real agents heartbeat in real time: the controller's clock must be the real one too, and a
+    # Wait state really waits (briefly) so CheckProgress does not spin.
+    def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
+        time.sleep(WAIT_S)
+
+    monkeypatch.setattr(WaitFunction, "_wait_interval", wait_interval)
+    return world
+
+
+def _run_system(
+    world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, memcached: Any, sources: int, dests: int
+) -> None:
+    now = int(time.time())
+    replica = f"sys{sources}to{dests}-{world.serial}"
+    ids = world.add_source_nodes(replica, sources)
+    src = {i: memcached(memory_mb=64) for i in ids}
+    for n, i in enumerate(ids):
+        load(src[i], _items(n, now))
+    # Distinct loopback addresses, so EVCache's node key (host/ip:11211) tells the nodes apart.
+    dst = [memcached(memory_mb=64, host=f"127.0.0.{k + 1}") for k in range(dests)]
+    agents = LocalAgents(tmp_path / "machine", src, _volume_of)
+    world.deps = steps.Deps(
+        ec2=world.ec2,
+        s3=world.deps.s3,
+        agents=agents,
+        attacher=world.attacher,
+        settings=world.deps.settings,
+        statuses=None,  # the agents' own status objects in moto S3, through the real S3Store
+        clock=time.time,
+        sleep=lambda s: time.sleep(min(s, WAIT_S)),
+    )
+    time.sleep(2.1)  # the 1-second items expire: what is live now is what must arrive
+    expected: dict[bytes, Any] = {}
+    for s in src.values():
+        expected.update(_all_items(s))
+    assert len(expected) == sources * ITEMS_PER_SOURCE
+    inp = world.make_input(
+        source={"replica": replica},
+        destination={"replica": "main-b", "endpoints": [d.address for d in dst]},
+        polling={"interval_seconds": 5, "stale_after_seconds": 120, "max_revives": 0},
+    )
+    with agent_patches(monkeypatch, agents):
+        ex = world.run(inp, timeout_s=240)
+        leaked_agents = agents.join_all(timeout=30)
+    assert ex.status == "SUCCEEDED", f"{ex.desc}\n{agents.describe()}"
+    assert leaked_agents == [], leaked_agents
+    assert all(c.exit_code == 0 for c in agents.commands.values()), agents.describe()
+    assert len(agents.commands) == 2 * sources
+    # Every volume was written by its source node and read only with ro,norecovery by its populator.
+    for dev in agents.devices.values():
+        assert dev.fstype == "xfs" and dev.mounts[0] == "rw,noatime"
+        assert all(m == "ro,norecovery" for m in dev.mounts[1:]) and len(dev.mounts) >= 2
+    # The destination holds exactly the live items, each on its ketama node, value/flags intact.
+    ring = KetamaRing([Node(d.host, d.port) for d in dst], EVCACHE_NODE_KEY, 160, None)
+    got: dict[bytes, Any] = {}
+    for idx, d in enumerate(dst):
+        here = _all_items(d)
+        wrong = [k for k in here if ring.index_for(k) != idx]
+        assert not wrong, f"{len(wrong)} keys on the wrong node {d.address}, e.g. {wrong[:3]}"
+        assert not set(here) & set(got)
+        got.update(here)
+    assert set(got) == set(expected), (len(set(expected) - set(got)), len(set(got) - set(expected)))
+    for k, it in expected.items():
+        g = got[k]
+        assert (g.value, g.flags) == (it.value, it.flags), k
+        assert (g.ttl == -1) == (it.ttl == -1), k
+    # Nothing tagged left: volumes, instances, status objects, attachments.
+    inv = world.inventory()
+    assert inv.empty, inv.describe()
+    assert world.status_objects() == []
+    assert all(not a for a in world.attacher.table.values()), world.attacher.table
+
+
+def test_one_source_node_to_one_destination_node(
+    system: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, memcached: Any
+) -> None:
+    _run_system(system, monkeypatch, tmp_path, memcached, sources=1, dests=1)
+
+
+def test_three_source_nodes_to_two_destination_nodes_ketama(
+    system: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, memcached: Any
+) -> None:
+    _run_system(system, monkeypatch, tmp_path, memcached, sources=3, dests=2)
