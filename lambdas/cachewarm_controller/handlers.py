@@ -88,13 +88,15 @@ def _adapter(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
         try:
             result = fn(event)
         except (ClientError, BotoCoreError) as exc:
+            metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
             if isinstance(exc, BotoCoreError) or is_throttling(exc):
                 logger.warning("transient AWS error", exc_info=True)
                 raise TransientError(str(exc)) from exc
             logger.exception("AWS error")
             raise
-        except Exception:
-            logger.exception("step failed")
+        except Exception as exc:
+            metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
+            logger.exception("step failed", extra={"error_type": type(exc).__name__})
             raise
         metrics.add_metric(name="StepSucceeded", unit=MetricUnit.Count, value=1)
         logger.info("step done", extra={"result": result})
@@ -167,9 +169,8 @@ def teardown(event: dict[str, Any]) -> dict[str, Any]:
     warm_id, prefix = steps.teardown_target(event)
     attempt = _attempt(event, "teardown")
     out = steps.teardown(warm_id, prefix, attempt, TEARDOWN_MAX_ATTEMPTS, get_deps())
-    metrics.add_metric(
-        name="TeardownLeftovers", unit=MetricUnit.Count, value=out["volumes_left"] + out["instances_left"]
-    )
+    left = out.get("volumes_left", 0) + out.get("instances_left", 0)
+    metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out
 
 

@@ -28,6 +28,7 @@ from cachewarm_controller.awsutil import (
     tags,
 )
 from cachewarm_controller.errors import (
+    AttachmentLimitError,
     InvalidInputError,
     NodeFailedError,
     PlanError,
@@ -107,17 +108,19 @@ class Inventory:
         return f"volumes: [{vols}] instances: [{insts}]"
 
 
-def inventory(ec2: Any, warm_id: str) -> Inventory:
+def inventory(ec2: Any, warm_id: str, volumes: bool = True, instances: bool = True) -> Inventory:
     """Every live volume and instance tagged with the warm id (terminated instances do not count)."""
     inv = Inventory()
     flt = [{"Name": f"tag:{TAG_WARM_ID}", "Values": [warm_id]}]
-    for page in ec2.get_paginator("describe_volumes").paginate(Filters=flt):
-        inv.volumes.extend(v for v in page["Volumes"] if v["State"] != "deleted")
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[*flt, {"Name": "instance-state-name", "Values": LIVE_INSTANCE_STATES}]
-    ):
-        for res in page["Reservations"]:
-            inv.instances.extend(res["Instances"])
+    if volumes:
+        for page in ec2.get_paginator("describe_volumes").paginate(Filters=flt):
+            inv.volumes.extend(v for v in page["Volumes"] if v["State"] != "deleted")
+    if instances:
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[*flt, {"Name": "instance-state-name", "Values": LIVE_INSTANCE_STATES}]
+        ):
+            for res in page["Reservations"]:
+                inv.instances.extend(res["Instances"])
     return inv
 
 
@@ -283,7 +286,7 @@ def _load_plan(inp: WarmInput, deps: Deps) -> WarmPlan:
 
 def _tagged(ec2: Any, kind: str, warm_id: str, role: str) -> dict[str, dict]:
     """node id -> live tagged resource of `kind` (volume | instance) for this warm."""
-    inv = inventory(ec2, warm_id)
+    inv = inventory(ec2, warm_id, volumes=kind == "volume", instances=kind == "instance")
     items = inv.volumes if kind == "volume" else inv.instances
     out: dict[str, dict] = {}
     for r in items:
@@ -425,25 +428,26 @@ def check_populators(inp: WarmInput, attempt: int, deps: Deps) -> dict[str, Any]
 # ---- 5. attach ---------------------------------------------------------------------------------------
 
 
-def _free_device(ec2: Any, instance_ids: Sequence[str], preferred: str) -> dict[str, str]:
-    """A device name per instance not used by its own block devices (sdf..sdp)."""
-    used: dict[str, set[str]] = {}
+def _describe(ec2: Any, instance_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
     for batch in chunks(list(instance_ids), 200):
         for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=list(batch)):
             for res in page["Reservations"]:
-                for i in res["Instances"]:
-                    used[i["InstanceId"]] = {m["DeviceName"] for m in i.get("BlockDeviceMappings", [])}
+                out.update({i["InstanceId"]: i for i in res["Instances"]})
+    return out
+
+
+def _free_device(instance: dict[str, Any], preferred: str) -> str:
+    """A device name not used by the instance's own block devices (sdf..sdp)."""
+    used = {m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])}
     prefix = preferred[:-1]
     candidates = [preferred] + [f"{prefix}{c}" for c in "fghijklmnop" if f"{prefix}{c}" != preferred]
-    out = {}
-    for iid in instance_ids:
-        free = [d for d in candidates if d not in used.get(iid, set())]
-        if not free:
-            raise ResourceFailedError(
-                f"instance {iid} has no free device name among {candidates[0]}..{candidates[-1]}"
-            )
-        out[iid] = free[0]
-    return out
+    for dev in candidates:
+        if dev not in used:
+            return dev
+    raise ResourceFailedError(
+        f"instance {instance['InstanceId']} has no free device name among {candidates[0]}..{candidates[-1]}"
+    )
 
 
 def attach_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
@@ -453,26 +457,30 @@ def attach_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
     rows = [r for r in warm.nodes if r.volume_id and r.populator_id]
     if len(rows) != len(warm.nodes):
         raise PlanError("plan has nodes without volume or populator")
-    pop_types: dict[str, str] = {}
-    for batch in chunks([str(r.populator_id) for r in rows], 200):
-        for page in deps.ec2.get_paginator("describe_instances").paginate(InstanceIds=list(batch)):
-            for res in page["Reservations"]:
-                pop_types.update({i["InstanceId"]: i["InstanceType"] for i in res["Instances"]})
-    require_nitro(deps.ec2, pop_types)
     pairs = [(str(r.volume_id), iid) for r in rows for iid in (r.node_id, str(r.populator_id))]
-    devices = _free_device(deps.ec2, sorted({i for _, i in pairs}), inp.volume.device_name)
-    current = deps.attacher.attachments([v for v, _ in pairs[::2]])
+    described = _describe(deps.ec2, sorted({i for _, i in pairs}))
+    gone = sorted({i for _, i in pairs} - described.keys())
+    if gone:
+        raise ResourceFailedError(f"instances not found: {', '.join(gone[:10])}")
+    require_nitro(
+        deps.ec2, {str(r.populator_id): described[str(r.populator_id)]["InstanceType"] for r in rows}
+    )
+    devices = {iid: _free_device(inst, inp.volume.device_name) for iid, inst in described.items()}
+    volumes = [str(r.volume_id) for r in rows]
+    current = deps.attacher.attachments(volumes)
     for vol, iid in pairs:
         live = [a for a in current.get(vol, []) if a.state in LIVE_STATES]
         if any(a.instance_id == iid for a in live):
             continue
         if len(live) >= MULTI_ATTACH_LIMIT:
-            raise ResourceFailedError(
-                f"volume {vol} has {len(live)} attachments (limit {MULTI_ATTACH_LIMIT})"
+            raise AttachmentLimitError(
+                f"volume {vol} already has {len(live)} attachments; io2 multi-attach allows at most "
+                f"{MULTI_ATTACH_LIMIT} Nitro instances"
             )
         deps.attacher.attach(vol, iid, devices[iid])
+    waiting: list[str] = []
     for attempt in range(inp.polling.resource_wait_attempts):
-        current = deps.attacher.attachments([v for v, _ in pairs[::2]])
+        current = deps.attacher.attachments(volumes)
         waiting = [
             f"{vol}->{iid}"
             for vol, iid in pairs
@@ -688,6 +696,14 @@ def teardown(warm_id: str, status_prefix: str, attempt: int, max_attempts: int, 
             running = deps.agents.statuses(live, warm.started_ms)
             deps.agents.cancel([c for c in live if running.get(c) not in FAILED_COMMAND_STATES | {"Success"}])
     inv = inventory(deps.ec2, warm_id)
+    if inv.empty:
+        # Nothing (left) in EC2: the warm's S3 objects go last, so a crash before here retries cleanly.
+        objects = deps.s3.delete_warm(status_prefix, warm_id)
+        return {"complete": True, "attempt": attempt + 1, "wait_seconds": 0, "deleted_objects": objects}
+    if attempt + 1 >= max_attempts:
+        raise WaitTimedOutError(
+            f"teardown of {warm_id} incomplete after {max_attempts} tries; left: {inv.describe()}"
+        )
     force = attempt >= FORCE_DETACH_AFTER
     vol_ids = [v["VolumeId"] for v in inv.volumes]
     atts = deps.attacher.attachments(vol_ids) if vol_ids else {}
@@ -703,23 +719,15 @@ def teardown(warm_id: str, status_prefix: str, attempt: int, max_attempts: int, 
         if v["State"] == "available" and not atts.get(v["VolumeId"]):
             deps.ec2.delete_volume(VolumeId=v["VolumeId"])
             deleted += 1
-    left = inventory(deps.ec2, warm_id)
-    objects = 0
-    if left.empty:
-        objects = deps.s3.delete_warm(status_prefix, warm_id)
-    elif attempt + 1 >= max_attempts:
-        raise WaitTimedOutError(
-            f"teardown of {warm_id} incomplete after {max_attempts} tries; left: {left.describe()}"
-        )
+    # Not complete yet: the next pass (after a backoff) confirms nothing is left.
     return {
-        "complete": left.empty,
+        "complete": False,
         "attempt": attempt + 1,
         "wait_seconds": backoff_seconds(attempt),
         "deleted_volumes": deleted,
         "terminated": len(to_terminate),
-        "deleted_objects": objects,
-        "volumes_left": len(left.volumes),
-        "instances_left": len(left.instances),
+        "volumes_left": len(inv.volumes) - deleted,
+        "instances_left": len(inv.instances),
     }
 
 

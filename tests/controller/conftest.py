@@ -49,11 +49,25 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KMS_KEY_ID", raising=False)
 
 
+def _indexed_get_tags(self: Any) -> list[dict[str, str]]:
+    """moto scans every tag in the region for each resource's tags (O(n^2) for 600 instances, minutes
+    for the 300-node test); look them up by resource id instead — the same result."""
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    rid = getattr(self, "id", None)
+    if not rid:
+        return []
+    kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(rid), "")
+    tags = self.ec2_backend.tags.get(rid, {})
+    return [{"resource_id": rid, "key": k, "value": v, "resource_type": kind} for k, v in tags.items()]
+
+
 @pytest.fixture(scope="module")
 def shared_world() -> Iterator[World]:
     """One moto world per test module (building EC2/SSM backends costs seconds); tests share it and
     are kept apart by their warm id."""
     from moto.awslambda_simple.models import LambdaSimpleBackend
+    from moto.ec2.models.core import TaggedEC2Resource
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
@@ -77,7 +91,7 @@ def shared_world() -> Iterator[World]:
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
         subnets = {
             az: ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
-            for az, cidr in (("us-east-1a", "10.0.1.0/24"), ("us-east-1b", "10.0.2.0/24"))
+            for az, cidr in (("us-east-1a", "10.0.16.0/20"), ("us-east-1b", "10.0.32.0/20"))
         }
         template_id = ec2.create_launch_template(
             LaunchTemplateName="cachewarm-populator",
@@ -113,6 +127,7 @@ def shared_world() -> Iterator[World]:
         lambda_client = boto3.client("lambda", region_name=REGION)
         monkeypatch.setattr(lambda_eval_utils, "boto_client_for", lambda **kw: lambda_client)
         monkeypatch.setattr(handlers, "get_deps", lambda: w.deps)
+        monkeypatch.setattr(TaggedEC2Resource, "get_tags", _indexed_get_tags)
         yield w
 
 

@@ -288,7 +288,7 @@ class World:
                 break
             if time.monotonic() > deadline:
                 raise AssertionError(f"execution still running after {timeout_s}s")
-            time.sleep(0.02)
+            time.sleep(0.1)  # the interpreter runs in a thread; do not starve it
         events: list[dict[str, Any]] = []
         token = None
         while True:
