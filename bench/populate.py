@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from cachewarm.dataformat import DirWriter, Record
 from cachewarm.ketama import Node
 from cachewarm.meta import MetaConnection
@@ -34,6 +35,21 @@ TRIALS = int(os.environ.get("BENCH_TRIALS", "3"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
 WORKERS = 2
 PER_FILE_BYTES = 32 << 20
+
+
+class CpuMeter:
+    """Whole-machine CPU busy fraction over an interval (0..1 of all cores): shows whether a phase
+    already saturates the 2 cores, in which case overlapping two phases cannot shorten the run."""
+
+    def __enter__(self) -> CpuMeter:
+        self.t0 = psutil.cpu_times()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        t1 = psutil.cpu_times()
+        idle = (t1.idle + getattr(t1, "iowait", 0)) - (self.t0.idle + getattr(self.t0, "iowait", 0))
+        total = sum(t1) - sum(self.t0)
+        self.busy = round(1 - idle / total, 3) if total > 0 else 0.0
 
 
 def make_dump(out: Path, n: int, size: int) -> None:
@@ -99,7 +115,8 @@ def run_populate(src: Path, srv: MemcachedServer, state: Path) -> tuple[float, f
 
 
 def fresh() -> MemcachedServer:
-    return MemcachedServer(memory_mb=4096, threads=2).start()
+    """A new server for a `with` block (which starts it and stops it)."""
+    return MemcachedServer(memory_mb=4096, threads=2)
 
 
 def bench_set(tmp: Path, n: int, size: int) -> dict[str, object]:
@@ -128,23 +145,27 @@ def bench_set(tmp: Path, n: int, size: int) -> dict[str, object]:
 def bench_warm(tmp: Path, n: int) -> dict[str, object]:
     dumper = find_dumper()
     dump_t, pop_t, warm_t = [], [], []
+    busy: dict[str, list[float]] = {"dump": [], "populate": [], "warm": []}
     for t in range(TRIALS):
         with fresh() as source:
             _load_1k(source, n)
             out = tmp / f"alone-{t}"
             t0 = time.monotonic()
-            subprocess.run(
-                [
-                    *(str(dumper), "--host", source.host, "--port", str(source.port), "--out", str(out)),
-                    *("--threads", "2", "--data-file-size", "32M"),
-                ],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
+            with CpuMeter() as m_dump:
+                subprocess.run(
+                    [
+                        *(str(dumper), "--host", source.host, "--port", str(source.port), "--out", str(out)),
+                        *("--threads", "2", "--data-file-size", "32M"),
+                    ],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                )
             dump_t.append(time.monotonic() - t0)
-            with fresh() as target:
+            busy["dump"].append(m_dump.busy)
+            with fresh() as target, CpuMeter() as m_pop:
                 pop_t.append(run_populate(out, target, tmp / f"alone-state-{t}.json")[1])
-            with fresh() as target:
+            busy["populate"].append(m_pop.busy)
+            with fresh() as target, CpuMeter() as m_warm:
                 t0 = time.monotonic()
                 s = run_warm(
                     WarmConfig(
@@ -159,6 +180,7 @@ def bench_warm(tmp: Path, n: int) -> dict[str, object]:
                 )
                 warm_t.append(time.monotonic() - t0)
                 assert s.copied == n, s
+            busy["warm"].append(m_warm.busy)
     d, p, w = statistics.median(dump_t), statistics.median(pop_t), statistics.median(warm_t)
     return {
         "items": n,
@@ -169,6 +191,7 @@ def bench_warm(tmp: Path, n: int) -> dict[str, object]:
         "ratio_warm_vs_max_alone": round(w / max(d, p), 3),
         "target_ratio": 1.2,
         "meets_target": w / max(d, p) <= 1.2,
+        "cpu_busy_fraction_median": {k: statistics.median(v) for k, v in busy.items()},
         "trials": {
             "dump_s": [round(x, 2) for x in dump_t],
             "populate_s": [round(x, 2) for x in pop_t],

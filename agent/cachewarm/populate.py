@@ -288,8 +288,9 @@ def apply_file(path: str, params: WorkerParams) -> FileOutcome:
     try:
         # Checks 1-3 here; check 4 runs in _encode, over every record before any is sent.
         verdict = df.check_file(path, walk_records=False)
-    except FileNotFoundError:
-        out.status, out.reason = df.Status.INCOMPLETE.value, "file vanished"
+    except OSError as e:
+        # Vanished, or unreadable blocks on a ro,norecovery view: look again next round.
+        out.status, out.reason = df.Status.INCOMPLETE.value, f"cannot read: {e}"
         return out
     if not verdict.ok:
         out.status, out.reason = verdict.status.value, verdict.reason
@@ -638,7 +639,10 @@ class Populator:
                         )
                         for fut in finished:
                             name = inflight.pop(fut)
-                            out = fut.result()
+                            try:
+                                out = fut.result()
+                            except Exception as e:  # a worker died (OOM kill) or hit a bug
+                                raise PopulateError(f"worker failed on {name}: {e!r}") from e
                             if self._handle(out, bad_since):
                                 progressed = True
                             elif out.status != "ok":

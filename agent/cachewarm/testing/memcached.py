@@ -33,6 +33,9 @@ class MemcachedServer:
         return f"{self.host}:{self.port}"
 
     def start(self) -> MemcachedServer:
+        if self.proc is not None and self.proc.poll() is None:
+            # A second start would leak the first process (and its memory) when stop() ends the second.
+            raise RuntimeError(f"memcached on port {self.port} is already started")
         binary = shutil.which("memcached") or "/usr/bin/memcached"
         if self.port == 0:
             self.port = free_port()
