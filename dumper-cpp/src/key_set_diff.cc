@@ -34,13 +34,19 @@ KeySetDiff::KeySetDiff(std::string scratch_dir, uint64_t expected_keys) : dir_(s
   bits_ = 4;
   while (bits_ < 8 && (expected_keys >> (16 + bits_)) > 0) bits_++;
   nparts_ = 1 << bits_;
+  RemoveScratch();  // left over by a killed run
+}
+
+void KeySetDiff::RemoveScratch() {
+  std::vector<std::string> names;
+  if (Env::Default()->GetChildren(dir_, &names).ok())
+    for (const std::string& n : names) ::unlink((dir_ + "/" + n).c_str());
+  ::rmdir(dir_.c_str());
 }
 
 KeySetDiff::~KeySetDiff() {
   CloseAll();
-  for (const char* prefix : {"ex", "cand"})
-    for (int p = 0; p < nparts_; p++) ::unlink(PartPath(prefix, p).c_str());
-  ::rmdir(dir_.c_str());
+  RemoveScratch();
 }
 
 std::string KeySetDiff::PartPath(const char* prefix, int p) const {

@@ -32,6 +32,7 @@ class KeySetDiff {
 
  private:
   Status OpenAll(const char* prefix);
+  void RemoveScratch();
   Status CloseAll();
   std::string PartPath(const char* prefix, int p) const;
   int PartOf(uint64_t high64) const { return int(high64 >> (64 - bits_)); }

@@ -18,6 +18,7 @@ N_ITEMS = 20000
 SLOW = [
     *("--key-file-size", "16k", "--data-file-size", "16k"),
     *("--batch", "40", "--max-items-per-second", "10000"),
+    *("--reconcile", "always", "--crawl", "all"),  # the LRU crawl misses keys: reconciliation has work
 ]
 
 
@@ -55,3 +56,17 @@ def test_kill9_then_resume_dumps_every_item_exactly_once(
     for name, ino in published_before.items():
         assert (out / name).stat().st_ino == ino
     assert leftovers(out) == []
+
+
+def test_resume_refuses_a_restarted_source(dumper_bin: Path, memcached, tmp_path: Path) -> None:
+    srv = memcached()
+    load_numbered(srv, N_ITEMS, value_size=64)
+    out = tmp_path / "o"
+    _kill_after(dump_cmd(dumper_bin, srv, out, *SLOW), 0.8)
+    assert not (out / "DONE").exists()
+    srv.restart()
+    load_numbered(srv, N_ITEMS, value_size=64)
+    r = run_dump(dumper_bin, srv, out, "--resume")
+    assert r.returncode == 1
+    assert "restarted since the dump began" in r.stderr
+    assert not (out / "DONE").exists()
