@@ -596,6 +596,7 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
     failures: list[str] = []
     done = dumped = 0
     items = bytes_ = 0
+    changed = False
     for row in warm.nodes:
         mine = {role: statuses.get((role, row.node_id)) for role in ("dump", "populate")}
         pop = mine["populate"]
@@ -605,6 +606,7 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
         if mine["dump"] is not None and mine["dump"].state == "done":
             dumped += 1
         verdict = assess_node(row, mine, commands, now, stale_ms)
+        changed |= row.done != verdict.done
         row.done = verdict.done
         done += verdict.done
         if verdict.revive is None:
@@ -621,7 +623,9 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
         _send(inp, deps, row, verdict.revive)
         row.revives += 1
         revived.append({"node": row.node_id, "role": verdict.revive, "reason": verdict.reason})
-    deps.s3.save_plan(inp.status_prefix, warm)
+        changed = True
+    if changed:  # most polls change nothing: no plan write
+        deps.s3.save_plan(inp.status_prefix, warm)
     if failures:
         raise NodeFailedError(f"{len(failures)} node(s) failed: " + "; ".join(failures[:10]))
     total = len(warm.nodes)

@@ -1,0 +1,178 @@
+"""The ASL file and the SSM documents, statically: asl-validator, the shape rules moto cannot check
+(it accepts dangling Next), and the documents' parameter patterns against hostile values."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from typing import Any
+
+import pytest
+from cachewarm_controller import handlers
+
+from tests.controller.support import ASL_PATH, DOCS_DIR, REPO
+
+VALIDATOR = REPO / "infra" / "node_modules" / ".bin" / "asl-validator"
+ASL: dict[str, Any] = json.loads(ASL_PATH.read_text())
+STATES: dict[str, dict[str, Any]] = ASL["States"]
+TASKS = {n: s for n, s in STATES.items() if s["Type"] == "Task"}
+DOCS = {n: json.loads((DOCS_DIR / f"{n}.json").read_text()) for n in ("dump-agent", "populate-agent")}
+
+
+def asl_validator(path: Any) -> subprocess.CompletedProcess[str]:
+    if not VALIDATOR.exists():
+        pytest.fail(f"{VALIDATOR} missing: run `make deps-node`")
+    return subprocess.run(
+        [str(VALIDATOR), "--json-path", str(path)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_asl_validator_accepts_the_definition() -> None:
+    proc = asl_validator(ASL_PATH)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_asl_validator_rejects_a_dangling_next(tmp_path: Any) -> None:
+    """The validator really checks (moto would run this until it reached the bad state)."""
+    bad = json.loads(json.dumps(ASL))
+    bad["States"]["Plan"]["Next"] = "NoSuchState"
+    path = tmp_path / "bad.asl.json"
+    path.write_text(json.dumps(bad))
+    proc = subprocess.run(
+        [str(VALIDATOR), "--json-path", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0
+
+
+def test_jsonpath_only_no_map_no_variables_no_nested_executions() -> None:
+    text = ASL_PATH.read_text()
+    assert "QueryLanguage" not in ASL
+    for key in (
+        "JSONata",
+        "Assign",
+        '"Arguments"',
+        '"Output"',
+        "states:startExecution",
+        '"Map"',
+        '"Parallel"',
+    ):
+        assert key not in text, key
+    assert {s["Type"] for s in STATES.values()} <= {"Task", "Choice", "Wait", "Fail", "Succeed"}
+
+
+def test_every_next_exists_and_every_state_is_reachable() -> None:
+    def targets(state: dict[str, Any]) -> list[str]:
+        out = [state[k] for k in ("Next", "Default") if k in state]
+        out += [c["Next"] for c in state.get("Choices", [])]
+        out += [c["Next"] for c in state.get("Catch", [])]
+        return out
+
+    for name, state in STATES.items():
+        for t in targets(state):
+            assert t in STATES, f"{name} -> {t}"
+    seen, todo = set(), [ASL["StartAt"]]
+    while todo:
+        cur = todo.pop()
+        if cur not in seen:
+            seen.add(cur)
+            todo.extend(targets(STATES[cur]))
+    assert seen == set(STATES)
+
+
+def test_every_task_catches_into_teardown_and_retries_transient_errors() -> None:
+    for name, task in TASKS.items():
+        errors = {e for r in task["Retry"] for e in r["ErrorEquals"]}
+        assert {"TransientError", "Lambda.TooManyRequestsException", "Lambda.ServiceException"} <= errors, (
+            name
+        )
+        catch = task.get("Catch", [])
+        assert catch and catch[0]["ErrorEquals"] == ["States.ALL"], name
+        if name == "ValidateInput":
+            assert catch[0]["Next"] == "InputRejected"  # nothing created yet: no teardown
+        elif name == "Teardown":
+            assert catch[0]["Next"] == "TeardownFailed"
+        else:
+            assert catch[0]["Next"] == "Teardown" and catch[0]["ResultPath"] == "$.error", name
+    # The teardown path ends in Fail with the original cause when there was an error.
+    outcome = STATES["WarmOutcome"]["Choices"][0]
+    assert outcome == {"Variable": "$.error", "IsPresent": True, "Next": "WarmFailed"}
+    assert STATES["WarmFailed"]["CausePath"] == "$.error.Cause"
+
+
+def test_every_lambda_resource_has_a_handler() -> None:
+    for name, task in TASKS.items():
+        m = re.fullmatch(r"\$\{(\w+)FunctionArn\}", task["Resource"])
+        assert m, task["Resource"]
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1)).lower()
+        assert callable(getattr(handlers, snake, None)), f"{name}: no handlers.{snake}"
+
+
+def test_polling_loop_is_replica_level() -> None:
+    """Wait -> CheckProgress -> Choice: ~9 history events per poll, whatever the node count."""
+    assert STATES["WaitForProgress"]["Next"] == "CheckProgress"
+    assert STATES["CheckProgress"]["Next"] == "AllNodesDone?"
+    assert STATES["AllNodesDone?"]["Default"] == "WaitForProgress"
+
+
+# ---- SSM documents ----------------------------------------------------------------------------------
+
+HOSTILE = [
+    "; rm -rf /",
+    "$(reboot)",
+    "`id`",
+    "a b",
+    "x' || true '",
+    "a\nb",
+    "../../etc/passwd;",
+    "",
+    "&&",
+    "|",
+    "${IFS}",
+]
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+def test_document_shape(name: str) -> None:
+    doc = DOCS[name]
+    assert doc["schemaVersion"] == "2.2"
+    (step,) = doc["mainSteps"]
+    assert step["action"] == "aws:runShellScript"
+    script = "\n".join(step["inputs"]["runCommand"])
+    used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", script + step["inputs"]["timeoutSeconds"]))
+    assert used == set(doc["parameters"]), "declared and used parameters differ"
+    role = name.split("-")[0]
+    assert f"cachewarm agent {role} " in script
+    for pname, p in doc["parameters"].items():
+        pat = p["allowedPattern"]
+        assert pat.startswith("^") and pat.endswith("$"), pname
+        if "default" in p:
+            assert re.fullmatch(pat, p["default"]), pname
+
+
+@pytest.mark.parametrize("name", sorted(DOCS))
+@pytest.mark.parametrize("value", HOSTILE)
+def test_hostile_values_never_pass_a_pattern(name: str, value: str) -> None:
+    for pname, p in DOCS[name]["parameters"].items():
+        assert not re.fullmatch(p["allowedPattern"], value), (pname, value)
+
+
+def test_patterns_admit_realistic_values() -> None:
+    params = DOCS["populate-agent"]["parameters"] | DOCS["dump-agent"]["parameters"]
+    good = {
+        "warmId": "prod-main-2026-11-22",
+        "nodeId": "i-0123456789abcdef0",
+        "device": "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0",
+        "mount": "/mnt/cachewarm/prod-main-2026-11-22",
+        "statusBucket": "cachewarm-status-123456789012-us-east-1",
+        "statusPrefix": "warms",
+        "memcached": "127.0.0.1:11211",
+        "threads": "8",
+        "to": "10.0.1.1:11211,10.0.1.2:11211,cache-3.internal:11211",
+        "mode": "add",
+        "maxItemsPerSecond": "250000",
+        "executionTimeout": "172800",
+    }
+    for k, v in good.items():
+        assert re.fullmatch(params[k]["allowedPattern"], v), k
+    assert not re.fullmatch(params["executionTimeout"]["allowedPattern"], "172801")
