@@ -306,7 +306,9 @@ Status Dumper::Prepare() {
     if (!knames.empty())
       return Status::InvalidArgument("--out " + o_.out + "/keys is not empty: use --resume to continue that dump");
     dump_start_ms_ = NowMs();
+    curr_items_before_ = stats_before_.curr_items;
   } else {
+    curr_items_before_ = stats_before_.curr_items;  // unless META remembers the first run's
     if (!have_meta) return Status::InvalidArgument("--resume: no dump to resume in " + o_.out + " (keys/META missing)");
     std::string node, host;
     int64_t port = 0, start = 0, pid = 0, started = 0, resumes = 0;
@@ -315,6 +317,7 @@ Status Dumper::Prepare() {
         !JsonGetInt(meta, "pid", &pid) || !JsonGetInt(meta, "started", &started))
       return Status::Corruption(meta_path + " is unreadable");
     JsonGetInt(meta, "resumes", &resumes);
+    JsonGetInt(meta, "curr_items_before", &curr_items_before_);
     if (node != o_.node_id || host != o_.host || port != o_.port)
       return Status::InvalidArgument("--resume: " + o_.out + " holds a dump of node " + node + " (" + host + ":" +
                                      std::to_string(port) + "), not of " + o_.node_id + " (" + o_.host + ":" +
@@ -340,7 +343,8 @@ Status Dumper::Prepare() {
   const std::string m = "{\"node\": " + JsonQuote(o_.node_id) + ", \"host\": " + JsonQuote(o_.host) +
                         ", \"port\": " + std::to_string(o_.port) + ", \"dump_start_ms\": " + std::to_string(dump_start_ms_) +
                         ", \"pid\": " + std::to_string(stats_before_.pid) + ", \"started\": " +
-                        std::to_string(stats_before_.started()) + ", \"resumes\": " + std::to_string(resumes_) + "}\n";
+                        std::to_string(stats_before_.started()) + ", \"resumes\": " + std::to_string(resumes_) +
+                        ", \"curr_items_before\": " + std::to_string(curr_items_before_) + "}\n";
   return WriteFileAtomically(env_, keys_dir_, ".tmp-META", "META", m);
 }
 
@@ -587,7 +591,7 @@ Status Dumper::Run() {
   m.node = o_.node_id;
   m.host = o_.host;
   m.port = o_.port;
-  m.curr_items_before = stats_before_.curr_items;
+  m.curr_items_before = curr_items_before_;
   m.curr_items_after = after.curr_items;
   m.dump_start_ms = dump_start_ms_;
   m.files = files_;

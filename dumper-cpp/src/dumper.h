@@ -66,6 +66,7 @@ class Dumper {
   Conn control_;
   uint64_t dump_start_ms_ = 0;
   uint64_t resumes_ = 0;
+  int64_t curr_items_before_ = 0;  // at the first run's start (kept in keys/META)
   uint64_t next_chunk_ = 0;
   bool crawl_by_hash_ = true;
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
