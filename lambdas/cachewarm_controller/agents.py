@@ -69,7 +69,7 @@ class SsmAgentRunner:
             for cmd in page["Commands"]:
                 if cmd["CommandId"] in wanted:
                     out[cmd["CommandId"]] = cmd["Status"]
-        for cid in wanted - out.keys():
+        for cid in sorted(wanted - out.keys()):
             cmds = self.ssm.list_commands(CommandId=cid)["Commands"]
             out[cid] = cmds[0]["Status"] if cmds else "Undeliverable"
         return out
