@@ -63,10 +63,19 @@ class SourceSpec(_Strict):
 
 
 class DestinationSpec(_Strict):
-    """The replica being warmed: its memcached endpoints (the populators write to all of them)."""
+    """The replica being warmed: its memcached endpoints (the populators write to all of them), given
+    directly or found from the replica tag / Auto Scaling group (private IP + port of running nodes)."""
 
     replica: ReplicaName | None = None
-    endpoints: list[Endpoint] = Field(min_length=1, max_length=500)
+    asg_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,255}$")] | None = None
+    endpoints: list[Endpoint] | None = Field(default=None, min_length=1, max_length=500)
+    port: int = Field(default=11211, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _some_target(self) -> DestinationSpec:
+        if self.endpoints is None and self.replica is None and self.asg_name is None:
+            raise ValueError("give endpoints, or a replica or asg_name to find them")
+        return self
 
 
 class PopulatorSpec(_Strict):
@@ -188,6 +197,7 @@ class WarmPlan(BaseModel):
     warm_id: str
     source_replica: str | None
     started_ms: int
+    destination_endpoints: list[str]
     nodes: list[NodePlan]
 
     def node(self, node_id: str) -> NodePlan:

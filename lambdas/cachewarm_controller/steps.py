@@ -182,9 +182,13 @@ def _source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | 
         return src.asg_name, nodes
     # No source given: the replica (other than the destination) holding the most items.
     by_replica: dict[str, list[dict]] = {}
+    dst = inp.destination
     for n in _running_instances(ec2, [*running, {"Name": "tag-key", "Values": [TAG_REPLICA]}]):
         name = tag_value(n, TAG_REPLICA) or ""
-        if name != inp.destination.replica:
+        in_destination = name == dst.replica or (
+            dst.asg_name is not None and tag_value(n, TAG_ASG) == dst.asg_name
+        )
+        if not in_destination:
             by_replica.setdefault(name, []).append(n)
     if not by_replica:
         raise PlanError(
@@ -196,6 +200,27 @@ def _source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | 
         totals[name] = sum(s.items for s in stats.values())
     best = max(sorted(totals), key=lambda r: totals[r])
     return best, by_replica[best]
+
+
+def _destination_endpoints(inp: WarmInput, ec2: Any, source_ids: set[str]) -> list[str]:
+    dst = inp.destination
+    if dst.endpoints:
+        return list(dst.endpoints)
+    running = [{"Name": "instance-state-name", "Values": ["running"]}]
+    if dst.replica:
+        nodes = _running_instances(ec2, [*running, {"Name": f"tag:{TAG_REPLICA}", "Values": [dst.replica]}])
+        what = f"destination.replica {dst.replica!r}"
+    else:
+        nodes = _running_instances(ec2, [*running, {"Name": f"tag:{TAG_ASG}", "Values": [str(dst.asg_name)]}])
+        what = f"destination.asg_name {dst.asg_name!r}"
+    if not nodes:
+        raise PlanError(f"{what}: no running instances to warm")
+    overlap = sorted(source_ids & {n["InstanceId"] for n in nodes})
+    if overlap:
+        raise PlanError(
+            f"{what} includes source nodes {', '.join(overlap[:5])}: a replica cannot warm itself"
+        )
+    return sorted(f"{n['PrivateIpAddress']}:{dst.port}" for n in nodes)
 
 
 def _stats(inp: WarmInput, ids: Sequence[str], agents: AgentRunner) -> dict[str, NodeStats]:
@@ -245,6 +270,7 @@ def plan(inp: WarmInput, deps: Deps) -> dict[str, Any]:
                         f"populator.subnet_ids.{az}: {sid} is in {sub['AvailabilityZone']}, not {az} "
                         "(multi-attach volumes are single-AZ)"
                     )
+    endpoints = _destination_endpoints(inp, deps.ec2, {n["InstanceId"] for n in nodes})
     stats = _stats(inp, [n["InstanceId"] for n in nodes], deps.agents)
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
@@ -263,7 +289,13 @@ def plan(inp: WarmInput, deps: Deps) -> dict[str, Any]:
         )
         if not rows[-1].subnet_id:
             raise PlanError(f"source node {n['InstanceId']} has no subnet; give populator.subnet_ids.{az}")
-    warm = WarmPlan(warm_id=inp.warm_id, source_replica=replica, started_ms=deps.now_ms(), nodes=rows)
+    warm = WarmPlan(
+        warm_id=inp.warm_id,
+        source_replica=replica,
+        started_ms=deps.now_ms(),
+        destination_endpoints=endpoints,
+        nodes=rows,
+    )
     deps.s3.save_plan(inp.status_prefix, warm)
     return {
         "source_replica": replica,
@@ -272,6 +304,7 @@ def plan(inp: WarmInput, deps: Deps) -> dict[str, Any]:
         "items": sum(r.items for r in rows),
         "bytes": sum(r.bytes for r in rows),
         "volume_gib": sum(r.size_gib for r in rows),
+        "destination_endpoints": len(endpoints),
     }
 
 
@@ -495,7 +528,7 @@ def attach_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
 # ---- 6. agents ---------------------------------------------------------------------------------------
 
 
-def _agent_params(inp: WarmInput, deps: Deps, row: NodePlan, role: str) -> dict[str, str]:
+def _agent_params(inp: WarmInput, deps: Deps, warm: WarmPlan, row: NodePlan, role: str) -> dict[str, str]:
     common = {
         "warmId": inp.warm_id,
         "nodeId": row.node_id,
@@ -513,18 +546,21 @@ def _agent_params(inp: WarmInput, deps: Deps, row: NodePlan, role: str) -> dict[
         }
     return {
         **common,
-        "to": ",".join(inp.destination.endpoints),
+        "to": ",".join(warm.destination_endpoints),
         "mode": inp.populator.mode,
         "maxItemsPerSecond": str(inp.populator.max_items_per_second),
     }
 
 
-def _send(inp: WarmInput, deps: Deps, row: NodePlan, role: str) -> None:
+def _send(inp: WarmInput, deps: Deps, warm: WarmPlan, row: NodePlan, role: str) -> None:
     run: RoleRun = getattr(row, role)
     doc = deps.settings.dump_document if role == "dump" else deps.settings.populate_document
     target = row.node_id if role == "dump" else str(row.populator_id)
     cid = deps.agents.send(
-        doc, target, _agent_params(inp, deps, row, role), f"cachewarm {inp.warm_id} {role} {row.node_id}"
+        doc,
+        target,
+        _agent_params(inp, deps, warm, row, role),
+        f"cachewarm {inp.warm_id} {role} {row.node_id}",
     )
     setattr(row, role, RoleRun(command_id=cid, attempt=run.attempt + 1, sent_ms=deps.now_ms()))
 
@@ -537,7 +573,7 @@ def start_agents(inp: WarmInput, deps: Deps) -> dict[str, Any]:
         for row in warm.nodes:
             for role in ("dump", "populate"):
                 if getattr(row, role).command_id is None:
-                    _send(inp, deps, row, role)
+                    _send(inp, deps, warm, row, role)
                     sent += 1
     finally:
         deps.s3.save_plan(inp.status_prefix, warm)  # what was sent is recorded even on failure
@@ -620,7 +656,7 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
         old = getattr(row, verdict.revive).command_id
         if old and commands.get(old) not in FAILED_COMMAND_STATES | {"Success"}:
             deps.agents.cancel([old])  # hung but still "running": stop it before the resume
-        _send(inp, deps, row, verdict.revive)
+        _send(inp, deps, warm, row, verdict.revive)
         row.revives += 1
         revived.append({"node": row.node_id, "role": verdict.revive, "reason": verdict.reason})
         changed = True

@@ -176,3 +176,13 @@ def test_patterns_admit_realistic_values() -> None:
     for k, v in good.items():
         assert re.fullmatch(params[k]["allowedPattern"], v), k
     assert not re.fullmatch(params["executionTimeout"]["allowedPattern"], "172801")
+
+
+def test_input_schema_file_is_current() -> None:
+    """statemachine/input.schema.json is generated from the pydantic model (regenerate with
+    `python3 -c 'import json; from cachewarm_controller.model import WarmInput;
+    print(json.dumps(WarmInput.model_json_schema(), indent=2))' > statemachine/input.schema.json`)."""
+    from cachewarm_controller.model import WarmInput
+
+    on_disk = json.loads((REPO / "statemachine" / "input.schema.json").read_text())
+    assert on_disk == WarmInput.model_json_schema()

@@ -435,3 +435,22 @@ def test_handler_logs_with_the_warm_id_and_emits_emf(world: Any, capsys: Any) ->
         "StepSucceeded",
     }
     assert all(e["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "CacheWarm" for e in emf)
+
+
+def test_destination_endpoints_found_from_the_replica(world: Any) -> None:
+    i = inp(world, destination={"replica": "main-b", "port": 11311})
+    assert steps.plan(i, world.deps)["destination_endpoints"] == 2
+    warm = world.deps.s3.load_plan(i.status_prefix, i.warm_id)
+    assert all(e.startswith("10.0.") and e.endswith(":11311") for e in warm.destination_endpoints)
+    with pytest.raises(PlanError, match="cannot warm itself"):
+        steps.plan(inp(world, destination={"replica": "main-a"}), world.deps)
+    with pytest.raises(InvalidInputError, match="give endpoints, or a replica or asg_name"):
+        parse_input(world.make_input(destination={"port": 11211}))
+    finish(world, i)
+
+
+@pytest.mark.parametrize("path", ["statemachine/example-input.json", "infra/examples/start-input.json"])
+def test_example_inputs_are_valid(path: str) -> None:
+    from tests.controller.support import REPO
+
+    parse_input(json.loads((REPO / path).read_text()))
