@@ -33,7 +33,7 @@ from cachewarm.warm import WarmConfig, find_dumper, run_warm
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "3"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))
-WORKERS = 2
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 PER_FILE_BYTES = 32 << 20
 
 

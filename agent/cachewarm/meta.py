@@ -14,6 +14,8 @@ import socket
 from collections import deque
 from dataclasses import dataclass, field
 
+# Pieces per sendmsg call (Linux IOV_MAX is 1024).
+_IOV_MAX = 1000
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600
 
@@ -136,14 +138,39 @@ class MetaConnection:
                 raise DestinationUnavailable(f"{self.host}:{self.port}: stats failed: {line!r}")
         return stats
 
-    def send_batch(self, payload: bytes | bytearray, count: int) -> None:
-        """Send one batch of `ms ... q` commands (already encoded) followed by `mn`; keeps at most two
-        batches in flight, reading the older one's replies first."""
+    def send_batch(self, payload: bytes | bytearray | list[bytes | memoryview], count: int) -> None:
+        """Send one batch of `ms ... q` commands (already encoded: one buffer, or a list of pieces
+        sent with scatter-gather I/O so values go from the file's buffer to the socket uncopied)
+        followed by `mn`; keeps at most two batches in flight, reading the older one's replies first."""
         if len(self._inflight) >= 2:
             self._drain_one()
-        self._send(payload)
-        self._send(b"mn\r\n")
+        if isinstance(payload, list):
+            self._send_pieces([*payload, b"mn\r\n"])
+        else:
+            self._send(payload)
+            self._send(b"mn\r\n")
         self._inflight.append(BatchCounts(sent=count))
+
+    def _send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        assert self.sock is not None
+        i, n = 0, len(pieces)
+        try:
+            while i < n:
+                chunk = pieces[i : i + _IOV_MAX]
+                sent = self.sock.sendmsg(chunk)
+                # Advance past what was sent; a partial send leaves the rest of one piece.
+                while sent > 0:
+                    size = len(pieces[i])
+                    if sent >= size:
+                        sent -= size
+                        i += 1
+                    else:
+                        pieces[i] = memoryview(pieces[i])[sent:]
+                        sent = 0
+                while i < n and len(pieces[i]) == 0:
+                    i += 1
+        except OSError as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: send failed: {e}") from e
 
     def _drain_one(self) -> None:
         b = self._inflight.popleft()

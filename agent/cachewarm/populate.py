@@ -118,10 +118,11 @@ class _Corrupt(Exception):
 
 def _encode(
     verdict: df.Verdict, params: WorkerParams, ring: KetamaRing | None, stats: list[int]
-) -> Iterator[tuple[int, bytes, int]]:
-    """Yield (node index, `ms ... q` batch, item count), running the format's record checks
-    (section 3, check 4) on the way; raises _Corrupt naming the bad record. `stats[0]` counts the
-    items skipped as expired, `stats[1]` binary keys too long for memcached's base64 key.
+) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
+    """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
+    running the format's record checks (section 3, check 4) on the way; raises _Corrupt naming the
+    bad record. `stats[0]` counts the items skipped as expired, `stats[1]` binary keys too long
+    for memcached's base64 key.
     The caller decides whether to send before the generator is exhausted."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     data = verdict.data
@@ -182,7 +183,7 @@ def _encode(
         counts[idx] += 1
         sizes[idx] += vlen
         if counts[idx] >= batch_items or sizes[idx] >= batch_bytes:
-            yield idx, b"".join(p), counts[idx]
+            yield idx, p, counts[idx]
             parts[idx] = []
             counts[idx] = sizes[idx] = 0
     if nrec != verdict.trailer.record_count:
@@ -191,7 +192,7 @@ def _encode(
         raise _Corrupt("end_key_index - first_key_index != record_count + misses")
     for i in range(n_nodes):
         if counts[i]:
-            yield i, b"".join(parts[i]), counts[i]
+            yield i, parts[i], counts[i]
 
 
 def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
@@ -204,7 +205,7 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
         else None
     )
     expired = [0, 0]
-    batches: Iterable[tuple[int, bytes, int]]
+    batches: Iterable[tuple[int, list[bytes | memoryview], int]]
     try:
         if len(verdict.data) <= params.one_pass_max_bytes:
             batches = list(_encode(verdict, params, ring, expired))
