@@ -607,7 +607,9 @@ def assess_node(
         cmd = commands.get(run.command_id or "", "Unknown")
         if role == "dump" and st is not None and st.state == "done":
             continue  # dump finished; only the populator has work left
-        if st is not None and st.state == "failed" and st.attempt >= run.attempt:
+        # Only a failure written after the current command was sent counts (an older one is what
+        # the resumed agent is about to overwrite); this needs no attempt counter shared with the agent.
+        if st is not None and st.state == "failed" and st.heartbeat_ms >= run.sent_ms:
             return Verdict(False, role, f"{role} agent reported failure: {st.error or 'no message'}")
         if cmd in FAILED_COMMAND_STATES:
             return Verdict(False, role, f"{role} SSM command {run.command_id} {cmd}")

@@ -249,8 +249,9 @@ ROW = NodePlan(
     bytes=1,
     size_gib=4,
     dump=RoleRun(command_id="d1", attempt=1, sent_ms=0),
-    populate=RoleRun(command_id="p1", attempt=1, sent_ms=0),
+    populate=RoleRun(command_id="p1", attempt=2, sent_ms=900_000),
 )
+RESENT = 900_000
 NOW = 1_000_000
 STALE = 600_000
 RUNNING = status("populate", "running", NOW)
@@ -279,11 +280,16 @@ Expect = tuple[bool, str | None, str]
             {"p1": "Success"},
             (False, "populate", "without a done status"),
         ),
-        # An old attempt's failure does not count against the resumed one.
+        # A failure written before the current (resumed) command was sent does not count.
         (
-            {"dump": status("dump", "done", 0), "populate": status("populate", "failed", NOW, attempt=0)},
+            {"dump": status("dump", "done", 0), "populate": status("populate", "failed", RESENT - 1)},
             {},
             (False, None, ""),
+        ),
+        (
+            {"dump": status("dump", "done", 0), "populate": status("populate", "failed", RESENT + 1)},
+            {},
+            (False, "populate", "reported failure"),
         ),
     ],
 )
