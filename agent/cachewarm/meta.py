@@ -10,6 +10,7 @@ per batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: 
 from __future__ import annotations
 
 import base64
+import re
 import socket
 from collections import deque
 from dataclasses import dataclass, field
@@ -43,9 +44,12 @@ class BatchCounts:
     first_error: str | None = None
 
 
+_PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
+
+
 def is_plain_key(key: bytes) -> bool:
     """A key memcached's text protocol takes as is: 1..250 bytes in 0x21..0x7E."""
-    return 0 < len(key) <= 250 and all(0x21 <= c <= 0x7E for c in key)
+    return _PLAIN_KEY.fullmatch(key) is not None
 
 
 def wire_key(key: bytes) -> tuple[bytes, bytes]:

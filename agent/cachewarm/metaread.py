@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-import base64
+import re
 import socket
 import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from cachewarm.meta import DestinationUnavailable, wire_key
+
+_METADUMP = re.compile(rb"key=(\S+) exp=(-?\d+)")
 
 
 @dataclass(frozen=True)
@@ -137,10 +139,9 @@ def list_keys(host: str, port: int, timeout: float = 60.0) -> Iterator[tuple[byt
                     return
                 if ln.startswith((b"ERROR", b"BUSY", b"CLIENT_ERROR", b"SERVER_ERROR")):
                     raise RuntimeError(f"{host}:{port}: metadump failed: {ln!r}")
-                fields = dict(f.split(b"=", 1) for f in ln.split(b" ") if b"=" in f)
-                if b"key" not in fields:
+                m = _METADUMP.match(ln)
+                if m is None:
                     continue
-                key = urllib.parse.unquote_to_bytes(fields[b"key"])
-                if fields.get(b"b64") == b"yes":  # not emitted by 1.6.18; harmless elsewhere
-                    key = base64.b64decode(key)
-                yield key, int(fields.get(b"exp", b"-1"))
+                raw = m[1]
+                key = urllib.parse.unquote_to_bytes(raw) if b"%" in raw else raw
+                yield key, int(m[2])

@@ -258,7 +258,7 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
             c.close()
 
 
-def _worker_init() -> None:
+def worker_init() -> None:
     """Tie a pool worker's life to its parent: a kill -9 of the populator must not leave workers
     behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere)."""
     parent = os.getppid()
@@ -603,7 +603,7 @@ class Populator:
         inflight: dict[Future[FileOutcome], str] = {}
         retry_at: dict[str, float] = {}
         last_round_event = 0.0
-        with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx, initializer=_worker_init) as pool:
+        with ProcessPoolExecutor(max_workers=c.workers, mp_context=ctx, initializer=worker_init) as pool:
             try:
                 while True:
                     if quiesce and self._round > 0 and not self._refresh(bad_since):

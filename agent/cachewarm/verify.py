@@ -3,12 +3,17 @@ flags and a TTL within tolerance."""
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing
 import random
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.metaread import MetaReader, list_keys
+from cachewarm.populate import worker_init
 
 
 @dataclass
@@ -51,14 +56,52 @@ def _note(rep: VerifyReport, what: str, key: bytes) -> None:
         rep.examples.append(f"{what}: {key!r}")
 
 
+def _compare(
+    source: Node, targets: list[Node], keys: list[bytes], *, ttl_tolerance: int, node_key_format: str
+) -> VerifyReport:
+    """Compare one shard of keys (runs in a pool process)."""
+    rep = VerifyReport()
+    ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
+    with MetaReader(source.host, source.port) as src:
+        tgts = [MetaReader(t.host, t.port).__enter__() for t in targets]
+        try:
+            have = src.get_many(keys)
+            rep.gone_from_source += len(keys) - len(have)
+            per_node: list[list[bytes]] = [[] for _ in targets]
+            for k in have:
+                per_node[ring.index_for(k) if ring else 0].append(k)
+            for rd, ks in zip(tgts, per_node, strict=True):
+                got = rd.get_many(ks)
+                for k in ks:
+                    rep.checked += 1
+                    s, t = have[k], got.get(k)
+                    if t is None:
+                        rep.missing += 1
+                        _note(rep, "missing", k)
+                    elif t.value != s.value:
+                        rep.value_mismatch += 1
+                        _note(rep, "value differs", k)
+                    elif t.flags != s.flags:
+                        rep.flags_mismatch += 1
+                        _note(rep, f"flags {s.flags} != {t.flags}", k)
+                    elif (s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance:
+                        rep.ttl_mismatch += 1
+                        _note(rep, f"ttl {s.ttl} vs {t.ttl}", k)
+        finally:
+            for rd in tgts:
+                rd.__exit__()
+    return rep
+
+
 def verify(
     source: Node,
     targets: list[Node],
     sample: int | None = None,
     ttl_tolerance: int = 5,
     node_key_format: str = EVCACHE_NODE_KEY,
-    batch: int = 2000,
+    shard: int = 20_000,
     seed: int | None = None,
+    workers: int = 2,
 ) -> VerifyReport:
     rep = VerifyReport()
     rng = random.Random(seed)
@@ -72,35 +115,22 @@ def verify(
             j = rng.randrange(n + 1)
             if j < sample:
                 keys[j] = k
-    ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
-    with MetaReader(source.host, source.port) as src:
-        tgts = [MetaReader(t.host, t.port).__enter__() for t in targets]
-        try:
-            for i in range(0, len(keys), batch):
-                part = keys[i : i + batch]
-                have = src.get_many(part)
-                rep.gone_from_source += len(part) - len(have)
-                per_node: list[list[bytes]] = [[] for _ in targets]
-                for k in have:
-                    per_node[ring.index_for(k) if ring else 0].append(k)
-                for rd, ks in zip(tgts, per_node, strict=True):
-                    got = rd.get_many(ks)
-                    for k in ks:
-                        rep.checked += 1
-                        s, t = have[k], got.get(k)
-                        if t is None:
-                            rep.missing += 1
-                            _note(rep, "missing", k)
-                        elif t.value != s.value:
-                            rep.value_mismatch += 1
-                            _note(rep, "value differs", k)
-                        elif t.flags != s.flags:
-                            rep.flags_mismatch += 1
-                            _note(rep, f"flags {s.flags} != {t.flags}", k)
-                        elif (s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance:
-                            rep.ttl_mismatch += 1
-                            _note(rep, f"ttl {s.ttl} vs {t.ttl}", k)
-        finally:
-            for rd in tgts:
-                rd.__exit__()
+    if len(targets) > 1:
+        KetamaRing(targets, node_key_format)  # fail here, not in a worker, on colliding node keys
+    shards = [keys[i : i + shard] for i in range(0, len(keys), shard)]
+    # Shards are compared in parallel processes: parsing a million values is Python-bound.
+    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
+    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=worker_init) as pool:
+        compare = functools.partial(
+            _compare, source, targets, ttl_tolerance=ttl_tolerance, node_key_format=node_key_format
+        )
+        parts = pool.map(compare, shards)
+        for part in parts:
+            rep.checked += part.checked
+            rep.gone_from_source += part.gone_from_source
+            rep.missing += part.missing
+            rep.value_mismatch += part.value_mismatch
+            rep.flags_mismatch += part.flags_mismatch
+            rep.ttl_mismatch += part.ttl_mismatch
+            rep.examples.extend(part.examples[: max(0, 10 - len(rep.examples))])
     return rep

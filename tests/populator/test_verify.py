@@ -1,0 +1,58 @@
+"""`verify` compares a source and its targets key by key (real memcached servers)."""
+
+from __future__ import annotations
+
+from cachewarm.ketama import Node
+from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.testing.memcached import MemcachedServer
+from cachewarm.verify import verify
+
+
+def put(srv: MemcachedServer, items: list[tuple[bytes, int, int, bytes]]) -> None:
+    c = MetaConnection(srv.host, srv.port)
+    c.connect()
+    buf = bytearray()
+    for key, flags, ttl, value in items:
+        tok, b = wire_key(key)
+        buf += b"ms %b %d%b T%d F%d q\r\n" % (tok, len(value), b, ttl, flags) + value + b"\r\n"
+    c.send_batch(buf, len(items))
+    assert c.flush().errors == 0
+    c.close()
+
+
+def node(s: MemcachedServer) -> Node:
+    return Node(s.host, s.port)
+
+
+def test_every_kind_of_difference_is_counted_and_named(memcached) -> None:
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    same = [(b"k%d" % i, i, 0, b"v%d" % i) for i in range(50_000)]
+    put(
+        src,
+        [*same, (b"gone", 0, 0, b"x"), (b"flags", 1, 0, b"x"), (b"ttl", 0, 0, b"x"), (b"val", 0, 0, b"a")],
+    )
+    put(dst, [*same, (b"flags", 2, 0, b"x"), (b"ttl", 0, 3600, b"x"), (b"val", 0, 0, b"b")])
+    rep = verify(node(src), [node(dst)], shard=7000)
+    assert (rep.source_keys, rep.checked) == (50_004, 50_004)
+    assert (rep.missing, rep.flags_mismatch, rep.ttl_mismatch, rep.value_mismatch) == (1, 1, 1, 1)
+    assert not rep.ok and rep.differences == 4
+    assert sorted(e.split(":")[0] for e in rep.examples) == [
+        "flags 1 != 2",
+        "missing",
+        "ttl -1 vs 3600",
+        "value differs",
+    ]
+    put(dst, [(b"gone", 0, 0, b"x"), (b"flags", 1, 0, b"x"), (b"ttl", 0, 0, b"x"), (b"val", 0, 0, b"a")])
+    assert verify(node(src), [node(dst)]).ok
+
+
+def test_sample_and_binary_keys(memcached) -> None:
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    items = [(b"bin\x00\xff %d" % i, 0, 0, b"v") for i in range(100)] + [
+        (b"p%d" % i, 0, 0, b"v") for i in range(900)
+    ]
+    put(src, items)
+    put(dst, items)
+    rep = verify(node(src), [node(dst)], sample=100, seed=3)
+    assert rep.ok and rep.checked == 100 and rep.source_keys == 1000
+    assert verify(node(src), [node(dst)]).checked == 1000
