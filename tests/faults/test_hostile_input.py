@@ -253,17 +253,9 @@ def test_lying_done_manifest_is_refused(memcached, tmp_path: Path, tally) -> Non
     t.check()
 
 
-TWICE_BUG = (
-    "dataformat.parse_manifest accepts a DONE that lists the same file twice (with totals.records "
-    "consistent with the doubled list) and populate._finish counts it twice: `cachewarm populate` "
-    "exits 0 with a summary of 4 files / 80 records / 80 stored when the destination received 60 "
-    "items. parse_manifest should refuse duplicate names (and duplicate (chunk, part))"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=TWICE_BUG)
+# Found by this suite (exit 0, summary 80 records for 60 items); fixed in 1eb3e22.
 def test_done_listing_a_file_twice_is_refused(memcached, tmp_path: Path, tally) -> None:
-    t = tally("hostile input: DONE lists a file twice", known_bug="DONE listing a file twice accepted")
+    t = tally("hostile input: DONE lists a file twice")
     dst: MemcachedServer = memcached(memory_mb=64)
     m = _three_files(tmp_path / "vol").manifest()
     m["files"].append(dict(m["files"][0]))
@@ -271,23 +263,16 @@ def test_done_listing_a_file_twice_is_refused(memcached, tmp_path: Path, tally) 
     (tmp_path / "vol" / "DONE").write_text(json.dumps(m))
     r = _populate(tmp_path / "vol", dst, tmp_path / "s.json")
     t.trials += 1
-    t.corrupt += r.returncode == 0  # the lie was taken for the truth
-    print(t.line())
-    assert r.returncode != 0, r.stdout.strip().splitlines()[-1]
+    if r.returncode == 0 or "more than once" not in r.stderr:
+        t.corrupt += 1  # the lie was taken for the truth, or the error does not name it
+        t.note(f"rc {r.returncode}: {(r.stderr or r.stdout).strip()[-200:]!r}")
+    t.check()
 
 
-HOST_BUG = (
-    "cachewarm.ketama.parse_nodes (used by `populate --to`, `warm --target`, `verify --target`) accepts any "
-    "string before ':PORT' as a host: `--to '$(touch x):11211'` is not refused at parse time (exit 2); "
-    "the populator then dies with an uncaught UnicodeError traceback from socket.getaddrinfo (idna 'label "
-    "too long'), and a short bad host (e.g. 'x;y') is retried as an unreachable destination for "
-    "--destination-timeout (120 s) instead of being named as invalid input"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=HOST_BUG)
+# Found by this suite (an uncaught UnicodeError traceback, or 120 s of retries for 'x;y'); fixed in
+# 1eb3e22.
 def test_populate_rejects_a_host_that_is_not_a_hostname(tmp_path: Path, tally) -> None:
-    t = tally("hostile input: populate --to with a non-hostname host", known_bug="host not validated")
+    t = tally("hostile input: populate --to with a non-hostname host")
     vol = tmp_path / "vol"
     DirWriter(vol, node="src").write(0, 0, [Record(b"k", 0, -1, b"v")])
     runner = CliRunner()
@@ -308,5 +293,5 @@ def test_populate_rejects_a_host_that_is_not_a_hostname(tmp_path: Path, tally) -
             bad.append((v, r.exit_code, repr(r.exception)))
         t.trials += 1
     t.corrupt = len(bad)  # accepted, then a traceback instead of a clear error
-    print(t.line())
-    assert not bad, bad
+    t.notes += [repr(b) for b in bad[:5]]
+    t.check()
