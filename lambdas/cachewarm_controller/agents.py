@@ -40,6 +40,8 @@ class AgentRunner(Protocol):
 
     def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]: ...
 
+    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None: ...
+
 
 @dataclass
 class SsmAgentRunner:
@@ -96,6 +98,24 @@ class SsmAgentRunner:
                 )
         return found
 
+    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
+        """Fire-and-forget lazy unmount (the agent was cancelled; the detach follows). `mount_point`
+        comes from validated input (warm id and mount dir patterns: no shell metacharacters)."""
+        if not _SAFE_PATH.match(mount_point):
+            raise ValueError(f"unsafe mount point {mount_point!r}")
+        script = (
+            f"if mountpoint -q '{mount_point}'; then umount -l '{mount_point}'; fi; "
+            f"rmdir '{mount_point}' 2>/dev/null || true"
+        )
+        for batch in chunks(list(instance_ids), 50):
+            self.ssm.send_command(
+                DocumentName="AWS-RunShellScript",
+                InstanceIds=list(batch),
+                Parameters={"commands": [script], "executionTimeout": ["120"]},
+                Comment=comment[:100],
+                TimeoutSeconds=DELIVERY_TIMEOUT_S,
+            )
+
     def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
         """`stats` of the memcached on each node, asked through AWS-RunShellScript (bash /dev/tcp: no
         client needed on the node)."""
@@ -140,6 +160,7 @@ class SsmAgentRunner:
         return out
 
 
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9/_.-]{1,250}$")
 _STAT = re.compile(r"^STAT (\S+) (\d+)\s*$", re.MULTILINE)
 
 

@@ -166,9 +166,11 @@ def verify(event: dict[str, Any]) -> dict[str, Any]:
 
 @_adapter
 def teardown(event: dict[str, Any]) -> dict[str, Any]:
-    warm_id, prefix = steps.teardown_target(event)
+    target = steps.teardown_target(event)
     attempt = _attempt(event, "teardown")
-    out = steps.teardown(warm_id, prefix, attempt, TEARDOWN_MAX_ATTEMPTS, get_deps())
+    out = steps.teardown(
+        target.warm_id, target.status_prefix, attempt, TEARDOWN_MAX_ATTEMPTS, get_deps(), target.mount_dir
+    )
     left = out.get("volumes_left", 0) + out.get("instances_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out

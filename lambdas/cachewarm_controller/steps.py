@@ -8,7 +8,9 @@ machine's history grows with the number of polls, not with the number of nodes.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +54,7 @@ from cachewarm_controller.store import NodeStatus, S3Store, StatusMap, StatusRea
 
 LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 MAX_BACKOFF_S = 60
+DEFAULT_MOUNT_DIR = "/mnt/cachewarm"
 # Teardown force-detaches after this many polite tries (a hung mount must not keep a volume alive).
 FORCE_DETACH_AFTER = 3
 
@@ -728,9 +731,17 @@ def verify(inp: WarmInput, deps: Deps) -> dict[str, Any]:
 # ---- 9. teardown -------------------------------------------------------------------------------------
 
 
-def teardown(warm_id: str, status_prefix: str, attempt: int, max_attempts: int, deps: Deps) -> dict[str, Any]:
-    """Idempotent, from any stage: stop agents, detach, terminate populators, delete volumes, and
-    (once nothing is left) the warm's S3 objects. Everything is found by the warm-id tag."""
+def teardown(
+    warm_id: str,
+    status_prefix: str,
+    attempt: int,
+    max_attempts: int,
+    deps: Deps,
+    mount_dir: str = DEFAULT_MOUNT_DIR,
+) -> dict[str, Any]:
+    """Idempotent, from any stage: stop agents, unmount on the source nodes, detach, terminate
+    populators, delete volumes, and (once nothing is left) the warm's S3 objects. Everything is found
+    by the warm-id tag; the plan (if any) only names the commands to cancel."""
     warm = deps.s3.load_plan(status_prefix, warm_id)
     if warm is not None:
         live = [c for r in warm.nodes for c in (r.dump.command_id, r.populate.command_id) if c]
@@ -749,6 +760,13 @@ def teardown(warm_id: str, status_prefix: str, attempt: int, max_attempts: int, 
     force = attempt >= FORCE_DETACH_AFTER
     vol_ids = [v["VolumeId"] for v in inv.volumes]
     atts = deps.attacher.attachments(vol_ids) if vol_ids else {}
+    if warm is not None and attempt == 0:
+        # The source nodes are production cache nodes: unmount there before the detach, so no dead
+        # mount is left behind (populators are terminated, nothing to clean on them).
+        sources = {r.node_id for r in warm.nodes}
+        mounted = sorted({a.instance_id for al in atts.values() for a in al if a.instance_id in sources})
+        if mounted:
+            deps.agents.unmount(mounted, f"{mount_dir}/{warm_id}", f"cachewarm {warm_id} teardown")
     for vol, alist in atts.items():
         for a in alist:
             if a.state in LIVE_STATES or (force and a.state == "detaching"):
@@ -773,18 +791,32 @@ def teardown(warm_id: str, status_prefix: str, attempt: int, max_attempts: int, 
     }
 
 
-def teardown_target(event: dict[str, Any]) -> tuple[str, str]:
-    """(warm id, status prefix) from the state machine's state, or from an EventBridge 'Step Functions
-    Execution Status Change' event (whose detail.input is the execution input): a rule on ABORTED /
-    TIMED_OUT executions can run the same teardown, since no Catch runs for those."""
-    import json
+_WARM_ID = re.compile(r"^[a-z0-9][a-z0-9-]{2,47}$")
+_MOUNT_DIR = re.compile(r"^/[A-Za-z0-9/_.-]{1,200}$")
 
+
+@dataclass(frozen=True)
+class TeardownTarget:
+    warm_id: str
+    status_prefix: str
+    mount_dir: str
+
+
+def teardown_target(event: dict[str, Any]) -> TeardownTarget:
+    """What to tear down, from the state machine's state or from an EventBridge 'Step Functions
+    Execution Status Change' event (whose detail.input is the execution input): a rule on ABORTED /
+    TIMED_OUT executions can run the same teardown, since no Catch runs for those. The values are
+    checked here too: that input may never have passed ValidateInput."""
     body: Any = event
     if "detail" in event and isinstance(event["detail"], dict) and "input" in event["detail"]:
         body = json.loads(event["detail"]["input"] or "{}")
     inp = body.get("input", body) if isinstance(body, dict) else {}
-    warm_id = inp.get("warm_id") if isinstance(inp, dict) else None
-    if not isinstance(warm_id, str) or not warm_id:
-        raise InvalidInputError("teardown needs a warm_id")
-    prefix = inp.get("status_prefix") or "warms"
-    return warm_id, str(prefix)
+    inp = inp if isinstance(inp, dict) else {}
+    warm_id = inp.get("warm_id")
+    if not isinstance(warm_id, str) or not _WARM_ID.match(warm_id):
+        raise InvalidInputError(f"teardown needs a valid warm_id, got {warm_id!r}")
+    prefix = str(inp.get("status_prefix") or "warms")
+    mount_dir = inp.get("mount_dir") or DEFAULT_MOUNT_DIR
+    if not isinstance(mount_dir, str) or not _MOUNT_DIR.match(mount_dir):
+        mount_dir = DEFAULT_MOUNT_DIR
+    return TeardownTarget(warm_id, prefix, mount_dir)

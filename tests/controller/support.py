@@ -95,6 +95,7 @@ class AgentSim:
     cancelled: list[str] = field(default_factory=list)
     offline: set[str] = field(default_factory=set)
     command_params: list[dict[str, Any]] = field(default_factory=list)
+    unmounted: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
 
     use_ssm: bool = True  # False: command ids are made up here (the 300-node test)
 
@@ -178,6 +179,9 @@ class AgentSim:
 
     def online(self, instance_ids: Sequence[str]) -> set[str]:
         return set(instance_ids) - self.offline
+
+    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
+        self.unmounted.append((tuple(instance_ids), mount_point))
 
     def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
         return {i: NodeStats(items=1_000_000 + int(i[-4:], 16), bytes=5 * 1024**3) for i in instance_ids}

@@ -375,6 +375,8 @@ def test_teardown_from_any_stage_and_twice(world: Any) -> None:
     assert not out["complete"] and out["terminated"] == 3 and out["deleted_volumes"] == 0
     assert all(not atts for atts in world.attacher.table.values())
     assert len(world.agents.cancelled) == 3  # the populate commands still running were cancelled
+    # Unmounted on the source nodes (production cache nodes) before the detach.
+    assert world.agents.unmounted == [(tuple(sorted(world.source_ids)), f"/mnt/cachewarm/{i.warm_id}")]
     attempt = 1
     while not steps.teardown(i.warm_id, i.status_prefix, attempt, 5, world.deps)["complete"]:
         attempt += 1
@@ -403,17 +405,17 @@ def test_teardown_gives_up_naming_leftovers(world: Any) -> None:
 
 
 def test_teardown_target_from_state_or_eventbridge() -> None:
-    assert steps.teardown_target({"warm_id": "w-1", "input": {"warm_id": "w-1", "status_prefix": "p"}}) == (
-        "w-1",
-        "p",
-    )
+    state = {"warm_id": "w-1", "input": {"warm_id": "w-1", "status_prefix": "p", "mount_dir": "/data"}}
+    assert steps.teardown_target(state) == steps.TeardownTarget("w-1", "p", "/data")
     event = {
         "detail-type": "Step Functions Execution Status Change",
-        "detail": {"status": "ABORTED", "input": json.dumps({"warm_id": "w-2", "destination": {}})},
+        "detail": {"status": "ABORTED", "input": json.dumps({"warm_id": "w-2", "mount_dir": "/x;reboot"})},
     }
-    assert steps.teardown_target(event) == ("w-2", "warms")
+    assert steps.teardown_target(event) == steps.TeardownTarget("w-2", "warms", "/mnt/cachewarm")
     with pytest.raises(InvalidInputError):
         steps.teardown_target({"detail": {"input": "{}"}})
+    with pytest.raises(InvalidInputError):
+        steps.teardown_target({"warm_id": "w-1; rm -rf /"})
 
 
 # ---- handlers ----------------------------------------------------------------------------------------

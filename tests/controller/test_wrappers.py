@@ -287,3 +287,26 @@ def test_memcached_stats_failure_names_the_node(ssm: tuple[Any, Stubber]) -> Non
 def test_parse_stats_rejects_garbage() -> None:
     with pytest.raises(PlanError, match="no memcached stats"):
         parse_stats(SRC, "ERROR\r\n")
+
+
+def test_unmount_sends_a_fixed_script(ssm: tuple[Any, Stubber]) -> None:
+    client, stub = ssm
+    script = (
+        "if mountpoint -q '/mnt/cachewarm/w-1'; then umount -l '/mnt/cachewarm/w-1'; fi; "
+        "rmdir '/mnt/cachewarm/w-1' 2>/dev/null || true"
+    )
+    stub.add_response(
+        "send_command",
+        {"Command": command(C1, "Pending")},
+        {
+            "DocumentName": "AWS-RunShellScript",
+            "InstanceIds": [SRC],
+            "Parameters": {"commands": [script], "executionTimeout": ["120"]},
+            "Comment": "teardown",
+            "TimeoutSeconds": 600,
+        },
+    )
+    runner = SsmAgentRunner(client)
+    runner.unmount([SRC], "/mnt/cachewarm/w-1", "teardown")
+    with pytest.raises(ValueError, match="unsafe"):
+        runner.unmount([SRC], "/mnt/x'; reboot; '", "teardown")
