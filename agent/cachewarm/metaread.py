@@ -28,6 +28,7 @@ class MetaReader:
     timeout: float = 30.0
     sock: socket.socket | None = field(default=None, repr=False)
     _buf: bytearray = field(default_factory=bytearray, repr=False)
+    _rx: memoryview | None = field(default=None, repr=False)
 
     def __enter__(self) -> MetaReader:
         try:
@@ -43,10 +44,13 @@ class MetaReader:
 
     def _fill(self) -> None:
         assert self.sock is not None
-        chunk = self.sock.recv(1 << 20)
-        if not chunk:
+        if self._rx is None:
+            self._rx = memoryview(bytearray(1 << 18))
+        # recv_into a reused buffer: sock.recv(large) allocates (and page-faults) a new buffer per call.
+        n = self.sock.recv_into(self._rx)
+        if not n:
             raise DestinationUnavailable(f"{self.host}:{self.port}: connection closed")
-        self._buf += chunk
+        self._buf += self._rx[:n]
 
     def _line(self) -> bytes:
         while True:
@@ -57,11 +61,12 @@ class MetaReader:
                 return line
             self._fill()
 
-    def _exact(self, n: int) -> bytes:
-        while len(self._buf) < n:
+    def _value(self, n: int) -> bytes:
+        """n bytes of value and the `\r\n` after them."""
+        while len(self._buf) < n + 2:
             self._fill()
         out = bytes(self._buf[:n])
-        del self._buf[:n]
+        del self._buf[: n + 2]
         return out
 
     def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
@@ -92,7 +97,7 @@ class MetaReader:
                             ttl = int(p[1:])
                         elif p[:1] == b"O":
                             idx = int(p[1:])
-                    value = self._exact(size + 2)[:-2]
+                    value = self._value(size)
                     out[keys[idx]] = Item(value, flags, ttl)
                 elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
                     raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
