@@ -36,12 +36,10 @@ def test_every_kind_of_difference_is_counted_and_named(memcached) -> None:
     assert (rep.source_keys, rep.checked) == (50_004, 50_004)
     assert (rep.missing, rep.flags_mismatch, rep.ttl_mismatch, rep.value_mismatch) == (1, 1, 1, 1)
     assert not rep.ok and rep.differences == 4
-    assert sorted(e.split(":")[0] for e in rep.examples) == [
-        "flags 1 != 2",
-        "missing",
-        "ttl -1 vs 3600",
-        "value differs",
-    ]
+    # A TTL ticks down while the test runs: compare the kind of each example, not the exact TTL.
+    kinds = sorted(e.split(":")[0] for e in rep.examples)
+    assert kinds[:2] == ["flags 1 != 2", "missing"] and kinds[3] == "value differs"
+    assert kinds[2].startswith("ttl -1 vs 3")
     put(dst, [(b"gone", 0, 0, b"x"), (b"flags", 1, 0, b"x"), (b"ttl", 0, 0, b"x"), (b"val", 0, 0, b"a")])
     assert verify(node(src), [node(dst)]).ok
 
