@@ -59,8 +59,8 @@ def test_items_flags_ttls_and_binary_keys(memcached, tmp_path: Path) -> None:
             continue
         assert got[r.key].value == r.value and got[r.key].flags == r.flags, r.key
     assert got[b"never"].ttl == -1
-    assert 55 <= got[b"short"].ttl <= 60
-    assert abs(got[b"long"].ttl - 90 * 86400) <= 5
+    assert 30 <= got[b"short"].ttl <= 60  # the populate itself takes seconds on a loaded machine
+    assert 90 * 86400 - 60 <= got[b"long"].ttl <= 90 * 86400
 
 
 def test_multi_mib_values(memcached, tmp_path: Path) -> None:
