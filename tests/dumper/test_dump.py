@@ -211,3 +211,12 @@ def test_items_expiring_mid_dump_are_counted_as_misses(dumper_bin: Path, memcach
     assert m is not None
     assert m.totals["misses"] > 0, "expected some items to expire before they were fetched"
     assert m.totals["records"] + m.totals["misses"] == m.totals["keys_listed"]
+
+
+def test_crawler_disabled_fails_loudly(dumper_bin: Path, memcached, tmp_path: Path) -> None:
+    srv = memcached(extra_args=["-o", "no_lru_crawler"])
+    load_numbered(srv, 10)
+    r = run_dump(dumper_bin, srv, tmp_path / "o")
+    assert r.returncode == 1
+    assert "CLIENT_ERROR lru crawler disabled" in r.stderr and "no DONE" in r.stderr
+    assert not (tmp_path / "o" / "DONE").exists()
