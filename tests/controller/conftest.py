@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -68,9 +69,11 @@ def shared_world() -> Iterator[World]:
     are kept apart by their warm id."""
     from moto.awslambda_simple.models import LambdaSimpleBackend
     from moto.ec2.models.core import TaggedEC2Resource
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
     from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
     from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
     from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+    from moto.stepfunctions.parser.asl.utils import json_path
 
     with pytest.MonkeyPatch.context() as monkeypatch, mock_aws(config=MOTO_CONFIG):
         for k, v in ENV.items():
@@ -128,6 +131,10 @@ def shared_world() -> Iterator[World]:
         monkeypatch.setattr(lambda_eval_utils, "boto_client_for", lambda **kw: lambda_client)
         monkeypatch.setattr(handlers, "get_deps", lambda: w.deps)
         monkeypatch.setattr(TaggedEC2Resource, "get_tags", _indexed_get_tags)
+        # jsonpath_ng rebuilds its PLY parser tables on every parse: ~10 ms per JSONPath the
+        # interpreter evaluates. The parsed expressions are reusable; cache them.
+        monkeypatch.setattr(json_path, "parse", functools.lru_cache(maxsize=None)(json_path.parse))
+        monkeypatch.setattr(result_path, "parse", functools.lru_cache(maxsize=None)(result_path.parse))
         yield w
 
 
