@@ -200,7 +200,8 @@ class World:
     subnets: dict[str, str]
     source_ids: list[str]
     template_id: str
-    faults: dict[str, str] = field(default_factory=dict)  # PascalName -> "before" | "after" | "transient"
+    # PascalName -> "before" | "after" | "transient" | "transient-after"
+    faults: dict[str, str] = field(default_factory=dict)
     invocations: list[str] = field(default_factory=list)
     warm_id: str = "warm-test-0"
     state_machine_arn: str = ""
@@ -387,6 +388,11 @@ def dispatcher(world_ref: Callable[[], World]) -> Callable[..., bytes]:
             result = handler(event, _Context(name))
             if fault == "after":
                 raise InjectedFault(f"injected failure after {name} did its work")
+            if fault == "transient-after":  # the work was done, the response lost: the ASL retries
+                world.faults.pop(name)
+                from cachewarm_controller.errors import TransientError
+
+                raise TransientError(f"injected throttling after {name} did its work")
         except Exception as exc:
             response_headers["x-amz-function-error"] = "Unhandled"
             return json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}).encode()

@@ -134,6 +134,29 @@ def test_transient_error_is_retried_with_backoff(world: Any) -> None:
     assert_nothing_left(world)
 
 
+@pytest.mark.parametrize("stage", ["CreateVolumes", "LaunchPopulators", "AttachVolumes", "StartAgents"])
+def test_a_retried_step_does_not_duplicate_its_work(world: Any, stage: str) -> None:
+    """The step's work is done but its response is lost; the ASL retries it: nothing is created,
+    attached or started twice (resources are adopted by tag, commands by the plan)."""
+    world.faults[stage] = "transient-after"
+    ex = world.run(world.make_input())
+    assert ex.status == "SUCCEEDED", ex.desc
+    assert world.invocations.count(stage) == 2
+    assert ex.outputs("CreateVolumes")[0]["volumes"]["volumes"] == 3
+    assert [e["type"] for e in ex.events].count("LambdaFunctionFailed") == 1  # the lost response
+    assert len([c for op, *c in world.attacher.calls if op == "attach"]) == 6
+    assert len(world.agents.command_params) == 6
+    steps_out = {
+        "CreateVolumes": ("volumes", "created"),
+        "LaunchPopulators": ("populators", "launched"),
+        "StartAgents": ("agents", "commands"),
+    }
+    if stage in steps_out:
+        key, field = steps_out[stage]
+        assert ex.outputs(stage)[0][key][field] == 0  # the retry found everything done
+    assert_nothing_left(world)
+
+
 def test_stale_node_is_revived_and_the_warm_completes(world: Any) -> None:
     stale = world.source_ids[1]
     world.agents.nodes[stale] = SimNode(silent_attempts=1)  # first populate never heartbeats
