@@ -402,7 +402,7 @@ Status Dumper::ScanPublished() {
       progress_.files++;
       progress_.items += fs[i].records;
       progress_.misses += fs[i].misses;
-      progress_.bytes += fs[i].bytes;
+      progress_.bytes += fs[i].bytes - (kHeaderFixed + o_.node_id.size()) - kTrailerSize;  // record bytes
     }
     if (fs.empty() || end < keys) resume_tasks_[chunk] = ChunkTask{chunk, end, uint32_t(fs.size())};
   }

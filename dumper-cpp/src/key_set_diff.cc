@@ -115,9 +115,15 @@ Status KeySetDiff::Emit(const std::function<Status(const Slice& url_key, int64_t
   std::vector<H128> seen;
   std::string contents, raw;
   for (int p = 0; p < nparts_; p++) {
-    CW_RETURN_IF_ERROR(env->ReadFileToString(PartPath("ex", p), &contents));
-    seen.resize(contents.size() / sizeof(H128));
-    if (!seen.empty()) std::memcpy(seen.data(), contents.data(), seen.size() * sizeof(H128));
+    // Read the existing hashes straight into the vector (one copy of the partition in memory).
+    FILE* ex = std::fopen(PartPath("ex", p).c_str(), "rb");
+    if (!ex) return Status::IOError(ErrnoMessage("open " + PartPath("ex", p), errno));
+    std::fseek(ex, 0, SEEK_END);
+    seen.resize(size_t(std::ftell(ex)) / sizeof(H128));
+    std::fseek(ex, 0, SEEK_SET);
+    const size_t got = seen.empty() ? 0 : std::fread(seen.data(), sizeof(H128), seen.size(), ex);
+    std::fclose(ex);
+    if (got != seen.size()) return Status::IOError("short read of " + PartPath("ex", p));
     std::sort(seen.begin(), seen.end());
     const size_t existing = seen.size();
     std::unordered_set<H128, H128Hash> emitted;  // candidates emitted from this partition (a crawl may list a key twice)
