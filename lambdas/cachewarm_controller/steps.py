@@ -664,7 +664,9 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
         _send(inp, deps, warm, row, verdict.revive)
         row.revives += 1
         revived.append({"node": row.node_id, "role": verdict.revive, "reason": verdict.reason})
-        changed = True
+        # Record each revive at once: SendCommand has no idempotency token, so a crash between the
+        # send and this write is the only way a retried poll could start a second agent.
+        deps.s3.save_plan(inp.status_prefix, warm)
     if changed:  # most polls change nothing: no plan write
         deps.s3.save_plan(inp.status_prefix, warm)
     if failures:

@@ -462,3 +462,15 @@ def test_example_inputs_are_valid(path: str) -> None:
     from tests.controller.support import REPO
 
     parse_input(json.loads((REPO / path).read_text()))
+
+
+def test_default_clients_retry_adaptively_and_are_built_once(world: Any, monkeypatch: Any) -> None:
+    handlers.default_deps.cache_clear()
+    try:
+        deps = handlers.default_deps()
+        assert handlers.default_deps() is deps
+        retries = deps.ec2.meta.config.retries
+        assert retries["mode"] == "adaptive" and retries["total_max_attempts"] == 11  # 1 + 10 retries
+        assert deps.settings.status_bucket == BUCKET
+    finally:
+        handlers.default_deps.cache_clear()
