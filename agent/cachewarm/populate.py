@@ -1,10 +1,12 @@
 """The populator loop (issue 3): take complete, verified data files and write their items to the
 destination memcached(s), without ever overwriting a fresher value (add mode by default).
 
-Round: refresh the mount, list the directory, skip temp names and consumed files, hand the rest to
-a pool of worker processes. A worker verifies the whole file (docs/data-format.md section 3) before
-it writes any item, then writes every item with pipelined quiet meta sets, routed by ketama. The main
-process marks the file consumed in a state file outside the volume (atomic replace). Finished
+Loop: list the directory, skip temp names and consumed files, hand the rest to a pool of worker
+processes. A worker verifies the whole file (docs/data-format.md section 3: length, trailer and
+checksum first, then every record) before it sends any item, then writes every item with pipelined
+quiet meta sets, routed by ketama. The main process marks the file consumed in a state file outside
+the volume (atomic replace). With a real remount (`CommandRemounter`) the loop works in rounds: all
+files of a round finish, then the volume is remounted; on a plain directory files stream through. Finished
 exactly when DONE exists and every file it lists is consumed; then the counts are checked against
 the manifest.
 
@@ -335,6 +337,8 @@ class PopulateState:
     consumed: dict[str, ConsumedFile] = field(default_factory=dict)
     identities: dict[str, tuple[int, int]] = field(default_factory=dict)
     restarts_detected: int = 0
+    # The destinations the consumed files were written to: the state means nothing for others.
+    destinations: list[str] = field(default_factory=list)
 
     @staticmethod
     def load(path: Path) -> PopulateState:
@@ -346,6 +350,7 @@ class PopulateState:
                 consumed={k: ConsumedFile(**v) for k, v in obj["consumed"].items()},
                 identities={k: (int(v[0]), int(v[1])) for k, v in obj.get("identities", {}).items()},
                 restarts_detected=int(obj.get("restarts_detected", 0)),
+                destinations=[str(d) for d in obj.get("destinations", [])],
             )
         except (ValueError, KeyError, TypeError) as e:
             raise PopulateError(f"state file {path} is unreadable ({e}); remove it to start over") from e
@@ -359,6 +364,7 @@ class PopulateState:
                 "consumed": {k: asdict(v) for k, v in self.consumed.items()},
                 "identities": {k: list(v) for k, v in self.identities.items()},
                 "restarts_detected": self.restarts_detected,
+                "destinations": self.destinations,
             }
         )
         tmp = path.with_name(f".{path.name}.tmp")
@@ -588,6 +594,13 @@ class Populator:
             raise PopulateError(f"source directory {c.source_dir} does not exist")
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
+        addrs = [n.address for n in c.destinations]
+        if self.state.consumed and self.state.destinations and self.state.destinations != addrs:
+            raise PopulateError(
+                f"state file {c.state_file} records files written to {','.join(self.state.destinations)}, "
+                f"not to {','.join(addrs)}: use another --state-file"
+            )
+        self.state.destinations = addrs
         self._probe_destinations()
         self._save(force=True)
         params = self._params()

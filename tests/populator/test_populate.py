@@ -476,3 +476,14 @@ def test_evictions_in_a_small_destination_are_reported(memcached, tmp_path: Path
     s = populate(config(out, tmp_path, [dst]), events.append)
     assert s.destination_evictions > 0
     assert any(e.event == "warning" and "evicted" in e.detail for e in events)
+
+
+def test_state_file_of_other_destinations_is_refused(memcached, tmp_path: Path) -> None:
+    a, b = memcached(memory_mb=16), memcached(memory_mb=16)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(5))
+    w.done()
+    populate(config(out, tmp_path, [a]))
+    with pytest.raises(PopulateError, match="use another --state-file"):
+        populate(config(out, tmp_path, [b]))
