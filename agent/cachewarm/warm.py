@@ -7,7 +7,9 @@ dumped, unexpired key is looked up on its target node: exit 0 only if the target
 
 from __future__ import annotations
 
+import functools
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ import sys
 import threading
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +33,7 @@ from cachewarm.populate import (
     Progress,
     default_workers,
     populate,
+    worker_init,
 )
 
 REPO_DUMPER = Path(__file__).resolve().parents[2] / "build" / "release" / "cachewarm-dump"
@@ -153,31 +157,39 @@ class _DumperRun:
         return f"cachewarm-dump failed with exit code {rc}: {tail}"
 
 
+def _check_file(path: Path, targets: list[Node], node_key_format: str) -> tuple[int, list[bytes]]:
+    """(keys checked, keys missing) for one dump file's unexpired keys (runs in a pool process)."""
+    v = df.check_file(path)
+    if not v.ok or v.data is None:
+        raise WarmError(f"{path.name} no longer verifies: {v.reason}")
+    ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
+    now = int(time.time()) + 1
+    per_node: list[list[bytes]] = [[] for _ in targets]
+    for r in df.iter_records(v.data):
+        if r.exptime != -1 and r.exptime <= now:
+            continue
+        per_node[ring.index_for(r.key) if ring else 0].append(r.key)
+    checked = 0
+    gone: list[bytes] = []
+    for n, keys in zip(targets, per_node, strict=True):
+        with MetaReader(n.host, n.port) as rd:
+            gone += rd.missing(keys)
+        checked += len(keys)
+    return checked, gone
+
+
 def _check_target(cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest) -> tuple[int, int, list[bytes]]:
-    """Look up every dumped, unexpired key on its target node. Returns (checked, missing, examples)."""
-    ring = KetamaRing(cfg.targets, cfg.node_key_format) if len(cfg.targets) > 1 else None
+    """Look up every dumped, unexpired key on its target node, files in parallel processes.
+    Returns (checked, missing, examples)."""
     checked = missing = 0
     examples: list[bytes] = []
-    readers = [MetaReader(n.host, n.port).__enter__() for n in cfg.targets]
-    try:
-        for mf in manifest.files:
-            v = df.check_file(dump_dir / mf.name)
-            if not v.ok or v.data is None:
-                raise WarmError(f"{mf.name} no longer verifies: {v.reason}")
-            now = int(time.time()) + 1
-            per_node: list[list[bytes]] = [[] for _ in cfg.targets]
-            for r in df.iter_records(v.data):
-                if r.exptime != -1 and r.exptime <= now:
-                    continue
-                per_node[ring.index_for(r.key) if ring else 0].append(r.key)
-            for rd, keys in zip(readers, per_node, strict=True):
-                gone = rd.missing(keys)
-                checked += len(keys)
-                missing += len(gone)
-                examples.extend(gone[: max(0, 5 - len(examples))])
-    finally:
-        for rd in readers:
-            rd.__exit__()
+    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
+    check = functools.partial(_check_file, targets=cfg.targets, node_key_format=cfg.node_key_format)
+    with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=ctx, initializer=worker_init) as pool:
+        for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
+            checked += n
+            missing += len(gone)
+            examples.extend(gone[: max(0, 5 - len(examples))])
     return checked, missing, examples
 
 

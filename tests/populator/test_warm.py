@@ -166,3 +166,18 @@ def test_demo_small(dumper_bin: Path) -> None:
 def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path) -> None:
     r = run(["warm", "--source", "127.0.0.1:1", *bad.split(), "--workdir", str(tmp_path)], dumper_bin)
     assert r.returncode == 2 and "--target" in r.stderr
+
+
+def test_warm_fails_when_the_target_cannot_hold_everything(
+    memcached, dumper_bin: Path, tmp_path: Path
+) -> None:
+    src = memcached(memory_mb=64)
+    dst = memcached(memory_mb=4)  # evicts: the populate itself succeeds, the target check must not
+    put(src, [(b"k%d" % i, 0, 0, b"x" * 2000) for i in range(10_000)])
+    r = run(
+        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        dumper_bin,
+    )
+    assert r.returncode == 1
+    assert "warm FAILED" in r.stdout and "evicted" in r.stdout
+    assert "error: the target is missing" in r.stderr
