@@ -181,3 +181,25 @@ def test_warm_fails_when_the_target_cannot_hold_everything(
     assert r.returncode == 1
     assert "warm FAILED" in r.stdout and "evicted" in r.stdout
     assert "error: the target is missing" in r.stderr
+
+
+def test_warm_resume_of_a_finished_warm_is_a_no_op(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+    src = memcached(memory_mb=16)
+    dst = memcached(memory_mb=16)
+    put(src, [(b"k%d" % i, 0, 0, b"x") for i in range(100)])
+    args = [
+        "warm",
+        "--source",
+        src.address,
+        "--target",
+        dst.address,
+        "--workdir",
+        str(tmp_path / "w"),
+        "--json",
+    ]
+    first = run(args, dumper_bin)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = run([*args, "--resume"], dumper_bin)
+    assert again.returncode == 0, again.stderr[-2000:]
+    s = json.loads(again.stdout.strip().splitlines()[-1])
+    assert (s["copied"], s["items_dumped"], s["missing_in_target"]) == (100, 100, 0)
