@@ -173,10 +173,11 @@ def test_populator_workers_die_with_it(dump: DumpDir, memcached, tmp_path: Path,
         # Wait for the pool to exist, then kill at a random moment of the run.
         wait_until(lambda p=proc: len(children_of(p)) >= 2, timeout=20)
         time.sleep(rng.uniform(0.0, 0.8))
-        left = survivors(kill9(proc), grace=3.0)
+        # Generous: under load a worker can take seconds to notice; an orphan stays forever.
+        left = survivors(kill9(proc), grace=15.0)
         t.trials += 1
         if left:
             t.leaked += len(left)
-            t.note(f"trial {trial}: {len(left)} processes alive 3 s after the populator's kill -9")
+            t.note(f"trial {trial}: {len(left)} processes alive 15 s after the populator's kill -9")
         dst.stop()
     t.check()
