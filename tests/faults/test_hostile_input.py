@@ -295,3 +295,35 @@ def test_populate_rejects_a_host_that_is_not_a_hostname(tmp_path: Path, tally) -
     t.corrupt = len(bad)  # accepted, then a traceback instead of a clear error
     t.notes += [repr(b) for b in bad[:5]]
     t.check()
+
+
+NONINT_BUG = (
+    "a DONE whose optional integer fields are not integers (files[i].misses = 'x', dump_start_ms = "
+    "{}) makes `cachewarm populate` die with a ValueError/TypeError traceback from "
+    "dataformat.parse_manifest (bare int()) instead of a clear error naming the field: "
+    "_read_manifest catches only FormatError/OSError"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=NONINT_BUG)
+def test_done_with_non_integer_fields_is_refused_clearly(memcached, tmp_path: Path, tally) -> None:
+    t = tally("hostile input: DONE with non-integer optional fields", known_bug="traceback, not an error")
+    dst: MemcachedServer = memcached(memory_mb=64)
+    manifest = _three_files(tmp_path / "base").manifest()
+    for i, (field, edit) in enumerate(
+        [
+            ("misses", lambda v: v["files"][0].update(misses="x")),
+            ("dump_start_ms", lambda v: v.update(dump_start_ms={"a": 1})),
+        ]
+    ):
+        vol = tmp_path / f"v{i}"
+        shutil.copytree(tmp_path / "base", vol)
+        m = json.loads(json.dumps(manifest))
+        edit(m)
+        (vol / "DONE").write_text(json.dumps(m))
+        r = _populate(vol, dst, tmp_path / f"s{i}.json")
+        t.trials += 1
+        if r.returncode == 0 or "Traceback" in r.stderr or field not in r.stderr:
+            t.corrupt += 1
+            t.note(f"{field}: rc {r.returncode}: {r.stderr.strip()[-160:]!r}")
+    t.check()

@@ -11,6 +11,7 @@ Each run must end without a crash, a hang (-timeout) or a large allocation (-mal
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -111,3 +112,26 @@ def test_iter_records_on_a_short_magic_input_raises_format_error() -> None:
 
     with pytest.raises(df.FormatError):
         list(df.iter_records(b"CWARMDF1\x00CWARMDF1\x01\x00:\x01\x00\x00"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the atheris harness: dataformat.parse_manifest converts the optional fields "
+    'files[i].misses and dump_start_ms with a bare int(), so a DONE with "misses": "x" raises '
+    'ValueError and one with "dump_start_ms": {} raises TypeError instead of FormatError; '
+    "populate._read_manifest catches only FormatError/OSError, so `cachewarm populate` dies with a "
+    "traceback instead of naming the field (tests/faults/test_hostile_input.py pins the CLI side)",
+)
+@pytest.mark.parametrize(("field", "value"), [("misses", "x"), ("dump_start_ms", {"a": 1})])
+def test_parse_manifest_names_a_non_integer_optional_field(field: str, value: object, tmp_path: Path) -> None:
+    from cachewarm import dataformat as df
+
+    w = df.DirWriter(tmp_path, node="src")
+    w.write(0, 0, [df.Record(b"k", 0, -1, b"v")])
+    m = w.manifest()
+    if field == "misses":
+        m["files"][0]["misses"] = value
+    else:
+        m[field] = value
+    with pytest.raises(df.FormatError, match=field):
+        df.parse_manifest(json.dumps(m))
