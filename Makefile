@@ -84,7 +84,7 @@ faults: deps build
 FUZZ_SECONDS ?= 300
 fuzz: deps build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CORPUS_DIR=$(CURDIR)/$(BUILD)/fuzz/corpus \
-	  $(PY) -m pytest -q --timeout=0 tests/fuzz
+	  $(PY) -m pytest -q -s --timeout=0 tests/fuzz
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent

@@ -75,6 +75,18 @@ def _run(cmd: list[str], budget: int, artifacts: Path) -> None:
     tail = "\n".join(r.stderr.splitlines()[-40:])
     assert r.returncode == 0, f"fuzzer found a problem (artifacts in {artifacts}):\n{tail}"
     assert "Done" in r.stderr, tail
+    # libFuzzer's final lines: "stat::number_of_executed_units: 1612398" etc.
+    stats = {}
+    for ln in r.stderr.splitlines():
+        if ln.startswith("stat::"):
+            k, _, v = ln.removeprefix("stat::").partition(":")
+            stats[k] = v.strip()
+    name = Path(cmd[1] if cmd[0] == sys.executable else cmd[0]).name
+    print(
+        f"{name}: {budget} s, {stats.get('number_of_executed_units', '?')} inputs, "
+        f"{stats.get('average_exec_per_sec', '?')}/s, corpus +{stats.get('new_units_added', '?')}, "
+        f"peak RSS {stats.get('peak_rss_mb', '?')} MB"
+    )
 
 
 @pytest.mark.parametrize("target", CPP_TARGETS)
