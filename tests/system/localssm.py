@@ -46,6 +46,7 @@ class Device:
     directory: Path
     fstype: str | None = None
     mounts: list[str] = field(default_factory=list)  # mount options of each mount, in order
+    source_unmounted: bool = False  # the controller's teardown unmounted it on the source node
 
 
 @dataclass
@@ -114,6 +115,7 @@ class LocalAgents:
     commands: dict[str, Command] = field(default_factory=dict)
     devices: dict[str, Device] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    unmounts: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.bin = self.work / "bin"
@@ -148,6 +150,13 @@ class LocalAgents:
         # Agents here are threads: nothing to signal. A test that ends with a command still running
         # fails in `join_all`.
         pass
+
+    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
+        """Teardown's lazy unmount on source nodes: here, the devices those nodes' dumps mounted."""
+        self.unmounts.append((tuple(instance_ids), mount_point))
+        for cmd in self.commands.values():
+            if cmd.instance_id in instance_ids and "memcached" in cmd.parameters:
+                self.device(cmd.parameters["device"]).source_unmounted = True
 
     def online(self, instance_ids: Sequence[str]) -> set[str]:
         return set(instance_ids)

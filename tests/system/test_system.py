@@ -122,6 +122,9 @@ def _run_system(
         g = got[k]
         assert (g.value, g.flags) == (it.value, it.flags), k
         assert (g.ttl == -1) == (it.ttl == -1), k
+    # Teardown unmounted the volume on every source node (production cache nodes) before detaching.
+    assert all(dev.source_unmounted for dev in agents.devices.values()), agents.unmounts
+    assert {m for _, m in agents.unmounts} == {f"/mnt/cachewarm/{world.warm_id}"}
     # Nothing tagged left: volumes, instances, status objects, attachments.
     inv = world.inventory()
     assert inv.empty, inv.describe()
