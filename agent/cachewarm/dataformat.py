@@ -326,6 +326,11 @@ class Manifest:
         return int(self.totals.get("records", sum(f.records for f in self.files)))
 
 
+def _opt_int(obj: dict[str, Any], key: str, where: str) -> int:
+    """An optional integer field (default 0): present but not an integer is a FormatError naming it."""
+    return int(_req(obj, key, int, where)) if key in obj else 0
+
+
 def _req(obj: dict[str, Any], key: str, typ: type, where: str) -> Any:
     if key not in obj:
         raise FormatError(f"{where}: missing field {key!r}")
@@ -361,7 +366,7 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
             part=_req(fobj, "part", int, w),
             xxh3=_req(fobj, "xxh3", str, w),
             records=_req(fobj, "records", int, w),
-            misses=int(fobj.get("misses", 0)),
+            misses=_opt_int(fobj, "misses", w),
             bytes=_req(fobj, "bytes", int, w),
         )
         parsed = parse_name(mf.name)
@@ -389,7 +394,7 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
     return Manifest(
         version=version,
         node=_req(obj, "node", str, where),
-        dump_start_ms=int(obj.get("dump_start_ms", 0)),
+        dump_start_ms=_opt_int(obj, "dump_start_ms", where),
         files=files,
         totals={k: v for k, v in totals.items() if isinstance(v, int)},
         source=source if isinstance(source, dict) else {},

@@ -297,17 +297,10 @@ def test_populate_rejects_a_host_that_is_not_a_hostname(tmp_path: Path, tally) -
     t.check()
 
 
-NONINT_BUG = (
-    "a DONE whose optional integer fields are not integers (files[i].misses = 'x', dump_start_ms = "
-    "{}) makes `cachewarm populate` die with a ValueError/TypeError traceback from "
-    "dataformat.parse_manifest (bare int()) instead of a clear error naming the field: "
-    "_read_manifest catches only FormatError/OSError"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=NONINT_BUG)
 def test_done_with_non_integer_fields_is_refused_clearly(memcached, tmp_path: Path, tally) -> None:
-    t = tally("hostile input: DONE with non-integer optional fields", known_bug="traceback, not an error")
+    t = tally(
+        "hostile input: DONE with non-integer optional fields",
+    )
     dst: MemcachedServer = memcached(memory_mb=64)
     manifest = _three_files(tmp_path / "base").manifest()
     for i, (field, edit) in enumerate(

@@ -89,11 +89,8 @@ def test_one_input(buf: bytes) -> None:
                 assert len(rec.value) <= len(data)
         except df.FormatError:
             pass
-    # ValueError/TypeError: a known bug (a non-integer optional field such as "misses" or
-    # "dump_start_ms" escapes as a bare ValueError/TypeError), pinned by
-    # test_parse_manifest_names_a_non_integer_optional_field in test_fuzz.py; narrow this to
-    # FormatError once it is fixed.
-    with contextlib.suppress(df.FormatError, ValueError, TypeError):
+    # Any bad DONE must raise FormatError (naming the problem), never another exception.
+    with contextlib.suppress(df.FormatError):
         df.parse_manifest(data)
 
 

@@ -126,14 +126,7 @@ def test_iter_records_on_a_short_magic_input_raises_format_error() -> None:
         list(df.iter_records(b"CWARMDF1\x00CWARMDF1\x01\x00:\x01\x00\x00"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by the atheris harness: dataformat.parse_manifest converts the optional fields "
-    'files[i].misses and dump_start_ms with a bare int(), so a DONE with "misses": "x" raises '
-    'ValueError and one with "dump_start_ms": {} raises TypeError instead of FormatError; '
-    "populate._read_manifest catches only FormatError/OSError, so `cachewarm populate` dies with a "
-    "traceback instead of naming the field (tests/faults/test_hostile_input.py pins the CLI side)",
-)
+# Found by the atheris harness: a non-integer optional field used to escape as ValueError/TypeError.
 @pytest.mark.parametrize(("field", "value"), [("misses", "x"), ("dump_start_ms", {"a": 1})])
 def test_parse_manifest_names_a_non_integer_optional_field(field: str, value: object, tmp_path: Path) -> None:
     from cachewarm import dataformat as df
