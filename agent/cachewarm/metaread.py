@@ -69,60 +69,53 @@ class MetaReader:
         del self._buf[: n + 2]
         return out
 
-    def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
-        """Items of the keys that exist; a missing key is absent from the result."""
-        out: dict[bytes, Item] = {}
-        keys = list(keys)
+    def _pipelined(self, keys: list[bytes], batch: int, flags: bytes) -> Iterator[bytes]:
+        """Send `mg <key> <flags>q O<index>` in batches ended by `mn`; yield every reply line but MN.
+
+        O<index> ties each reply to its key without trusting the echoed key's encoding. The caller
+        reads a `VA` line's value before asking for the next line.
+        """
         assert self.sock is not None
         for start in range(0, len(keys), batch):
             req = bytearray()
             for j, k in enumerate(keys[start : start + batch], start):
                 tok, b = wire_key(k)
-                # O<index> ties each reply to its key without trusting the echoed key's encoding.
-                req += b"mg %b%b v f t q O%d\r\n" % (tok, b, j)
+                req += b"mg %b%b %bq O%d\r\n" % (tok, b, flags, j)
             req += b"mn\r\n"
             self.sock.sendall(req)
-            while True:
-                line = self._line()
-                if line == b"MN":
-                    break
-                if line.startswith(b"VA "):
-                    parts = line.split(b" ")
-                    size = int(parts[1])
-                    flags, ttl, idx = 0, -1, -1
-                    for p in parts[2:]:
-                        if p[:1] == b"f":
-                            flags = int(p[1:])
-                        elif p[:1] == b"t":
-                            ttl = int(p[1:])
-                        elif p[:1] == b"O":
-                            idx = int(p[1:])
-                    value = self._value(size)
-                    out[keys[idx]] = Item(value, flags, ttl)
-                elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
+            while (line := self._line()) != b"MN":
+                if line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
                     raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
+                yield line
+
+    def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
+        """Items of the keys that exist; a missing key is absent from the result."""
+        out: dict[bytes, Item] = {}
+        keys = list(keys)
+        for line in self._pipelined(keys, batch, b"v f t "):
+            if not line.startswith(b"VA "):
+                continue
+            parts = line.split(b" ")
+            size = int(parts[1])
+            flags, ttl, idx = 0, -1, -1
+            for p in parts[2:]:
+                if p[:1] == b"f":
+                    flags = int(p[1:])
+                elif p[:1] == b"t":
+                    ttl = int(p[1:])
+                elif p[:1] == b"O":
+                    idx = int(p[1:])
+            out[keys[idx]] = Item(self._value(size), flags, ttl)
         return out
 
     def missing(self, keys: Iterable[bytes], batch: int = 1000) -> list[bytes]:
         """The keys the server does not hold (`mg` without a value: cheap)."""
         keys = list(keys)
-        found: set[int] = set()
-        assert self.sock is not None
-        for start in range(0, len(keys), batch):
-            req = bytearray()
-            for j, k in enumerate(keys[start : start + batch], start):
-                tok, b = wire_key(k)
-                req += b"mg %b%b q O%d\r\n" % (tok, b, j)
-            req += b"mn\r\n"
-            self.sock.sendall(req)
-            while True:
-                line = self._line()
-                if line == b"MN":
-                    break
-                if line.startswith(b"HD"):
-                    found.add(int(line.rsplit(b"O", 1)[1]))
-                elif line.startswith((b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")):
-                    raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
+        found = {
+            int(line.rsplit(b"O", 1)[1])
+            for line in self._pipelined(keys, batch, b"")
+            if line.startswith(b"HD")
+        }
         return [k for j, k in enumerate(keys) if j not in found]
 
 
