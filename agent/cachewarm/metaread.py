@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import socket
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from cachewarm.meta import DestinationUnavailable, wire_key
@@ -119,15 +119,40 @@ class MetaReader:
         return [k for j, k in enumerate(keys) if j not in found]
 
 
-def list_keys(host: str, port: int, timeout: float = 60.0) -> Iterator[tuple[bytes, int]]:
-    """(key, absolute exptime or -1) of every item, from `lru_crawler metadump all`."""
+def list_keys(
+    host: str, port: int, timeout: float = 60.0, modes: Sequence[str] = ("hash", "all")
+) -> Iterator[tuple[bytes, int]]:
+    """(key, absolute exptime or -1) of every item, from `lru_crawler metadump hash`.
+
+    `hash` walks the hash table waiting on each bucket's lock, so it lists every item that exists
+    throughout the crawl; `all` walks the LRUs and skips items whose lock is busy (1.6.18), so a
+    verify of a server under load could miss keys. A server without `hash` (a memcached older than
+    it answers `BADCLASS invalid class id`, as 1.6.18 does to an unknown mode) or one answering any
+    other error before listing a key is asked again with the next of `modes`: `metadump all`, with
+    its skips. `BUSY` (another crawl is running) is raised, not retried with another mode.
+    """
+    for i, mode in enumerate(modes):
+        try:
+            yield from _metadump(host, port, mode, timeout)
+            return
+        except _ModeRefused:
+            if i == len(modes) - 1:
+                raise
+
+
+class _ModeRefused(RuntimeError):
+    """The server answered an error to `lru_crawler metadump <mode>` before listing any key."""
+
+
+def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple[bytes, int]]:
     with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(b"lru_crawler metadump all\r\n")
+        s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
         buf = b""
+        listed = 0
         while True:
             chunk = s.recv(1 << 20)
             if not chunk:
-                raise DestinationUnavailable(f"{host}:{port}: closed during metadump")
+                raise DestinationUnavailable(f"{host}:{port}: closed during metadump {mode}")
             buf += chunk
             lines = buf.split(b"\n")
             buf = lines.pop()
@@ -135,11 +160,15 @@ def list_keys(host: str, port: int, timeout: float = 60.0) -> Iterator[tuple[byt
                 ln = ln.rstrip(b"\r")
                 if ln == b"END":
                     return
-                if ln.startswith((b"ERROR", b"BUSY", b"CLIENT_ERROR", b"SERVER_ERROR")):
-                    raise RuntimeError(f"{host}:{port}: metadump failed: {ln!r}")
                 m = _METADUMP.match(ln)
                 if m is None:
+                    if ln.startswith((b"ERROR", b"CLIENT_ERROR", b"SERVER_ERROR", b"BADCLASS")):
+                        err = _ModeRefused if listed == 0 else RuntimeError
+                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
+                    if ln.startswith(b"BUSY"):
+                        raise RuntimeError(f"{host}:{port}: metadump {mode} failed: {ln!r}")
                     continue
+                listed += 1
                 raw = m[1]
                 key = urllib.parse.unquote_to_bytes(raw) if b"%" in raw else raw
                 yield key, int(m[2])

@@ -1,0 +1,71 @@
+"""`list_keys` lists every key of a real memcached, by `metadump hash` or, refused, by `metadump all`."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.metaread import list_keys
+from cachewarm.testing.memcached import MemcachedServer
+
+
+def load(srv: MemcachedServer, items: dict[bytes, int]) -> None:
+    """Set each key with the given exptime (0 = never) and a 100-byte value."""
+    c = MetaConnection(srv.host, srv.port)
+    c.connect()
+    pairs = list(items.items())
+    for start in range(0, len(pairs), 1000):
+        batch = pairs[start : start + 1000]
+        buf = bytearray()
+        for key, ttl in batch:
+            tok, b = wire_key(key)
+            buf += b"ms %b 100%b T%d q\r\n" % (tok, b, ttl) + b"v" * 100 + b"\r\n"
+        c.send_batch(buf, len(batch))
+    assert c.flush().errors == 0
+    c.close()
+
+
+def keyset(n: int, now: int) -> dict[bytes, int]:
+    """Plain keys, keys metadump URL-encodes (`%`, binary bytes) and three kinds of exptime."""
+    items: dict[bytes, int] = {}
+    for i in range(n):
+        key = b"k:%d" % i if i % 10 else b"bin\x00\xff%%20 %d" % i
+        items[key] = [0, 3600, now + 40 * 86400][i % 3]
+    return items
+
+
+@pytest.mark.parametrize("modes", [("hash", "all"), ("hash",)])
+def test_list_keys_returns_every_key_and_exptime(memcached, modes: tuple[str, ...]) -> None:
+    srv = memcached(memory_mb=64)
+    now = int(time.time())
+    items = keyset(30_000, now)
+    load(srv, items)
+    listed = list(list_keys(srv.host, srv.port, modes=modes))
+    assert len(listed) == len(items)  # no key twice
+    got = dict(listed)
+    assert got.keys() == items.keys()
+    for key, ttl in items.items():
+        exp = got[key]
+        if ttl == 0:
+            assert exp == -1, key
+        else:
+            # metadump shows the absolute time; a relative TTL is counted from the server's clock.
+            want = ttl if ttl > 30 * 86400 else now + ttl
+            assert abs(exp - want) <= 5, (key, exp, want)
+
+
+def test_list_keys_of_an_empty_server(memcached) -> None:
+    srv = memcached(memory_mb=16)
+    assert list(list_keys(srv.host, srv.port)) == []
+
+
+def test_a_refused_mode_falls_back_to_the_next(memcached) -> None:
+    # A memcached without `metadump hash` answers `BADCLASS invalid class id` to it, as 1.6.18 does
+    # to any unknown mode: an unknown mode stands in for `hash` on an older server.
+    srv = memcached(memory_mb=16)
+    items = keyset(2000, int(time.time()))
+    load(srv, items)
+    assert dict(list_keys(srv.host, srv.port, modes=("nosuchmode", "all"))).keys() == items.keys()
+    with pytest.raises(RuntimeError, match="BADCLASS"):
+        list(list_keys(srv.host, srv.port, modes=("nosuchmode",)))
