@@ -52,8 +52,8 @@ double Since(std::chrono::steady_clock::time_point t) {
 // One worker: one connection, two receive buffers, one data file open at a time.
 class Worker : public RecordSink {
  public:
-  Worker(Dumper* d, int id)
-      : d_(d), id_(id), stream_(d->o_.buffer_size, d->o_.min_ttl),
+  explicit Worker(Dumper* d)
+      : d_(d), stream_(d->o_.buffer_size, d->o_.min_ttl),
         writer_(d->env_, d->o_.out, d->o_.node_id, d->dump_start_ms_) {
     keys_.reserve(d->o_.key_file_size + 8192);
     send_.reserve(size_t(d->o_.batch) * kSendBytesPerKey);
@@ -210,7 +210,6 @@ class Worker : public RecordSink {
   }
 
   Dumper* d_;
-  int id_;
   Conn conn_;
   ResponseStream stream_;
   DataFileWriter writer_;
@@ -466,7 +465,9 @@ Status Dumper::FilteredCrawl(uint64_t* new_keys) {
   for (auto& [c, k] : chunk_keys_) total += k;
   KeySetDiff diff(keys_dir_ + "/.tmp-diff", total);
   std::string contents, raw;
-  for (auto& [c, k] : chunk_keys_) {
+  for (auto& [chunk, k] : chunk_keys_) {
+    // A named copy: C++17 lambdas cannot capture a structured binding (GCC allows it, clang does not).
+    const uint64_t c = chunk;
     CW_RETURN_IF_ERROR(env_->ReadFileToString(keys_dir_ + "/" + KeyChunkName(c), &contents));
     CW_RETURN_IF_ERROR(ForEachKeyLine(contents, [&](const Slice& url, int64_t) {
       if (!UrlDecode(url, &raw)) return Status::Corruption("bad key in " + KeyChunkName(c));
@@ -507,7 +508,7 @@ Status Dumper::Run() {
 
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::thread> threads;
-  for (int i = 0; i < o_.threads; i++) workers.emplace_back(new Worker(this, i));
+  for (int i = 0; i < o_.threads; i++) workers.emplace_back(new Worker(this));
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   std::atomic<bool> stop_progress{false};
   std::thread reporter([&] {
