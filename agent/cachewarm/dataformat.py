@@ -138,7 +138,7 @@ class Verdict:
     trailer: Trailer | None = None
     # The verified bytes of the file (status OK only), so a caller never reads the file twice and
     # never applies bytes other than the ones that were verified.
-    data: bytes | None = field(default=None, repr=False)
+    data: bytes | memoryview | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -216,7 +216,7 @@ def _walk_records(data: bytes | memoryview, header: Header, trailer: Trailer) ->
     return None
 
 
-def check_bytes(name: DataFileName, data: bytes, walk_records: bool = True) -> Verdict:
+def check_bytes(name: DataFileName, data: bytes | memoryview, walk_records: bool = True) -> Verdict:
     """Section 3 on a file's full contents in memory. With walk_records=False check 4 is left to the
     caller, which must run it over every record before using any (the populator does it while
     encoding, to save a pass)."""
@@ -238,11 +238,30 @@ def check_bytes(name: DataFileName, data: bytes, walk_records: bool = True) -> V
     return Verdict(Status.OK, "ok", name, header, trailer, data)
 
 
-def check_file(path: str | os.PathLike[str], walk_records: bool = True) -> Verdict:
+class ReadBuffer:
+    """A read buffer reused from file to file by one reading process. Reading a 17 MB file into fresh
+    memory costs ~3x the copy itself in page faults (measured: 7 ms vs 2 ms per file); the populator
+    reads every byte of the dump, so its workers keep one of these."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def view(self, size: int) -> memoryview:
+        """A view of exactly `size` bytes. Growing makes a new buffer, so views handed out earlier
+        stay valid (they keep the old one alive)."""
+        if len(self._buf) < size:
+            self._buf = bytearray(size + (size >> 3))
+        return memoryview(self._buf)[:size]
+
+
+def check_file(
+    path: str | os.PathLike[str], walk_records: bool = True, buffer: ReadBuffer | None = None
+) -> Verdict:
     """Decide whether a published data file is complete (section 3), reading it at most once in full.
 
     Raises FormatError if the file's name is not a data file name; OSError (e.g. the file vanished)
-    propagates. On OK, `verdict.data` holds the verified bytes.
+    propagates. On OK, `verdict.data` holds the verified bytes: a `bytes`, or with `buffer` a
+    memoryview into it, valid until the buffer's next use.
     """
     p = Path(path)
     name = parse_name(p.name)
@@ -260,7 +279,18 @@ def check_file(path: str | os.PathLike[str], walk_records: bool = True) -> Verdi
         if isinstance(trailer, str):
             return Verdict(Status.INCOMPLETE, trailer, name, header)
         f.seek(0)
-        data = f.read(size)
+        data: bytes | memoryview
+        if buffer is None:
+            data = f.read(size)
+        else:
+            view = buffer.view(size)
+            got = 0
+            while got < size:
+                n = f.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+            data = view[:got]
     if len(data) != size:
         return Verdict(Status.INCOMPLETE, f"read {len(data)} of {size} bytes", name, header, trailer)
     # Re-run every check on the bytes we hold: those are the bytes that will be applied.
