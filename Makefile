@@ -29,7 +29,7 @@ deps-apt: | $(STAMPS)
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMPS)/py: pyproject.toml | $(STAMPS)
+$(STAMPS)/py: pyproject.toml setup.py agent/cachewarm/_speedups.c | $(STAMPS)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 deps-py: $(STAMPS)/py
@@ -60,7 +60,7 @@ test-cpp: build
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
 test-py: deps-py deps-node build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
+	CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
 
 lint: deps-py
 	$(PY) -m ruff check agent lambdas infra tests bench --extend-exclude infra/node_modules

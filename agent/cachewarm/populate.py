@@ -41,6 +41,11 @@ from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.meta import MAX_RELATIVE_TTL, DestinationUnavailable, MetaConnection, ServerIdentity
 from cachewarm.remount import NoopRemounter, Remounter, RemountError
 
+try:  # the encoding loop in C (setup.py builds it; optional: without it the Python loop runs)
+    from cachewarm import _speedups
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _speedups = None  # type: ignore[assignment]
+
 Mode = Literal["add", "set"]
 _PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
 # value_len, flags, exptime, key_len (reserved bytes skipped)
@@ -82,6 +87,9 @@ class WorkerParams:
     # file has passed (one pass over the records); larger files are checked first (a cheap walk),
     # then encoded and sent batch by batch: memory ~ file size + two batches per node.
     one_pass_max_bytes: int = 64 << 20
+    # Encode with the C loop when it is built (single destination, one-pass files); False forces
+    # the Python loop (tests compare the two).
+    use_speedups: bool = True
 
 
 @dataclass
@@ -192,14 +200,43 @@ def _encode(
             yield idx, p, counts[idx]
             parts[idx] = []
             counts[idx] = sizes[idx] = 0
-    if nrec != verdict.trailer.record_count:
-        raise _Corrupt(f"{nrec} records parsed, trailer says {verdict.trailer.record_count}")
-    if verdict.trailer.end_key_index - verdict.header.first_key_index != nrec + verdict.trailer.misses:
-        raise _Corrupt("end_key_index - first_key_index != record_count + misses")
+    _check_record_count(verdict, nrec)
     for i in range(n_nodes):
         if counts[i]:
             parts[i].append(b"\r\n")
             yield i, parts[i], counts[i]
+
+
+def _check_record_count(verdict: df.Verdict, nrec: int) -> None:
+    assert verdict.header is not None and verdict.trailer is not None
+    if nrec != verdict.trailer.record_count:
+        raise _Corrupt(f"{nrec} records parsed, trailer says {verdict.trailer.record_count}")
+    if verdict.trailer.end_key_index - verdict.header.first_key_index != nrec + verdict.trailer.misses:
+        raise _Corrupt("end_key_index - first_key_index != record_count + misses")
+
+
+def _encode_c(verdict: df.Verdict, params: WorkerParams, stats: list[int]) -> list[tuple[int, bytes, int]]:
+    """`_encode` for one destination, in C: the same bytes (values copied into each batch, which
+    for small items is cheaper than a scatter-gather piece per value), the same checks."""
+    assert _speedups is not None
+    assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
+    start = verdict.header.header_len
+    try:
+        batches, nrec, expired, too_long = _speedups.encode_ms(
+            verdict.data,
+            start,
+            start + verdict.trailer.records_bytes,
+            int(time.time()),
+            params.mode == "add",
+            params.batch_items,
+            params.batch_bytes,
+        )
+    except ValueError as e:
+        raise _Corrupt(str(e)) from e
+    stats[0] += expired
+    stats[1] += too_long
+    _check_record_count(verdict, nrec)
+    return [(0, b, n) for b, n in batches]
 
 
 def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
@@ -212,9 +249,12 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
         else None
     )
     expired = [0, 0]
-    batches: Iterable[tuple[int, list[bytes | memoryview], int]]
+    batches: Iterable[tuple[int, bytes | list[bytes | memoryview], int]]
+    one_pass = len(verdict.data) <= params.one_pass_max_bytes
     try:
-        if len(verdict.data) <= params.one_pass_max_bytes:
+        if one_pass and ring is None and params.use_speedups and _speedups is not None:
+            batches = _encode_c(verdict, params, expired)
+        elif one_pass:
             batches = list(_encode(verdict, params, ring, expired))
         else:
             bad = df._walk_records(verdict.data, verdict.header, verdict.trailer)
@@ -420,6 +460,7 @@ class PopulateConfig:
     # Seconds between "waiting" progress lines while nothing new is applied.
     progress_interval: float = 1.0
     one_pass_max_bytes: int = 64 << 20
+    use_speedups: bool = True
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
@@ -490,6 +531,7 @@ class Populator:
             batch_bytes=c.batch_bytes,
             destination_timeout=c.destination_timeout,
             one_pass_max_bytes=c.one_pass_max_bytes,
+            use_speedups=c.use_speedups,
         )
 
     def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:

@@ -1,0 +1,126 @@
+"""The C encoding loop (agent/cachewarm/_speedups.c) against its Python twin, populate._encode: the
+same bytes on the wire, the same counts, the same records rejected with the same message."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+import pytest
+from cachewarm import dataformat as df
+from cachewarm import populate
+from cachewarm.ketama import Node
+from cachewarm.populate import Mode, WorkerParams, _Corrupt, _encode, _encode_c
+
+NOW = 1_800_000_000
+
+if populate._speedups is None:
+    if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
+        pytest.fail("cachewarm._speedups is not built (pip install -e . needs a C compiler)")
+    pytest.skip("cachewarm._speedups is not built", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(populate.time, "time", lambda: float(NOW))
+
+
+def _verdict(data: bytes, name: str = "n1") -> df.Verdict:
+    v = df.check_bytes(df.name_for(name, 0, 0, data), data, walk_records=False)
+    assert v.ok, v.reason
+    return v
+
+
+def _python(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
+    stats = [0, 0]
+    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in _encode(v, params, None, stats))
+    return out, stats
+
+
+def _c(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
+    stats = [0, 0]
+    batches = _encode_c(v, params, stats)
+    assert all(isinstance(b, bytes) and n > 0 for _, b, n in batches)
+    return b"".join(b for _, b, _ in batches), stats
+
+
+def _records(rng: random.Random, n: int) -> list[df.Record]:
+    recs = []
+    for i in range(n):
+        kind = rng.randrange(6)
+        if kind == 0:  # binary key (base64 on the wire), sometimes too long for memcached
+            key = bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 3, 50, 186, 187, 250])))
+        else:
+            key = b"key:%d:" % i + b"x" * rng.randrange(0, 200)
+        exptime = rng.choice(
+            [-1, NOW - 5, NOW, NOW + 1, NOW + 3600, NOW + 30 * 86400, NOW + 30 * 86400 + 1, 2**40, 1]
+        )
+        value = rng.randbytes(rng.choice([0, 1, 100, 1000, 10_000]))
+        recs.append(df.Record(key, rng.choice([0, 1, 2**31, 2**32 - 1]), exptime, value))
+    return recs
+
+
+@pytest.mark.parametrize("mode", ["add", "set"])
+@pytest.mark.parametrize("batch_items,batch_bytes", [(1000, 4 << 20), (1, 1), (7, 5000)])
+def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_bytes: int) -> None:
+    rng = random.Random(42)
+    data = df.encode_file("n1", 0, 0, _records(rng, 2000))
+    v = _verdict(data)
+    params = WorkerParams(
+        nodes=(Node("127.0.0.1", 1),), mode=mode, batch_items=batch_items, batch_bytes=batch_bytes
+    )
+    py, py_stats = _python(v, params)
+    c, c_stats = _c(v, params)
+    assert c == py
+    assert c_stats == py_stats
+    assert py_stats[0] > 0 and py_stats[1] > 0  # expired and too-long keys were exercised
+
+
+def test_reads_from_a_memoryview_into_a_reused_buffer() -> None:
+    data = df.encode_file("n1", 0, 0, _records(random.Random(1), 300))
+    buf = df.ReadBuffer()
+    view = buf.view(len(data))
+    view[:] = data
+    v = df.check_bytes(df.name_for("n1", 0, 0, data), view, walk_records=False)
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    assert _c(v, params) == _python(_verdict(data), params)
+
+
+def _corrupt(data: bytes, offset: int, patch: bytes) -> df.Verdict:
+    """A file whose checksum matches bytes that break a record (a writer bug, check 4)."""
+    bad = data[:offset] + patch + data[offset + len(patch) :]
+    return _verdict(bad)
+
+
+@pytest.mark.parametrize(
+    "field,patch",
+    [
+        ("key_len", struct.pack("<B", 0)),
+        ("value_len", struct.pack("<I", 10**9)),
+        ("exptime", struct.pack("<q", 0)),
+        ("exptime", struct.pack("<q", -7)),
+    ],
+)
+def test_rejects_the_same_bad_records_as_python(field: str, patch: bytes) -> None:
+    recs = [df.Record(b"k%d" % i, 0, -1, b"v" * 10) for i in range(5)]
+    data = df.encode_file("n1", 0, 0, recs)
+    header_len = df.HEADER_FIXED + 2
+    rec_len = df.RECORD_FIXED + 2 + 10
+    at = header_len + 2 * rec_len + {"value_len": 0, "exptime": 8, "key_len": 16}[field]
+    v = _corrupt(data, at, patch)
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    with pytest.raises(_Corrupt) as py:
+        _python(v, params)
+    with pytest.raises(_Corrupt) as c:
+        _c(v, params)
+    assert str(c.value) == str(py.value)
+    assert "record 2" in str(c.value)
+
+
+def test_record_count_must_match_the_trailer() -> None:
+    data = bytearray(df.encode_file("n1", 0, 0, [df.Record(b"k", 0, -1, b"v")]))
+    struct.pack_into("<Q", data, len(data) - df.TRAILER_LEN + 8, 2)  # trailer says 2 records
+    v = _verdict(bytes(data))
+    with pytest.raises(_Corrupt, match="1 records parsed, trailer says 2"):
+        _c(v, WorkerParams(nodes=(Node("127.0.0.1", 1),)))
