@@ -304,8 +304,12 @@ def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Ite
     mv = data if isinstance(data, memoryview) else memoryview(data)
     if header_len is None:
         if bytes(mv[:8]) == MAGIC:
+            if len(mv) < HEADER_FIXED + TRAILER_LEN:
+                raise FormatError(f"{len(mv)} bytes start with the magic but cannot hold header and trailer")
             header_len = _HEADER.unpack_from(mv, 0)[2]
             end = len(mv) - TRAILER_LEN
+            if not HEADER_FIXED <= header_len <= end:
+                raise FormatError(f"header_len {header_len} outside {HEADER_FIXED}..{end}")
         else:
             header_len = 0
             end = len(mv)

@@ -48,6 +48,9 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
 
 Mode = Literal["add", "set"]
 _PLAIN_KEY = re.compile(rb"[\x21-\x7e]{1,250}")
+# The C loop copies each value into its batch; above this average record size the Python loop's
+# zero-copy pieces win (measured, 200k x 10 KB: 68k items/s vs 35-61k; 1 KB: the C loop ~1.3x).
+_C_LOOP_MAX_AVG_RECORD = 4096
 # value_len, flags, exptime, key_len (reserved bytes skipped)
 _RECORD_NR = struct.Struct("<IIqB3x")
 
@@ -87,8 +90,8 @@ class WorkerParams:
     # file has passed (one pass over the records); larger files are checked first (a cheap walk),
     # then encoded and sent batch by batch: memory ~ file size + two batches per node.
     one_pass_max_bytes: int = 64 << 20
-    # Encode with the C loop when it is built (single destination, one-pass files); False forces
-    # the Python loop (tests compare the two).
+    # Encode with the C loop when it is built (single destination, one-pass files, small items);
+    # False forces the Python loop (tests compare the two).
     use_speedups: bool = True
 
 
@@ -251,8 +254,15 @@ def _write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) 
     expired = [0, 0]
     batches: Iterable[tuple[int, bytes | list[bytes | memoryview], int]]
     one_pass = len(verdict.data) <= params.one_pass_max_bytes
+    avg_record = verdict.trailer.records_bytes / max(1, verdict.trailer.record_count)
     try:
-        if one_pass and ring is None and params.use_speedups and _speedups is not None:
+        if (
+            one_pass
+            and ring is None
+            and params.use_speedups
+            and _speedups is not None
+            and avg_record <= _C_LOOP_MAX_AVG_RECORD
+        ):
             batches = _encode_c(verdict, params, expired)
         elif one_pass:
             batches = list(_encode(verdict, params, ring, expired))

@@ -112,18 +112,15 @@ def test_atheris_dataformat_reader(tmp_path: Path) -> None:
     _run([sys.executable, str(harness), str(work), str(seeds)], seconds(10), tmp_path / "artifacts")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dataformat.iter_records(data) with header_len=None on input that starts with the file magic "
-    "but is shorter than the 48-byte header raises struct.error, not the documented FormatError (a "
-    "garbage header_len larger than the input silently yields no records). Only reachable by calling "
-    "iter_records on bytes that check_file did not accept; the populator never does",
-)
 def test_iter_records_on_a_short_magic_input_raises_format_error() -> None:
     from cachewarm import dataformat as df
 
+    # Found by atheris: struct.error escaped before the length check (now a regression test).
     with pytest.raises(df.FormatError):
         list(df.iter_records(b"CWARMDF1\x00CWARMDF1\x01\x00:\x01\x00\x00"))
+    # A header_len past the input used to yield no records silently.
+    with pytest.raises(df.FormatError, match="header_len"):
+        list(df.iter_records(b"CWARMDF1" + b"\x01\x00" + b"\xff\x7f" + b"\x00" * 100))
 
 
 # Found by the atheris harness: a non-integer optional field used to escape as ValueError/TypeError.
