@@ -8,6 +8,8 @@ Per data set (a fresh `memcached -m 4096 -t 2`: 1,000,000 x 1,000 B and 200,000 
     in the same run (on this shared VM the disk, not the dumper, is often the limit),
   * the raw ceiling: build/release/ceiling_reader, a minimal C++ reader that crawls keys and, pipelined
     with the crawl, fetches every value with pipelined `mg` over 2 connections and discards it,
+  * the same reader writing every byte it receives to a file (tmpfs and disk, fsync'd): what
+    persisting the bytes costs at least, to separate the dumper's overhead from the file system's,
 alternating, medians of --runs. Plus `memcached-tool HOST:PORT dump` on a 100,000-item copy (with the
 dumper on the same copy), and peak RSS of the dumper at 1M vs 4M small items (flat = fixed buffers).
 Prints one JSON document. The machine is shared: compare within one run only.
@@ -167,8 +169,16 @@ def run_dumper(srv: MemcachedServer, work: Path) -> Run:
     return Run(secs, t["records"], t["bytes"], rss, extra | {k: v for k, v in done["timings"].items()})
 
 
-def run_ceiling(srv: MemcachedServer) -> Run:
-    secs, out, rss = timed([str(CEILING), srv.host, str(srv.port), "2", "500"])
+def run_ceiling(srv: MemcachedServer, write_to: Path | None = None) -> Run:
+    """The raw ceiling; with write_to, it also writes every byte it receives there (and fsyncs)."""
+    cmd = [str(CEILING), srv.host, str(srv.port), "2", "500"]
+    if write_to is not None:
+        shutil.rmtree(write_to, ignore_errors=True)
+        write_to.mkdir(parents=True)
+        cmd += ["hash", str(write_to)]
+    secs, out, rss = timed(cmd)
+    if write_to is not None:
+        shutil.rmtree(write_to, ignore_errors=True)
     r = json.loads(out)
     return Run(secs, r["hits"], r["value_bytes"], rss, {"keys": r["keys"]})
 
@@ -189,6 +199,10 @@ def summary(runs: list[Run]) -> dict[str, object]:
     }
 
 
+def _ratio(a: dict[str, object], b: dict[str, object]) -> float:
+    return round(float(a["items_per_s_median"]) / float(b["items_per_s_median"]), 3)  # type: ignore[arg-type]
+
+
 def dataset(name: str, n: int, size: int, runs: int, disk: Path, mem: Path) -> dict[str, object]:
     with MemcachedServer(memory_mb=4096, threads=2) as srv:
         t0 = time.monotonic()
@@ -197,16 +211,21 @@ def dataset(name: str, n: int, size: int, runs: int, disk: Path, mem: Path) -> d
         on_mem: list[Run] = []
         on_disk: list[Run] = []
         ceilings: list[Run] = []
+        wceil_mem: list[Run] = []
+        wceil_disk: list[Run] = []
         for i in range(runs):
             # Rotate the order so no measurement always runs on a warmer (or busier) machine.
             steps = [
                 lambda: ceilings.append(run_ceiling(srv)),
                 lambda: on_mem.append(run_dumper(srv, mem)),
                 lambda: on_disk.append(run_dumper(srv, disk)),
+                lambda: wceil_mem.append(run_ceiling(srv, mem / "ceiling")),
+                lambda: wceil_disk.append(run_ceiling(srv, disk / "ceiling")),
             ]
-            for k in range(3):
-                steps[(i + k) % 3]()
+            for k in range(len(steps)):
+                steps[(i + k) % len(steps)]()
         d, dd, c = summary(on_mem), summary(on_disk), summary(ceilings)
+        wm, wd = summary(wceil_mem), summary(wceil_disk)
         return {
             "name": name,
             "items": n,
@@ -217,6 +236,13 @@ def dataset(name: str, n: int, size: int, runs: int, disk: Path, mem: Path) -> d
             "ceiling": c,
             "ratio_dumper_over_ceiling": round(d["items_per_s_median"] / c["items_per_s_median"], 3),  # type: ignore[operator]
             "ratio_on_disk": round(dd["items_per_s_median"] / c["items_per_s_median"], 3),  # type: ignore[operator]
+            # The same ceiling reader writing what it receives to a file as it comes (no parsing, no
+            # checksum): the least a dump must pay to persist the bytes. The dumper against it shows
+            # the dumper's own overhead; the ceiling above, which discards, includes the file system.
+            "ceiling_writing_tmpfs": wm,
+            "ceiling_writing_disk": wd,
+            "ratio_dumper_over_writing_ceiling_tmpfs": _ratio(d, wm),
+            "ratio_dumper_over_writing_ceiling_disk": _ratio(dd, wd),
             "complete": all(r.items == n for r in on_mem + on_disk),
             "ceiling_complete": all(r.items == n for r in ceilings),
         }

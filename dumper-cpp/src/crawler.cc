@@ -55,7 +55,10 @@ Status CrawlReader::Line(const char* p, size_t n) {
     done_ = true;
     return Status::OK();
   }
-  if (line.rfind("ERROR", 0) == 0 || line.rfind("CLIENT_ERROR", 0) == 0 || line.rfind("SERVER_ERROR", 0) == 0)
+  // BADCLASS: a memcached without `metadump hash` reads "hash" as a class id (the caller then
+  // falls back to `metadump all`).
+  if (line.rfind("ERROR", 0) == 0 || line.rfind("CLIENT_ERROR", 0) == 0 || line.rfind("SERVER_ERROR", 0) == 0 ||
+      line.rfind("BADCLASS", 0) == 0)
     return Status::Server("lru_crawler metadump answered: " + line);
   return Status::Protocol("unexpected line from lru_crawler metadump: " + line.substr(0, 200));
 }

@@ -1,4 +1,4 @@
-// Reads the output of `lru_crawler metadump all`: one line per item, ended by a bare "\n":
+// Reads the output of `lru_crawler metadump hash` (or `all`): key lines, then END / BUSY / an error.
 //   key=<URL-encoded key> exp=<absolute unix time, -1 = never> la=... cas=... fetch=... cls=... size=...
 // and a final "END\r\n". Fed in arbitrary pieces.
 #pragma once

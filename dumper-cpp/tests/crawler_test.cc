@@ -61,6 +61,8 @@ TEST(Crawler, BusyErrorsAndGarbage) {
   EXPECT_TRUE(r->busy());
   EXPECT_EQ(run("ERROR\r\n").code(), Status::kServer);
   EXPECT_EQ(run("CLIENT_ERROR bad command\r\n").code(), Status::kServer);
+  // What a memcached without `metadump hash` answers: a server error, so the dumper falls back.
+  EXPECT_EQ(run("BADCLASS invalid class id\r\n").code(), Status::kServer);
   EXPECT_EQ(run("garbage\n").code(), Status::kProtocol);
   EXPECT_EQ(run("key= exp=1\n").code(), Status::kProtocol);
   EXPECT_EQ(run("key=a exp=\n").code(), Status::kProtocol);

@@ -1,9 +1,14 @@
-// ceiling_reader HOST PORT THREADS BATCH [hash|all]: the benchmark's raw ceiling (bench/dump.py). Crawls
-// keys with `lru_crawler metadump hash` (as the dumper does) and, pipelined with the crawl, fetches every value with pipelined
-// `mg <key> v f t k q u` batches over THREADS connections, discarding them. No files, no checksums.
+// ceiling_reader HOST PORT THREADS BATCH [hash|all] [OUTDIR]: the benchmark's raw ceiling (bench/dump.py).
+// Crawls keys with `lru_crawler metadump hash` (as the dumper does) and, pipelined with the crawl,
+// fetches every value with pipelined `mg <key> v f t k q u` batches over THREADS connections,
+// discarding them. No files, no checksums. With OUTDIR, each connection also writes every byte it
+// receives, as received, to OUTDIR/ceiling-<n> (one write per recv, fdatasync at the end): the
+// least a dump must do to persist what it fetched.
 // Prints JSON: {"keys": n, "hits": n, "value_bytes": n, "seconds": s}.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +24,7 @@
 
 #include "../src/codec.h"
 #include "../src/crawler.h"
+#include "../src/env.h"
 #include "../src/meta_parser.h"
 #include "../src/net.h"
 
@@ -37,10 +43,23 @@ void Die(const Status& s) {
   std::exit(1);
 }
 
-void Fetch(const char* host, int port) {
+void WriteAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) Die(Status::IOError(ErrnoMessage("write", errno)));
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void Fetch(const char* host, int port, std::string out) {
   Conn c;
   Status s = c.Connect(host, port, 5000);
   if (!s.ok()) Die(s);
+  int fd = -1;
+  if (!out.empty() && (fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    Die(Status::IOError(ErrnoMessage("open " + out, errno)));
   std::vector<char> buf(4 << 20);
   std::string send, raw, b64;
   for (;;) {
@@ -48,7 +67,7 @@ void Fetch(const char* host, int port) {
     {
       std::unique_lock<std::mutex> l(mu);
       cv.wait(l, [] { return !queue.empty() || crawl_done; });
-      if (queue.empty()) return;
+      if (queue.empty()) break;
       batch.swap(queue.front());
       queue.pop_front();
     }
@@ -77,6 +96,7 @@ void Fetch(const char* host, int port) {
       }
       size_t n = 0;
       if (!(s = c.Recv(buf.data() + filled, buf.size() - filled, &n, 60000)).ok()) Die(s);
+      if (fd >= 0) WriteAll(fd, buf.data() + filled, n);
       filled += n;
       for (;;) {
         if (skip) {
@@ -102,25 +122,28 @@ void Fetch(const char* host, int port) {
       }
     }
   }
+  if (fd >= 0 && (::fdatasync(fd) != 0 || ::close(fd) != 0)) Die(Status::IOError(ErrnoMessage("fsync " + out, errno)));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 && argc != 6) {
-    std::fprintf(stderr, "usage: ceiling_reader HOST PORT THREADS BATCH [hash|all]\n");
+  if (argc < 5 || argc > 7) {
+    std::fprintf(stderr, "usage: ceiling_reader HOST PORT THREADS BATCH [hash|all] [OUTDIR]\n");
     return 2;
   }
+  const std::string out_dir = argc == 7 ? argv[6] : "";
   const char* host = argv[1];
   const int port = std::atoi(argv[2]), threads = std::atoi(argv[3]);
   const size_t batch = size_t(std::atoi(argv[4]));
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> ts;
-  for (int i = 0; i < threads; i++) ts.emplace_back(Fetch, host, port);
+  for (int i = 0; i < threads; i++)
+    ts.emplace_back(Fetch, host, port, out_dir.empty() ? std::string() : out_dir + "/ceiling-" + std::to_string(i));
   Conn c;
   Status s = c.Connect(host, port, 5000);
   if (!s.ok()) Die(s);
-  if (!(s = c.SendAll(std::string("lru_crawler metadump ") + (argc == 6 ? argv[5] : "hash") + "\r\n", 60000)).ok()) Die(s);
+  if (!(s = c.SendAll(std::string("lru_crawler metadump ") + (argc >= 6 ? argv[5] : "hash") + "\r\n", 60000)).ok()) Die(s);
   uint64_t keys = 0;
   std::vector<std::string> cur;
   CrawlReader reader([&](const Slice& k, int64_t) {
