@@ -25,7 +25,7 @@ Exit status 0 only when OUT/DONE has been published.
   --key-file-size BYTES       size of a key-list chunk, 4k..1G (default 256k)
   --data-file-size BYTES      start a new data file part past this size, 4k..1T (default 256M)
   --batch N                   max keys per pipelined mg batch (a batch also stops near
-                              256 KiB of values), 1..100000 (default 500)
+                              1 MiB of values), 1..100000 (default 500)
   --resume                    continue the dump already in --out (after a crash or kill)
   --min-ttl SECONDS           skip items expiring in less than this, 0..2147483647 (default 0)
   --max-items-per-second N    rate limit for the whole dump, 0 = unlimited (default 0)
