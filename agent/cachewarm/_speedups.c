@@ -20,25 +20,6 @@
 
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-typedef struct {
-  char *p;
-  size_t len, cap;
-} Buf;
-
-static int buf_reserve(Buf *b, size_t extra) {
-  if (b->len + extra <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : (1 << 16);
-  while (cap < b->len + extra) cap *= 2;
-  char *p = PyMem_Realloc(b->p, cap);
-  if (!p) {
-    PyErr_NoMemory();
-    return -1;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
 static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -49,24 +30,23 @@ static int64_t le64(const unsigned char *p) {
   return (int64_t)v;
 }
 
-/* Writes v in decimal at d; returns the number of chars. */
-static size_t put_u64(char *d, uint64_t v) {
-  char t[20];
-  size_t n = 0;
-  do {
-    t[n++] = (char)('0' + v % 10);
+static size_t digits(uint64_t v) {
+  size_t n = 1;
+  while (v >= 10) {
     v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++) d[i] = t[n - 1 - i];
+    n++;
+  }
   return n;
 }
 
-static size_t put_i64(char *d, int64_t v) {
-  if (v < 0) {
-    d[0] = '-';
-    return 1 + put_u64(d + 1, (uint64_t)(-(v + 1)) + 1);
+/* Writes v in decimal at d; returns the number of chars. */
+static size_t put_u64(char *d, uint64_t v) {
+  const size_t n = digits(v);
+  for (size_t i = n; i > 0; i--) {
+    d[i - 1] = (char)('0' + v % 10);
+    v /= 10;
   }
-  return put_u64(d, (uint64_t)v);
+  return n;
 }
 
 static size_t b64_encode(char *d, const unsigned char *s, size_t n) {
@@ -94,15 +74,100 @@ static int is_plain(const unsigned char *k, size_t n) {
   return 1;
 }
 
-static int flush_batch(PyObject *batches, Buf *b, long count) {
-  PyObject *bytes = PyBytes_FromStringAndSize(b->p, (Py_ssize_t)b->len);
-  if (!bytes) return -1;
-  PyObject *t = Py_BuildValue("(Nl)", bytes, count);
-  if (!t) return -1;
-  int rc = PyList_Append(batches, t);
-  Py_DECREF(t);
-  b->len = 0;
-  return rc;
+/* One record, decoded and judged. */
+typedef struct {
+  const unsigned char *key, *value;
+  size_t klen;
+  uint32_t vlen, flags;
+  uint64_t ttl; /* the T token: 0 = never, else remaining seconds or an absolute unix time */
+  int plain;
+} Item;
+
+typedef struct {
+  long records, expired, too_long;
+} Counts;
+
+enum { kSend = 0, kSkip = 1, kError = -1 };
+
+/* Decodes the record at *pos and advances past it: kSend (an item to write), kSkip (expired, or a
+ * binary key too long for memcached; counted), or kError with a ValueError naming the record. */
+static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end, long long now, Counts *c,
+                     Item *it) {
+  const Py_ssize_t at = *pos;
+  if (end - at < RECORD_FIXED) {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: header runs past records end %zd", c->records, at,
+                 end);
+    return kError;
+  }
+  const unsigned char *r = data + at;
+  it->vlen = le32(r);
+  it->flags = le32(r + 4);
+  const int64_t exptime = le64(r + 8);
+  it->klen = r[16];
+  const Py_ssize_t nxt = at + RECORD_FIXED + (Py_ssize_t)it->klen + (Py_ssize_t)it->vlen;
+  if (nxt > end || it->klen == 0 || it->klen > MAX_KEY_LEN) {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: key_len %zu value_len %u bad or past %zd", c->records,
+                 at, it->klen, it->vlen, end);
+    return kError;
+  }
+  c->records++;
+  *pos = nxt;
+  if (exptime == -1) {
+    it->ttl = 0;
+  } else if (exptime > now) {
+    it->ttl = (uint64_t)(exptime <= now + MAX_RELATIVE_TTL ? exptime - now : exptime);
+  } else if (exptime > 0) {
+    c->expired++;
+    return kSkip;
+  } else {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: exptime %lld", c->records - 1, at,
+                 (long long)exptime);
+    return kError;
+  }
+  it->key = r + RECORD_FIXED;
+  it->value = it->key + it->klen;
+  it->plain = is_plain(it->key, it->klen);
+  if (!it->plain && (it->klen + 2) / 3 * 4 > MAX_KEY_LEN) {
+    c->too_long++; /* memcached cannot hold it: counted, and the caller fails the file */
+    return kSkip;
+  }
+  return kSend;
+}
+
+/* "ms <key> <len>[ b] T<ttl> F<flags> ME q\r\n<value>\r\n" */
+static size_t item_size(const Item *it) {
+  const size_t key = it->plain ? it->klen : (it->klen + 2) / 3 * 4;
+  return 3 + key + 1 + digits(it->vlen) + (it->plain ? 0 : 2) + 2 + digits(it->ttl) + 2 + digits(it->flags) + 7 +
+         it->vlen + 2;
+}
+
+static char *put_item(char *d, const Item *it, const char *tail) {
+  memcpy(d, "ms ", 3);
+  d += 3;
+  if (it->plain) {
+    memcpy(d, it->key, it->klen);
+    d += it->klen;
+  } else {
+    d += b64_encode(d, it->key, it->klen);
+  }
+  *d++ = ' ';
+  d += put_u64(d, it->vlen);
+  if (!it->plain) {
+    memcpy(d, " b", 2);
+    d += 2;
+  }
+  memcpy(d, " T", 2);
+  d += 2;
+  d += put_u64(d, it->ttl);
+  memcpy(d, " F", 2);
+  d += 2;
+  d += put_u64(d, it->flags);
+  memcpy(d, tail, 7);
+  d += 7;
+  memcpy(d, it->value, it->vlen);
+  d += it->vlen;
+  memcpy(d, "\r\n", 2);
+  return d + 2;
 }
 
 static PyObject *encode_ms(PyObject *self, PyObject *args) {
@@ -114,11 +179,10 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
   if (!PyArg_ParseTuple(args, "y*nnLpnn", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes))
     return NULL;
   const unsigned char *data = view.buf;
-  PyObject *batches = NULL;
-  Buf b = {NULL, 0, 0};
-  long records = 0, expired = 0, too_long = 0, count = 0;
   const char *tail = add ? " ME q\r\n" : " MS q\r\n";
-  const long long horizon = now + MAX_RELATIVE_TTL;
+  Counts counts = {0, 0, 0};
+  Item it;
+  PyObject *batches = NULL;
   if (pos < 0 || end < pos || end > view.len) {
     PyErr_Format(PyExc_ValueError, "records span %zd..%zd outside the data (%zd bytes)", pos, end, view.len);
     goto fail;
@@ -126,85 +190,41 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
   batches = PyList_New(0);
   if (!batches) goto fail;
   while (pos < end) {
-    if (end - pos < RECORD_FIXED) {
-      PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: header runs past records end %zd", records, pos,
-                   end);
+    /* Pass 1 checks and counts the records of one batch and sizes it; pass 2 writes them straight
+     * into a bytes object of that size (no second copy of the values). */
+    const Py_ssize_t first = pos;
+    size_t size = 0;
+    long count = 0;
+    while (pos < end && count < batch_items && size < (size_t)batch_bytes) {
+      const int k = next_item(data, &pos, end, now, &counts, &it);
+      if (k == kError) goto fail;
+      if (k == kSend) {
+        size += item_size(&it);
+        count++;
+      }
+    }
+    if (count == 0) continue; /* only skipped records */
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (!bytes) goto fail;
+    char *d = PyBytes_AS_STRING(bytes);
+    Counts again = {0, 0, 0};
+    for (Py_ssize_t p = first; p < pos;)
+      if (next_item(data, &p, pos, now, &again, &it) == kSend) d = put_item(d, &it, tail);
+    if (d != PyBytes_AS_STRING(bytes) + size) {
+      Py_DECREF(bytes);
+      PyErr_SetString(PyExc_SystemError, "encode_ms: batch size mismatch");
       goto fail;
     }
-    const unsigned char *r = data + pos;
-    const uint32_t vlen = le32(r), flags = le32(r + 4);
-    const int64_t exptime = le64(r + 8);
-    const size_t klen = r[16];
-    const Py_ssize_t rec_pos = pos;
-    const Py_ssize_t nxt = pos + RECORD_FIXED + (Py_ssize_t)klen + (Py_ssize_t)vlen;
-    if (nxt > end || klen == 0 || klen > MAX_KEY_LEN) {
-      PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: key_len %zu value_len %u bad or past %zd", records,
-                   pos, klen, vlen, end);
+    PyObject *t = Py_BuildValue("(Nl)", bytes, count);
+    if (!t || PyList_Append(batches, t) < 0) {
+      Py_XDECREF(t);
       goto fail;
     }
-    records++;
-    pos = nxt;
-    int64_t ttl;
-    if (exptime == -1) {
-      ttl = 0;
-    } else if (exptime > now) {
-      ttl = exptime <= horizon ? exptime - now : exptime;
-    } else if (exptime > 0) {
-      expired++;
-      continue;
-    } else {
-      PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: exptime %lld", records - 1, rec_pos,
-                   (long long)exptime);
-      goto fail;
-    }
-    const unsigned char *key = r + RECORD_FIXED, *value = key + klen;
-    const int plain = is_plain(key, klen);
-    if (!plain && (klen + 2) / 3 * 4 > MAX_KEY_LEN) {
-      too_long++; /* memcached cannot hold it: counted, and the caller fails the file */
-      continue;
-    }
-    /* "ms " + key (<= 250) + " " + len + " b" + " T" + ttl + " F" + flags + tail + value + "\r\n" */
-    if (buf_reserve(&b, 3 + MAX_KEY_LEN + 1 + 10 + 2 + 2 + 20 + 2 + 10 + 7 + (size_t)vlen + 2) < 0) goto fail;
-    char *d = b.p + b.len;
-    memcpy(d, "ms ", 3);
-    d += 3;
-    if (plain) {
-      memcpy(d, key, klen);
-      d += klen;
-    } else {
-      d += b64_encode(d, key, klen);
-    }
-    *d++ = ' ';
-    d += put_u64(d, vlen);
-    if (!plain) {
-      memcpy(d, " b", 2);
-      d += 2;
-    }
-    memcpy(d, " T", 2);
-    d += 2;
-    d += put_i64(d, ttl);
-    memcpy(d, " F", 2);
-    d += 2;
-    d += put_u64(d, flags);
-    memcpy(d, tail, 7);
-    d += 7;
-    memcpy(d, value, vlen);
-    d += vlen;
-    memcpy(d, "\r\n", 2);
-    d += 2;
-    b.len = (size_t)(d - b.p);
-    count++;
-    if (count >= batch_items || b.len >= (size_t)batch_bytes) {
-      if (flush_batch(batches, &b, count) < 0) goto fail;
-      count = 0;
-    }
+    Py_DECREF(t);
   }
-  if (count && flush_batch(batches, &b, count) < 0) goto fail;
-  PyMem_Free(b.p);
   PyBuffer_Release(&view);
-  return Py_BuildValue("(Nlll)", batches, records, expired, too_long);
+  return Py_BuildValue("(Nlll)", batches, counts.records, counts.expired, counts.too_long);
 fail:
-  PyMem_Free(b.p);
   Py_XDECREF(batches);
   PyBuffer_Release(&view);
   return NULL;
