@@ -25,6 +25,7 @@ from cachewarm_controller.store import NodeStatus, Progress, S3Store, StatusMap
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "statemachine" / "warm.asl.json"
+TEARDOWN_ASL_PATH = REPO / "statemachine" / "teardown.asl.json"
 DOCS_DIR = REPO / "infra" / "ssm_documents"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -205,6 +206,7 @@ class World:
     invocations: list[str] = field(default_factory=list)
     warm_id: str = "warm-test-0"
     state_machine_arn: str = ""
+    teardown_machine_arn: str = ""
     serial: int = 0
 
     def reset(self) -> None:
@@ -266,8 +268,8 @@ class World:
 
     # ---- the state machine ----------------------------------------------------------------------
 
-    def create_state_machine(self) -> str:
-        definition = ASL_PATH.read_text()
+    def create_state_machine(self, path: Path = ASL_PATH, name: str = "cachewarm") -> str:
+        definition = path.read_text()
         subs = {
             m: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{m[: -len('FunctionArn')]}"
             for m in re.findall(r"\$\{(\w+FunctionArn)\}", definition)
@@ -278,14 +280,22 @@ class World:
         for k, v in subs.items():
             definition = definition.replace("${" + k + "}", v)
         arn = self.sfn.create_state_machine(
-            name="cachewarm", definition=definition, roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn"
+            name=name, definition=definition, roleArn=f"arn:aws:iam::{ACCOUNT}:role/sfn"
         )["stateMachineArn"]
         return str(arn)
 
     def run(self, execution_input: Any, timeout_s: float = 90.0) -> Execution:
         if not self.state_machine_arn:
             self.state_machine_arn = self.create_state_machine()
-        arn = self.state_machine_arn
+        return self.execute(self.state_machine_arn, execution_input, timeout_s)
+
+    def run_teardown(self, event: Any, timeout_s: float = 90.0) -> Execution:
+        """statemachine/teardown.asl.json, started with `event` (an EventBridge event) as input."""
+        if not self.teardown_machine_arn:
+            self.teardown_machine_arn = self.create_state_machine(TEARDOWN_ASL_PATH, "cachewarm-teardown")
+        return self.execute(self.teardown_machine_arn, event, timeout_s)
+
+    def execute(self, arn: str, execution_input: Any, timeout_s: float) -> Execution:
         raw = json.dumps(execution_input)
         self.serial += 1
         exec_arn = self.sfn.start_execution(stateMachineArn=arn, name=f"run-{self.serial}", input=raw)[

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cachewarm_controller import handlers
 
-from tests.controller.support import ASL_PATH, DOCS_DIR, REPO
+from tests.controller.support import ASL_PATH, DOCS_DIR, REPO, TEARDOWN_ASL_PATH
 
 VALIDATOR = REPO / "infra" / "node_modules" / ".bin" / "asl-validator"
 ASL: dict[str, Any] = json.loads(ASL_PATH.read_text())
@@ -28,8 +28,9 @@ def asl_validator(path: Any) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_asl_validator_accepts_the_definition() -> None:
-    proc = asl_validator(ASL_PATH)
+@pytest.mark.parametrize("path", [ASL_PATH, TEARDOWN_ASL_PATH], ids=lambda p: p.name)
+def test_asl_validator_accepts_the_definition(path: Any) -> None:
+    proc = asl_validator(path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -45,9 +46,11 @@ def test_asl_validator_rejects_a_dangling_next(tmp_path: Any) -> None:
     assert proc.returncode != 0
 
 
-def test_jsonpath_only_no_map_no_variables_no_nested_executions() -> None:
-    text = ASL_PATH.read_text()
-    assert "QueryLanguage" not in ASL
+@pytest.mark.parametrize("path", [ASL_PATH, TEARDOWN_ASL_PATH], ids=lambda p: p.name)
+def test_jsonpath_only_no_map_no_variables_no_nested_executions(path: Any) -> None:
+    text = path.read_text()
+    asl = json.loads(text)
+    assert "QueryLanguage" not in asl
     for key in (
         "JSONata",
         "Assign",
@@ -58,7 +61,22 @@ def test_jsonpath_only_no_map_no_variables_no_nested_executions() -> None:
         '"Parallel"',
     ):
         assert key not in text, key
-    assert {s["Type"] for s in STATES.values()} <= {"Task", "Choice", "Wait", "Fail", "Succeed"}
+    assert {s["Type"] for s in asl["States"].values()} <= {"Task", "Choice", "Wait", "Fail", "Succeed"}
+
+
+def test_teardown_machine_runs_the_warm_machines_teardown_task() -> None:
+    """Same Lambda, same retries and timeout; bad input is the one error not worth retrying."""
+    states = json.loads(TEARDOWN_ASL_PATH.read_text())["States"]
+    task = states["Teardown"]
+    assert task["Resource"] == STATES["Teardown"]["Resource"] == "${TeardownFunctionArn}"
+    assert task["ResultPath"] == "$.teardown"  # the event itself stays, for every pass
+    assert task["TimeoutSeconds"] == STATES["Teardown"]["TimeoutSeconds"]
+    assert task["Retry"][0] == {"ErrorEquals": ["InvalidInputError"], "MaxAttempts": 0}
+    assert task["Retry"][1:] == STATES["Teardown"]["Retry"]
+    assert task["Catch"] == STATES["Teardown"]["Catch"]
+    assert states["WaitForTeardown"] == STATES["WaitForTeardown"] | {
+        "Comment": states["WaitForTeardown"]["Comment"]
+    }
 
 
 def test_every_next_exists_and_every_state_is_reachable() -> None:
