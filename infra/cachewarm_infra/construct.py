@@ -35,7 +35,13 @@ from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from cachewarm_infra.asl import AslTask, discover_function_substitutions, load_asl, unsupported_integrations
+from cachewarm_infra.asl import (
+    AslTask,
+    discover_function_substitutions,
+    load_asl,
+    placeholders,
+    unsupported_integrations,
+)
 
 # Pinned with aws-lambda-powertools in pyproject.toml (a test keeps the two equal). AWS publishes the
 # public layer ARN of every release as an SSM parameter, so one name works in every region.
@@ -86,6 +92,9 @@ class CacheWarmerProps:
     # Optional: also start a warm when an instance of one of these Auto Scaling groups launches.
     asg_group_names: Sequence[str] = ()
     alarm_topic: sns.ITopic | None = None
+    # The state machine that tears down what a stopped (ABORTED) or timed-out warm execution left;
+    # default: teardown.asl.json next to asl_path.
+    teardown_asl_path: Path | None = None
 
 
 class CacheWarmer(Construct):
@@ -94,17 +103,14 @@ class CacheWarmer(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: CacheWarmerProps) -> None:
         super().__init__(scope, construct_id)
         self.props = props
-        asl_doc = load_asl(props.asl_path)
-        asl_text = props.asl_path.read_text(encoding="utf-8")
-        unsupported = unsupported_integrations(asl_doc)
-        if unsupported:
-            raise ValueError(
-                f"{props.asl_path}: service integrations {unsupported} need IAM grants the CacheWarmer "
-                "construct does not make; add them to infra/cachewarm_infra/construct.py"
-            )
-        self.tasks: list[AslTask] = discover_function_substitutions(asl_text)
-        if not self.tasks:
+        asl_text = _read_asl(props.asl_path)
+        if not discover_function_substitutions(asl_text):
             raise ValueError(f"{props.asl_path}: no ${{<Name>FunctionArn}} placeholders found")
+        teardown_path = props.teardown_asl_path or props.asl_path.with_name("teardown.asl.json")
+        teardown_text = _read_asl(teardown_path)
+        # One Function per `${<Name>FunctionArn}` in either ASL (the teardown machine reuses the
+        # warm machine's Teardown function).
+        self.tasks: list[AslTask] = discover_function_substitutions(asl_text + teardown_text)
         for path, what in (
             (props.lambdas_dir, "Lambda code directory"),
             (props.ssm_documents_dir, "SSM documents directory"),
@@ -124,8 +130,10 @@ class CacheWarmer(Construct):
         self.populator_role, self.populator_sg, self.launch_template = self._make_populator()
         self.controller_role = self._make_controller_role()
         self.functions = self._make_functions()
-        self.state_machine = self._make_state_machine(asl_text)
+        self.state_machine = self._make_state_machine("StateMachine", asl_text)
+        self.teardown_machine = self._make_state_machine("TeardownStateMachine", teardown_text)
         self.replica_rule, self.asg_rule = self._make_rules()
+        self.teardown_rule = self._make_teardown_rule()
         self.alarms = self._make_alarms()
         self.dashboard = self._make_dashboard()
         self._acknowledge_nag_findings()
@@ -524,27 +532,37 @@ class CacheWarmer(Construct):
         subs["PopulatorLaunchTemplateId"] = self.launch_template_id
         return subs
 
-    def _make_state_machine(self, asl_text: str) -> sfn.StateMachine:
+    def _make_state_machine(self, construct_id: str, asl_text: str) -> sfn.StateMachine:
+        """A state machine from an ASL file: the substitutions its text uses, logs, tracing, and
+        invoke rights on exactly the functions it names."""
+        used = placeholders(asl_text)
+        subs = {k: v for k, v in self.definition_substitutions().items() if k in used}
+        missing = sorted(used - subs.keys())
+        if missing:
+            raise ValueError(
+                f"{construct_id}: the ASL uses substitutions the construct does not provide: {missing}"
+            )
         log_group = logs.LogGroup(
             self,
-            "StateMachineLogs",
+            f"{construct_id}Logs",
             retention=self.props.log_retention,
             removal_policy=RemovalPolicy.DESTROY,
         )
         machine = sfn.StateMachine(
             self,
-            "StateMachine",
+            construct_id,
             definition_body=sfn.DefinitionBody.from_string(asl_text),
-            definition_substitutions=self.definition_substitutions(),
+            definition_substitutions=subs,
             state_machine_type=sfn.StateMachineType.STANDARD,
             tracing_enabled=self.props.tracing,
             logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
         )
+        names = {t.pascal for t in discover_function_substitutions(asl_text)}
         machine.add_to_role_policy(
             iam.PolicyStatement(
                 sid="InvokeControllerFunctions",
                 actions=["lambda:InvokeFunction"],
-                resources=[fn.function_arn for fn in self.functions.values()],
+                resources=[fn.function_arn for name, fn in sorted(self.functions.items()) if name in names],
             )
         )
         # The operator CLI finds the status objects from these tags.
@@ -627,6 +645,32 @@ class CacheWarmer(Construct):
             )
         return replica, asg_rule
 
+    def _make_teardown_rule(self) -> events.Rule:
+        """A stopped (ABORTED) or timed-out (TIMED_OUT) warm execution runs no Catch: this rule hands
+        the whole status-change event (detail.input is the execution's input) to the teardown machine."""
+        rule = events.Rule(
+            self,
+            "StoppedWarmRule",
+            description="Tear down what a stopped or timed-out cachewarm execution left behind",
+            event_pattern=events.EventPattern(
+                source=["aws.states"],
+                detail_type=["Step Functions Execution Status Change"],
+                detail={
+                    "status": ["ABORTED", "TIMED_OUT"],
+                    "stateMachineArn": [self.state_machine.state_machine_arn],
+                },
+            ),
+        )
+        rule.add_target(
+            targets.SfnStateMachine(
+                self.teardown_machine,
+                dead_letter_queue=self.trigger_dlq,
+                retry_attempts=4,
+                max_event_age=Duration.hours(2),
+            )
+        )
+        return rule
+
     # ---- observability --------------------------------------------------------------------------
     def warm_metric(self, name: str, step: str, statistic: str = "Sum") -> cw.Metric:
         """A metric the controller's handlers emit with Powertools (EMF): namespace CacheWarm,
@@ -656,6 +700,11 @@ class CacheWarmer(Construct):
                 "TeardownLeftovers",
                 self.warm_metric("TeardownLeftovers", "teardown", "Maximum").with_(period=five),
                 "teardown left volumes or populators behind",
+            ),
+            (
+                "StoppedWarmTeardownFailed",
+                self.teardown_machine.metric_failed(period=five),
+                "the teardown of a stopped or timed-out warm failed (its resources may be left)",
             ),
         ]
         alarms = []
@@ -817,8 +866,8 @@ class CacheWarmer(Construct):
             "resource scoping."
         )
         ack(self.controller_role, "AwsSolutions-IAM5[Resource::*]", xray)
-        machine_role = self.state_machine.role
-        ack(machine_role, "AwsSolutions-IAM5[Resource::*]", xray)
+        for machine in (self.state_machine, self.teardown_machine):
+            ack(machine.role, "AwsSolutions-IAM5[Resource::*]", xray)
         for fn in self.functions.values():
             ack(
                 fn,
@@ -880,6 +929,18 @@ def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
 
 def _object_arn(bucket: str, key: str) -> str:
     return f"arn:{Aws.PARTITION}:s3:::{bucket}/{key}"
+
+
+def _read_asl(path: Path) -> str:
+    """The ASL file's text, after checking it parses and uses only integrations we grant."""
+    doc = load_asl(path)
+    unsupported = unsupported_integrations(doc)
+    if unsupported:
+        raise ValueError(
+            f"{path}: service integrations {unsupported} need IAM grants the CacheWarmer "
+            "construct does not make; add them to infra/cachewarm_infra/construct.py"
+        )
+    return path.read_text(encoding="utf-8")
 
 
 def _pascal(stem: str) -> str:

@@ -151,6 +151,12 @@ class CacheWarmStack(Stack):
         )
         w = self.warmer
         CfnOutput(self, "StateMachineArn", value=w.state_machine.state_machine_arn)
+        CfnOutput(
+            self,
+            "TeardownStateMachineArn",
+            value=w.teardown_machine.state_machine_arn,
+            description="tears down stopped or timed-out warms",
+        )
         CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
         CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template_id)
         CfnOutput(

@@ -142,3 +142,20 @@ def test_artifact_url_parameters_get_this_deployments_urls(tmp_path: Path) -> No
         assert "Fn::Sub" in json.dumps(params["agentBundleUrl"]["default"])
         assert Token.is_unresolved(doc.content["parameters"]["dumperTarballUrl"]["default"])
         assert params["agentBundleUrl"]["default"] != params["dumperTarballUrl"]["default"]
+
+
+def test_missing_teardown_asl(tmp_path: Path) -> None:
+    """The teardown machine for stopped warms is not optional: a warm ASL without it is refused."""
+    asl = tmp_path / "warm.asl.json"
+    asl.write_text(asl_path().read_text())
+    with pytest.raises(FileNotFoundError, match=r"teardown\.asl\.json"):
+        build(props(tmp_path, asl_path=asl))
+
+
+def test_teardown_asl_path_can_be_given(tmp_path: Path) -> None:
+    asl = tmp_path / "warm.asl.json"
+    asl.write_text(asl_path().read_text())
+    teardown = REPO / "statemachine" / "teardown.asl.json"
+    p = props(tmp_path, asl_path=asl, teardown_asl_path=teardown)
+    warmer = CacheWarmer(Stack.of(p.vpc), "W", p)
+    assert warmer.teardown_machine is not None

@@ -39,6 +39,20 @@ def _as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v]
 
 
+def _machine(synth: Synth, prefix: str = "CacheWarmerStateMachine") -> tuple[str, dict[str, Any]]:
+    """(logical id, resource) of the warm state machine, or of the teardown machine with
+    prefix="CacheWarmerTeardownStateMachine"."""
+    [found] = [
+        (k, v) for k, v in synth.resources("AWS::StepFunctions::StateMachine").items() if k.startswith(prefix)
+    ]
+    return found
+
+
+def _definition(machine: dict[str, Any]) -> str:
+    definition = machine["Properties"]["DefinitionString"]
+    return definition if isinstance(definition, str) else "".join(str(p) for p in definition["Fn::Join"][1])
+
+
 def _controller_statements(synth: Synth) -> dict[str, dict[str, Any]]:
     policies = synth.resources("AWS::IAM::Policy")
     [(_, policy)] = [(k, v) for k, v in policies.items() if k.startswith("CacheWarmerControllerPolicy")]
@@ -105,7 +119,8 @@ def test_powertools_layer_pinned_like_pyproject(synth: Synth) -> None:
 
 def test_log_groups_have_retention(synth: Synth) -> None:
     groups = synth.resources("AWS::Logs::LogGroup")
-    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 1
+    # One per function and one per state machine (warm, teardown).
+    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 2
     assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
 
 
@@ -129,10 +144,9 @@ def test_state_machine_standard_logged_traced(template: Template) -> None:
 
 def test_asl_substitutions_complete(synth: Synth) -> None:
     """The deployed definition is the ASL file verbatim, and every placeholder has a substitution."""
-    [sm] = synth.resources("AWS::StepFunctions::StateMachine").values()
+    _, sm = _machine(synth)
     props = sm["Properties"]
-    definition = props["DefinitionString"]
-    text = definition if isinstance(definition, str) else "".join(str(p) for p in definition["Fn::Join"][1])
+    text = _definition(sm)
     assert json.loads(text) == json.loads(asl_path().read_text())
     subs = props["DefinitionSubstitutions"]
     missing = placeholders(text) - set(subs)
@@ -144,11 +158,27 @@ def test_asl_substitutions_complete(synth: Synth) -> None:
         assert functions[ref["Fn::GetAtt"][0]]["Properties"]["Handler"] == task.handler
 
 
+def _invoke_statements(synth: Synth) -> dict[str, dict[str, Any]]:
+    """The InvokeControllerFunctions statement of each state machine, by the machine's logical id."""
+    roles = {
+        sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]: lid
+        for lid, sm in synth.resources("AWS::StepFunctions::StateMachine").items()
+    }
+    out = {}
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if st.get("Sid") == "InvokeControllerFunctions":
+                [role] = policy["Properties"]["Roles"]
+                out[roles[role["Ref"]]] = st
+    return out
+
+
 def test_state_machine_may_invoke_exactly_its_functions(synth: Synth) -> None:
-    stmts = [st for _, st in _statements(synth) if st.get("Sid") == "InvokeControllerFunctions"]
-    [st] = stmts
-    invoked = {r["Fn::GetAtt"][0] for r in _as_list(st["Resource"])}
+    stmts = _invoke_statements(synth)
+    sm, _ = _machine(synth)
+    invoked = {r["Fn::GetAtt"][0] for r in _as_list(stmts[sm]["Resource"])}
     assert invoked == set(synth.resources("AWS::Lambda::Function"))
+    assert stmts[sm]["Action"] == "lambda:InvokeFunction"
 
 
 # ---- SSM documents ------------------------------------------------------------------------------
@@ -400,7 +430,7 @@ def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
         },
     }
     [target] = p["Targets"]
-    sm = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
+    sm, _ = _machine(synth)
     assert target["Arn"] == {"Ref": sm}
     assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 4
     assert target["InputTransformer"]["InputPathsMap"] == {
@@ -445,12 +475,130 @@ def test_documented_put_events_entry_is_the_event() -> None:
     assert json.loads(entry["Detail"]) == event["detail"]
 
 
+def _start_execution_targets(synth: Synth) -> dict[str, set[str]]:
+    """Role logical id -> the state machines its policies may start."""
+    out: dict[str, set[str]] = {}
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if "states:StartExecution" in _as_list(st["Action"]):
+                for role in policy["Properties"]["Roles"]:
+                    out.setdefault(role["Ref"], set()).update(r["Ref"] for r in _as_list(st["Resource"]))
+    return out
+
+
+def _rule_roles(synth: Synth, prefix: str) -> set[str]:
+    return {t["RoleArn"]["Fn::GetAtt"][0] for t in _rule(synth, prefix)["Targets"]}
+
+
 def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
-    sm = next(iter(synth.resources("AWS::StepFunctions::StateMachine")))
-    starts = [st for _, st in _statements(synth) if "states:StartExecution" in _as_list(st["Action"])]
-    assert starts
-    for st in starts:
-        assert st["Resource"] == {"Ref": sm}
+    sm, _ = _machine(synth)
+    starts = _start_execution_targets(synth)
+    [role] = _rule_roles(synth, "CacheWarmerReplicaDeployedRule") | _rule_roles(
+        synth, "CacheWarmerAsgLaunchRule"
+    )
+    assert starts[role] == {sm}
+    # Nothing else may start the warm machine; only the stopped-warm rule's role the teardown machine.
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    [teardown_role] = _rule_roles(synth, "CacheWarmerStoppedWarmRule")
+    assert starts == {role: {sm}, teardown_role: {teardown}}
+    roles = synth.resources("AWS::IAM::Role")
+    for r in (role, teardown_role):
+        principal = roles[r]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        assert principal == {"Service": "events.amazonaws.com"}
+    stmts = [
+        st for lid, st in _statements(synth) if teardown_role in json.dumps(synth.template["Resources"][lid])
+    ]
+    assert [st["Action"] for st in stmts] == ["states:StartExecution"]
+
+
+# ---- the teardown machine for stopped / timed-out warms ------------------------------------------
+
+TEARDOWN_ASL = REPO / "statemachine" / "teardown.asl.json"
+
+
+def test_teardown_machine_deploys_its_asl_logged_traced(synth: Synth) -> None:
+    _, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
+    props = sm["Properties"]
+    assert json.loads(_definition(sm)) == json.loads(TEARDOWN_ASL.read_text())
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    [dest] = props["LoggingConfiguration"]["Destinations"]
+    log_group = dest["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    assert log_group.startswith("CacheWarmerTeardownStateMachineLogs")
+    # The same substitution mechanism: exactly the placeholders its ASL uses, the Teardown function.
+    subs = props["DefinitionSubstitutions"]
+    assert set(subs) == {"TeardownFunctionArn"}
+    functions = synth.resources("AWS::Lambda::Function")
+    fn = subs["TeardownFunctionArn"]["Fn::GetAtt"][0]
+    assert functions[fn]["Properties"]["Handler"] == "cachewarm_controller.handlers.teardown"
+    warm_subs = _machine(synth)[1]["Properties"]["DefinitionSubstitutions"]
+    assert warm_subs["TeardownFunctionArn"] == subs["TeardownFunctionArn"]  # one function, two machines
+
+
+def test_teardown_machine_may_invoke_only_the_teardown_function(synth: Synth) -> None:
+    lid, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
+    st = _invoke_statements(synth)[lid]
+    assert st["Action"] == "lambda:InvokeFunction"
+    [resource] = _as_list(st["Resource"])
+    fn = resource["Fn::GetAtt"][0]
+    assert synth.resources("AWS::Lambda::Function")[fn]["Properties"]["Handler"].endswith(".teardown")
+    # Its role can do nothing else but log and trace (what CDK adds for logging and X-Ray).
+    role = sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    actions = {
+        a
+        for plid, policy in synth.resources("AWS::IAM::Policy").items()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        for a in _as_list(st["Action"])
+    }
+    assert {a.split(":")[0] for a in actions} <= {"lambda", "logs", "xray"}, actions
+    assert {a for a in actions if a.startswith("lambda:")} == {"lambda:InvokeFunction"}
+
+
+def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
+    p = _rule(synth, "CacheWarmerStoppedWarmRule")
+    sm, _ = _machine(synth)
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    assert p["EventPattern"] == {
+        "source": ["aws.states"],
+        "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": sm}]},
+    }
+    [target] = p["Targets"]
+    assert target["Arn"] == {"Ref": teardown}
+    # The whole event is the input (the Teardown Lambda reads detail.input).
+    assert not {"Input", "InputPath", "InputTransformer"} & set(target)
+    replica = _rule(synth, "CacheWarmerReplicaDeployedRule")["Targets"][0]
+    assert target["DeadLetterConfig"] == replica["DeadLetterConfig"]
+    assert target["RetryPolicy"] == replica["RetryPolicy"]
+
+
+@pytest.mark.parametrize(
+    ("status", "matches"), [("ABORTED", True), ("TIMED_OUT", True), ("FAILED", False), ("SUCCEEDED", False)]
+)
+def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str, matches: bool) -> None:
+    p = _rule(synth, "CacheWarmerStoppedWarmRule")
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:cachewarm"
+    pattern = json.loads(
+        json.dumps(p["EventPattern"]).replace(
+            json.dumps(p["EventPattern"]["detail"]["stateMachineArn"][0]), json.dumps(arn)
+        )
+    )
+    event = {
+        "version": "0",
+        "source": "aws.states",
+        "detail-type": "Step Functions Execution Status Change",
+        "detail": {"status": status, "stateMachineArn": arn, "input": '{"warm_id": "w-1"}'},
+    }
+    assert _matches(pattern, event) is matches
+    other = {**event, "detail": {**event["detail"], "stateMachineArn": arn + "-other"}}
+    assert not _matches(pattern, other)
+
+
+def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    assert synth.template["Outputs"]["TeardownStateMachineArn"]["Value"] == {"Ref": teardown}
 
 
 def test_asg_example_rule(synth: Synth) -> None:
@@ -489,9 +637,19 @@ def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
 
 
 def test_alarms(synth: Synth) -> None:
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    [stopped] = [
+        a["Properties"]
+        for lid, a in synth.resources("AWS::CloudWatch::Alarm").items()
+        if lid.startswith("CacheWarmerStoppedWarmTeardownFailedAlarm")
+    ]
+    assert stopped["MetricName"] == "ExecutionsFailed"
+    assert stopped["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": teardown}}]
+    assert len(synth.resources("AWS::CloudWatch::Alarm")) == 6
     alarms = {
         a["Properties"]["MetricName"]: a["Properties"]
-        for a in synth.resources("AWS::CloudWatch::Alarm").values()
+        for lid, a in synth.resources("AWS::CloudWatch::Alarm").items()
+        if not lid.startswith("CacheWarmerStoppedWarmTeardownFailedAlarm")
     }
     assert set(alarms) == {
         "ExecutionsFailed",
