@@ -108,6 +108,7 @@ class CacheWarmer(Construct):
             raise ValueError(f"{props.asl_path}: no ${{<Name>FunctionArn}} placeholders found")
         teardown_path = props.teardown_asl_path or props.asl_path.with_name("teardown.asl.json")
         teardown_text = _read_asl(teardown_path)
+        _check_teardown_grace(teardown_path, teardown_text, props.lambda_timeout)
         # One Function per `${<Name>FunctionArn}` in either ASL (the teardown machine reuses the
         # warm machine's Teardown function).
         self.tasks: list[AslTask] = discover_function_substitutions(asl_text + teardown_text)
@@ -941,6 +942,21 @@ def _read_asl(path: Path) -> str:
             "construct does not make; add them to infra/cachewarm_infra/construct.py"
         )
     return path.read_text(encoding="utf-8")
+
+
+def _check_teardown_grace(path: Path, text: str, lambda_timeout: Duration) -> None:
+    """The teardown machine first waits out any Lambda the stopped execution still runs (a stop does
+    not stop an invoked Lambda, which could create resources after the first pass found none): that
+    wait must outlast the controller Lambdas' timeout."""
+    doc = json.loads(text)
+    first = doc["States"][doc["StartAt"]]
+    waits = first.get("Seconds") if first.get("Type") == "Wait" else None
+    if not isinstance(waits, int) or waits <= lambda_timeout.to_seconds():
+        raise ValueError(
+            f"{path}: the first state must be a Wait longer than the Lambda timeout "
+            f"({lambda_timeout.to_seconds()} s) so in-flight steps of a stopped warm finish first; "
+            f"found {doc['StartAt']} with Seconds={waits}"
+        )
 
 
 def _pascal(stem: str) -> str:

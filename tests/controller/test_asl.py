@@ -74,6 +74,9 @@ def test_teardown_machine_runs_the_warm_machines_teardown_task() -> None:
     assert task["Retry"][0] == {"ErrorEquals": ["InvalidInputError"], "MaxAttempts": 0}
     assert task["Retry"][1:] == STATES["Teardown"]["Retry"]
     assert task["Catch"] == STATES["Teardown"]["Catch"]
+    # In-flight Lambdas of the stopped warm finish first (the construct checks it outlasts their timeout).
+    first = states[json.loads(TEARDOWN_ASL_PATH.read_text())["StartAt"]]
+    assert first["Type"] == "Wait" and first["Seconds"] > 300 and first["Next"] == "Teardown"
     assert states["WaitForTeardown"] == STATES["WaitForTeardown"] | {
         "Comment": states["WaitForTeardown"]["Comment"]
     }

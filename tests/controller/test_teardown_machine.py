@@ -67,7 +67,7 @@ def test_a_stopped_warm_is_torn_down_from_the_event(world: Any, status: str) -> 
     ex = world.run_teardown(status_change_event(json.dumps(body), status))
     assert ex.status == "SUCCEEDED", ex.desc
     entered = ex.entered()
-    assert entered[0] == "Teardown" and entered[-1] == "TornDown"
+    assert entered[:2] == ["WaitForInFlightSteps", "Teardown"] and entered[-1] == "TornDown"
     assert set(world.invocations) == {"Teardown"}
     passes = ex.outputs("Teardown")
     assert [p["teardown"]["attempt"] for p in passes] == list(range(1, len(passes) + 1))
@@ -94,7 +94,7 @@ def test_a_repeated_event_is_harmless(world: Any) -> None:
     assert world.run_teardown(event).status == "SUCCEEDED"
     again = world.run_teardown(event)
     assert again.status == "SUCCEEDED"
-    assert again.entered() == ["Teardown", "TeardownComplete?", "TornDown"]
+    assert again.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownComplete?", "TornDown"]
     assert_nothing_left(world)
 
 
@@ -115,5 +115,43 @@ def test_an_event_without_a_valid_warm_id_fails_naming_it(
     assert failure["error"] == "InvalidInputError"
     message = json.loads(failure["cause"])["errorMessage"]
     assert "teardown needs a valid warm_id" in message and named in message
-    assert ex.entered() == ["Teardown", "TeardownFailed"]
+    assert ex.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownFailed"]
     assert world.invocations == ["Teardown"]  # bad input is not retried
+
+
+def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) -> None:
+    """Stopping an execution does not stop a Lambda it invoked: a volume created after the stop
+    (during the first wait) is still torn down."""
+    body = leave_a_running_warm_behind(world)
+    clock_at_start = world.clock()
+    created: list[str] = []
+
+    original = world.clock.advance
+
+    def advance(seconds: float) -> None:
+        original(seconds)
+        if not created:  # the stopped warm's CreateVolumes finishes during the first wait
+            created.append(
+                world.ec2.create_volume(
+                    AvailabilityZone="us-east-1a",
+                    Size=4,
+                    TagSpecifications=[
+                        {
+                            "ResourceType": "volume",
+                            "Tags": [
+                                {"Key": "cachewarm:warm-id", "Value": world.warm_id},
+                                {"Key": "cachewarm:managed", "Value": "true"},
+                            ],
+                        }
+                    ],
+                )["VolumeId"]
+            )
+
+    world.clock.advance = advance
+    try:
+        ex = world.run_teardown(status_change_event(json.dumps(body)))
+    finally:
+        del world.clock.advance
+    assert ex.status == "SUCCEEDED", ex.desc
+    assert created and world.clock() - clock_at_start >= 330
+    assert_nothing_left(world)

@@ -159,3 +159,11 @@ def test_teardown_asl_path_can_be_given(tmp_path: Path) -> None:
     p = props(tmp_path, asl_path=asl, teardown_asl_path=teardown)
     warmer = CacheWarmer(Stack.of(p.vpc), "W", p)
     assert warmer.teardown_machine is not None
+
+
+def test_lambda_timeout_longer_than_the_teardown_grace_is_refused(tmp_path: Path) -> None:
+    """The teardown machine's first Wait must outlast any Lambda a stopped warm still runs."""
+    from aws_cdk import Duration
+
+    with pytest.raises(ValueError, match=r"Wait longer than the Lambda timeout \(600 s\)"):
+        build(props(tmp_path, lambda_timeout=Duration.minutes(10)))
