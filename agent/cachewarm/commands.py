@@ -26,6 +26,15 @@ def _nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # t
         raise click.BadParameter(str(e), ctx, param) from e
 
 
+mode_option = click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default="add",
+    show_default=True,
+    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
+)
+
+
 def routing_options(f):  # type: ignore[no-untyped-def]
     f = click.option(
         "--node-key-format",
@@ -46,13 +55,7 @@ def routing_options(f):  # type: ignore[no-untyped-def]
 @click.option(
     "--state-file", type=click.Path(path_type=Path), help="Consumed-file state (outside the volume)."
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default="add",
-    show_default=True,
-    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
-)
+@mode_option
 @click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
 @click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
 @routing_options
@@ -121,13 +124,7 @@ def populate_cmd(
 @click.option("--target", required=True, callback=_nodes, help="Target HOST:PORT[,HOST:PORT...]")
 @click.option("--workdir", required=True, type=click.Path(path_type=Path), help="Dump + state directory.")
 @click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Dumper threads.")
-@click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default="add",
-    show_default=True,
-    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
-)
+@mode_option
 @click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
 @click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
 @click.option("--node-key-format", default=EVCACHE_NODE_KEY, show_default=True)
