@@ -141,7 +141,7 @@ def _encode(
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     # The file's bytes may be a memoryview into a worker's read buffer: keys are memoryview slices
     # too (formatting and the plain-key check take them as they are).
-    data = mv = memoryview(verdict.data)
+    mv = memoryview(verdict.data)
     n_nodes = len(params.nodes)
     tail = b" ME q\r\n" if params.mode == "add" else b" MS q\r\n"
     batch_items, batch_bytes = params.batch_items, params.batch_bytes
@@ -160,7 +160,7 @@ def _encode(
     while pos < end:
         if end - pos < df.RECORD_FIXED:
             raise _Corrupt(f"record {nrec} at offset {pos}: header runs past records end {end}")
-        vlen, flags, exptime, klen = unpack(data, pos)
+        vlen, flags, exptime, klen = unpack(mv, pos)
         kstart = pos + df.RECORD_FIXED
         vstart = kstart + klen
         nxt = vstart + vlen
@@ -180,7 +180,7 @@ def _encode(
             continue
         else:
             raise _Corrupt(f"record {nrec - 1} at offset {kstart - df.RECORD_FIXED}: exptime {exptime}")
-        key = data[kstart:vstart]
+        key = mv[kstart:vstart]
         if ring is not None:
             idx = ring.index_for(bytes(key))
         p = parts[idx]

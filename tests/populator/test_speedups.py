@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import random
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from cachewarm import dataformat as df
 from cachewarm import populate
 from cachewarm.ketama import Node
 from cachewarm.populate import Mode, WorkerParams, _Corrupt, _encode, _encode_c
+from cachewarm.testing.memcached import MemcachedServer
 
 NOW = 1_800_000_000
 
@@ -124,3 +127,32 @@ def test_record_count_must_match_the_trailer() -> None:
     v = _verdict(bytes(data))
     with pytest.raises(_Corrupt, match="1 records parsed, trailer says 2"):
         _c(v, WorkerParams(nodes=(Node("127.0.0.1", 1),)))
+
+
+@pytest.mark.parametrize(
+    ("value_size", "n_nodes", "uses_c"),
+    [(1000, 1, True), (10_000, 1, False), (1000, 2, False)],
+)
+def test_the_populator_takes_the_c_loop_for_small_items_to_one_node(
+    memcached: Callable[..., MemcachedServer],
+    monkeypatch: pytest.MonkeyPatch,
+    value_size: int,
+    n_nodes: int,
+    uses_c: bool,
+) -> None:
+    calls: list[int] = []
+    real = populate._encode_c
+
+    def counting(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(populate, "_encode_c", counting)
+    servers = [memcached(memory_mb=64) for _ in range(n_nodes)]
+    recs = [df.Record(b"k%d" % i, 7, NOW + 600, b"v" * value_size) for i in range(50)]
+    v = _verdict(df.encode_file("n1", 0, 0, recs))
+    out = populate.FileOutcome(name="f", status="")
+    nodes = tuple(Node(s.host, s.port) for s in servers)
+    populate._write_records(v, WorkerParams(nodes=nodes, node_key_format="{host}:{port}"), out)
+    assert out.status == "ok" and out.stored == 50
+    assert bool(calls) is uses_c
