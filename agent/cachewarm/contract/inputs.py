@@ -1,0 +1,95 @@
+"""Patterns, limits and defaults of every value that crosses a process boundary.
+
+The execution input (`lambdas/cachewarm_controller/model.py`), the SSM documents' `allowedPattern`s
+(`infra/ssm_documents/*.json`) and the agent's flags (`cachewarm agent …`) all take theirs from here;
+`tests/contract/` fails when one of them drifts. Patterns are anchored (`^…$`) because SSM and JSON
+Schema need them so; Python code matches them with `fullmatch` (a bare `$` accepts a trailing newline).
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---- identifiers ----------------------------------------------------------------------------------
+# The warm id is also the Step Functions execution name and part of the mount path and the S3 keys.
+WARM_ID = r"^[a-z0-9][a-z0-9-]{2,47}$"
+WARM_ID_MAX = 48
+INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+VOLUME_ID = r"^vol-[0-9a-f]{8,17}$"
+SUBNET_ID = r"^subnet-[0-9a-f]{8,17}$"
+AZ_NAME = r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$"
+REPLICA_NAME = r"^[A-Za-z0-9._:/-]{1,128}$"
+ASG_NAME = r"^[A-Za-z0-9._:/-]{1,255}$"
+LAUNCH_TEMPLATE_ID = r"^lt-[0-9a-f]{8,17}$"
+LAUNCH_TEMPLATE_NAME = r"^[A-Za-z0-9()./_-]{3,128}$"
+LAUNCH_TEMPLATE_VERSION = r"^(\$Latest|\$Default|[0-9]{1,10})$"
+KMS_KEY_ID = r"^[A-Za-z0-9:/_-]{1,2048}$"
+ATTACH_DEVICE_NAME = r"^/dev/(sd[f-p]|xvd[f-p])$"
+
+# ---- memcached endpoints --------------------------------------------------------------------------
+ENDPOINT = r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$"
+MAX_ENDPOINTS = 500
+ENDPOINT_LIST = r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}(,[A-Za-z0-9.-]{1,253}:[0-9]{1,5}){0,499}$"
+
+# ---- devices and mounts ---------------------------------------------------------------------------
+# An EBS volume's stable path on a Nitro instance (NVMe names are not stable); what SSM passes.
+EBS_DEVICE_PREFIX = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_"
+EBS_DEVICE = r"^/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol[0-9a-f]{8,17}$"
+# Any block device: the agent's own flag (a loop device in tests, a renamed device by hand) — a
+# superset of EBS_DEVICE.
+DEVICE = r"^/dev/[A-Za-z0-9][A-Za-z0-9/_.-]{0,200}$"
+# The execution input's `mount_dir`; each warm mounts at `<mount_dir>/<warm_id>` (MOUNT).
+MOUNT_DIR_MAX = 200
+MOUNT_DIR = r"^/[A-Za-z0-9/_.-]{1,200}$"
+# 1 + MOUNT_DIR_MAX + 1 + WARM_ID_MAX = 250
+MOUNT_MAX = 250
+MOUNT = r"^/[A-Za-z0-9/_.-]{1,250}$"
+
+# ---- the status bucket ----------------------------------------------------------------------------
+STATUS_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+STATUS_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$"
+
+# ---- agent parameters (as SSM strings) ------------------------------------------------------------
+MODE = r"^(add|set)$"
+RATE = r"^[0-9]{1,9}$"  # items/s, 0 = unlimited
+THREADS = r"^[1-9][0-9]{0,2}$"
+# SSM Run Command: 1 s .. 48 h.
+EXECUTION_TIMEOUT_MAX_S = 172_800
+EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
+
+# ---- defaults -------------------------------------------------------------------------------------
+DEFAULT_STATUS_PREFIX = "warms"
+DEFAULT_MOUNT_DIR = "/mnt/cachewarm"
+DEFAULT_MEMCACHED_PORT = 11211
+DEFAULT_MODE = "add"
+
+# The SSM documents' parameters and the pattern each must carry (tests/contract checks both documents).
+SSM_PARAMETERS: dict[str, str] = {
+    "warmId": WARM_ID,
+    "nodeId": INSTANCE_ID,
+    "device": EBS_DEVICE,
+    "mount": MOUNT,
+    "statusBucket": STATUS_BUCKET,
+    "statusPrefix": STATUS_PREFIX,
+    "maxItemsPerSecond": RATE,
+    "executionTimeout": EXECUTION_TIMEOUT,
+    "memcached": ENDPOINT,
+    "threads": THREADS,
+    "to": ENDPOINT_LIST,
+    "mode": MODE,
+}
+
+
+def matches(pattern: str, value: str) -> bool:
+    """True when `value` matches the anchored `pattern` as a whole (no trailing newline slips through)."""
+    return re.fullmatch(pattern, value) is not None
+
+
+def mount_point(mount_dir: str, warm_id: str) -> str:
+    """Where a warm's volume is mounted on both hosts."""
+    return f"{mount_dir}/{warm_id}"
+
+
+def ebs_device_path(volume_id: str) -> str:
+    """The stable device path of an EBS volume on a Nitro instance."""
+    return EBS_DEVICE_PREFIX + volume_id.replace("-", "")
