@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # cachewarm_infra is deployed as a directory, not installed
+# cachewarm_infra is deployed as a directory, not installed; it imports the contract package from this
+# checkout's agent/ (also what the Lambda asset bundles), ahead of any installed cachewarm.
+sys.path[:0] = [str(HERE), str(HERE.parent / "agent")]
 
 from aws_cdk import App, Environment, Validations  # noqa: E402
 from cachewarm_infra.stack import CacheWarmStack, StackSettings  # noqa: E402

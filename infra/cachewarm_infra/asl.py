@@ -88,3 +88,30 @@ def service_integrations(doc: object) -> set[str]:
 def unsupported_integrations(doc: object) -> list[str]:
     """Integrations whose IAM the construct does not grant (adding one must be a deliberate change)."""
     return sorted(r for r in service_integrations(doc) if not r.startswith(_KNOWN_INTEGRATIONS))
+
+
+def read_asl(path: Path) -> str:
+    """The ASL file's text, after checking it parses and uses only integrations the construct grants."""
+    doc = load_asl(path)
+    unsupported = unsupported_integrations(doc)
+    if unsupported:
+        raise ValueError(
+            f"{path}: service integrations {unsupported} need IAM grants the CacheWarmer "
+            "construct does not make; add them to infra/cachewarm_infra/orchestration.py"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def check_teardown_grace(path: Path, text: str, lambda_timeout_s: float) -> None:
+    """The teardown machine first waits out any Lambda the stopped execution still runs (a stop does
+    not stop an invoked Lambda, which could create resources after the first pass found none): that
+    wait must outlast the controller Lambdas' timeout."""
+    doc = json.loads(text)
+    first = doc["States"][doc["StartAt"]]
+    waits = first.get("Seconds") if first.get("Type") == "Wait" else None
+    if not isinstance(waits, int) or waits <= lambda_timeout_s:
+        raise ValueError(
+            f"{path}: the first state must be a Wait longer than the Lambda timeout "
+            f"({lambda_timeout_s} s) so in-flight steps of a stopped warm finish first; "
+            f"found {doc['StartAt']} with Seconds={waits}"
+        )

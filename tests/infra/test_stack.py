@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
-from cachewarm_infra.construct import POWERTOOLS_VERSION, asg_launch_pattern
+from cachewarm_infra.orchestration import POWERTOOLS_VERSION, asg_launch_pattern
 
 from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir
 

@@ -1,0 +1,194 @@
+"""IAM: the agents' managed policy and the controller Lambdas' role, every EC2 mutation scoped by
+the `cachewarm:managed` tag (accepted cdk-nag findings about them: nag.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aws_cdk import Aws, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_ssm as ssm
+from cachewarm.contract import tags
+from constructs import Construct
+
+from cachewarm_infra.compute import Artifacts, Populator
+from cachewarm_infra.storage import Storage
+
+# AWS-owned SSM documents the controller sends.
+AWS_DOCUMENTS = ("AWS-RunShellScript",)
+
+
+def _allow(
+    sid: str, actions: Sequence[str], resources: Sequence[str], conditions: Mapping[str, Any] | None = None
+) -> iam.PolicyStatement:
+    return iam.PolicyStatement(
+        sid=sid,
+        actions=list(actions),
+        resources=list(resources),
+        conditions=dict(conditions) if conditions else None,
+    )
+
+
+def build_agent_policy(
+    scope: Construct, artifacts: Artifacts, storage: Storage, status_prefix: str
+) -> iam.ManagedPolicy:
+    """What `cachewarm agent dump|populate` needs: read the artifacts, write its status object.
+
+    Attached to the populator role; the platform team attaches the same managed policy to the source
+    memcached nodes' instance role (output `SourceNodePolicyArn`).
+    """
+    return iam.ManagedPolicy(
+        scope,
+        "AgentPolicy",
+        description="cachewarm agents: read the agent/dumper artifacts, publish status objects",
+        statements=[
+            _allow(
+                "ReadArtifacts",
+                ["s3:GetObject"],
+                [_object_arn(a.s3_bucket_name, a.s3_object_key) for a in (artifacts.dumper, artifacts.agent)],
+            ),
+            _allow(
+                "PublishStatus",
+                ["s3:GetObject", "s3:PutObject"],
+                [storage.status_bucket.arn_for_objects(f"{status_prefix}/*")],
+            ),
+            _allow("StatusBucketKey", ["kms:Decrypt", "kms:GenerateDataKey"], [storage.key.key_arn]),
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class ControllerIdentity:
+    """The one role of the controller Lambdas and the policy attached to it."""
+
+    role: iam.Role
+    policy: iam.Policy
+
+
+def build_controller_role(
+    scope: Construct,
+    *,
+    storage: Storage,
+    populator: Populator,
+    documents: Mapping[str, ssm.CfnDocument],
+    status_prefix: str,
+) -> ControllerIdentity:
+    """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags."""
+    stack = Stack.of(scope)
+
+    def ec2_arn(resource: str) -> str:
+        return stack.format_arn(service="ec2", resource=resource, resource_name="*")
+
+    volumes, instances = ec2_arn("volume"), ec2_arn("instance")
+    managed_request = {"StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"}}
+    managed_resource = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+    key_arn, bucket = storage.key.key_arn, storage.status_bucket
+    role = iam.Role(
+        scope,
+        "ControllerRole",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        description="cachewarm controller Lambdas",
+    )
+    inventory = [
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceStatus",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeVolumes",
+        "ec2:DescribeVolumesModifications",
+        "ec2:DescribeSubnets",
+        "ec2:DescribeLaunchTemplateVersions",
+        "ec2:DescribeTags",
+        "autoscaling:DescribeAutoScalingGroups",
+        "ssm:DescribeInstanceInformation",
+        "ssm:GetCommandInvocation",
+        "ssm:ListCommandInvocations",
+        "ssm:ListCommands",
+    ]
+    launch_template = stack.format_arn(
+        service="ec2", resource="launch-template", resource_name=populator.launch_template_id
+    )
+    statements = [
+        # Describe/List calls have no resource-level permissions in IAM: "*" is the only option.
+        _allow("Inventory", inventory, ["*"]),
+        _allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
+        _allow("LaunchTaggedPopulators", ["ec2:RunInstances"], [instances], managed_request),
+        # The other resources a RunInstances request names: only our launch template.
+        _allow(
+            "LaunchFromTemplate",
+            ["ec2:RunInstances"],
+            [
+                launch_template,
+                ec2_arn("subnet"),
+                ec2_arn("network-interface"),
+                ec2_arn("security-group"),
+                volumes,
+                f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}::image/*",
+            ],
+        ),
+        _allow(
+            "TagOnCreateOnly",
+            ["ec2:CreateTags"],
+            [volumes, instances],
+            {"StringEquals": {"ec2:CreateAction": ["CreateVolume", "RunInstances"]}},
+        ),
+        # Attach/detach name two resources: our tagged volume, and a source node or populator.
+        _allow("AttachOurVolumes", ["ec2:AttachVolume", "ec2:DetachVolume"], [volumes], managed_resource),
+        _allow("AttachToInstances", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances]),
+        _allow("DeleteOurVolumes", ["ec2:DeleteVolume"], [volumes], managed_resource),
+        _allow("TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
+        _allow(
+            "PassPopulatorRole",
+            ["iam:PassRole"],
+            [populator.role.role_arn],
+            {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+        _allow("RunOurDocuments", ["ssm:SendCommand"], [*_document_arns(scope, documents), instances]),
+        _allow("CancelCommands", ["ssm:CancelCommand"], ["*"]),
+        _allow(
+            "ListStatus",
+            ["s3:ListBucket"],
+            [bucket.bucket_arn],
+            {"StringLike": {"s3:prefix": [f"{status_prefix}/*"]}},
+        ),
+        _allow(
+            "ReadWriteStatus",
+            ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+            [bucket.arn_for_objects(f"{status_prefix}/*")],
+        ),
+        # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
+        _allow(
+            "UseKey",
+            [
+                "kms:Decrypt",
+                "kms:DescribeKey",
+                "kms:GenerateDataKey",
+                "kms:GenerateDataKeyWithoutPlaintext",
+                "kms:ReEncryptFrom",
+                "kms:ReEncryptTo",
+            ],
+            [key_arn],
+        ),
+        _allow(
+            "GrantKeyToEbs", ["kms:CreateGrant"], [key_arn], {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+        ),
+    ]
+    policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
+    policy.attach_to_role(role)
+    return ControllerIdentity(role=role, policy=policy)
+
+
+def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -> list[str]:
+    stack = Stack.of(scope)
+    ours = [
+        stack.format_arn(service="ssm", resource="document", resource_name=d.ref) for d in documents.values()
+    ]
+    # The controller's Plan step reads memcached `stats` on source nodes with AWS's shell document
+    # (a fixed script in lambdas/cachewarm_controller/agents.py).
+    aws_owned = [f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::document/{name}" for name in AWS_DOCUMENTS]
+    return ours + aws_owned
+
+
+def _object_arn(bucket: str, key: str) -> str:
+    return f"arn:{Aws.PARTITION}:s3:::{bucket}/{key}"

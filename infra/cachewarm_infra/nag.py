@@ -1,0 +1,104 @@
+"""Every cdk-nag AwsSolutions finding the `CacheWarmer` accepts, each with its reason (the tests fail
+on any other finding, and on an acknowledgement without a written reason)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk import aws_s3 as s3
+from cachewarm.contract import tags
+from constructs import Construct
+
+if TYPE_CHECKING:
+    from cachewarm_infra.construct import CacheWarmer
+
+
+def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
+    """Acknowledge the accepted findings on `w`'s resources; return them as (path, rule, reason)."""
+    acknowledged: list[tuple[str, str, str]] = []
+    # How cdk-nag prints `Stack.format_arn` ARNs: concrete region/account when the stack has an env.
+    stack = Stack.of(w)
+    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    ec2_any = f"arn:<AWS::Partition>:ec2:{region}:{account}"
+    status_objects = f"<{_logical(w.status_bucket)}.Arn>/{w.props.status_prefix}/*"
+
+    def ack(scope: Construct, rule: str, reason: str) -> None:
+        Validations.of(scope).acknowledge(Acknowledgment(id=rule, reason=reason))
+        acknowledged.append((scope.node.path, rule, reason))
+
+    ack(
+        w.access_logs,
+        "AwsSolutions-S1",
+        "This is the access-log bucket; logging it into itself would loop.",
+    )
+    ack(
+        w.populator_role,
+        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+        "AWS's maintained policy for the SSM agent; Run Command is how the controller starts agents.",
+    )
+    ack(
+        w.controller_policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "Describe/List calls (EC2, Auto Scaling, SSM command status) and ssm:CancelCommand have no "
+        "resource-level permissions; every mutating EC2 call is scoped by cachewarm tags.",
+    )
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{ec2_any}:volume/*]",
+        "Volumes are created by the warm, so their ids are unknown; create/attach/delete require the "
+        f"{tags.MANAGED}=true request or resource tag.",
+    )
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{ec2_any}:instance/*]",
+        "Source nodes are the platform's instances and populators are created per warm; launch and "
+        f"terminate require the {tags.MANAGED}=true tag, attach/detach require our tagged volume.",
+    )
+    for kind in ("subnet", "network-interface", "security-group"):
+        ack(
+            w.controller_policy,
+            f"AwsSolutions-IAM5[Resource::{ec2_any}:{kind}/*]",
+            "RunInstances names these resources; the instance itself must carry the cachewarm tag and "
+            "come from this stack's launch template.",
+        )
+    ack(
+        w.controller_policy,
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::image/*]",
+        "The AMI comes from the launch template (an SSM parameter); AMI ids change on every release.",
+    )
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{status_objects}]",
+        "Status objects are named per warm and node under the status prefix.",
+    )
+    ack(
+        w.agent_policy,
+        f"AwsSolutions-IAM5[Resource::{status_objects}]",
+        "Each agent writes its own status object under the status prefix; names are per warm and node.",
+    )
+    xray = (
+        "X-Ray PutTraceSegments/PutTelemetryRecords and the log delivery APIs do not support "
+        "resource scoping."
+    )
+    ack(w.controller_role, "AwsSolutions-IAM5[Resource::*]", xray)
+    for machine in (w.state_machine, w.teardown_machine):
+        ack(machine.role, "AwsSolutions-IAM5[Resource::*]", xray)
+    for fn in w.functions.values():
+        ack(
+            fn,
+            "AwsSolutions-L1",
+            "Python 3.12 matches the pinned public Powertools layer (python312) the handlers are "
+            "tested with.",
+        )
+    ack(
+        w.trigger_dlq,
+        "AwsSolutions-SQS3",
+        "This queue is the dead-letter queue of the EventBridge targets.",
+    )
+    return acknowledged
+
+
+def _logical(bucket: s3.Bucket) -> str:
+    return Stack.of(bucket).get_logical_id(bucket.node.default_child)  # type: ignore[arg-type]

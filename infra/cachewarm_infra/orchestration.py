@@ -1,0 +1,287 @@
+"""Orchestration: the controller Lambdas (one per `${<Name>FunctionArn}`), the warm and teardown
+state machines built from their ASL files, and the EventBridge rules that start them (with their DLQ)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from aws_cdk import Duration, Fn, RemovalPolicy, Tags
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
+from aws_cdk import aws_stepfunctions as sfn
+from cachewarm.contract import tags
+from constructs import Construct
+
+from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
+from cachewarm_infra.lambda_code import lambda_code
+from cachewarm_infra.props import CacheWarmerProps
+
+# Pinned with aws-lambda-powertools in pyproject.toml (a test keeps the two equal). AWS publishes the
+# public layer ARN of every release as an SSM parameter, so one name works in every region.
+POWERTOOLS_VERSION = "3.37.0"
+POWERTOOLS_LAYER_PARAMETER = f"/aws/service/powertools/python/x86_64/python3.12/{POWERTOOLS_VERSION}"
+
+# The "replica deployed" event (schema in README.md and docs/architecture.md).
+REPLICA_EVENT_SOURCE = "cachewarm"
+REPLICA_EVENT_DETAIL_TYPE = "Replica Deployed"
+
+# The documents every controller knows by a variable of its own; any other gets `<STEM>_DOCUMENT_NAME`.
+DUMP_DOCUMENT, POPULATE_DOCUMENT = "dump-agent", "populate-agent"
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the controller is told about the rest of the stack (Lambda environment, ASL substitutions)."""
+
+    status_bucket: str
+    status_prefix: str
+    key_arn: str
+    launch_template_id: str
+    document_names: Mapping[str, str]  # SSM document stem -> deployed name
+    subnet_ids: Sequence[str] = ()
+
+
+def lambda_environment(w: Wiring) -> dict[str, str]:
+    env = {
+        "STATUS_BUCKET": w.status_bucket,
+        "STATUS_PREFIX": w.status_prefix,
+        "DUMP_DOCUMENT_NAME": w.document_names[DUMP_DOCUMENT],
+        "POPULATE_DOCUMENT_NAME": w.document_names[POPULATE_DOCUMENT],
+        "KMS_KEY_ID": w.key_arn,
+        "POPULATOR_LAUNCH_TEMPLATE_ID": w.launch_template_id,
+        "POWERTOOLS_SERVICE_NAME": "cachewarm",
+        "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
+    }
+    if w.subnet_ids:
+        env["POPULATOR_SUBNET_IDS"] = Fn.join(",", list(w.subnet_ids))
+    for stem, name in w.document_names.items():
+        if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
+            env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
+    return env
+
+
+def definition_substitutions(
+    w: Wiring, tasks: Sequence[AslTask], functions: Mapping[str, lambda_.IFunction]
+) -> dict[str, str]:
+    subs = {t.placeholder: functions[t.pascal].function_arn for t in tasks}
+    subs["StatusBucket"] = w.status_bucket
+    subs["StatusPrefix"] = w.status_prefix
+    subs["DumpDocumentName"] = w.document_names[DUMP_DOCUMENT]
+    subs["PopulateDocumentName"] = w.document_names[POPULATE_DOCUMENT]
+    subs["PopulatorLaunchTemplateId"] = w.launch_template_id
+    return subs
+
+
+def build_functions(
+    scope: Construct,
+    props: CacheWarmerProps,
+    tasks: Sequence[AslTask],
+    role: iam.IRole,
+    environment: Mapping[str, str],
+) -> dict[str, lambda_.Function]:
+    """One Function per task, all with the same code asset, role, layer and environment."""
+    code = lambda_code(scope, props.lambdas_dir)
+    arn = props.powertools_layer_arn or ssm.StringParameter.value_for_string_parameter(
+        scope, POWERTOOLS_LAYER_PARAMETER
+    )
+    layer = lambda_.LayerVersion.from_layer_version_arn(scope, "PowertoolsLayer", arn)
+    functions: dict[str, lambda_.Function] = {}
+    for task in tasks:
+        functions[task.pascal] = lambda_.Function(
+            scope,
+            f"{task.pascal}Function",
+            description=f"cachewarm controller: {task.pascal}",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.X86_64,
+            handler=task.handler,
+            code=code,
+            layers=[layer],
+            role=role,
+            timeout=props.lambda_timeout,
+            memory_size=props.lambda_memory_mb,
+            environment=dict(environment),
+            tracing=lambda_.Tracing.ACTIVE if props.tracing else lambda_.Tracing.DISABLED,
+            log_group=_log_group(scope, f"{task.pascal}Logs", props),
+        )
+    return functions
+
+
+def build_state_machine(
+    scope: Construct,
+    construct_id: str,
+    asl_text: str,
+    *,
+    props: CacheWarmerProps,
+    wiring: Wiring,
+    substitutions: Mapping[str, str],
+    functions: Mapping[str, lambda_.IFunction],
+) -> sfn.StateMachine:
+    """A state machine from an ASL file: the substitutions its text uses, logs, tracing, and
+    invoke rights on exactly the functions it names."""
+    used = placeholders(asl_text)
+    subs = {k: v for k, v in substitutions.items() if k in used}
+    missing = sorted(used - subs.keys())
+    if missing:
+        raise ValueError(
+            f"{construct_id}: the ASL uses substitutions the construct does not provide: {missing}"
+        )
+    log_group = _log_group(scope, f"{construct_id}Logs", props)
+    machine = sfn.StateMachine(
+        scope,
+        construct_id,
+        definition_body=sfn.DefinitionBody.from_string(asl_text),
+        definition_substitutions=subs,
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        tracing_enabled=props.tracing,
+        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+    )
+    names = {t.pascal for t in discover_function_substitutions(asl_text)}
+    machine.add_to_role_policy(
+        iam.PolicyStatement(
+            sid="InvokeControllerFunctions",
+            actions=["lambda:InvokeFunction"],
+            resources=[fn.function_arn for name, fn in sorted(functions.items()) if name in names],
+        )
+    )
+    # The operator CLI finds the status objects from these tags.
+    Tags.of(machine).add(tags.STATUS_BUCKET, wiring.status_bucket)
+    Tags.of(machine).add(tags.STATUS_PREFIX, wiring.status_prefix)
+    return machine
+
+
+def _log_group(scope: Construct, construct_id: str, props: CacheWarmerProps) -> logs.LogGroup:
+    return logs.LogGroup(
+        scope, construct_id, retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+    )
+
+
+# ---- triggers -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Triggers:
+    """The rules that start the machines, and the dead-letter queue of all their targets."""
+
+    dead_letters: sqs.Queue
+    replica_rule: events.Rule
+    asg_rule: events.Rule | None
+    teardown_rule: events.Rule
+
+
+def replica_event_input(launch_template_id: str) -> events.RuleTargetInput:
+    """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md)."""
+    return events.RuleTargetInput.from_object(
+        {
+            "warm_id": events.EventField.from_path("$.detail.warm_id"),
+            "source": {"replica": events.EventField.from_path("$.detail.source.replica")},
+            "destination": events.EventField.from_path("$.detail.destination"),
+            "populator": {"launch_template_id": launch_template_id},
+        }
+    )
+
+
+def build_triggers(
+    scope: Construct,
+    props: CacheWarmerProps,
+    *,
+    key: kms.IKey,
+    state_machine: sfn.StateMachine,
+    teardown_machine: sfn.StateMachine,
+    launch_template_id: str,
+) -> Triggers:
+    dlq = sqs.Queue(
+        scope,
+        "TriggerDeadLetters",
+        encryption=sqs.QueueEncryption.KMS,
+        encryption_master_key=key,
+        enforce_ssl=True,
+        retention_period=Duration.days(14),
+    )
+
+    def target(
+        machine: sfn.StateMachine, rule_input: events.RuleTargetInput | None
+    ) -> targets.SfnStateMachine:
+        return targets.SfnStateMachine(
+            machine,
+            input=rule_input,
+            dead_letter_queue=dlq,
+            retry_attempts=4,
+            max_event_age=Duration.hours(2),
+        )
+
+    replica = events.Rule(
+        scope,
+        "ReplicaDeployedRule",
+        description="Start a cachewarm execution when a new memcached replica is deployed",
+        event_pattern=events.EventPattern(
+            source=[REPLICA_EVENT_SOURCE],
+            detail_type=[REPLICA_EVENT_DETAIL_TYPE],
+            # Every path the input transformer reads must exist (a missing one would become null);
+            # `exists` only matches leaves, hence source.replica rather than source.
+            detail={
+                "warm_id": [{"exists": True}],
+                "source": {"replica": [{"exists": True}]},
+                "destination": {"endpoints": [{"exists": True}]},
+            },
+        ),
+    )
+    replica.add_target(target(state_machine, replica_event_input(launch_template_id)))
+    asg_rule = None
+    if props.asg_group_names:
+        # One launch event per new instance: the controller's warm id (from the group name and
+        # the activity id) keeps the warm idempotent; see docs/architecture.md.
+        asg_rule = events.Rule(
+            scope,
+            "AsgLaunchRule",
+            description="Start a cachewarm execution when a tagged replica Auto Scaling group launches",
+            event_pattern=asg_launch_pattern(props.asg_group_names),
+        )
+        asg_input = events.RuleTargetInput.from_object(
+            {
+                "warm_id": events.EventField.from_path("$.detail.ActivityId"),
+                "destination": {"asg_name": events.EventField.from_path("$.detail.AutoScalingGroupName")},
+                "populator": {"launch_template_id": launch_template_id},
+            }
+        )
+        asg_rule.add_target(
+            targets.SfnStateMachine(state_machine, input=asg_input, dead_letter_queue=dlq, retry_attempts=4)
+        )
+    # A stopped (ABORTED) or timed-out (TIMED_OUT) warm execution runs no Catch: this rule hands the
+    # whole status-change event (detail.input is the execution's input) to the teardown machine.
+    teardown = events.Rule(
+        scope,
+        "StoppedWarmRule",
+        description="Tear down what a stopped or timed-out cachewarm execution left behind",
+        event_pattern=events.EventPattern(
+            source=["aws.states"],
+            detail_type=["Step Functions Execution Status Change"],
+            detail={"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [state_machine.state_machine_arn]},
+        ),
+    )
+    teardown.add_target(target(teardown_machine, None))
+    return Triggers(dead_letters=dlq, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown)
+
+
+def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
+    """EventBridge pattern for successful launches of the named Auto Scaling groups.
+
+    EventBridge cannot filter on an Auto Scaling group's tags, so the replica's groups are named
+    (e.g. all groups tagged `cachewarm:replica`, listed at deploy time).
+    """
+    return events.EventPattern(
+        source=["aws.autoscaling"],
+        detail_type=["EC2 Instance Launch Successful"],
+        detail={"AutoScalingGroupName": list(group_names)},
+    )
+
+
+def _env_name(stem: str) -> str:
+    name = stem.upper().replace("-", "_")
+    return name.removesuffix("_AGENT")

@@ -1,0 +1,54 @@
+"""Storage: the KMS key, the status bucket the agents write heartbeats to, its access-log bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+
+@dataclass(frozen=True)
+class Storage:
+    key: kms.IKey
+    access_logs: s3.Bucket
+    status_bucket: s3.Bucket
+
+
+def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
+    """The given key (or a new rotating one) and the two buckets, created in `scope`."""
+    key = kms_key or kms.Key(
+        scope,
+        "Key",
+        description="cachewarm: EBS volumes, populator root disks, status bucket",
+        enable_key_rotation=True,
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+    # S3 server access logs can only be delivered to an SSE-S3 bucket.
+    access_logs = s3.Bucket(
+        scope,
+        "AccessLogs",
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        enforce_ssl=True,
+        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+    status = s3.Bucket(
+        scope,
+        "StatusBucket",
+        encryption=s3.BucketEncryption.KMS,
+        encryption_key=key,
+        bucket_key_enabled=True,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        enforce_ssl=True,
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        server_access_logs_bucket=access_logs,
+        server_access_logs_prefix="status-bucket/",
+        # Status objects matter during a warm and for a post-mortem, not forever.
+        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(30))],
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+    return Storage(key=key, access_logs=access_logs, status_bucket=status)
