@@ -761,7 +761,8 @@ def test_every_nag_acknowledgement_has_a_written_reason(synth: Synth) -> None:
 
 
 def test_lambda_code_asset_is_the_lambdas_dir(synth: Synth) -> None:
-    """One code asset for every function: the lambdas/ directory as is, without caches or tests."""
+    """One code asset for every function: the lambdas/ directory without caches or tests (plus the
+    contract package it imports: test_lambda_asset.py)."""
     keys = {json.dumps(f["Properties"]["Code"]) for f in synth.resources("AWS::Lambda::Function").values()}
     assert len(keys) == 1
     manifest = json.loads((synth.outdir / "CacheWarmTest.assets.json").read_text())
