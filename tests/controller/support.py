@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarm_controller import handlers, steps
+from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm.contract.tags import REPLICA as TAG_REPLICA
+from cachewarm_controller import handlers
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Attachment
-from cachewarm_controller.awsutil import TAG_REPLICA
 from cachewarm_controller.model import NodeStats
-from cachewarm_controller.store import NodeStatus, Progress, S3Store, StatusMap
+from cachewarm_controller.steps.common import Deps
+from cachewarm_controller.steps.inventory import Inventory, inventory
+from cachewarm_controller.store import S3Store, StatusMap
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "statemachine" / "warm.asl.json"
@@ -33,6 +36,9 @@ BUCKET = "cachewarm-status-test"
 DUMP_DOC = "cachewarm-dump-agent"
 POPULATE_DOC = "cachewarm-populate-agent"
 AMI = "ami-12c6146b"  # one of moto's built-in AMIs
+# The simulated statuses name no warm (the controller keys them by role and node); the objects
+# written to S3 carry the warm id, as the agents' do.
+NO_WARM_ID = ""
 MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 
 
@@ -127,17 +133,24 @@ class AgentSim:
         now = self.clock()
         progress = Progress(items=sim.items, bytes=sim.items * 1000, files=sim.files)
         if role == "dump":
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
+            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
         if attempt <= sim.silent_attempts:
             return None
         if attempt <= sim.silent_attempts + sim.fail_attempts:
             return NodeStatus(
-                node, role, "failed", int(now * 1000), Progress(), "injected agent failure", attempt
+                NO_WARM_ID,
+                node,
+                role,
+                "failed",
+                int(now * 1000),
+                Progress(),
+                "injected agent failure",
+                attempt,
             )
         if now - sent_at >= sim.finish_after_s:
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
+            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
         return NodeStatus(
-            node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
+            NO_WARM_ID, node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
         )
 
     def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
@@ -197,7 +210,7 @@ class World:
     clock: FakeClock
     attacher: FakeAttacher
     agents: AgentSim
-    deps: steps.Deps
+    deps: Deps
     subnets: dict[str, str]
     source_ids: list[str]
     template_id: str
@@ -217,7 +230,7 @@ class World:
         self.invocations = []
         self.attacher = FakeAttacher()
         self.agents = AgentSim(self.ssm, self.clock)
-        self.deps = steps.Deps(
+        self.deps = Deps(
             ec2=self.ec2,
             s3=self.deps.s3,
             agents=self.agents,
@@ -259,8 +272,8 @@ class World:
             ids.append(resp["Instances"][0]["InstanceId"])
         return ids
 
-    def inventory(self) -> steps.Inventory:
-        return steps.inventory(self.ec2, self.warm_id)
+    def inventory(self) -> Inventory:
+        return inventory(self.ec2, self.warm_id)
 
     def status_objects(self) -> list[str]:
         resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{self.warm_id}/")
