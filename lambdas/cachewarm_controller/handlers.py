@@ -118,7 +118,8 @@ def _on_input(step: Callable[[WarmInput, Deps], dict[str, Any]]) -> Handler:
 
 
 def _on_wait(step: Callable[[WarmInput, int, Deps], dict[str, Any]], loop: str) -> Handler:
-    """The handler of one check of a wait loop: the input and the loop's attempt (`event[loop]`)."""
+    """The handler of one check of a wait loop: the input and the loop's count of checks so far
+    (`event[loop]["attempt"]`, the previous check's output)."""
 
     def run(event: dict[str, Any]) -> dict[str, Any]:
         return step(_input(event), _attempt(event, loop), get_deps())

@@ -19,6 +19,15 @@ from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmInput
 from cachewarm_controller.steps.common import Deps, load_plan, wait_result
 from cachewarm_controller.steps.inventory import describe_instances, tagged
 
+
+def _every_node_has(ids: list[str | None], what: str) -> list[str]:
+    """`ids` (one per node in the plan), each set: else the step that sets them has not finished."""
+    present = [i for i in ids if i]
+    if len(present) != len(ids):
+        raise PlanError(f"plan has nodes without {what}")
+    return present
+
+
 # ---- volumes ----------------------------------------------------------------------------------------
 
 
@@ -55,9 +64,7 @@ def create_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
 
 def check_volumes(inp: WarmInput, attempt: int, deps: Deps) -> dict[str, Any]:
     warm = load_plan(inp, deps)
-    ids = [r.volume_id for r in warm.nodes if r.volume_id]
-    if len(ids) != len(warm.nodes):
-        raise PlanError("plan has nodes without a volume (CreateVolumes incomplete)")
+    ids = _every_node_has([r.volume_id for r in warm.nodes], "a volume (CreateVolumes incomplete)")
     pending: list[str] = []
     for batch in chunks(ids, 200):
         for v in deps.ec2.describe_volumes(VolumeIds=list(batch))["Volumes"]:
@@ -115,9 +122,7 @@ def launch_populators(inp: WarmInput, deps: Deps) -> dict[str, Any]:
 def check_populators(inp: WarmInput, attempt: int, deps: Deps) -> dict[str, Any]:
     """Running and SSM-online (the agent can receive commands)."""
     warm = load_plan(inp, deps)
-    ids = [r.populator_id for r in warm.nodes if r.populator_id]
-    if len(ids) != len(warm.nodes):
-        raise PlanError("plan has nodes without a populator (LaunchPopulators incomplete)")
+    ids = _every_node_has([r.populator_id for r in warm.nodes], "a populator (LaunchPopulators incomplete)")
     running: list[str] = []
     pending: list[str] = []
     for i in describe_instances(deps.ec2, ids).values():
