@@ -2,13 +2,11 @@
 
 One module per group of states of `statemachine/warm.asl.json`:
 
-| module             | states                                                        |
-| ------------------ | ------------------------------------------------------------- |
-| `planning`         | ValidateInput, Plan                                           |
-| `resources`        | CreateVolumes, CheckVolumes, LaunchPopulators, CheckPopulators, AttachVolumes |
-| `agent_commands`   | StartAgents (and the re-sends CheckProgress makes)            |
-| `progress`         | CheckProgress, Verify                                         |
-| `teardown`         | Teardown (both state machines)                                |
+- `planning`: ValidateInput, Plan
+- `resources`: CreateVolumes, CheckVolumes, LaunchPopulators, CheckPopulators, AttachVolumes
+- `agent_commands`: StartAgents (and the re-sends with which CheckProgress revives an agent)
+- `progress`: CheckProgress, Verify
+- `teardown`: Teardown (both state machines)
 
 `inventory` finds what exists in EC2 (a warm's tagged resources, the source and destination
 replicas' nodes); `common` holds what every step shares (`Deps`, `Settings`, the plan, backoff).
