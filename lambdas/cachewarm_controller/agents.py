@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
+from cachewarm.contract import inputs
 
 from cachewarm_controller.awsutil import chunks, error_code
 from cachewarm_controller.errors import PlanError
@@ -101,7 +102,7 @@ class SsmAgentRunner:
     def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
         """Fire-and-forget lazy unmount (the agent was cancelled; the detach follows). `mount_point`
         comes from validated input (warm id and mount dir patterns: no shell metacharacters)."""
-        if not _SAFE_PATH.match(mount_point):
+        if not inputs.matches(inputs.MOUNT, mount_point):
             raise ValueError(f"unsafe mount point {mount_point!r}")
         script = (
             f"if mountpoint -q '{mount_point}'; then umount -l '{mount_point}'; fi; "
@@ -160,7 +161,6 @@ class SsmAgentRunner:
         return out
 
 
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9/_.-]{1,250}$")
 _STAT = re.compile(r"^STAT (\S+) (\d+)\s*$", re.MULTILINE)
 
 

@@ -1,4 +1,7 @@
-"""Small AWS helpers shared by the steps: tags, client tokens, retry config, error mapping."""
+"""Small AWS helpers shared by the steps: client tokens, retry config, error mapping, tag lookup.
+
+The tag names and the tags every created resource carries are `cachewarm.contract.tags`.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +11,6 @@ from typing import Any, TypeVar
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
-TAG_WARM_ID = "cachewarm:warm-id"
-TAG_NODE = "cachewarm:node"
-TAG_MANAGED = "cachewarm:managed"
-TAG_ROLE = "cachewarm:role"
-# How a replica's nodes are found when the input names a replica (documented in statemachine/README.md).
-TAG_REPLICA = "cachewarm:replica"
-TAG_ASG = "aws:autoscaling:groupName"
 
 # Adaptive mode: exponential backoff with jitter plus client-side rate limiting on throttling
 # (RequestLimitExceeded, Throttling...). What still fails after this becomes TransientError and the
@@ -40,16 +35,6 @@ THROTTLING_CODES = frozenset(
 )
 
 T = TypeVar("T")
-
-
-def tags(warm_id: str, node_id: str, role: str) -> list[dict[str, str]]:
-    """The tags every resource the controller creates carries (teardown finds them by warm id)."""
-    return [
-        {"Key": TAG_WARM_ID, "Value": warm_id},
-        {"Key": TAG_NODE, "Value": node_id},
-        {"Key": TAG_MANAGED, "Value": "true"},
-        {"Key": TAG_ROLE, "Value": role},
-    ]
 
 
 def client_token(warm_id: str, node_id: str, kind: str) -> str:

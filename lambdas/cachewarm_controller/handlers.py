@@ -1,4 +1,4 @@
-"""Lambda handlers: thin Powertools adapters over `steps`.
+"""Lambda handlers: thin Powertools adapters over the steps (`cachewarm_controller.steps.*`).
 
 The handler for `${<PascalName>FunctionArn}` in the ASL is `cachewarm_controller.handlers.<snake_name>`.
 Clients are created on first use (never at import), through `get_deps`, which tests replace.
@@ -17,12 +17,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cachewarm_controller import steps
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Ec2VolumeAttacher
 from cachewarm_controller.awsutil import RETRY_CONFIG, is_throttling
 from cachewarm_controller.errors import TransientError
 from cachewarm_controller.model import WarmInput
+from cachewarm_controller.steps import agent_commands, planning, progress, resources
+from cachewarm_controller.steps import teardown as teardown_steps
+from cachewarm_controller.steps.common import Deps, Settings
 from cachewarm_controller.store import S3Store
 
 # Service/namespace come from the Lambda environment (the CDK stack sets them); the defaults keep
@@ -33,13 +35,13 @@ metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "C
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
 
 
-def settings_from_env() -> steps.Settings:
+def settings_from_env() -> Settings:
     missing = [
         k for k in ("STATUS_BUCKET", "DUMP_DOCUMENT_NAME", "POPULATE_DOCUMENT_NAME") if not os.environ.get(k)
     ]
     if missing:
         raise RuntimeError(f"Lambda environment lacks {', '.join(missing)} (set by the CDK stack)")
-    return steps.Settings(
+    return Settings(
         status_bucket=os.environ["STATUS_BUCKET"],
         dump_document=os.environ["DUMP_DOCUMENT_NAME"],
         populate_document=os.environ["POPULATE_DOCUMENT_NAME"],
@@ -48,13 +50,13 @@ def settings_from_env() -> steps.Settings:
 
 
 @functools.cache
-def default_deps() -> steps.Deps:
+def default_deps() -> Deps:
     """Real clients, built once per Lambda container on first invocation (warm starts reuse them)."""
     settings = settings_from_env()
     ec2 = boto3.client("ec2", config=RETRY_CONFIG)
     ssm = boto3.client("ssm", config=RETRY_CONFIG)
     s3 = boto3.client("s3", config=RETRY_CONFIG)
-    return steps.Deps(
+    return Deps(
         ec2=ec2,
         s3=S3Store(s3, settings.status_bucket),
         agents=SsmAgentRunner(ssm),
@@ -63,7 +65,7 @@ def default_deps() -> steps.Deps:
     )
 
 
-def get_deps() -> steps.Deps:
+def get_deps() -> Deps:
     return default_deps()
 
 
@@ -105,53 +107,52 @@ def _adapter(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
     return handler
 
 
+def _on_input(step: Callable[[WarmInput, Deps], dict[str, Any]]) -> Handler:
+    """The handler of a step that needs only the (validated) input."""
+
+    def run(event: dict[str, Any]) -> dict[str, Any]:
+        return step(_input(event), get_deps())
+
+    run.__name__ = run.__qualname__ = step.__name__
+    return _adapter(run)
+
+
+def _on_wait(step: Callable[[WarmInput, int, Deps], dict[str, Any]], loop: str) -> Handler:
+    """The handler of one check of a wait loop: the input and the loop's count of checks so far
+    (`event[loop]["attempt"]`, the previous check's output)."""
+
+    def run(event: dict[str, Any]) -> dict[str, Any]:
+        return step(_input(event), _attempt(event, loop), get_deps())
+
+    run.__name__ = run.__qualname__ = step.__name__
+    return _adapter(run)
+
+
 @_adapter
 def validate_input(event: dict[str, Any]) -> dict[str, Any]:
-    inp = steps.validate(event, get_deps().ec2)
+    inp = planning.validate(event, get_deps().ec2)
     return {"warm_id": inp.warm_id, "input": inp.model_dump(mode="json")}
 
 
 @_adapter
 def plan(event: dict[str, Any]) -> dict[str, Any]:
-    out = steps.plan(_input(event), get_deps())
+    out = planning.plan(_input(event), get_deps())
     metrics.add_metric(name="SourceNodes", unit=MetricUnit.Count, value=out["nodes"])
     return out
 
 
-@_adapter
-def create_volumes(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.create_volumes(_input(event), get_deps())
-
-
-@_adapter
-def check_volumes(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.check_volumes(_input(event), _attempt(event, "volumes_wait"), get_deps())
-
-
-@_adapter
-def launch_populators(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.launch_populators(_input(event), get_deps())
-
-
-@_adapter
-def check_populators(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.check_populators(_input(event), _attempt(event, "populators_wait"), get_deps())
-
-
-@_adapter
-def attach_volumes(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.attach_volumes(_input(event), get_deps())
-
-
-@_adapter
-def start_agents(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.start_agents(_input(event), get_deps())
+create_volumes = _on_input(resources.create_volumes)
+check_volumes = _on_wait(resources.check_volumes, "volumes_wait")
+launch_populators = _on_input(resources.launch_populators)
+check_populators = _on_wait(resources.check_populators, "populators_wait")
+attach_volumes = _on_input(resources.attach_volumes)
+start_agents = _on_input(agent_commands.start_agents)
 
 
 @_adapter
 def check_progress(event: dict[str, Any]) -> dict[str, Any]:
-    progress = event.get("progress") or {}
-    out = steps.check_progress(_input(event), int(progress.get("poll", 0)), get_deps())
+    poll = int((event.get("progress") or {}).get("poll", 0))
+    out = progress.check_progress(_input(event), poll, get_deps())
     metrics.add_metric(name="NodesDone", unit=MetricUnit.Count, value=out["nodes_done"])
     metrics.add_metric(name="ItemsPopulated", unit=MetricUnit.Count, value=out["items"])
     metrics.add_metric(name="BytesPopulated", unit=MetricUnit.Bytes, value=out["bytes"])
@@ -159,16 +160,14 @@ def check_progress(event: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@_adapter
-def verify(event: dict[str, Any]) -> dict[str, Any]:
-    return steps.verify(_input(event), get_deps())
+verify = _on_input(progress.verify)
 
 
 @_adapter
 def teardown(event: dict[str, Any]) -> dict[str, Any]:
-    target = steps.teardown_target(event)
+    target = teardown_steps.teardown_target(event)
     attempt = _attempt(event, "teardown")
-    out = steps.teardown(
+    out = teardown_steps.teardown(
         target.warm_id, target.status_prefix, attempt, TEARDOWN_MAX_ATTEMPTS, get_deps(), target.mount_dir
     )
     left = out.get("volumes_left", 0) + out.get("instances_left", 0)

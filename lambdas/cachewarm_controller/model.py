@@ -2,7 +2,8 @@
 
 Every string that reaches an SSM document parameter is constrained here at least as strictly as the
 document's `allowedPattern`, so valid input never fails at SendCommand and hostile input never gets
-that far.
+that far. The patterns, limits and defaults come from `cachewarm.contract.inputs`, which the SSM
+documents are checked against.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+from cachewarm.contract import inputs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cachewarm_controller.errors import InvalidInputError
@@ -24,12 +26,13 @@ FS_OVERHEAD_GIB = 1
 # An io2 multi-attach volume is attached to at most 16 Nitro instances (we use 2 per volume).
 MULTI_ATTACH_LIMIT = 16
 
-WarmId = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{2,47}$")]
-InstanceId = Annotated[str, Field(pattern=r"^i-[0-9a-f]{8,17}$")]
-SubnetId = Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]
-AzName = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")]
-Endpoint = Annotated[str, Field(pattern=r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$")]
-ReplicaName = Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,128}$")]
+WarmId = Annotated[str, Field(pattern=inputs.WARM_ID)]
+InstanceId = Annotated[str, Field(pattern=inputs.INSTANCE_ID)]
+SubnetId = Annotated[str, Field(pattern=inputs.SUBNET_ID)]
+AzName = Annotated[str, Field(pattern=inputs.AZ_NAME)]
+Endpoint = Annotated[str, Field(pattern=inputs.ENDPOINT)]
+ReplicaName = Annotated[str, Field(pattern=inputs.REPLICA_NAME)]
+AsgName = Annotated[str, Field(pattern=inputs.ASG_NAME)]
 
 
 class _Strict(BaseModel):
@@ -47,10 +50,10 @@ class SourceSpec(_Strict):
     """Which replica to read. At most one selector; none = the replica with the most items."""
 
     replica: ReplicaName | None = None
-    asg_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,255}$")] | None = None
+    asg_name: AsgName | None = None
     instance_ids: list[InstanceId] | None = Field(default=None, min_length=1, max_length=1000)
     node_stats: dict[InstanceId, NodeStats] | None = None
-    memcached_port: int = Field(default=11211, ge=1, le=65535)
+    memcached_port: int = Field(default=inputs.DEFAULT_MEMCACHED_PORT, ge=1, le=65535)
 
     @model_validator(mode="after")
     def _one_selector(self) -> SourceSpec:
@@ -67,9 +70,9 @@ class DestinationSpec(_Strict):
     directly or found from the replica tag / Auto Scaling group (private IP + port of running nodes)."""
 
     replica: ReplicaName | None = None
-    asg_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:/-]{1,255}$")] | None = None
-    endpoints: list[Endpoint] | None = Field(default=None, min_length=1, max_length=500)
-    port: int = Field(default=11211, ge=1, le=65535)
+    asg_name: AsgName | None = None
+    endpoints: list[Endpoint] | None = Field(default=None, min_length=1, max_length=inputs.MAX_ENDPOINTS)
+    port: int = Field(default=inputs.DEFAULT_MEMCACHED_PORT, ge=1, le=65535)
 
     @model_validator(mode="after")
     def _some_target(self) -> DestinationSpec:
@@ -79,12 +82,12 @@ class DestinationSpec(_Strict):
 
 
 class PopulatorSpec(_Strict):
-    launch_template_id: Annotated[str, Field(pattern=r"^lt-[0-9a-f]{8,17}$")] | None = None
-    launch_template_name: Annotated[str, Field(pattern=r"^[A-Za-z0-9()./_-]{3,128}$")] | None = None
-    launch_template_version: Annotated[str, Field(pattern=r"^(\$Latest|\$Default|[0-9]{1,10})$")] = "$Latest"
+    launch_template_id: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_ID)] | None = None
+    launch_template_name: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_NAME)] | None = None
+    launch_template_version: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_VERSION)] = "$Latest"
     # Per AZ; a node whose AZ is missing here gets a populator in the source node's own subnet.
     subnet_ids: dict[AzName, SubnetId] = Field(default_factory=dict)
-    mode: Literal["add", "set"] = "add"
+    mode: Literal["add", "set"] = inputs.DEFAULT_MODE
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
 
     @model_validator(mode="after")
@@ -98,8 +101,8 @@ class VolumeSpec(_Strict):
     iops: int = Field(default=5000, ge=100, le=256_000)
     # Volume size = data bytes x headroom + FS_OVERHEAD_GIB (docs: statemachine/README.md).
     headroom: float = Field(default=1.25, ge=1.0, le=10.0)
-    kms_key_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9:/_-]{1,2048}$")] | None = None
-    device_name: Annotated[str, Field(pattern=r"^/dev/(sd[f-p]|xvd[f-p])$")] = "/dev/sdf"
+    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = None
+    device_name: Annotated[str, Field(pattern=inputs.ATTACH_DEVICE_NAME)] = "/dev/sdf"
 
 
 class DumperSpec(_Strict):
@@ -132,8 +135,8 @@ class WarmInput(_Strict):
     dumper: DumperSpec = Field(default_factory=DumperSpec)
     polling: PollingSpec = Field(default_factory=PollingSpec)
     verify: VerifySpec = Field(default_factory=VerifySpec)
-    status_prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$")] = "warms"
-    mount_dir: Annotated[str, Field(pattern=r"^/[A-Za-z0-9/_.-]{1,200}$")] = "/mnt/cachewarm"
+    status_prefix: Annotated[str, Field(pattern=inputs.STATUS_PREFIX)] = inputs.DEFAULT_STATUS_PREFIX
+    mount_dir: Annotated[str, Field(pattern=inputs.MOUNT_DIR)] = inputs.DEFAULT_MOUNT_DIR
 
 
 def parse_input(raw: object) -> WarmInput:
@@ -159,11 +162,6 @@ def volume_size_gib(data_bytes: int, headroom: float, iops: int) -> int:
             f"above io2's {IO2_MAX_GIB} GiB volume limit"
         )
     return size
-
-
-def device_path(volume_id: str) -> str:
-    """The stable device path of an EBS volume on a Nitro instance (NVMe names are not stable)."""
-    return "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_" + volume_id.replace("-", "")
 
 
 # ---- the plan: one row per source node, kept in S3 (300 rows would crowd the 256 KiB state) --------

@@ -1,75 +1,33 @@
-"""The S3 side: the warm's plan and the agents' status objects (docs/status-objects.md)."""
+"""The S3 side: the warm's plan and the agents' status objects (docs/status-objects.md).
+
+The status object, its JSON codec and the S3 layout are `cachewarm.contract.status` (the agents write
+what this reads).
+"""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
+from cachewarm.contract.status import (
+    ROLES,
+    NodeStatus,
+    StatusFormatError,
+    plan_key,
+    role_prefix,
+    warm_prefix,
+)
 
 from cachewarm_controller.awsutil import error_code
 from cachewarm_controller.model import WarmPlan
-
-ROLES = ("dump", "populate")
-
-
-@dataclass(frozen=True)
-class Progress:
-    items: int = 0
-    bytes: int = 0
-    files: int = 0
-    keys_listed: int = 0
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """One agent's status object: `<prefix>/<warm-id>/<role>/<node-id>.json`."""
-
-    node_id: str
-    role: str
-    state: str  # running | done | failed
-    heartbeat_ms: int
-    progress: Progress = field(default_factory=Progress)
-    error: str | None = None
-    attempt: int = 0
-
-    @staticmethod
-    def from_json(body: dict[str, Any]) -> NodeStatus:
-        p = body.get("progress") or {}
-        state = str(body["state"])
-        if state not in {"running", "done", "failed"}:
-            raise ValueError(f"unknown state {state!r}")
-        return NodeStatus(
-            node_id=str(body["node_id"]),
-            role=str(body["role"]),
-            state=state,
-            heartbeat_ms=int(body["heartbeat_ms"]),
-            progress=Progress(
-                items=int(p.get("items", 0)),
-                bytes=int(p.get("bytes", 0)),
-                files=int(p.get("files", 0)),
-                keys_listed=int(p.get("keys_listed", 0)),
-            ),
-            error=body.get("error"),
-            attempt=int(body.get("attempt", 0)),
-        )
-
 
 StatusMap = dict[tuple[str, str], NodeStatus]  # (role, node_id) -> status
 
 
 class StatusReader(Protocol):
     def read_statuses(self, prefix: str, warm_id: str) -> StatusMap: ...
-
-
-def warm_prefix(prefix: str, warm_id: str) -> str:
-    return f"{prefix}/{warm_id}/"
-
-
-def plan_key(prefix: str, warm_id: str) -> str:
-    return f"{prefix}/{warm_id}/controller/plan.json"
 
 
 @dataclass
@@ -105,21 +63,17 @@ class S3Store:
 
     def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
         keys = [
-            k
-            for role in ROLES
-            for k in self._keys(f"{warm_prefix(prefix, warm_id)}{role}/")
-            if k.endswith(".json")
+            k for role in ROLES for k in self._keys(role_prefix(prefix, warm_id, role)) if k.endswith(".json")
         ]
 
         def get(key: str) -> NodeStatus | None:
             try:
-                body = json.loads(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
-                return NodeStatus.from_json(body)
+                return NodeStatus.from_json(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
             except ClientError as exc:
                 if error_code(exc) == "NoSuchKey":
                     return None
                 raise
-            except (ValueError, KeyError, TypeError):
+            except StatusFormatError:
                 # A corrupt status object counts as no heartbeat (the node goes stale and is revived);
                 # it is recorded so the check's output names it.
                 self.corrupt.append(key)

@@ -9,7 +9,8 @@ from typing import Any
 
 import boto3
 import pytest
-from cachewarm_controller import handlers, steps
+from cachewarm_controller import handlers
+from cachewarm_controller.steps.common import Deps, Settings
 from cachewarm_controller.store import S3Store
 from moto import mock_aws
 
@@ -105,12 +106,12 @@ def shared_world() -> Iterator[World]:
         # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.
         agents = AgentSim(ssm, clock)
         attacher = FakeAttacher()
-        deps = steps.Deps(
+        deps = Deps(
             ec2=ec2,
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=steps.Settings(BUCKET, DUMP_DOC, POPULATE_DOC),
+            settings=Settings(BUCKET, DUMP_DOC, POPULATE_DOC),
             statuses=agents,
             clock=clock,
             sleep=lambda s: None,

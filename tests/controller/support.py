@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarm_controller import handlers, steps
+from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm.contract.tags import REPLICA as TAG_REPLICA
+from cachewarm_controller import handlers
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Attachment
-from cachewarm_controller.awsutil import TAG_REPLICA
 from cachewarm_controller.model import NodeStats
-from cachewarm_controller.store import NodeStatus, Progress, S3Store, StatusMap
+from cachewarm_controller.steps.common import Deps
+from cachewarm_controller.steps.inventory import Inventory, inventory
+from cachewarm_controller.store import S3Store, StatusMap
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "statemachine" / "warm.asl.json"
@@ -33,6 +36,9 @@ BUCKET = "cachewarm-status-test"
 DUMP_DOC = "cachewarm-dump-agent"
 POPULATE_DOC = "cachewarm-populate-agent"
 AMI = "ami-12c6146b"  # one of moto's built-in AMIs
+# The simulated statuses name no warm (the controller keys them by role and node); the objects
+# written to S3 carry the warm id, as the agents' do.
+NO_WARM_ID = ""
 MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 
 
@@ -127,17 +133,24 @@ class AgentSim:
         now = self.clock()
         progress = Progress(items=sim.items, bytes=sim.items * 1000, files=sim.files)
         if role == "dump":
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
+            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
         if attempt <= sim.silent_attempts:
             return None
         if attempt <= sim.silent_attempts + sim.fail_attempts:
             return NodeStatus(
-                node, role, "failed", int(now * 1000), Progress(), "injected agent failure", attempt
+                NO_WARM_ID,
+                node,
+                role,
+                "failed",
+                int(now * 1000),
+                Progress(),
+                "injected agent failure",
+                attempt,
             )
         if now - sent_at >= sim.finish_after_s:
-            return NodeStatus(node, role, "done", int(now * 1000), progress, None, attempt)
+            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
         return NodeStatus(
-            node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
+            NO_WARM_ID, node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
         )
 
     def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
@@ -197,7 +210,7 @@ class World:
     clock: FakeClock
     attacher: FakeAttacher
     agents: AgentSim
-    deps: steps.Deps
+    deps: Deps
     subnets: dict[str, str]
     source_ids: list[str]
     template_id: str
@@ -217,7 +230,7 @@ class World:
         self.invocations = []
         self.attacher = FakeAttacher()
         self.agents = AgentSim(self.ssm, self.clock)
-        self.deps = steps.Deps(
+        self.deps = Deps(
             ec2=self.ec2,
             s3=self.deps.s3,
             agents=self.agents,
@@ -259,8 +272,8 @@ class World:
             ids.append(resp["Instances"][0]["InstanceId"])
         return ids
 
-    def inventory(self) -> steps.Inventory:
-        return steps.inventory(self.ec2, self.warm_id)
+    def inventory(self) -> Inventory:
+        return inventory(self.ec2, self.warm_id)
 
     def status_objects(self) -> list[str]:
         resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{self.warm_id}/")
@@ -409,119 +422,3 @@ def dispatcher(world_ref: Callable[[], World]) -> Callable[..., bytes]:
         return json.dumps(result).encode()
 
     return invoke
-
-
-class FakeEc2:
-    """In-memory EC2 for the 300-node history test only: moto's EC2 spends ~2 minutes serializing 600
-    instances through 300 RunInstances/600 SendCommands, which says nothing about the history size.
-    It implements just the calls the steps make, with EC2's response shapes; the per-node EC2 logic
-    itself is covered against moto by the 3-node end-to-end tests."""
-
-    def __init__(self, subnets: dict[str, str]) -> None:
-        self.subnets = subnets  # az -> subnet id
-        self.instances: dict[str, dict[str, Any]] = {}
-        self.volumes: dict[str, dict[str, Any]] = {}
-        self._n = 0
-
-    def _id(self, prefix: str) -> str:
-        self._n += 1
-        return f"{prefix}-{self._n:017x}"
-
-    @staticmethod
-    def _tags(spec: list[dict[str, Any]] | None, kind: str) -> list[dict[str, str]]:
-        return [t for s in spec or [] if s["ResourceType"] == kind for t in s["Tags"]]
-
-    def add_instances(self, count: int, itype: str, tags: list[dict[str, str]]) -> list[str]:
-        azs = sorted(self.subnets)
-        ids = []
-        for i in range(count):
-            az = azs[i % len(azs)]
-            iid = self._id("i")
-            self.instances[iid] = {
-                "InstanceId": iid,
-                "InstanceType": itype,
-                "State": {"Name": "running"},
-                "Placement": {"AvailabilityZone": az},
-                "SubnetId": self.subnets[az],
-                "BlockDeviceMappings": [{"DeviceName": "/dev/xvda"}],
-                "Tags": list(tags),
-            }
-            ids.append(iid)
-        return ids
-
-    @staticmethod
-    def _match(res: dict[str, Any], filters: list[dict[str, Any]]) -> bool:
-        tags = {t["Key"]: t["Value"] for t in res.get("Tags", [])}
-        for f in filters:
-            name, values = f["Name"], f["Values"]
-            if name.startswith("tag:"):
-                if tags.get(name[4:]) not in values:
-                    return False
-            elif name == "tag-key":
-                if not set(values) & tags.keys():
-                    return False
-            elif name == "instance-state-name":
-                if res["State"]["Name"] not in values:
-                    return False
-            else:
-                raise NotImplementedError(name)
-        return True
-
-    def get_paginator(self, op: str) -> Any:
-        fake = self
-
-        class _P:
-            def paginate(self, **kw: Any) -> Iterator[dict[str, Any]]:
-                yield getattr(fake, op)(**kw)
-
-        return _P()
-
-    def describe_instances(self, InstanceIds: list[str] | None = None, Filters: Any = ()) -> dict[str, Any]:
-        found = [
-            dict(i)
-            for iid, i in self.instances.items()
-            if (InstanceIds is None or iid in InstanceIds) and self._match(i, list(Filters))
-        ]
-        return {"Reservations": [{"Instances": found}] if found else []}
-
-    def describe_instance_types(self, InstanceTypes: list[str]) -> dict[str, Any]:
-        return {"InstanceTypes": [{"InstanceType": t, "Hypervisor": "nitro"} for t in InstanceTypes]}
-
-    def describe_launch_template_versions(self, **kw: Any) -> dict[str, Any]:
-        return {"LaunchTemplateVersions": [{"LaunchTemplateData": {"InstanceType": "m5.large"}}]}
-
-    def create_volume(self, **kw: Any) -> dict[str, Any]:
-        vid = self._id("vol")
-        assert kw["VolumeType"] == "io2" and kw["MultiAttachEnabled"] and kw["Encrypted"]
-        self.volumes[vid] = {
-            "VolumeId": vid,
-            "State": "available",
-            "AvailabilityZone": kw["AvailabilityZone"],
-            "Tags": self._tags(kw.get("TagSpecifications"), "volume"),
-            "Attachments": [],
-        }
-        return dict(self.volumes[vid])
-
-    def describe_volumes(self, VolumeIds: list[str] | None = None, Filters: Any = ()) -> dict[str, Any]:
-        vols = [
-            dict(v)
-            for vid, v in self.volumes.items()
-            if (VolumeIds is None or vid in VolumeIds)
-            and self._match({**v, "State": {"Name": "running"}}, list(Filters))
-        ]
-        return {"Volumes": vols}
-
-    def run_instances(self, **kw: Any) -> dict[str, Any]:
-        az = next(a for a, s in self.subnets.items() if s == kw["SubnetId"])
-        iid = self.add_instances(1, "m5.large", self._tags(kw.get("TagSpecifications"), "instance"))[0]
-        self.instances[iid]["Placement"] = {"AvailabilityZone": az}
-        return {"Instances": [dict(self.instances[iid])]}
-
-    def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
-        for iid in InstanceIds:
-            self.instances[iid]["State"] = {"Name": "terminated"}
-        return {"TerminatingInstances": []}
-
-    def delete_volume(self, VolumeId: str) -> dict[str, Any]:
-        del self.volumes[VolumeId]
-        return {}

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.controller.support import FakeEc2, SimNode
+from tests.controller.fake_ec2 import FakeEc2
+from tests.controller.support import SimNode
 
 HISTORY_LIMIT = 25_000
 NODES = 300

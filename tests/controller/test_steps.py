@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from cachewarm_controller import handlers, steps
+from cachewarm.contract.inputs import ebs_device_path
+from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm_controller import handlers
 from cachewarm_controller.errors import (
     AttachmentLimitError,
     InvalidInputError,
@@ -23,11 +25,20 @@ from cachewarm_controller.model import (
     NodePlan,
     RoleRun,
     WarmInput,
-    device_path,
     parse_input,
     volume_size_gib,
 )
-from cachewarm_controller.store import NodeStatus, Progress
+from cachewarm_controller.steps.agent_commands import start_agents
+from cachewarm_controller.steps.planning import plan, validate
+from cachewarm_controller.steps.progress import assess_node, check_progress, verify
+from cachewarm_controller.steps.resources import (
+    attach_volumes,
+    check_populators,
+    check_volumes,
+    create_volumes,
+    launch_populators,
+)
+from cachewarm_controller.steps.teardown import TeardownTarget, teardown, teardown_target
 
 from tests.controller.support import BUCKET, SimNode
 
@@ -39,18 +50,18 @@ def inp(world: Any, **kw: Any) -> WarmInput:
 def through_agents(world: Any, **kw: Any) -> WarmInput:
     """Run the steps up to and including StartAgents."""
     i = inp(world, **kw)
-    steps.plan(i, world.deps)
-    steps.create_volumes(i, world.deps)
-    steps.launch_populators(i, world.deps)
-    steps.attach_volumes(i, world.deps)
-    steps.start_agents(i, world.deps)
+    plan(i, world.deps)
+    create_volumes(i, world.deps)
+    launch_populators(i, world.deps)
+    attach_volumes(i, world.deps)
+    start_agents(i, world.deps)
     return i
 
 
 def finish(world: Any, i: WarmInput) -> None:
     """Teardown passes until complete (the state machine loops the same way)."""
     for attempt in range(10):
-        if steps.teardown(i.warm_id, i.status_prefix, attempt, 10, world.deps)["complete"]:
+        if teardown(i.warm_id, i.status_prefix, attempt, 10, world.deps)["complete"]:
             return
     raise AssertionError("teardown did not complete")
 
@@ -84,7 +95,7 @@ def test_volume_size_has_headroom_overhead_and_io2_floors() -> None:
 
 
 def test_device_path_is_the_stable_nvme_name() -> None:
-    assert device_path("vol-0abc") == "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0abc"
+    assert ebs_device_path("vol-0abc") == "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol0abc"
 
 
 # ---- plan --------------------------------------------------------------------------------------------
@@ -95,7 +106,7 @@ def test_plan_rows_per_node_saved_to_s3(world: Any) -> None:
         world,
         source={"replica": "main-a", "node_stats": {world.source_ids[0]: {"items": 7, "bytes": 10 * GIB}}},
     )
-    out = steps.plan(i, world.deps)
+    out = plan(i, world.deps)
     assert out["nodes"] == 3 and out["source_replica"] == "main-a"
     warm = world.deps.s3.load_plan(i.status_prefix, i.warm_id)
     row = warm.node(world.source_ids[0])
@@ -107,28 +118,26 @@ def test_plan_rows_per_node_saved_to_s3(world: Any) -> None:
 
 def test_plan_errors_name_the_problem(world: Any) -> None:
     with pytest.raises(PlanError, match="no running instance tagged"):
-        steps.plan(inp(world, source={"replica": "nope"}), world.deps)
+        plan(inp(world, source={"replica": "nope"}), world.deps)
     with pytest.raises(PlanError, match="i-00000000deadbeef"):
-        steps.plan(inp(world, source={"instance_ids": ["i-00000000deadbeef"]}), world.deps)
+        plan(inp(world, source={"instance_ids": ["i-00000000deadbeef"]}), world.deps)
     with pytest.raises(PlanError, match="launch template"):
-        steps.plan(inp(world, populator={"launch_template_name": "missing-template"}), world.deps)
+        plan(inp(world, populator={"launch_template_name": "missing-template"}), world.deps)
     wrong = {"us-east-1a": world.subnets["us-east-1b"]}
     with pytest.raises(PlanError, match="single-AZ"):
-        steps.plan(
-            inp(world, populator={"launch_template_id": world.template_id, "subnet_ids": wrong}), world.deps
-        )
+        plan(inp(world, populator={"launch_template_id": world.template_id, "subnet_ids": wrong}), world.deps)
     xen = world.ec2.create_launch_template(
         LaunchTemplateName=f"xen-{world.warm_id}",
         LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "t2.micro"},
     )["LaunchTemplate"]["LaunchTemplateId"]
     with pytest.raises(NotNitroError, match=r"t2\.micro"):
-        steps.plan(inp(world, populator={"launch_template_id": xen}), world.deps)
+        plan(inp(world, populator={"launch_template_id": xen}), world.deps)
 
 
 def test_validate_refuses_a_warm_id_in_use(world: Any) -> None:
     i = through_agents(world)
     with pytest.raises(InvalidInputError, match="in use"):
-        steps.validate(world.make_input(), world.ec2)
+        validate(world.make_input(), world.ec2)
     finish(world, i)
 
 
@@ -137,9 +146,9 @@ def test_validate_refuses_a_warm_id_in_use(world: Any) -> None:
 
 def test_create_volumes_io2_multi_attach_encrypted_tagged_idempotent(world: Any, monkeypatch: Any) -> None:
     i = inp(world, volume={"iops": 6000, "kms_key_id": "alias/cachewarm"})
-    steps.plan(i, world.deps)
-    first = steps.create_volumes(i, world.deps)
-    again = steps.create_volumes(i, world.deps)  # a retried step
+    plan(i, world.deps)
+    first = create_volumes(i, world.deps)
+    again = create_volumes(i, world.deps)  # a retried step
     assert first["created"] == 3 and again["created"] == 0
     vols = world.inventory().volumes
     assert len(vols) == 3
@@ -157,7 +166,7 @@ def test_create_volumes_io2_multi_attach_encrypted_tagged_idempotent(world: Any,
         assert v["KmsKeyId"] == "alias/cachewarm"
         assert v["AvailabilityZone"] == row.az and v["Size"] == row.size_gib
         assert t["cachewarm:warm-id"] == i.warm_id and t["cachewarm:managed"] == "true"
-    assert steps.check_volumes(i, 0, world.deps)["ready"]
+    assert check_volumes(i, 0, world.deps)["ready"]
     finish(world, i)
 
 
@@ -171,9 +180,9 @@ def test_client_tokens_are_stable_per_warm_and_node() -> None:
 
 def test_populators_in_the_source_az_tagged_idempotent(world: Any) -> None:
     i = inp(world)
-    steps.plan(i, world.deps)
-    assert steps.launch_populators(i, world.deps)["launched"] == 3
-    assert steps.launch_populators(i, world.deps)["launched"] == 0
+    plan(i, world.deps)
+    assert launch_populators(i, world.deps)["launched"] == 3
+    assert launch_populators(i, world.deps)["launched"] == 0
     warm = world.deps.s3.load_plan(i.status_prefix, i.warm_id)
     pops = {p["InstanceId"]: p for p in world.inventory().instances}
     assert len(pops) == 3
@@ -182,25 +191,25 @@ def test_populators_in_the_source_az_tagged_idempotent(world: Any) -> None:
         assert p["Placement"]["AvailabilityZone"] == row.az
         assert tags_of(p)["cachewarm:node"] == row.node_id
     world.agents.offline = set(pops)
-    assert not steps.check_populators(i, 0, world.deps)["ready"]
+    assert not check_populators(i, 0, world.deps)["ready"]
     with pytest.raises(WaitTimedOutError, match="populators"):
-        steps.check_populators(i, i.polling.resource_wait_attempts - 1, world.deps)
+        check_populators(i, i.polling.resource_wait_attempts - 1, world.deps)
     world.agents.offline = set()
-    assert steps.check_populators(i, 1, world.deps)["ready"]
+    assert check_populators(i, 1, world.deps)["ready"]
     world.ec2.terminate_instances(InstanceIds=[next(iter(pops))])
     with pytest.raises(ResourceFailedError, match=r"terminated|shutting-down"):
-        steps.check_populators(i, 2, world.deps)
+        check_populators(i, 2, world.deps)
     finish(world, i)
 
 
 def test_attach_each_volume_to_source_and_populator_idempotent(world: Any) -> None:
     i = inp(world)
-    steps.plan(i, world.deps)
-    steps.create_volumes(i, world.deps)
-    steps.launch_populators(i, world.deps)
-    assert steps.attach_volumes(i, world.deps) == {"attachments": 6}
+    plan(i, world.deps)
+    create_volumes(i, world.deps)
+    launch_populators(i, world.deps)
+    assert attach_volumes(i, world.deps) == {"attachments": 6}
     calls = len(world.attacher.calls)
-    steps.attach_volumes(i, world.deps)
+    attach_volumes(i, world.deps)
     assert len(world.attacher.calls) == calls  # nothing re-attached
     warm = world.deps.s3.load_plan(i.status_prefix, i.warm_id)
     for row in warm.nodes:
@@ -211,14 +220,14 @@ def test_attach_each_volume_to_source_and_populator_idempotent(world: Any) -> No
 
 def test_attach_refuses_a_volume_at_the_multi_attach_limit(world: Any) -> None:
     i = inp(world)
-    steps.plan(i, world.deps)
-    steps.create_volumes(i, world.deps)
-    steps.launch_populators(i, world.deps)
+    plan(i, world.deps)
+    create_volumes(i, world.deps)
+    launch_populators(i, world.deps)
     vol = world.inventory().volumes[0]["VolumeId"]
     for n in range(16):
         world.attacher.attach(vol, f"i-0{n:016x}", "/dev/sdf")
     with pytest.raises(AttachmentLimitError, match="16"):
-        steps.attach_volumes(i, world.deps)
+        attach_volumes(i, world.deps)
     world.attacher.table[vol] = {}
     finish(world, i)
 
@@ -226,7 +235,7 @@ def test_attach_refuses_a_volume_at_the_multi_attach_limit(world: Any) -> None:
 def test_start_agents_sends_each_role_once(world: Any) -> None:
     i = through_agents(world)
     assert len(world.agents.command_params) == 6
-    assert steps.start_agents(i, world.deps) == {"commands": 0}
+    assert start_agents(i, world.deps) == {"commands": 0}
     dump = next(c for c in world.agents.command_params if c["document"] == "cachewarm-dump-agent")
     assert dump["memcached"] == "127.0.0.1:11211" and dump["statusBucket"] == BUCKET
     assert dump["device"].startswith("/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol")
@@ -237,7 +246,7 @@ def test_start_agents_sends_each_role_once(world: Any) -> None:
 
 
 def status(role: str, state: str, hb_ms: int, attempt: int = 1, error: str | None = None) -> NodeStatus:
-    return NodeStatus("i-1", role, state, hb_ms, Progress(items=5, files=1), error, attempt)
+    return NodeStatus("w-1", "i-1", role, state, hb_ms, Progress(items=5, files=1), error, attempt)
 
 
 ROW = NodePlan(
@@ -296,7 +305,7 @@ Expect = tuple[bool, str | None, str]
 def test_assess_node(
     statuses: dict[str, NodeStatus], commands: dict[str, str], expect: tuple[Any, ...]
 ) -> None:
-    v = steps.assess_node(ROW, statuses, {"d1": "InProgress", "p1": "InProgress", **commands}, NOW, STALE)
+    v = assess_node(ROW, statuses, {"d1": "InProgress", "p1": "InProgress", **commands}, NOW, STALE)
     assert (v.done, v.revive) == expect[:2]
     assert expect[2] in v.reason
 
@@ -305,23 +314,23 @@ def test_check_progress_revives_then_fails_past_the_budget(world: Any) -> None:
     bad = world.source_ids[2]
     world.agents.nodes[bad] = SimNode(fail_attempts=10)
     i = through_agents(world, polling={"interval_seconds": 60, "max_revives": 1})
-    out = steps.check_progress(i, 0, world.deps)
+    out = check_progress(i, 0, world.deps)
     assert out["revived"] == [
         {"node": bad, "role": "populate", "reason": "populate agent reported failure: injected agent failure"}
     ]
     assert not out["done"] and out["poll"] == 1
     with pytest.raises(NodeFailedError, match=f"{bad}.*max_revives=1"):
-        steps.check_progress(i, 1, world.deps)
+        check_progress(i, 1, world.deps)
     finish(world, i)
 
 
 def test_check_progress_deadline(world: Any) -> None:
     world.agents.default = SimNode(finish_after_s=10 * 3600)
     i = through_agents(world, polling={"interval_seconds": 60, "deadline_hours": 1})
-    assert not steps.check_progress(i, 0, world.deps)["done"]
+    assert not check_progress(i, 0, world.deps)["done"]
     world.clock.advance(3601)
     with pytest.raises(WarmTimedOutError, match="0/3 nodes done"):
-        steps.check_progress(i, 1, world.deps)
+        check_progress(i, 1, world.deps)
     finish(world, i)
 
 
@@ -329,7 +338,7 @@ def test_check_progress_reads_status_objects_from_s3(world: Any) -> None:
     world.agents.store = world.deps.s3
     i = through_agents(world)
     world.clock.advance(601)
-    out = steps.check_progress(i, 0, world.deps)
+    out = check_progress(i, 0, world.deps)
     assert out["done"] and out["nodes_done"] == 3 and out["items"] == 3000
     key = f"warms/{i.warm_id}/populate/{world.source_ids[0]}.json"
     body = json.loads(world.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
@@ -340,7 +349,7 @@ def test_check_progress_reads_status_objects_from_s3(world: Any) -> None:
     )
     world.deps.s3.read_statuses(i.status_prefix, i.warm_id)
     assert world.deps.s3.corrupt == [f"warms/{i.warm_id}/dump/i-0000000000000bad.json"]
-    steps.verify(i, world.deps)
+    verify(i, world.deps)
     finish(world, i)
     assert world.status_objects() == []
 
@@ -353,12 +362,14 @@ def test_verify_catches_a_populate_that_missed_files(world: Any) -> None:
     def short(role: str, node: str) -> NodeStatus | None:
         st = real(role, node)
         if st and role == "populate" and node == world.source_ids[1]:
-            return NodeStatus(node, role, st.state, st.heartbeat_ms, Progress(items=999, files=9), None, 1)
+            return NodeStatus(
+                st.warm_id, node, role, st.state, st.heartbeat_ms, Progress(items=999, files=9), None, 1
+            )
         return st
 
     world.agents._status = short
     with pytest.raises(VerifyFailedError, match=f"{world.source_ids[1]}: populated 9 of 10 files"):
-        steps.verify(i, world.deps)
+        verify(i, world.deps)
     finish(world, i)
 
 
@@ -370,7 +381,7 @@ def test_teardown_from_any_stage_and_twice(world: Any) -> None:
     world.agents.store = world.deps.s3
     world.agents.read_statuses(i.status_prefix, i.warm_id)  # the agents write their status objects
     assert world.status_objects()
-    out = steps.teardown(i.warm_id, i.status_prefix, 0, 5, world.deps)
+    out = teardown(i.warm_id, i.status_prefix, 0, 5, world.deps)
     # First pass: detach (from source and populator) and terminate; volumes go once detached.
     assert not out["complete"] and out["terminated"] == 3 and out["deleted_volumes"] == 0
     assert all(not atts for atts in world.attacher.table.values())
@@ -378,16 +389,16 @@ def test_teardown_from_any_stage_and_twice(world: Any) -> None:
     # Unmounted on the source nodes (production cache nodes) before the detach.
     assert world.agents.unmounted == [(tuple(sorted(world.source_ids)), f"/mnt/cachewarm/{i.warm_id}")]
     attempt = 1
-    while not steps.teardown(i.warm_id, i.status_prefix, attempt, 5, world.deps)["complete"]:
+    while not teardown(i.warm_id, i.status_prefix, attempt, 5, world.deps)["complete"]:
         attempt += 1
     assert world.inventory().empty and world.status_objects() == []
-    assert steps.teardown(i.warm_id, i.status_prefix, 0, 5, world.deps)["complete"]  # again: no-op
+    assert teardown(i.warm_id, i.status_prefix, 0, 5, world.deps)["complete"]  # again: no-op
 
 
 def test_teardown_gives_up_naming_leftovers(world: Any) -> None:
     i = inp(world)
-    steps.plan(i, world.deps)
-    steps.create_volumes(i, world.deps)
+    plan(i, world.deps)
+    create_volumes(i, world.deps)
     vol = world.inventory().volumes[0]["VolumeId"]
     world.attacher.table[vol] = {}
     world.attacher.detach = lambda *a: None  # a detach that never happens
@@ -396,26 +407,26 @@ def test_teardown_gives_up_naming_leftovers(world: Any) -> None:
     world.attacher.table[vol]["i-0123456789abcdef0"] = Attachment(
         vol, "i-0123456789abcdef0", "attached", "/dev/sdf"
     )
-    steps.teardown(i.warm_id, i.status_prefix, 0, 3, world.deps)
+    teardown(i.warm_id, i.status_prefix, 0, 3, world.deps)
     with pytest.raises(WaitTimedOutError, match=vol):
-        steps.teardown(i.warm_id, i.status_prefix, 2, 3, world.deps)
+        teardown(i.warm_id, i.status_prefix, 2, 3, world.deps)
     world.attacher.table[vol] = {}
-    steps.teardown(i.warm_id, i.status_prefix, 0, 3, world.deps)
+    teardown(i.warm_id, i.status_prefix, 0, 3, world.deps)
     assert world.inventory().empty
 
 
 def test_teardown_target_from_state_or_eventbridge() -> None:
     state = {"warm_id": "w-1", "input": {"warm_id": "w-1", "status_prefix": "p", "mount_dir": "/data"}}
-    assert steps.teardown_target(state) == steps.TeardownTarget("w-1", "p", "/data")
+    assert teardown_target(state) == TeardownTarget("w-1", "p", "/data")
     event = {
         "detail-type": "Step Functions Execution Status Change",
         "detail": {"status": "ABORTED", "input": json.dumps({"warm_id": "w-2", "mount_dir": "/x;reboot"})},
     }
-    assert steps.teardown_target(event) == steps.TeardownTarget("w-2", "warms", "/mnt/cachewarm")
+    assert teardown_target(event) == TeardownTarget("w-2", "warms", "/mnt/cachewarm")
     with pytest.raises(InvalidInputError):
-        steps.teardown_target({"detail": {"input": "{}"}})
+        teardown_target({"detail": {"input": "{}"}})
     with pytest.raises(InvalidInputError):
-        steps.teardown_target({"warm_id": "w-1; rm -rf /"})
+        teardown_target({"warm_id": "w-1; rm -rf /"})
 
 
 # ---- handlers ----------------------------------------------------------------------------------------
@@ -447,11 +458,11 @@ def test_handler_logs_with_the_warm_id_and_emits_emf(world: Any, capsys: Any) ->
 
 def test_destination_endpoints_found_from_the_replica(world: Any) -> None:
     i = inp(world, destination={"replica": "main-b", "port": 11311})
-    assert steps.plan(i, world.deps)["destination_endpoints"] == 2
+    assert plan(i, world.deps)["destination_endpoints"] == 2
     warm = world.deps.s3.load_plan(i.status_prefix, i.warm_id)
     assert all(e.startswith("10.0.") and e.endswith(":11311") for e in warm.destination_endpoints)
     with pytest.raises(PlanError, match="cannot warm itself"):
-        steps.plan(inp(world, destination={"replica": "main-a"}), world.deps)
+        plan(inp(world, destination={"replica": "main-a"}), world.deps)
     with pytest.raises(InvalidInputError, match="give endpoints, or a replica or asg_name"):
         parse_input(world.make_input(destination={"port": 11211}))
     finish(world, i)

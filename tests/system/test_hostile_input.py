@@ -102,7 +102,7 @@ def _field(path: tuple) -> str:
 
 def test_shell_metacharacters_in_every_string_field(world: World) -> None:
     """Every field with one value through the real ASL; every value through the validation step."""
-    from cachewarm_controller import steps
+    from cachewarm_controller.steps.planning import validate
 
     paths = string_paths(WarmInput.model_json_schema())
     assert ("warm_id",) in paths and ("destination", "endpoints", 0) in paths and len(paths) >= 10
@@ -114,7 +114,7 @@ def test_shell_metacharacters_in_every_string_field(world: World) -> None:
             problems.append(f"{_field(path)}={HOSTILE[0]!r} (state machine): {why}")
         for v in HOSTILE[1:]:
             try:
-                steps.validate(put(base, path, v), world.ec2)
+                validate(put(base, path, v), world.ec2)
                 problems.append(f"{_field(path)}={v!r}: accepted by ValidateInput")
             except Exception as e:
                 if type(e).__name__ != "InvalidInputError" or path[0] not in str(e):

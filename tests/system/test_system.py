@@ -17,7 +17,7 @@ import pytest
 from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.metaread import list_keys
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm_controller import steps
+from cachewarm_controller.steps.common import Deps
 
 from tests.controller.support import World
 from tests.dumper.dumputil import Item, load
@@ -29,7 +29,7 @@ WAIT_S = 0.2  # a Wait state's real sleep here (the ASL says interval_seconds)
 
 
 def _volume_of(device: str) -> str:
-    # cachewarm_controller.model.device_path: ".../nvme-Amazon_Elastic_Block_Store_vol0123..."
+    # cachewarm.contract.inputs.ebs_device_path: ".../nvme-Amazon_Elastic_Block_Store_vol0123..."
     return "vol-" + device.rsplit("_vol", 1)[1]
 
 
@@ -77,7 +77,7 @@ def _run_system(
     # Distinct loopback addresses, so EVCache's node key (host/ip:11211) tells the nodes apart.
     dst = [memcached(memory_mb=64, host=f"127.0.0.{k + 1}") for k in range(dests)]
     agents = LocalAgents(tmp_path / "machine", src, _volume_of)
-    world.deps = steps.Deps(
+    world.deps = Deps(
         ec2=world.ec2,
         s3=world.deps.s3,
         agents=agents,

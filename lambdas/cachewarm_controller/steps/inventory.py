@@ -1,0 +1,169 @@
+"""What exists in EC2: a warm's tagged resources, and the source and destination replicas' nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+from cachewarm.contract import tags
+
+from cachewarm_controller.agents import AgentRunner
+from cachewarm_controller.awsutil import chunks, tag_value
+from cachewarm_controller.errors import PlanError
+from cachewarm_controller.model import NodeStats, WarmInput
+
+LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+
+
+def tag_filter(key: str, value: str) -> dict[str, Any]:
+    return {"Name": f"tag:{key}", "Values": [value]}
+
+
+# ---- a warm's resources -----------------------------------------------------------------------------
+
+
+@dataclass
+class Inventory:
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    instances: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.volumes and not self.instances
+
+    def describe(self) -> str:
+        vols = ", ".join(f"{v['VolumeId']} ({v['State']})" for v in self.volumes[:10])
+        insts = ", ".join(f"{i['InstanceId']} ({i['State']['Name']})" for i in self.instances[:10])
+        return f"volumes: [{vols}] instances: [{insts}]"
+
+
+def inventory(ec2: Any, warm_id: str, volumes: bool = True, instances: bool = True) -> Inventory:
+    """Every live volume and instance tagged with the warm id (terminated instances do not count)."""
+    inv = Inventory()
+    flt = [tag_filter(tags.WARM_ID, warm_id)]
+    if volumes:
+        for page in ec2.get_paginator("describe_volumes").paginate(Filters=flt):
+            inv.volumes.extend(v for v in page["Volumes"] if v["State"] != "deleted")
+    if instances:
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[*flt, {"Name": "instance-state-name", "Values": LIVE_INSTANCE_STATES}]
+        ):
+            for res in page["Reservations"]:
+                inv.instances.extend(res["Instances"])
+    return inv
+
+
+def tagged(ec2: Any, kind: str, warm_id: str, role: str) -> dict[str, dict]:
+    """node id -> live tagged resource of `kind` (volume | instance) for this warm."""
+    inv = inventory(ec2, warm_id, volumes=kind == "volume", instances=kind == "instance")
+    items = inv.volumes if kind == "volume" else inv.instances
+    out: dict[str, dict] = {}
+    for r in items:
+        node = tag_value(r, tags.NODE)
+        if node and tag_value(r, tags.ROLE) == role:
+            out[node] = r
+    return out
+
+
+def describe_instances(ec2: Any, instance_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """instance id -> DescribeInstances' view of it, in batches (an unknown id is EC2's error)."""
+    out: dict[str, dict[str, Any]] = {}
+    for batch in chunks(list(instance_ids), 200):
+        for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=list(batch)):
+            for res in page["Reservations"]:
+                out.update({i["InstanceId"]: i for i in res["Instances"]})
+    return out
+
+
+# ---- the replicas -----------------------------------------------------------------------------------
+
+
+def running_instances(
+    ec2: Any, filters: Sequence[dict[str, Any]] = (), ids: Sequence[str] | None = None
+) -> list[dict]:
+    """The running instances that match `filters` (and are among `ids`, if given)."""
+    found: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"Filters": [{"Name": "instance-state-name", "Values": ["running"]}, *filters]}
+    if ids:
+        kwargs["InstanceIds"] = list(ids)
+    for page in ec2.get_paginator("describe_instances").paginate(**kwargs):
+        for res in page["Reservations"]:
+            found.extend(res["Instances"])
+    return found
+
+
+def source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | None, list[dict]]:
+    """The source replica's name (if known) and its running nodes, by the input's selector."""
+    src = inp.source
+    if src.instance_ids:
+        try:
+            nodes = running_instances(ec2, ids=src.instance_ids)
+        except ClientError as exc:
+            raise PlanError(f"source.instance_ids: {exc}") from exc
+        missing = sorted(set(src.instance_ids) - {n["InstanceId"] for n in nodes})
+        if missing:
+            raise PlanError(f"source.instance_ids not found or not running: {', '.join(missing)}")
+        return src.replica, nodes
+    if src.replica:
+        nodes = running_instances(ec2, [tag_filter(tags.REPLICA, src.replica)])
+        if not nodes:
+            raise PlanError(f"source.replica {src.replica!r}: no running instance tagged {tags.REPLICA}")
+        return src.replica, nodes
+    if src.asg_name:
+        nodes = running_instances(ec2, [tag_filter(tags.ASG, src.asg_name)])
+        if not nodes:
+            raise PlanError(f"source.asg_name {src.asg_name!r}: no running instances")
+        return src.asg_name, nodes
+    # No source given: the replica (other than the destination) holding the most items.
+    by_replica: dict[str, list[dict]] = {}
+    dst = inp.destination
+    for n in running_instances(ec2, [{"Name": "tag-key", "Values": [tags.REPLICA]}]):
+        name = tag_value(n, tags.REPLICA) or ""
+        in_destination = name == dst.replica or (
+            dst.asg_name is not None and tag_value(n, tags.ASG) == dst.asg_name
+        )
+        if not in_destination:
+            by_replica.setdefault(name, []).append(n)
+    if not by_replica:
+        raise PlanError(
+            f"no source given and no running replica tagged {tags.REPLICA} (besides the destination)"
+        )
+    totals = {}
+    for name, nodes in sorted(by_replica.items()):
+        stats = node_stats(inp, [n["InstanceId"] for n in nodes], agents)
+        totals[name] = sum(s.items for s in stats.values())
+    best = max(sorted(totals), key=lambda r: totals[r])
+    return best, by_replica[best]
+
+
+def destination_endpoints(inp: WarmInput, ec2: Any, source_ids: set[str]) -> list[str]:
+    """The memcached endpoints to warm: given, or the running nodes of the destination replica."""
+    dst = inp.destination
+    if dst.endpoints:
+        return list(dst.endpoints)
+    if dst.replica:
+        nodes = running_instances(ec2, [tag_filter(tags.REPLICA, dst.replica)])
+        what = f"destination.replica {dst.replica!r}"
+    else:
+        nodes = running_instances(ec2, [tag_filter(tags.ASG, str(dst.asg_name))])
+        what = f"destination.asg_name {dst.asg_name!r}"
+    if not nodes:
+        raise PlanError(f"{what}: no running instances to warm")
+    overlap = sorted(source_ids & {n["InstanceId"] for n in nodes})
+    if overlap:
+        raise PlanError(
+            f"{what} includes source nodes {', '.join(overlap[:5])}: a replica cannot warm itself"
+        )
+    return sorted(f"{n['PrivateIpAddress']}:{dst.port}" for n in nodes)
+
+
+def node_stats(inp: WarmInput, ids: Sequence[str], agents: AgentRunner) -> dict[str, NodeStats]:
+    """Items and bytes per source node: as supplied in the input, else asked of memcached via SSM."""
+    supplied = inp.source.node_stats or {}
+    out = {i: supplied[i] for i in ids if i in supplied}
+    missing = [i for i in ids if i not in out]
+    if missing:
+        out.update(agents.memcached_stats(missing, inp.source.memcached_port))
+    return out
