@@ -143,6 +143,15 @@ class AgentFlags:
 
         return make
 
+    def job_fields(self, volume: Volume) -> dict[str, Any]:
+        """What every job (DumpJob, PopulateJob) takes from these flags."""
+        return {
+            "warm_id": self.warm_id,
+            "node_id": self.node_id,
+            "volume": volume,
+            "device_timeout_s": self.device_timeout,
+        }
+
 
 _AGENT_FLAGS = [
     click.option("--warm-id", required=True, type=Matching(inputs.WARM_ID)),
@@ -218,15 +227,12 @@ def dump_cmd(
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         job = DumpJob(
-            warm_id=flags.warm_id,
-            node_id=flags.node_id,
-            volume=volume,
+            **flags.job_fields(volume),
             memcached_host=host,
             memcached_port=int(port),
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
-            device_timeout_s=flags.device_timeout,
         )
         run_dump(job, status, runner, _log)
 
@@ -270,14 +276,11 @@ def populate_cmd(
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         job = PopulateJob(
-            warm_id=flags.warm_id,
-            node_id=flags.node_id,
-            volume=volume,
+            **flags.job_fields(volume),
             destinations=to,
             mode=mode,  # type: ignore[arg-type]
             max_items_per_second=max_items_per_second,
             state_dir=state_dir,
-            device_timeout_s=flags.device_timeout,
             source_timeout_s=source_timeout,
         )
         summary = run_populate(job, status, log=_log)
