@@ -37,9 +37,10 @@ from cachewarm.node_agent.volume import Volume
 
 
 class Matching(click.ParamType):
-    """A flag whose value must match its pattern in `cachewarm.contract.inputs` — the same pattern the
-    SSM documents' allowedPatterns carry (checked again here: defense in depth; tests/contract holds
-    the two together). The whole value must match: a bare `$` would accept a trailing newline."""
+    """A flag whose value must match its pattern in `cachewarm.contract.inputs` — the one the SSM
+    documents' allowedPattern carries for it (`--device` excepted: any block device), checked again
+    here as defense in depth; tests/contract/test_agent_cli.py holds the two together. The whole value
+    must match: a bare `$` would accept a trailing newline."""
 
     name = "text"
 
@@ -63,9 +64,10 @@ class MatchingInt(Matching):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         n = int(super().convert(value, param, ctx))
-        if n < self.lo or (self.hi is not None and n > self.hi):
-            upper = "" if self.hi is None else f"..{self.hi}"
-            self.fail(f"{n} is not in {self.lo}{upper}", param, ctx)
+        if self.hi is None and n < self.lo:
+            self.fail(f"{n} is less than {self.lo}", param, ctx)
+        if self.hi is not None and not self.lo <= n <= self.hi:
+            self.fail(f"{n} is not in {self.lo}..{self.hi}", param, ctx)
         return n
 
 
@@ -172,7 +174,12 @@ _AGENT_FLAGS = [
     click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's)."),
 ]
 # 0 (unlimited) is never passed: the SSM documents leave the flag out for it.
-_RATE_OPTION = click.option("--max-items-per-second", type=MatchingInt(inputs.RATE, 1), default=None)
+_RATE_OPTION = click.option(
+    "--max-items-per-second",
+    type=MatchingInt(inputs.RATE, 1),
+    default=None,
+    help="Rate limit in items/s (leave out for unlimited).",
+)
 
 
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,7 +217,12 @@ def agent_group() -> None:
 @click.option(
     "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
 )
-@click.option("--threads", type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX), default=None)
+@click.option(
+    "--threads",
+    type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
+    default=None,
+    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+)
 @_RATE_OPTION
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
