@@ -23,7 +23,7 @@ main.add_command(demo_cmd)
 from cachewarm.node_agent.cli import agent_group  # noqa: E402
 
 main.add_command(agent_group)
-from cachewarm.operator import start_cmd, status_cmd, watch_cmd  # noqa: E402
+from cachewarm.operator.commands import start_cmd, status_cmd, watch_cmd  # noqa: E402
 
 main.add_command(start_cmd)
 main.add_command(status_cmd)

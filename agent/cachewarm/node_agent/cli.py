@@ -8,17 +8,20 @@ same command again resumes.
 
 from __future__ import annotations
 
-import re
+import functools
 import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
+from cachewarm.contract import inputs
+from cachewarm.contract.status import Role, StatusLocation
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
     DEFAULT_STATE_DIR,
@@ -28,39 +31,44 @@ from cachewarm.node_agent.jobs import (
     run_dump,
     run_populate,
 )
-from cachewarm.node_agent.runner import SubprocessRunner
-from cachewarm.node_agent.status import Role, StatusLocation, StatusPublisher
+from cachewarm.node_agent.runner import CommandRunner, SubprocessRunner
+from cachewarm.node_agent.status import StatusPublisher
 from cachewarm.node_agent.volume import Volume
 
-# The same shapes the SSM documents' allowedPatterns accept (checked again here: defense in depth).
-PATTERNS = {
-    "warm_id": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-    "node_id": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
-    "device": r"^/dev/[A-Za-z0-9][A-Za-z0-9/_.-]{0,200}$",
-    "mount": r"^/[A-Za-z0-9_.-][A-Za-z0-9/_.-]{0,200}$",
-    "status_bucket": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
-    "status_prefix": r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$|^[A-Za-z0-9]$",
-    "endpoint": r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$",
-}
 
+class Matching(click.ParamType):
+    """A flag whose value must match its pattern in `cachewarm.contract.inputs` — the one the SSM
+    documents' allowedPattern carries for it (`--device` excepted: any block device), checked again
+    here as defense in depth; tests/contract/test_agent_cli.py holds the two together. The whole value
+    must match: a bare `$` would accept a trailing newline."""
 
-def _pattern(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    rx = re.compile(PATTERNS[name])
+    name = "text"
 
-    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        # fullmatch: `$` alone would accept a trailing newline.
-        if value is not None and not rx.fullmatch(value):
-            raise click.BadParameter(f"{value!r} does not match {PATTERNS[name]}", ctx, param)
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str) or not inputs.matches(self.pattern, value):
+            self.fail(f"{value!r} does not match {self.pattern}", param, ctx)
         return value
 
-    return check
 
+class MatchingInt(Matching):
+    """A number flag: its string must match the contract's pattern, its value lie in [lo, hi]."""
 
-def _endpoints(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    for part in value.split(","):
-        if not re.fullmatch(PATTERNS["endpoint"], part):
-            raise click.BadParameter(f"{part!r} is not HOST:PORT", ctx, param)
-    return value
+    name = "integer"
+
+    def __init__(self, pattern: str, lo: int, hi: int | None = None) -> None:
+        super().__init__(pattern)
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        n = int(super().convert(value, param, ctx))
+        if self.hi is None and n < self.lo:
+            self.fail(f"{n} is less than {self.lo}", param, ctx)
+        if self.hi is not None and not self.lo <= n <= self.hi:
+            self.fail(f"{n} is not in {self.lo}..{self.hi}", param, ctx)
+        return n
 
 
 class Interrupted(BaseException):
@@ -113,43 +121,90 @@ def execute(publisher_factory: Callable[[], StatusPublisher], work: Callable[[St
     return int(code)
 
 
+@dataclass(frozen=True)
+class AgentFlags:
+    """The flags both agents take: which warm and node, the volume, where the status goes."""
+
+    warm_id: str
+    node_id: str
+    device: str
+    mount: str
+    status_bucket: str
+    status_prefix: str
+    heartbeat_seconds: float
+    device_timeout: float
+    region: str | None
+
+    def publisher(self, role: Role) -> Callable[[], StatusPublisher]:
+        def make() -> StatusPublisher:
+            import boto3
+
+            s3 = boto3.client("s3", region_name=self.region)
+            where = StatusLocation(self.status_bucket, self.status_prefix, self.warm_id, role, self.node_id)
+            return StatusPublisher(s3, where, interval_s=self.heartbeat_seconds, log=_log)
+
+        return make
+
+    def job_fields(self, volume: Volume) -> dict[str, Any]:
+        """What every job (DumpJob, PopulateJob) takes from these flags."""
+        return {
+            "warm_id": self.warm_id,
+            "node_id": self.node_id,
+            "volume": volume,
+            "device_timeout_s": self.device_timeout,
+        }
+
+
+_AGENT_FLAGS = [
+    click.option("--warm-id", required=True, type=Matching(inputs.WARM_ID)),
+    click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
+    # DEVICE, not EBS_DEVICE: a loop device in tests or a device renamed by hand is fine here.
+    click.option("--device", required=True, type=Matching(inputs.DEVICE), help="Block device of the volume."),
+    click.option("--mount", required=True, type=Matching(inputs.MOUNT), help="Mount point."),
+    click.option("--status-bucket", required=True, type=Matching(inputs.STATUS_BUCKET)),
+    click.option("--status-prefix", required=True, type=Matching(inputs.STATUS_PREFIX)),
+    click.option("--heartbeat-seconds", type=click.FloatRange(min=0.01), default=30.0, show_default=True),
+    click.option(
+        "--device-timeout",
+        type=click.FloatRange(min=0),
+        default=600.0,
+        show_default=True,
+        help="Seconds to wait for the device to appear.",
+    ),
+    click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's)."),
+]
+# 0 (unlimited) is never passed: the SSM documents leave the flag out for it.
+_RATE_OPTION = click.option(
+    "--max-items-per-second",
+    type=MatchingInt(inputs.RATE, 1),
+    default=None,
+    help="Rate limit in items/s (leave out for unlimited).",
+)
+
+
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    opts = [
-        click.option("--warm-id", required=True, callback=_pattern("warm_id")),
-        click.option("--node-id", required=True, callback=_pattern("node_id"), help="Source node id."),
-        click.option(
-            "--device", required=True, callback=_pattern("device"), help="Block device of the volume."
-        ),
-        click.option("--mount", required=True, callback=_pattern("mount"), help="Mount point."),
-        click.option("--status-bucket", required=True, callback=_pattern("status_bucket")),
-        click.option("--status-prefix", required=True, callback=_pattern("status_prefix")),
-        click.option("--heartbeat-seconds", type=click.FloatRange(min=0.01), default=30.0, show_default=True),
-        click.option(
-            "--device-timeout",
-            type=click.FloatRange(min=0),
-            default=600.0,
-            show_default=True,
-            help="Seconds to wait for the device to appear.",
-        ),
-        click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's)."),
-    ]
-    for opt in reversed(opts):
-        f = opt(f)
-    return f
+    """Adds the flags of AgentFlags; the command receives them as one `flags: AgentFlags`."""
+    names = [fld.name for fld in fields(AgentFlags)]
+
+    @functools.wraps(f)
+    def command(**kwargs: Any) -> Any:
+        flags = AgentFlags(**{n: kwargs.pop(n) for n in names})
+        return f(flags, **kwargs)
+
+    for opt in reversed(_AGENT_FLAGS):
+        command = opt(command)
+    return command
 
 
-def _publisher(
-    region: str | None, bucket: str, prefix: str, warm_id: str, role: Role, node_id: str, interval: float
-) -> Callable[[], StatusPublisher]:
-    def make() -> StatusPublisher:
-        import boto3
-
-        s3 = boto3.client("s3", region_name=region)
-        return StatusPublisher(
-            s3, StatusLocation(bucket, prefix, warm_id, role, node_id), interval_s=interval, log=_log
-        )
-
-    return make
+def _run(
+    flags: AgentFlags, role: Role, work: Callable[[StatusPublisher, CommandRunner, Volume], None]
+) -> NoReturn:
+    """Run one agent: its volume's commands through the real runner, SIGTERM unwinding it."""
+    runner = SubprocessRunner()
+    volume = Volume(flags.device, Path(flags.mount), runner, log=_log)
+    with _sigterm_raises():
+        code = execute(flags.publisher(role), lambda status: work(status, runner, volume))
+    sys.exit(code)
 
 
 @click.group("agent")
@@ -159,22 +214,21 @@ def agent_group() -> None:
 
 @agent_group.command("dump")
 @common_options
-@click.option("--memcached", required=True, callback=_pattern("endpoint"), help="Source memcached HOST:PORT.")
-@click.option("--threads", type=click.IntRange(1, 256), default=None)
-@click.option("--max-items-per-second", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
+)
+@click.option(
+    "--threads",
+    type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
+    default=None,
+    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+)
+@_RATE_OPTION
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
 def dump_cmd(
-    warm_id: str,
-    node_id: str,
-    device: str,
-    mount: str,
-    status_bucket: str,
-    status_prefix: str,
-    heartbeat_seconds: float,
-    device_timeout: float,
-    region: str | None,
+    flags: AgentFlags,
     memcached: str,
     threads: int | None,
     max_items_per_second: int | None,
@@ -182,35 +236,32 @@ def dump_cmd(
 ) -> None:
     """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump."""
     host, port = memcached.rsplit(":", 1)
-    runner = SubprocessRunner()
 
-    def work(status: StatusPublisher) -> None:
+    def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         job = DumpJob(
-            warm_id=warm_id,
-            node_id=node_id,
-            volume=Volume(device, Path(mount), runner, log=_log),
+            **flags.job_fields(volume),
             memcached_host=host,
             memcached_port=int(port),
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
-            device_timeout_s=device_timeout,
         )
         run_dump(job, status, runner, _log)
 
-    with _sigterm_raises():
-        code = execute(
-            _publisher(region, status_bucket, status_prefix, warm_id, "dump", node_id, heartbeat_seconds),
-            work,
-        )
-    sys.exit(code)
+    _run(flags, "dump", work)
 
 
 @agent_group.command("populate")
 @common_options
-@click.option("--to", "to", required=True, callback=_endpoints, help="Destination HOST:PORT[,HOST:PORT…]")
-@click.option("--mode", type=click.Choice(["add", "set"]), default="add", show_default=True)
-@click.option("--max-items-per-second", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+@click.option("--mode", type=click.Choice(["add", "set"]), default=inputs.DEFAULT_MODE, show_default=True)
+@_RATE_OPTION
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
@@ -226,15 +277,7 @@ def dump_cmd(
     help="Seconds to wait for the source to format the volume and start dumping.",
 )
 def populate_cmd(
-    warm_id: str,
-    node_id: str,
-    device: str,
-    mount: str,
-    status_bucket: str,
-    status_prefix: str,
-    heartbeat_seconds: float,
-    device_timeout: float,
-    region: str | None,
+    flags: AgentFlags,
     to: str,
     mode: str,
     max_items_per_second: int | None,
@@ -242,26 +285,17 @@ def populate_cmd(
     source_timeout: float,
 ) -> None:
     """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed."""
-    runner = SubprocessRunner()
 
-    def work(status: StatusPublisher) -> None:
+    def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         job = PopulateJob(
-            warm_id=warm_id,
-            node_id=node_id,
-            volume=Volume(device, Path(mount), runner, log=_log),
+            **flags.job_fields(volume),
             destinations=to,
             mode=mode,  # type: ignore[arg-type]
             max_items_per_second=max_items_per_second,
             state_dir=state_dir,
-            device_timeout_s=device_timeout,
             source_timeout_s=source_timeout,
         )
         summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
 
-    with _sigterm_raises():
-        code = execute(
-            _publisher(region, status_bucket, status_prefix, warm_id, "populate", node_id, heartbeat_seconds),
-            work,
-        )
-    sys.exit(code)
+    _run(flags, "populate", work)

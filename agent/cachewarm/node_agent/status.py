@@ -1,66 +1,32 @@
-"""The status object an agent publishes, and the heartbeat thread that keeps it fresh.
+"""The heartbeat thread that publishes an agent's status object and keeps it fresh.
 
-`s3://<bucket>/<prefix>/<warm-id>/<role>/<node-id>.json` (schema in docs/architecture.md):
-`{"warm_id", "node_id", "role", "state": "running"|"done"|"failed", "heartbeat_ms", "progress":
-{"items", "bytes", "files", "keys_listed"}, "error", "attempt"}`. The controller's CheckProgress
-reads it; a node whose `heartbeat_ms` stops moving is stale and gets revived.
+The object (`NodeStatus`) and where it lives (`StatusLocation`) are `cachewarm.contract.status`'s.
+The controller's CheckProgress reads it; a node whose `heartbeat_ms` stops moving is stale and gets
+revived.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+# The object and its S3 layout are the contract's; this module only publishes them. (`Progress` is
+# imported from here by the jobs too.)
+from cachewarm.contract.status import (
+    MAX_ERROR_CHARS,
+    NodeStatus,
+    Progress,
+    StatusFormatError,
+    StatusLocation,
+)
 from cachewarm.node_agent.errors import AgentError, ExitCode
-
-Role = Literal["dump", "populate"]
-State = Literal["running", "done", "failed"]
-# Errors are for humans and the Step Functions history; keep them inside the state's payload budget.
-MAX_ERROR_CHARS = 2000
-
-
-@dataclass(frozen=True)
-class Progress:
-    items: int = 0
-    bytes: int = 0
-    files: int = 0
-    keys_listed: int = 0
-
-
-@dataclass(frozen=True)
-class StatusLocation:
-    bucket: str
-    prefix: str
-    warm_id: str
-    role: Role
-    node_id: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.prefix.strip('/')}/{self.warm_id}/{self.role}/{self.node_id}.json"
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    warm_id: str
-    node_id: str
-    role: Role
-    state: State
-    heartbeat_ms: int
-    progress: Progress = field(default_factory=Progress)
-    error: str | None = None
-    attempt: int = 1
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
 
 
 class StatusPublisher:
@@ -100,14 +66,14 @@ class StatusPublisher:
     def _previous_attempt(self) -> int:
         try:
             body = self._s3.get_object(Bucket=self.where.bucket, Key=self.where.key)["Body"].read()
-            return int(json.loads(body).get("attempt", 0))
+            return NodeStatus.from_json(body).attempt
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return 0
             raise AgentError(
                 ExitCode.STATUS, f"cannot read s3://{self.where.bucket}/{self.where.key}: {e}"
             ) from e
-        except (ValueError, TypeError):
+        except StatusFormatError:
             return 0  # a corrupt previous object: start counting again rather than fail the node
         except BotoCoreError as e:
             raise AgentError(

@@ -11,7 +11,9 @@ from typing import Any
 import boto3
 import pytest
 from cachewarm.cli import main
-from cachewarm.operator import AgentStatus, Clients, NodeView, WarmView, render, watch_loop
+from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm.operator.aws import Clients
+from cachewarm.operator.view import NodeView, WarmView, render, watch_loop
 from click.testing import CliRunner
 from moto import mock_aws
 
@@ -174,8 +176,9 @@ def test_watch_exit_code_for_a_stopped_warm() -> None:
 
 def test_watch_loop_polls_until_terminal() -> None:
     def view(status: str, populated: int) -> WarmView:
-        dump = AgentStatus("i-0aaa", "dump", "done", 0, items=100)
-        pop = AgentStatus("i-0aaa", "populate", "done" if populated == 100 else "running", 0, items=populated)
+        dump = NodeStatus("warm-1", "i-0aaa", "dump", "done", 0, Progress(items=100))
+        state = "done" if populated == 100 else "running"
+        pop = NodeStatus("warm-1", "i-0aaa", "populate", state, 0, Progress(items=populated))
         return WarmView("arn", status, "warm-1", None, None, [NodeView("i-0aaa", dump, pop)])
 
     views = iter([view("RUNNING", 10), view("RUNNING", 60), view("SUCCEEDED", 100)])

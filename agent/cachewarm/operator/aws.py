@@ -1,0 +1,150 @@
+"""Reading a warm from AWS: its Step Functions execution and its agents' status objects; starting one.
+
+Plain functions over boto3 clients passed in (tests pass moto's). The status objects' format and S3
+layout are `cachewarm.contract.status`'s; the bucket is named by the state machine's tag.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+from botocore.exceptions import ClientError
+
+from cachewarm.contract import tags
+from cachewarm.contract.inputs import DEFAULT_STATUS_PREFIX
+from cachewarm.contract.status import ROLES, NodeStatus, StatusFormatError, role_prefix, warm_prefix
+from cachewarm.operator.view import NodeView, WarmView
+
+
+class OperatorError(click.ClickException):
+    """Shown as `Error: …` with exit code 1."""
+
+
+@dataclass
+class Clients:
+    """Lazily created boto3 clients (no client at import time; tests inject their own)."""
+
+    region: str | None = None
+    _cache: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, service: str) -> Any:
+        if service not in self._cache:
+            import boto3
+
+            self._cache[service] = boto3.client(service, region_name=self.region)  # type: ignore[call-overload]
+        return self._cache[service]
+
+
+def status_location(sfn: Any, execution: dict[str, Any], bucket: str | None) -> tuple[str, str, str]:
+    """(bucket, prefix, warm_id) of an execution's status objects."""
+    try:
+        doc = json.loads(execution.get("input") or "{}")
+    except ValueError:
+        doc = {}
+    warm_id = doc.get("warm_id") if isinstance(doc, dict) else None
+    if not warm_id:
+        raise OperatorError(f"execution {execution['executionArn']} has no warm_id in its input")
+    prefix = doc.get("status_prefix") or DEFAULT_STATUS_PREFIX
+    if bucket is None:
+        found = sfn.list_tags_for_resource(resourceArn=execution["stateMachineArn"]).get("tags", [])
+        bucket = next((t["value"] for t in found if t["key"] == tags.STATUS_BUCKET), None)
+        if bucket is None:
+            raise OperatorError(
+                f"the state machine has no {tags.STATUS_BUCKET} tag; pass --status-bucket "
+                "(the stack output StatusBucketName)"
+            )
+    return bucket, prefix, str(warm_id)
+
+
+def read_agent_statuses(s3: Any, bucket: str, prefix: str, warm_id: str) -> tuple[list[NodeView], list[str]]:
+    """Every node's status objects, by node id; and the keys of objects that are not status objects."""
+    by_node: dict[str, dict[str, NodeStatus]] = {}
+    unreadable: list[str] = []
+    for role in ROLES:
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=role_prefix(prefix, warm_id, role)
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                try:
+                    st = NodeStatus.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+                except StatusFormatError:
+                    unreadable.append(key)
+                    continue
+                by_node.setdefault(st.node_id, {})[role] = st
+    nodes = [NodeView(n, roles.get("dump"), roles.get("populate")) for n, roles in sorted(by_node.items())]
+    return nodes, unreadable
+
+
+def recent_events(sfn: Any, execution_arn: str, limit: int = 10) -> tuple[list[str], str | None]:
+    """The last states entered (newest first) and the failure, if any, from the execution history."""
+    resp = sfn.get_execution_history(executionArn=execution_arn, reverseOrder=True, maxResults=100)
+    lines: list[str] = []
+    error = None
+    for ev in resp.get("events", []):
+        kind = ev["type"]
+        if kind.endswith("StateEntered"):
+            lines.append(f"{ev['timestamp']:%H:%M:%S} entered {ev['stateEnteredEventDetails']['name']}")
+        elif kind in ("ExecutionFailed", "ExecutionTimedOut", "ExecutionAborted") or kind.endswith("Failed"):
+            details = next((v for k, v in ev.items() if k.endswith("EventDetails")), {}) or {}
+            msg = " ".join(str(details.get(k, "")) for k in ("error", "cause")).strip()
+            lines.append(f"{ev['timestamp']:%H:%M:%S} {kind} {msg[:300]}")
+            if error is None and kind.startswith("Execution"):
+                error = msg or kind
+        if len(lines) >= limit:
+            break
+    return lines, error
+
+
+def load_view(sfn: Any, s3: Any, execution_arn: str, bucket: str | None = None) -> WarmView:
+    try:
+        ex = sfn.describe_execution(executionArn=execution_arn)
+    except ClientError as e:
+        raise OperatorError(f"cannot describe {execution_arn}: {e}") from e
+    bucket_name, prefix, warm_id = status_location(sfn, ex, bucket)
+    try:
+        nodes, unreadable = read_agent_statuses(s3, bucket_name, prefix, warm_id)
+    except ClientError as e:
+        raise OperatorError(f"cannot read s3://{bucket_name}/{warm_prefix(prefix, warm_id)}: {e}") from e
+    events, error = recent_events(sfn, execution_arn)
+    if ex.get("error") or ex.get("cause"):
+        error = f"{ex.get('error', '')} {ex.get('cause', '')}".strip()
+    return WarmView(
+        execution_arn=execution_arn,
+        status=ex["status"],
+        warm_id=warm_id,
+        started=ex.get("startDate"),
+        stopped=ex.get("stopDate"),
+        nodes=nodes,
+        events=events,
+        error=error,
+        unreadable=unreadable,
+    )
+
+
+def start_warm(sfn: Any, state_machine_arn: str, doc: dict[str, Any]) -> tuple[str, bool]:
+    """Start an execution named after the warm id. Returns (execution ARN, started now?).
+
+    The name makes the start idempotent: starting the same warm twice finds the first execution.
+    """
+    warm_id = doc.get("warm_id")
+    if not isinstance(warm_id, str) or not warm_id:
+        raise OperatorError("the input has no warm_id (a string naming this warm)")
+    arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{warm_id}"
+    try:
+        sfn.describe_execution(executionArn=arn)
+        return arn, False
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+            raise OperatorError(f"cannot look up {arn}: {e}") from e
+    try:
+        resp = sfn.start_execution(stateMachineArn=state_machine_arn, name=warm_id, input=json.dumps(doc))
+        return str(resp["executionArn"]), True
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+            return arn, False  # started by someone else in the meantime
+        raise OperatorError(f"cannot start {state_machine_arn}: {e}") from e

@@ -1,0 +1,237 @@
+"""The node agent's command line (`cachewarm agent dump|populate`) agrees with the contract and with
+the SSM documents that run it.
+
+- Every agent flag that carries an SSM document parameter accepts exactly what the contract
+  (`cachewarm.contract.inputs`) allows for that parameter — edge cases included (longest value, one
+  character more, a trailing newline, shell metacharacters) — with the documented differences only:
+  `--device` takes any block device (`DEVICE`, a superset of the documents' `EBS_DEVICE`), `--threads`
+  stops at the dumper's `THREADS_MAX`, and `--max-items-per-second` starts at 1 (the documents drop
+  the flag for 0 = unlimited).
+- Each document's `runCommand`, run by bash with a stand-in `cachewarm`, passes only flags the agent
+  has, and the agent reads back the values the document was given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from cachewarm.contract import inputs
+from cachewarm.node_agent.cli import agent_group
+
+REPO = Path(__file__).resolve().parents[2]
+DOCUMENTS = {
+    "dump": REPO / "infra/ssm_documents/dump-agent.json",
+    "populate": REPO / "infra/ssm_documents/populate-agent.json",
+}
+
+# Agent flag -> the SSM document parameter it carries.
+FLAG_PARAM = {
+    "--warm-id": "warmId",
+    "--node-id": "nodeId",
+    "--device": "device",
+    "--mount": "mount",
+    "--status-bucket": "statusBucket",
+    "--status-prefix": "statusPrefix",
+    "--memcached": "memcached",
+    "--to": "to",
+    "--mode": "mode",
+    "--threads": "threads",
+    "--max-items-per-second": "maxItemsPerSecond",
+}
+# Document parameters that are for SSM itself, not passed to the agent.
+SSM_ONLY = {"executionTimeout"}
+
+EBS_DEVICE = inputs.ebs_device_path("vol-0123456789abcdef0")
+HOST_MAX = "h" * 253
+ENDPOINTS_MAX = ",".join(f"10.0.{i // 256}.{i % 256}:11211" for i in range(inputs.MAX_ENDPOINTS))
+# Shell metacharacters and line breaks: wrapped around a valid value, each must be refused.
+HOSTILE = ["{v};id", "$({v})", "`{v}`", "{v}|id", "{v}&&id", "{v}\n", "{v}\nid", "{v} x", "'{v}'", '"{v}"']
+
+# Per document parameter: values the contract allows, values it does not. The hostile variants of
+# the first valid value are added below.
+SAMPLES: dict[str, tuple[list[str], list[str]]] = {
+    "warmId": (
+        ["warm-1", "abc", "warm-2026-11-22", "w" * inputs.WARM_ID_MAX],
+        ["w" * (inputs.WARM_ID_MAX + 1), "ab", "Warm-1", "-warm", "warm_1", "warm.1", ""],
+    ),
+    "nodeId": (
+        ["i-0123456789abcdef0", "i-01234567", "i-" + "f" * 17],
+        ["i-" + "f" * 18, "i-0123456", "i-0123456789ABCDEF0", "n-1", "10.0.0.1", ""],
+    ),
+    "device": (
+        [EBS_DEVICE, "/dev/loop0", "/dev/xvdf", "/dev/" + "a" * 201],
+        ["/dev/" + "a" * 202, "/etc/passwd", "/dev/", "/dev/-x", "dev/xvdf", ""],
+    ),
+    "mount": (
+        [
+            "/mnt/cachewarm",
+            inputs.mount_point(inputs.DEFAULT_MOUNT_DIR, "warm-1"),
+            "/" + "a" * inputs.MOUNT_MAX,
+        ],
+        ["/" + "a" * (inputs.MOUNT_MAX + 1), "mnt/x", "/", "/mnt/a:b", ""],
+    ),
+    "statusBucket": (
+        ["cachewarm-status-123456789012", "abc", "a" * 63, "a.b-c"],
+        ["a" * 64, "ab", "Bucket-1", "-bucket", "bucket-", "a_b", ""],
+    ),
+    "statusPrefix": (
+        [inputs.DEFAULT_STATUS_PREFIX, "ab", "a/b_c-d", "a" * 100],
+        ["a" * 101, "warms/", "/warms", "w", "a.b", ""],
+    ),
+    "memcached": (
+        ["127.0.0.1:11211", "ip-10-0-0-1.ec2.internal:11211", f"{HOST_MAX}:65535"],
+        [f"h{HOST_MAX}:1", "127.0.0.1", "127.0.0.1:123456", ":11211", "a_b:1", ""],
+    ),
+    "to": (
+        ["10.0.0.1:11211", "10.0.0.1:11211,ip-10-0-0-2.ec2.internal:11211", ENDPOINTS_MAX],
+        [ENDPOINTS_MAX + ",10.9.9.9:1", "10.0.0.1:11211,", ",10.0.0.1:11211", "10.0.0.1", ""],
+    ),
+    "mode": (["add", "set"], ["adds", "ADD", "clobber", ""]),
+    "threads": (
+        ["1", "4", str(inputs.THREADS_MAX)],
+        ["1000", "0", "04", "-1", str(inputs.THREADS_MAX + 1), ""],
+    ),
+    "maxItemsPerSecond": (["1", "250000", "9" * 9], ["1" + "0" * 9, "0", "-1", "1e6", "1_000", ""]),
+}
+
+
+def samples(param: str) -> list[str]:
+    valid, invalid = SAMPLES[param]
+    return [*valid, *invalid, *(h.format(v=valid[0]) for h in HOSTILE)]
+
+
+def contract_allows(param: str, value: str) -> bool:
+    """What the agent must accept for `param`, from the contract alone."""
+    if param == "device":
+        return inputs.matches(inputs.DEVICE, value)  # any block device; EBS_DEVICE is a subset (below)
+    ok = inputs.matches(inputs.SSM_PARAMETERS[param], value)
+    if ok and param == "threads":
+        return int(value) <= inputs.THREADS_MAX
+    if ok and param == "maxItemsPerSecond":
+        return int(value) >= 1  # 0 = unlimited: the documents leave the flag out
+    return ok
+
+
+def command(name: str) -> click.Command:
+    return agent_group.commands[name]
+
+
+def options(name: str) -> dict[str, click.Option]:
+    return {o: p for p in command(name).params if isinstance(p, click.Option) for o in p.opts}
+
+
+def document(name: str) -> dict[str, Any]:
+    return json.loads(DOCUMENTS[name].read_text())
+
+
+def flags_of(name: str) -> list[str]:
+    """The agent flags of command `name` that carry a parameter of its document."""
+    return [f for f in options(name) if f in FLAG_PARAM and FLAG_PARAM[f] in document(name)["parameters"]]
+
+
+def valid_argv(name: str, **override: str) -> list[str]:
+    argv: list[str] = []
+    for flag in flags_of(name):
+        argv += [flag, override.get(flag, SAMPLES[FLAG_PARAM[flag]][0][0])]
+    return argv
+
+
+def parse(name: str, argv: list[str]) -> dict[str, Any]:
+    """The agent's parameters for `argv`; click.UsageError if it refuses them. Nothing runs."""
+    return command(name).make_context(name, list(argv)).params
+
+
+CASES = [(name, flag, v) for name in DOCUMENTS for flag in flags_of(name) for v in samples(FLAG_PARAM[flag])]
+
+
+def test_samples_mean_what_they_say() -> None:
+    for param, (valid, invalid) in SAMPLES.items():
+        for v in valid:
+            assert contract_allows(param, v), (param, v)
+        for v in invalid:
+            assert not contract_allows(param, v), (param, v)
+    # --device is wider than what the documents send, never narrower.
+    assert inputs.matches(inputs.EBS_DEVICE, EBS_DEVICE) and inputs.matches(inputs.DEVICE, EBS_DEVICE)
+    assert inputs.EBS_DEVICE_PREFIX.startswith("/dev/")
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_every_document_parameter_has_its_agent_flag(name: str) -> None:
+    params = set(document(name)["parameters"])
+    carried = {FLAG_PARAM[f] for f in flags_of(name)}
+    assert params - SSM_ONLY == carried, f"{name}: document parameters without an agent flag or vice versa"
+    for param in carried:
+        assert document(name)["parameters"][param]["allowedPattern"] == inputs.SSM_PARAMETERS[param], param
+
+
+@pytest.mark.parametrize(("name", "flag", "value"), CASES, ids=lambda x: repr(x)[:40])
+def test_agent_flag_accepts_what_the_contract_allows(name: str, flag: str, value: str) -> None:
+    param = FLAG_PARAM[flag]
+    try:
+        got = parse(name, valid_argv(name, **{flag: value}))
+    except click.UsageError as e:
+        assert not contract_allows(param, value), f"{name} {flag} refuses {value!r}: {e}"
+        return
+    assert contract_allows(param, value), f"{name} {flag} accepts {value!r}"
+    key = flag[2:].replace("-", "_")
+    assert str(got[key]) == value
+
+
+# ---- the documents' command lines ----------------------------------------------------------------
+
+
+def run_document(name: str, tmp_path: Path, parameters: dict[str, str]) -> list[str]:
+    """Run the document's shell lines as SSM would (parameters substituted, then bash); the final
+    `cachewarm` is a stand-in that records its argv. Returns the argv after `cachewarm`."""
+    doc = document(name)
+    values = {k: p.get("default") for k, p in doc["parameters"].items()} | parameters
+    for k, v in values.items():  # what SSM checks before anything runs
+        assert v is not None and re.fullmatch(doc["parameters"][k]["allowedPattern"], v), (k, v)
+    script = "\n".join(line for step in doc["mainSteps"] for line in step["inputs"]["runCommand"])
+    script = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], script)
+    bin_dir, out = tmp_path / "bin", tmp_path / "argv"
+    bin_dir.mkdir(exist_ok=True)
+    shim = bin_dir / "cachewarm"
+    shim.write_text('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$ARGV_OUT"\n')
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_OUT": str(out)}
+    subprocess.run(["bash", "-c", script], env=env, check=True, timeout=60)
+    argv = out.read_bytes().decode().split("\0")[:-1]
+    assert argv[:2] == ["agent", name]
+    return argv[2:]
+
+
+def document_values(name: str, pick: int) -> dict[str, str]:
+    """Valid values for every parameter of the document, the `pick`-th sample of each (or the last)."""
+    params = set(document(name)["parameters"]) - SSM_ONLY
+    out = {}
+    for p in params:
+        valid = SAMPLES[p][0]
+        out[p] = valid[min(pick, len(valid) - 1)]
+    if "device" in out:
+        out["device"] = EBS_DEVICE  # the only kind the documents accept
+    return out
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+@pytest.mark.parametrize("pick", [0, 1, 2, 3])
+def test_document_command_line_parses_as_the_agent(name: str, pick: int, tmp_path: Path) -> None:
+    sent = document_values(name, pick)
+    got = parse(name, run_document(name, tmp_path, sent))
+    for flag in flags_of(name):
+        key, param = flag[2:].replace("-", "_"), FLAG_PARAM[flag]
+        assert str(got[key]) == sent[param], (flag, got[key], sent[param])
+
+
+@pytest.mark.parametrize("name", [n for n in DOCUMENTS if "maxItemsPerSecond" in document(n)["parameters"]])
+def test_unlimited_rate_leaves_the_flag_out(name: str, tmp_path: Path) -> None:
+    argv = run_document(name, tmp_path, {**document_values(name, 0), "maxItemsPerSecond": "0"})
+    assert "--max-items-per-second" not in argv
+    assert parse(name, argv)["max_items_per_second"] is None

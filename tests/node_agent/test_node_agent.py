@@ -1,0 +1,323 @@
+"""`cachewarm agent dump|populate`: the dump and populate jobs (volume commands through a fake runner,
+status objects in moto S3), and both agents end to end with the real dumper and memcached."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cachewarm.contract.status import Progress
+from cachewarm.node_agent.cli import execute
+from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.jobs import (
+    DumpJob,
+    PopulateJob,
+    dumper_node_id,
+    progress_from_dumper,
+    run_dump,
+    run_populate,
+)
+from cachewarm.node_agent.runner import CommandResult, SubprocessRunner
+from cachewarm.node_agent.status import StatusPublisher
+from cachewarm.node_agent.volume import Volume
+
+from tests.node_agent.support import (
+    BLANK,
+    NOT_MOUNTED,
+    XFS,
+    FakeClock,
+    FakeRunner,
+    read_status,
+    volume,
+    where,
+)
+
+# ---- the dump job --------------------------------------------------------------------------------
+
+
+def dumper_line(items: int) -> str:
+    return json.dumps(
+        {
+            "event": "progress",
+            "phase": "dump",
+            "keys_listed": 100,
+            "items": items,
+            "bytes": items * 10,
+            "files": 2,
+        }
+    )
+
+
+def manifest(records: int) -> str:
+    return json.dumps({"totals": {"files": 3, "records": records, "bytes": 999, "keys_listed": 100}})
+
+
+def dump_job(tmp_path: Path, r: FakeRunner) -> DumpJob:
+    return DumpJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=volume(tmp_path, r),
+        memcached_host="127.0.0.1",
+        memcached_port=11211,
+        dumper="/opt/cachewarm/bin/cachewarm-dump",
+        threads=4,
+        max_items_per_second=1000,
+    )
+
+
+def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    job = dump_job(tmp_path, r)
+    out = job.out_dir
+
+    def dumper_killed() -> int:
+        (out / "keys").mkdir(parents=True)
+        (out / "keys" / "META").write_text("{}")
+        return 137
+
+    r.stream_lines = [dumper_line(10), "not json", dumper_line(20)]
+    r.stream_effect = dumper_killed
+    pub = StatusPublisher(s3, where(), interval_s=3600)
+    with pytest.raises(AgentError) as e:
+        run_dump(job, pub, r, lambda m: None)
+    assert e.value.code == ExitCode.WORK_FAILED and "exited 137" in str(e.value)
+    assert pub.status.progress == Progress(items=20, bytes=200, files=2, keys_listed=100)
+    first = r.calls[-1]
+    assert first == [
+        "/opt/cachewarm/bin/cachewarm-dump",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "11211",
+        "--out",
+        str(out),
+        "--node-id",
+        "i_0123456789abcdef0",
+        "--threads",
+        "4",
+        "--max-items-per-second",
+        "1000",
+    ]
+
+    # Re-run: the volume already holds the XFS; the dumper resumes from keys/META.
+    r2 = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job.volume.runner = r2
+
+    def dumper_finishes() -> int:
+        (out / "DONE").write_text(manifest(1234))
+        return 0
+
+    r2.stream_effect = dumper_finishes
+    run_dump(job, pub, r2, lambda m: None)
+    assert "mkfs.xfs" not in r2.commands()
+    assert r2.calls[-1][-1] == "--resume"
+    assert pub.status.progress == Progress(items=1234, bytes=999, files=3, keys_listed=100)
+
+    # Third run: DONE is there, the dumper is not started again.
+    r3 = FakeRunner({"findmnt": (0, f"{job.volume.device} xfs rw\n")})
+    job.volume.runner = r3
+    run_dump(job, pub, r3, lambda m: None)
+    assert r3.commands() == ["findmnt"]
+
+
+def test_dump_exit_zero_without_done_is_a_failure(tmp_path: Path, s3: Any) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    with pytest.raises(AgentError, match="DONE is missing"):
+        run_dump(dump_job(tmp_path, r), StatusPublisher(s3, where(), interval_s=3600), r, lambda m: None)
+
+
+def test_dumper_node_id_and_progress_parsing() -> None:
+    assert dumper_node_id("i-0abc") == "i_0abc"
+    assert dumper_node_id("10.0.1.7:11211") == "10.0.1.7_11211"
+    assert dumper_node_id("x" * 100) == "x" * 64
+    assert progress_from_dumper('{"event": "start"}') is None
+    assert progress_from_dumper("[1,2]") is None
+    assert progress_from_dumper(dumper_line(3)) == Progress(3, 30, 2, 100)
+
+
+def test_dump_agent_with_the_real_dumper(tmp_path: Path, s3: Any, memcached: Any, dumper_bin: Path) -> None:
+    """End to end on this machine: real memcached and cachewarm-dump; only mkfs/mount are faked."""
+    from pymemcache.client.base import Client
+
+    srv = memcached()
+    client = Client(("127.0.0.1", srv.port))
+    for i in range(500):
+        client.set(f"key-{i}", b"v" * 100, noreply=False)
+    fake = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    real = SubprocessRunner()
+    fake.stream = real.stream  # type: ignore[method-assign]
+    job = DumpJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=volume(tmp_path, fake),
+        memcached_host="127.0.0.1",
+        memcached_port=srv.port,
+        dumper=str(dumper_bin),
+        threads=2,
+    )
+
+    def factory() -> StatusPublisher:
+        return StatusPublisher(s3, where(), interval_s=0.05)
+
+    assert execute(factory, lambda st: run_dump(job, st, fake, lambda m: None)) == ExitCode.OK
+    body = read_status(s3, where())
+    assert body["state"] == "done" and body["progress"]["items"] == 500
+    assert (job.out_dir / "DONE").exists()
+    assert fake.commands()[:4] == ["findmnt", "blkid", "mkfs.xfs", "mkdir"]
+
+
+# ---- the populate job ----------------------------------------------------------------------------
+
+
+@dataclass
+class FakeProgress:
+    items: int
+    bytes: int
+    files_consumed: int
+
+
+@dataclass
+class FakeSummary:
+    records: int
+    bytes: int
+    files: int
+
+    def to_json(self) -> str:
+        return "{}"
+
+
+def populate_job(tmp_path: Path, r: FakeRunner, clock: FakeClock | None = None) -> PopulateJob:
+    return PopulateJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=volume(tmp_path, r, clock),
+        destinations="10.0.0.1:11211,10.0.0.2:11211",
+        max_items_per_second=500,
+        state_dir=tmp_path / "state",
+        source_timeout_s=600,
+    )
+
+
+def test_populate_waits_for_the_dump_dir_and_runs_the_populator(tmp_path: Path, s3: Any) -> None:
+    clock = FakeClock()
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job = populate_job(tmp_path, r, clock)
+    umounts = 0
+
+    def umount_creates_dump_dir() -> None:
+        nonlocal umounts
+        umounts += 1
+        if umounts == 2:
+            job.source_dir.mkdir(parents=True)
+
+    original_run = r.run
+
+    def run(argv: Sequence[str]) -> CommandResult:
+        if argv[0] == "umount":
+            umount_creates_dump_dir()
+        return original_run(argv)
+
+    r.run = run  # type: ignore[method-assign]
+    seen: dict[str, Any] = {}
+
+    def fake_populate(config: Any, on_progress: Callable[[Any], None]) -> FakeSummary:
+        seen["config"] = config
+        on_progress(FakeProgress(items=7, bytes=70, files_consumed=1))
+        seen["mid"] = pub.status.progress
+        config.remounter.refresh()
+        return FakeSummary(records=9, bytes=90, files=2)
+
+    pub = StatusPublisher(s3, where("populate"), interval_s=3600)
+    run_populate(job, pub, fake_populate, log=lambda m: None)
+    cfg = seen["config"]
+    assert cfg.source_dir == job.source_dir
+    assert [n.address for n in cfg.destinations] == ["10.0.0.1:11211", "10.0.0.2:11211"]
+    assert cfg.state_file == tmp_path / "state" / "warm-1" / "i-0123456789abcdef0.populate-state.json"
+    assert cfg.mode == "add" and cfg.max_items_per_second == 500
+    assert seen["mid"] == Progress(items=7, bytes=70, files=1, keys_listed=0)
+    assert pub.status.progress == Progress(items=9, bytes=90, files=2, keys_listed=0)
+    mounts = [c for c in r.calls if c[0] == "mount"]
+    assert mounts and all(c[:5] == ["mount", "-t", "xfs", "-o", "ro,norecovery"] for c in mounts)
+    assert "mkfs.xfs" not in r.commands()
+    assert umounts == 3  # two while waiting for dump/, one by the populator's own refresh
+
+
+def test_populate_failure_is_work_failed(tmp_path: Path, s3: Any) -> None:
+    from cachewarm.populate import PopulateError
+
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job = populate_job(tmp_path, r)
+    job.source_dir.mkdir(parents=True)
+
+    def fails(config: Any, on_progress: Any) -> Any:
+        raise PopulateError("SERVER_ERROR out of memory from 10.0.0.1:11211")
+
+    with pytest.raises(AgentError) as e:
+        run_populate(job, StatusPublisher(s3, where("populate"), interval_s=3600), fails, log=lambda m: None)
+    assert e.value.code == ExitCode.WORK_FAILED and "SERVER_ERROR" in str(e.value)
+
+
+def test_populate_times_out_waiting_for_the_dump_dir(tmp_path: Path, s3: Any) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job = populate_job(tmp_path, r)
+    with pytest.raises(AgentError) as e:
+        run_populate(job, StatusPublisher(s3, where("populate"), interval_s=3600), log=lambda m: None)
+    assert e.value.code == ExitCode.TIMEOUT
+
+
+def test_dump_then_populate_agents_end_to_end(
+    tmp_path: Path, s3: Any, memcached: Any, dumper_bin: Path
+) -> None:
+    """Both agents on this machine (mounts faked, the volume is a directory): every item arrives,
+    both status objects end `done`, and the populator really remounted read-only between rounds."""
+    from pymemcache.client.base import Client
+
+    src, dst = memcached(), memcached()
+    source = Client(("127.0.0.1", src.port))
+    for i in range(300):
+        source.set(f"k{i}", f"value-{i}".encode() * 10, noreply=False)
+    dump_runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    dump_runner.stream = SubprocessRunner().stream  # type: ignore[method-assign]
+    dump = DumpJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=volume(tmp_path, dump_runner),
+        memcached_host="127.0.0.1",
+        memcached_port=src.port,
+        dumper=str(dumper_bin),
+        threads=2,
+    )
+    assert (
+        execute(
+            lambda: StatusPublisher(s3, where("dump"), interval_s=3600),
+            lambda st: run_dump(dump, st, dump_runner, lambda m: None),
+        )
+        == ExitCode.OK
+    )
+    pop_runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    job = PopulateJob(
+        warm_id="warm-1",
+        node_id="i-0123456789abcdef0",
+        volume=Volume(dump.volume.device, dump.volume.mount, pop_runner),
+        destinations=f"127.0.0.1:{dst.port}",
+        state_dir=tmp_path / "state",
+    )
+    assert (
+        execute(
+            lambda: StatusPublisher(s3, where("populate"), interval_s=3600),
+            lambda st: run_populate(job, st, log=lambda m: None),
+        )
+        == ExitCode.OK
+    )
+    dest = Client(("127.0.0.1", dst.port))
+    assert all(dest.get(f"k{i}") == f"value-{i}".encode() * 10 for i in range(300))
+    assert read_status(s3, where("dump"))["state"] == "done"
+    body = read_status(s3, where("populate"))
+    assert body["state"] == "done" and body["progress"]["items"] == 300
+    mounts = [c for c in pop_runner.calls if c[0] == "mount"]
+    assert all("ro,norecovery" in c for c in mounts)
+    assert job.state_file.exists()

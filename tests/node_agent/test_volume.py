@@ -1,0 +1,125 @@
+"""The shared volume's commands (format, mount rw / ro,norecovery, remount) through a fake runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.runner import SubprocessRunner
+from cachewarm.node_agent.volume import Volume
+
+from tests.node_agent.support import BLANK, NOT_MOUNTED, XFS, FakeClock, FakeRunner, volume
+
+# ---- volume: source (read-write) ------------------------------------------------------------------
+
+
+def test_source_formats_a_blank_device_then_mounts_rw(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    v = volume(tmp_path, r)
+    assert v.prepare_source() is True
+    assert r.calls == [
+        [
+            "findmnt",
+            "--noheadings",
+            "--raw",
+            "--output",
+            "SOURCE,FSTYPE,OPTIONS",
+            "--mountpoint",
+            str(v.mount),
+        ],
+        ["blkid", "-p", "-o", "value", "-s", "TYPE", v.device],
+        ["mkfs.xfs", "-q", "-K", "-L", "cachewarm", v.device],
+        ["mkdir", "-p", str(v.mount)],
+        ["mount", "-t", "xfs", "-o", "rw,noatime", v.device, str(v.mount)],
+    ]
+
+
+def test_source_reuses_its_xfs_on_rerun(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    assert volume(tmp_path, r).prepare_source() is False
+    assert "mkfs.xfs" not in r.commands()
+    assert r.calls[-1][:5] == ["mount", "-t", "xfs", "-o", "rw,noatime"]
+
+
+def test_source_already_mounted_does_nothing(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs rw,noatime,attr2\n")})
+    volume(tmp_path, r).prepare_source()
+    assert r.commands() == ["findmnt"]
+
+
+def test_source_refuses_a_foreign_file_system(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": (0, "ext4\n")})
+    with pytest.raises(AgentError) as e:
+        volume(tmp_path, r).prepare_source()
+    assert e.value.code == ExitCode.VOLUME and "ext4" in str(e.value) and "refusing" in str(e.value)
+    assert "mkfs.xfs" not in r.commands() and "mount" not in r.commands()
+
+
+def test_source_mount_failure_is_a_volume_error(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS, "mount": (32, "")})
+    with pytest.raises(AgentError) as e:
+        volume(tmp_path, r).prepare_source()
+    assert e.value.code == ExitCode.VOLUME and "cannot mount" in str(e.value) and "exited 32" in str(e.value)
+
+
+def test_source_refuses_a_read_only_mount(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs ro,norecovery\n")})
+    with pytest.raises(AgentError, match="read-only"):
+        volume(tmp_path, r).prepare_source()
+
+
+# ---- volume: populator (read-only) ----------------------------------------------------------------
+
+
+def test_reader_waits_for_the_source_fs_then_mounts_ro_norecovery(tmp_path: Path) -> None:
+    clock = FakeClock()
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": [BLANK, BLANK, XFS]})
+    v = volume(tmp_path, r, clock)
+    v.prepare_reader(timeout_s=600)
+    assert clock.sleeps == 2
+    assert "mkfs.xfs" not in r.commands()
+    assert r.calls[-1] == ["mount", "-t", "xfs", "-o", "ro,norecovery", v.device, str(v.mount)]
+
+
+def test_reader_times_out_without_a_file_system(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    with pytest.raises(AgentError) as e:
+        volume(tmp_path, r).prepare_reader(timeout_s=30)
+    assert e.value.code == ExitCode.TIMEOUT and "no file system" in str(e.value)
+    assert "mount" not in r.commands()
+
+
+def test_reader_refuses_a_read_write_mount(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs rw,noatime\n")})
+    with pytest.raises(AgentError, match="read-only"):
+        volume(tmp_path, r).prepare_reader(timeout_s=1)
+
+
+def test_reader_remount(tmp_path: Path) -> None:
+    r = FakeRunner()
+    v = volume(tmp_path, r)
+    v.remount_reader()
+    assert r.calls == [
+        ["umount", str(v.mount)],
+        ["mkdir", "-p", str(v.mount)],
+        ["mount", "-t", "xfs", "-o", "ro,norecovery", v.device, str(v.mount)],
+    ]
+
+
+def test_missing_device_times_out(tmp_path: Path) -> None:
+    clock = FakeClock()
+    v = Volume(str(tmp_path / "nope"), tmp_path / "m", FakeRunner(), sleep=clock.sleep, clock=clock.now)
+    with pytest.raises(AgentError) as e:
+        v.wait_for_device(60)
+    assert e.value.code == ExitCode.VOLUME and "did not appear" in str(e.value)
+
+
+def test_subprocess_runner_reports_exit_and_stderr(tmp_path: Path) -> None:
+    res = SubprocessRunner().run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (res.returncode, res.stdout, res.stderr) == (3, "out\n", "err\n")
+    assert "exited 3: err" in res.describe()
+    lines: list[str] = []
+    res = SubprocessRunner().stream(["sh", "-c", "echo a; echo b; echo c >&2; exit 0"], lines.append)
+    assert res.ok and lines == ["a", "b"] and res.stderr == "c\n"
+    assert SubprocessRunner().run(["/nonexistent/cmd"]).returncode == 127
