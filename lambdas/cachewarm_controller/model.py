@@ -106,7 +106,7 @@ class VolumeSpec(_Strict):
 
 
 class DumperSpec(_Strict):
-    threads: int = Field(default=4, ge=1, le=256)
+    threads: int = Field(default=4, ge=1, le=inputs.THREADS_MAX)
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
 
 

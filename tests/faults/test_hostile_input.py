@@ -105,7 +105,7 @@ def _bad_cli_cases(tmp: Path, marker: Path, vol: Path) -> list[tuple[list[str], 
     ]
     agent = {
         "--warm-id": "w-1",
-        "--node-id": "n-1",
+        "--node-id": "i-0123456789abcdef0",
         "--device": "/dev/xvdf",
         "--mount": str(tmp / "mnt"),
         "--status-bucket": "bucket-1",
@@ -155,13 +155,19 @@ def test_cli_rejects_hostile_flags(tmp_path: Path, tally) -> None:
 
 # Python's `$` also matches before a trailing newline: the agent's checks must use fullmatch.
 def test_agent_flags_reject_a_trailing_newline(tmp_path: Path) -> None:
-    from cachewarm.node_agent.cli import _pattern
+    from cachewarm.contract import inputs
+    from cachewarm.node_agent.cli import Matching
 
-    for name, good in [("warm_id", "w1"), ("node_id", "n1"), ("device", "/dev/xvdf"), ("mount", "/mnt/x")]:
-        check = _pattern(name)
-        assert check(None, None, good) == good  # type: ignore[arg-type]
+    for pattern, good in [
+        (inputs.WARM_ID, "w-1"),
+        (inputs.INSTANCE_ID, "i-01234567"),
+        (inputs.DEVICE, "/dev/xvdf"),
+        (inputs.MOUNT, "/mnt/x"),
+    ]:
+        check = Matching(pattern)
+        assert check.convert(good, None, None) == good
         with pytest.raises(click.BadParameter):
-            check(None, None, good + "\n")  # type: ignore[arg-type]
+            check.convert(good + "\n", None, None)
 
 
 # --------------------------------------------------------------------------------------------------

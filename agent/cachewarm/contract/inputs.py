@@ -52,8 +52,8 @@ STATUS_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$"
 # ---- agent parameters (as SSM strings) ------------------------------------------------------------
 MODE = r"^(add|set)$"
 RATE = r"^[0-9]{1,9}$"  # items/s, 0 = unlimited
-THREADS = r"^[1-9][0-9]{0,2}$"
-THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc); the pattern alone allows 999
+THREADS = r"^([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-6])$"  # 1 .. THREADS_MAX
+THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 # SSM Run Command: 1 s .. 48 h.
 EXECUTION_TIMEOUT_MAX_S = 172_800
 EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
