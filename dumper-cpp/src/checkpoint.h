@@ -66,7 +66,7 @@ class Checkpoint {
   void AddFile(const PublishedFile& f);
   // chunk -> keys, every key list published so far.
   std::map<uint64_t, uint64_t> KeyChunks();
-  // The chunk number a new key list takes.
+  // The chunk number a new key list takes (the scan and the crawls set it, on the main thread).
   uint64_t next_chunk() const { return next_chunk_; }
   void set_next_chunk(uint64_t c) { next_chunk_ = c; }
 
