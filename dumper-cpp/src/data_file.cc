@@ -1,6 +1,5 @@
 #include "data_file.h"
 
-#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -10,9 +9,9 @@
 namespace cachewarm {
 
 bool ValidNodeId(const std::string& node) {
-  if (node.empty() || node.size() > 64) return false;
+  if (node.empty() || node.size() > kMaxNodeIdLen) return false;
   for (unsigned char c : node)
-    if (!(std::isalnum(c) || c == '_' || c == '.')) return false;
+    if (!IsNodeIdChar(c)) return false;
   return true;
 }
 
@@ -24,14 +23,15 @@ std::string Hex16(uint64_t v) {
 
 std::string DataFileName(const std::string& node, uint64_t chunk, uint32_t part, uint64_t xxh3) {
   char b[64];
-  std::snprintf(b, sizeof b, "-%08" PRIu64 "-%04" PRIu32 "-%016" PRIx64 ".cwd", chunk, part, xxh3);
+  std::snprintf(b, sizeof b, "-%0*" PRIu64 "-%0*" PRIu32 "-%0*" PRIx64 "%s", kChunkDigits, chunk, kPartDigits, part,
+                kHashDigits, xxh3, kDataFileSuffix);
   return node + b;
 }
 
 std::string TmpDataFileName(const std::string& node, uint64_t chunk, uint32_t part) {
   char b[48];
-  std::snprintf(b, sizeof b, "-%08" PRIu64 "-%04" PRIu32, chunk, part);
-  return ".tmp-" + node + b;
+  std::snprintf(b, sizeof b, "-%0*" PRIu64 "-%0*" PRIu32, kChunkDigits, chunk, kPartDigits, part);
+  return kTmpPrefix + node + b;
 }
 
 static bool ParseDigits(const std::string& s, size_t pos, size_t n, uint64_t* v) {
@@ -46,26 +46,28 @@ static bool ParseDigits(const std::string& s, size_t pos, size_t n, uint64_t* v)
 
 bool ParseDataFileName(const std::string& name, ParsedName* out) {
   // <node>-<8 digits>-<4 digits>-<16 hex>.cwd ; node has no '-'.
-  const size_t tail = 1 + 8 + 1 + 4 + 1 + 16 + 4;
-  if (name.size() <= tail || name.size() > 64 + tail) return false;
+  constexpr size_t kChunk = kChunkDigits, kPart = kPartDigits, kHash = kHashDigits;
+  constexpr size_t kSuffix = sizeof kDataFileSuffix - 1;
+  const size_t tail = 1 + kChunk + 1 + kPart + 1 + kHash + kSuffix;
+  if (name.size() <= tail || name.size() > kMaxNodeIdLen + tail) return false;
   const size_t n = name.size() - tail;
   std::string node = name.substr(0, n);
   if (!ValidNodeId(node)) return false;
   size_t p = n;
   uint64_t chunk, part;
-  if (name[p] != '-' || !ParseDigits(name, p + 1, 8, &chunk)) return false;
-  p += 9;
-  if (name[p] != '-' || !ParseDigits(name, p + 1, 4, &part)) return false;
-  p += 5;
+  if (name[p] != '-' || !ParseDigits(name, p + 1, kChunk, &chunk)) return false;
+  p += 1 + kChunk;
+  if (name[p] != '-' || !ParseDigits(name, p + 1, kPart, &part)) return false;
+  p += 1 + kPart;
   if (name[p] != '-') return false;
   uint64_t h = 0;
-  for (size_t i = p + 1; i < p + 17; i++) {
+  for (size_t i = p + 1; i < p + 1 + kHash; i++) {
     char c = name[i];
     int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
     if (d < 0) return false;
     h = (h << 4) | uint64_t(d);
   }
-  if (name.compare(p + 17, 4, ".cwd") != 0) return false;
+  if (name.compare(p + 1 + kHash, kSuffix, kDataFileSuffix) != 0) return false;
   out->node = node;
   out->chunk = chunk;
   out->part = uint32_t(part);
@@ -99,8 +101,8 @@ Status DataFileWriter::Open(uint64_t chunk, uint32_t part, uint64_t first_key_in
   tmp_name_ = TmpDataFileName(node_, chunk, part);
   CW_RETURN_IF_ERROR(env_->NewWritableFile(dir_ + "/" + tmp_name_, &file_));
   XXH3_64bits_reset(hash_);
-  std::string h(kHeaderFixed + node_.size(), '\0');
-  std::memcpy(&h[0], kDataMagic, 8);
+  std::string h(DataFileHeaderSize(node_.size()), '\0');
+  std::memcpy(&h[0], kDataMagic, kMagicSize);
   EncodeFixed16(&h[8], kFormatVersion);
   EncodeFixed16(&h[10], uint16_t(h.size()));
   EncodeFixed32(&h[12], part);
@@ -139,7 +141,7 @@ Status DataFileWriter::AddRecord(const Slice& key, uint32_t flags, int64_t expti
 Status DataFileWriter::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out) {
   if (!file_) return Status::InvalidArgument("data file not open");
   char t[kTrailerSize];
-  std::memcpy(t, kTrailerMagic, 8);
+  std::memcpy(t, kTrailerMagic, kMagicSize);
   EncodeFixed64(t + 8, records_);
   EncodeFixed64(t + 16, records_bytes_);
   EncodeFixed64(t + 24, end_key_index);
@@ -190,18 +192,18 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
   CW_RETURN_IF_ERROR(env->GetFileSize(path, &size));
   if (size < kHeaderFixed + kTrailerSize) return Status::Corruption(name + ": too short");
   std::string head;
-  CW_RETURN_IF_ERROR(env->ReadAt(path, 0, kHeaderFixed + pn.node.size(), &head));
-  if (std::memcmp(head.data(), kDataMagic, 8) != 0) return Status::Corruption(name + ": bad magic");
+  CW_RETURN_IF_ERROR(env->ReadAt(path, 0, DataFileHeaderSize(pn.node.size()), &head));
+  if (std::memcmp(head.data(), kDataMagic, kMagicSize) != 0) return Status::Corruption(name + ": bad magic");
   if (DecodeFixed16(&head[8]) != kFormatVersion) return Status::Corruption(name + ": bad version");
   const uint16_t hlen = DecodeFixed16(&head[10]);
   const uint16_t nlen = DecodeFixed16(&head[40]);
-  if (hlen != kHeaderFixed + pn.node.size() || nlen != pn.node.size() ||
+  if (hlen != DataFileHeaderSize(pn.node.size()) || nlen != pn.node.size() ||
       head.compare(kHeaderFixed, nlen, pn.node) != 0 || DecodeFixed64(&head[24]) != pn.chunk ||
       DecodeFixed32(&head[12]) != pn.part)
     return Status::Corruption(name + ": header disagrees with name");
   std::string tr;
   CW_RETURN_IF_ERROR(env->ReadAt(path, size - kTrailerSize, kTrailerSize, &tr));
-  if (std::memcmp(tr.data(), kTrailerMagic, 8) != 0) return Status::Corruption(name + ": no trailer");
+  if (std::memcmp(tr.data(), kTrailerMagic, kMagicSize) != 0) return Status::Corruption(name + ": no trailer");
   const uint64_t rec_count = DecodeFixed64(&tr[8]);
   const uint64_t rec_bytes = DecodeFixed64(&tr[16]);
   if (hlen + rec_bytes + kTrailerSize != size) return Status::Corruption(name + ": size disagrees with trailer");
@@ -231,7 +233,7 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
       const uint32_t flags = DecodeFixed32(&all[p + 4]);
       const int64_t exp = int64_t(DecodeFixed64(&all[p + 8]));
       const uint8_t klen = uint8_t(all[p + 16]);
-      if (klen == 0 || (exp != -1 && exp <= 0)) return Status::Corruption(name + ": invalid record");
+      if (klen == 0 || (exp != kNeverExpires && exp <= 0)) return Status::Corruption(name + ": invalid record");
       p += kRecordHeaderSize;
       if (end - p < uint64_t(klen) + vlen) return Status::Corruption(name + ": truncated record");
       if (records) records->push_back(DataRecord{all.substr(p, klen), flags, exp, all.substr(p + klen, vlen)});

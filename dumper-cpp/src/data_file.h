@@ -1,5 +1,5 @@
 // Data format v1 (docs/data-format.md): file names, the data-file writer, and a verifying reader
-// (used by --resume, the golden-vector test and unit tests).
+// (used by --resume, the golden-vector test and unit tests). The constants live in format.h.
 #pragma once
 #include <xxhash.h>
 
@@ -9,19 +9,11 @@
 #include <vector>
 
 #include "env.h"
+#include "format.h"
 #include "slice.h"
 #include "status.h"
 
 namespace cachewarm {
-
-constexpr char kDataMagic[] = "CWARMDF1";
-constexpr char kTrailerMagic[] = "CWARMEND";
-constexpr uint16_t kFormatVersion = 1;
-constexpr size_t kHeaderFixed = 48;
-constexpr size_t kTrailerSize = 40;
-constexpr size_t kRecordHeaderSize = 20;
-constexpr size_t kMaxKeyLen = 250;
-constexpr int64_t kNeverExpires = -1;
 
 bool ValidNodeId(const std::string& node);
 // "<node>-<chunk:08>-<part:04>-<xxh3:016x>.cwd"

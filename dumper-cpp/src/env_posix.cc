@@ -62,6 +62,21 @@ Status WritevAll(const WritevFn& fn, int fd, const struct iovec* iov_in, int iov
 
 namespace {
 
+// Closes a descriptor on every return path.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 class PosixWritableFile : public WritableFile {
  public:
   PosixWritableFile(std::string path, int fd, const WritevFn* fn) : path_(std::move(path)), fd_(fd), fn_(fn) {}
@@ -116,44 +131,34 @@ Status PosixEnv::NewWritableFile(const std::string& path, std::unique_ptr<Writab
 
 Status PosixEnv::ReadFileToString(const std::string& path, std::string* out) {
   out->clear();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
     if (errno == ENOENT) return Status::NotFound(path);
     return Status::IOError(ErrnoMessage("open " + path, errno));
   }
   char buf[1 << 16];
   for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return Status::IOError(ErrnoMessage("read " + path, e));
-    }
+    ssize_t r = ::read(fd.get(), buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::IOError(ErrnoMessage("read " + path, errno));
     if (r == 0) break;
     out->append(buf, size_t(r));
   }
-  ::close(fd);
   return Status::OK();
 }
 
 Status PosixEnv::ReadAt(const std::string& path, uint64_t offset, size_t n, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(ErrnoMessage("open " + path, errno));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::IOError(ErrnoMessage("open " + path, errno));
   out->resize(n);
   size_t got = 0;
   while (got < n) {
-    ssize_t r = ::pread(fd, &(*out)[got], n - got, off_t(offset + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return Status::IOError(ErrnoMessage("read " + path, e));
-    }
+    ssize_t r = ::pread(fd.get(), &(*out)[got], n - got, off_t(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::IOError(ErrnoMessage("read " + path, errno));
     if (r == 0) break;
     got += size_t(r);
   }
-  ::close(fd);
   if (got != n) return Status::Corruption(path + ": file shorter than expected");
   return Status::OK();
 }
@@ -198,12 +203,9 @@ Status PosixEnv::RenameFile(const std::string& from, const std::string& to) {
 }
 
 Status PosixEnv::SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::IOError(ErrnoMessage("open dir " + dir, errno));
-  int rc = ::fsync(fd);
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IOError(ErrnoMessage("fsync dir " + dir, e));
+  ScopedFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return Status::IOError(ErrnoMessage("open dir " + dir, errno));
+  if (::fsync(fd.get()) != 0) return Status::IOError(ErrnoMessage("fsync dir " + dir, errno));
   return Status::OK();
 }
 

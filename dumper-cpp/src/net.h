@@ -9,6 +9,10 @@
 
 namespace cachewarm {
 
+// The dumper's timeouts: to connect, and for a connection that owes bytes to send some.
+constexpr int kConnectTimeoutMs = 5000;
+constexpr int kIoTimeoutMs = 60000;
+
 class Conn {
  public:
   Conn() = default;

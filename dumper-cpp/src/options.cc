@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "data_file.h"
+#include "format.h"
 
 namespace cachewarm {
 
@@ -29,7 +30,7 @@ Exit status 0 only when OUT/DONE has been published.
   --resume                    continue the dump already in --out (after a crash or kill)
   --min-ttl SECONDS           skip items expiring in less than this, 0..2147483647 (default 0)
   --max-items-per-second N    rate limit for the whole dump, 0 = unlimited (default 0)
-  --node-id ID                source node id in file names, [A-Za-z0-9_.]{1,64} (default HOST_PORT)
+  --node-id ID                source node id in file names, )" + std::string(kNodeIdPattern) + R"( (default HOST_PORT)
   --progress-interval SECONDS seconds between JSON progress lines on stdout, 0.05..3600 (default 1)
   --crawl hash|all            first crawl walks the hash table (default; lists every item) or the
                               LRUs (skips busy items; reconciliation then always runs)
@@ -84,6 +85,21 @@ Status IntFlag(const char* flag, const char* arg, int64_t lo, int64_t hi, int64_
   return Status::OK();
 }
 
+// The same for an int or unsigned field (the range keeps the value representable).
+template <typename T>
+Status IntFlag(const char* flag, const char* arg, int64_t lo, int64_t hi, T* out) {
+  int64_t v;
+  CW_RETURN_IF_ERROR(IntFlag(flag, arg, lo, hi, &v));
+  *out = T(v);
+  return Status::OK();
+}
+
+Status NonEmptyFlag(const char* flag, const char* arg, std::string* out) {
+  if (!*arg) return Status::InvalidArgument(std::string("--") + flag + " must not be empty");
+  *out = arg;
+  return Status::OK();
+}
+
 }  // namespace
 
 uint64_t PlannedMemory(const Options& o) {
@@ -118,46 +134,27 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   };
   optind = 0;  // reinitialize getopt (tests parse several command lines)
   opterr = 0;
-  int64_t v;
   for (;;) {
     int idx = 0;
     int c = getopt_long(argc, argv, ":", longopts, &idx);
     if (c == -1) break;
     const char* a = optarg;
     switch (c) {
-      case kHost:
-        if (!*a) return Status::InvalidArgument("--host must not be empty");
-        o->host = a;
-        break;
-      case kPort:
-        CW_RETURN_IF_ERROR(IntFlag("port", a, 1, 65535, &v));
-        o->port = int(v);
-        break;
-      case kOut:
-        if (!*a) return Status::InvalidArgument("--out must not be empty");
-        o->out = a;
-        break;
-      case kThreads:
-        CW_RETURN_IF_ERROR(IntFlag("threads", a, 1, 256, &v));
-        o->threads = int(v);
-        break;
+      case kHost: CW_RETURN_IF_ERROR(NonEmptyFlag("host", a, &o->host)); break;
+      case kPort: CW_RETURN_IF_ERROR(IntFlag("port", a, 1, 65535, &o->port)); break;
+      case kOut: CW_RETURN_IF_ERROR(NonEmptyFlag("out", a, &o->out)); break;
+      case kThreads: CW_RETURN_IF_ERROR(IntFlag("threads", a, 1, 256, &o->threads)); break;
       case kBuffer: CW_RETURN_IF_ERROR(SizeFlag("buffer-size", a, 64ULL << 10, 1ULL << 30, &o->buffer_size)); break;
       case kMemory: CW_RETURN_IF_ERROR(SizeFlag("memory-limit", a, 16ULL << 20, 1ULL << 40, &o->memory_limit)); break;
       case kKeyFile: CW_RETURN_IF_ERROR(SizeFlag("key-file-size", a, 4ULL << 10, 1ULL << 30, &o->key_file_size)); break;
       case kDataFile: CW_RETURN_IF_ERROR(SizeFlag("data-file-size", a, 4ULL << 10, 1ULL << 40, &o->data_file_size)); break;
-      case kBatch:
-        CW_RETURN_IF_ERROR(IntFlag("batch", a, 1, 100000, &v));
-        o->batch = int(v);
-        break;
+      case kBatch: CW_RETURN_IF_ERROR(IntFlag("batch", a, 1, 100000, &o->batch)); break;
       case kResume: o->resume = true; break;
       case kMinTtl: CW_RETURN_IF_ERROR(IntFlag("min-ttl", a, 0, 2147483647, &o->min_ttl)); break;
-      case kRate:
-        CW_RETURN_IF_ERROR(IntFlag("max-items-per-second", a, 0, 1000000000, &v));
-        o->max_items_per_second = uint64_t(v);
-        break;
+      case kRate: CW_RETURN_IF_ERROR(IntFlag("max-items-per-second", a, 0, 1000000000, &o->max_items_per_second)); break;
       case kNode:
         if (!ValidNodeId(a))
-          return Status::InvalidArgument(std::string("--node-id '") + a + "' must match [A-Za-z0-9_.]{1,64}");
+          return Status::InvalidArgument(std::string("--node-id '") + a + "' must match " + kNodeIdPattern);
         o->node_id = a;
         break;
       case kProgress: {
@@ -188,8 +185,8 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   if (o->node_id.empty()) {
     std::string n = o->host + "_" + std::to_string(o->port);
     for (char& ch : n)
-      if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.')) ch = '_';
-    if (n.size() > 64) n.resize(64);
+      if (!IsNodeIdChar(static_cast<unsigned char>(ch))) ch = '_';
+    if (n.size() > kMaxNodeIdLen) n.resize(kMaxNodeIdLen);
     o->node_id = n;
   }
   const uint64_t need = PlannedMemory(*o);

@@ -1,0 +1,39 @@
+// Data format v1 (docs/data-format.md): every constant of the format, in one place. The writer, the
+// verifying reader, the receive stream, the options and the resume scan take them from here.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cachewarm {
+
+// Section 2: a data file is header (kHeaderFixed + node id bytes), records, trailer.
+constexpr char kDataMagic[] = "CWARMDF1";
+constexpr char kTrailerMagic[] = "CWARMEND";
+constexpr size_t kMagicSize = 8;
+constexpr uint16_t kFormatVersion = 1;
+constexpr size_t kHeaderFixed = 48;
+constexpr size_t kTrailerSize = 40;
+constexpr size_t kRecordHeaderSize = 20;
+constexpr size_t kMaxKeyLen = 250;
+constexpr int64_t kNeverExpires = -1;
+
+// The header of a data file written by node `node_len` bytes long.
+constexpr size_t DataFileHeaderSize(size_t node_len) { return kHeaderFixed + node_len; }
+
+// Section 1: names. A node id matches [A-Za-z0-9_.]{1,64} (never '-', the name's separator); a
+// published data file is "<node>-<chunk:08>-<part:04>-<xxh3:016x>.cwd", a file being written starts
+// with ".tmp-" (readers ignore names starting with '.').
+constexpr size_t kMaxNodeIdLen = 64;
+constexpr char kNodeIdPattern[] = "[A-Za-z0-9_.]{1,64}";
+constexpr char kDataFileSuffix[] = ".cwd";
+constexpr char kTmpPrefix[] = ".tmp-";
+constexpr int kChunkDigits = 8;
+constexpr int kPartDigits = 4;
+constexpr int kHashDigits = 16;
+
+// A byte allowed in a node id.
+inline bool IsNodeIdChar(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
+}
+
+}  // namespace cachewarm
