@@ -131,6 +131,28 @@ def test_record_count_must_match_the_trailer() -> None:
         _c(v, WorkerParams(nodes=(Node("127.0.0.1", 1),)))
 
 
+def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
+    """_speedups.c restates no limit: a different 30-day boundary handed to it changes its output."""
+    assert encode._speedups is not None
+    data = encode_file("n1", 0, 0, [df.Record(b"k", 0, NOW + 3600, b"v")])
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    assert b" T3600 " in _c(_verdict(data), params)[0]
+    try:
+        boundary = 60
+        encode._speedups.configure(
+            df.RECORD_FIXED,
+            df.MAX_KEY_LEN,
+            df.NEVER_EXPIRES,
+            boundary,
+            *encode.PLAIN_KEY_BYTES,
+            encode.MAX_WIRE_KEY,
+        )
+        assert b" T%d " % (NOW + 3600) in _c(_verdict(data), params)[0]
+    finally:
+        encode.configure_speedups()
+    assert b" T3600 " in _c(_verdict(data), params)[0]
+
+
 @pytest.mark.parametrize(
     ("value_size", "n_nodes", "uses_c"),
     [(1000, 1, True), (10_000, 1, False), (1000, 2, False)],

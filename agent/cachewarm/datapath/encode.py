@@ -40,16 +40,22 @@ C_LOOP_MAX_AVG_RECORD = 4096
 _PLAIN_KEY = re.compile(b"[\\x%02x-\\x%02x]{1,%d}" % (*PLAIN_KEY_BYTES, MAX_WIRE_KEY))
 _TAIL = {"add": b" ME q\r\n", "set": b" MS q\r\n"}
 
-if _speedups is not None:
-    _speedups.configure(
-        df.RECORD_FIXED,
-        df.MAX_KEY_LEN,
-        df.NEVER_EXPIRES,
-        MAX_RELATIVE_TTL,
-        PLAIN_KEY_BYTES[0],
-        PLAIN_KEY_BYTES[1],
-        MAX_WIRE_KEY,
-    )
+
+def configure_speedups() -> None:
+    """Hand the C loop the format's sizes and limits and the rules above (it restates none)."""
+    if _speedups is not None:
+        _speedups.configure(
+            df.RECORD_FIXED,
+            df.MAX_KEY_LEN,
+            df.NEVER_EXPIRES,
+            MAX_RELATIVE_TTL,
+            PLAIN_KEY_BYTES[0],
+            PLAIN_KEY_BYTES[1],
+            MAX_WIRE_KEY,
+        )
+
+
+configure_speedups()
 
 
 def is_plain_key(key: bytes | memoryview) -> bool:
@@ -124,7 +130,7 @@ def encode_sets(
     never = df.NEVER_EXPIRES
     now = int(time.time())
     horizon = now + MAX_RELATIVE_TTL
-    start, end = df.records_span(verdict.header, verdict.trailer)
+    start, end = df.records_bounds(verdict.header, verdict.trailer)
     nrec = 0
     idx = 0
     for kstart, vstart, nxt, flags, exptime in df.record_spans(mv, start, end):
@@ -176,7 +182,7 @@ def encode_sets_c(
     for small items is cheaper than a scatter-gather piece per value), the same checks."""
     assert _speedups is not None
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
-    start, end = df.records_span(verdict.header, verdict.trailer)
+    start, end = df.records_bounds(verdict.header, verdict.trailer)
     try:
         batches, nrec, expired, too_long = _speedups.encode_ms(
             verdict.data,

@@ -229,7 +229,7 @@ def record_spans(data: bytes | memoryview, start: int, end: int) -> Iterator[tup
         n += 1
 
 
-def records_span(header: Header, trailer: Trailer) -> tuple[int, int]:
+def records_bounds(header: Header, trailer: Trailer) -> tuple[int, int]:
     """(start, end) offsets of a checked file's records."""
     return header.header_len, header.header_len + trailer.records_bytes
 
@@ -248,7 +248,7 @@ def check_record_count(header: Header, trailer: Trailer, count: int) -> None:
 def check_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> None:
     """Check 4 over a whole file: raises CorruptRecord naming the first problem."""
     count = 0
-    for _ in record_spans(data, *records_span(header, trailer)):
+    for _ in record_spans(data, *records_bounds(header, trailer)):
         count += 1
     check_record_count(header, trailer, count)
 

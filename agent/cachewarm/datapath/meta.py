@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import tenacity
+
 from cachewarm.datapath.encode import wire_key
 
 # Pieces per sendmsg call (Linux IOV_MAX is 1024).
@@ -31,6 +33,17 @@ _METADUMP = re.compile(rb"key=(\S+) exp=(-?\d+)")
 
 class DestinationUnavailable(ConnectionError):
     """The server refused, reset or closed the connection: retry the file after a backoff."""
+
+
+def retry_while_unavailable(timeout: float) -> tenacity.Retrying:
+    """Retries on DestinationUnavailable with exponential backoff for up to `timeout` seconds, then
+    raises the last one."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+        stop=tenacity.stop_after_delay(timeout),
+        reraise=True,
+    )
 
 
 @dataclass(frozen=True)

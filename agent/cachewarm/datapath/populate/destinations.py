@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import tenacity
-
 from cachewarm.datapath.ketama import Node
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
+from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import PopulateError
 
 
@@ -32,14 +30,8 @@ class DestinationProbe:
         Raises PopulateError when one stays unavailable for `timeout`."""
         seen: dict[str, tuple[int, int]] = {}
         for n in self.nodes:
-            retrying = tenacity.Retrying(
-                retry=tenacity.retry_if_exception_type(DestinationUnavailable),
-                wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-                stop=tenacity.stop_after_delay(self.timeout),
-                reraise=True,
-            )
             try:
-                for attempt in retrying:
+                for attempt in retry_while_unavailable(self.timeout):
                     with attempt:
                         c = MetaConnection(n.host, n.port, 10.0)
                         try:

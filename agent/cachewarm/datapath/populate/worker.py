@@ -9,13 +9,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import tenacity
-
 from cachewarm.datapath import format as df
 from cachewarm.datapath import pool
 from cachewarm.datapath.encode import MAX_BINARY_KEY, Batch, encode_file
 from cachewarm.datapath.ketama import KetamaRing
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
+from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import WorkerParams
 
 DEST_ERROR = "dest_error"
@@ -125,14 +123,8 @@ def apply_file(path: str, params: WorkerParams) -> FileOutcome:
         out.status, out.reason = verdict.status.value, verdict.reason
         return out
     out.bytes = len(verdict.data or b"")
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-        stop=tenacity.stop_after_delay(params.destination_timeout),
-        reraise=True,
-    )
     try:
-        for attempt in retrying:
+        for attempt in retry_while_unavailable(params.destination_timeout):
             with attempt:
                 out.attempts += 1
                 out.identities.clear()
