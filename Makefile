@@ -29,7 +29,7 @@ deps-apt: | $(STAMPS)
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(STAMPS)/py: pyproject.toml setup.py agent/cachewarm/_speedups.c | $(STAMPS)
+$(STAMPS)/py: pyproject.toml setup.py agent/cachewarm/datapath/_speedups.c | $(STAMPS)
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 deps-py: $(STAMPS)/py

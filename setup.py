@@ -1,7 +1,7 @@
 """Only the C extension lives here (everything else is in pyproject.toml).
 
 `optional=True`: without a C compiler the agent installs anyway and the populator uses its
-pure-Python encoder (slower: see agent/cachewarm/_speedups.c). `make test` requires the extension.
+pure-Python encoder (slower: see agent/cachewarm/datapath/_speedups.c). `make test` requires the extension.
 """
 
 from setuptools import Extension, setup
@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "cachewarm._speedups",
-            ["agent/cachewarm/_speedups.c"],
+            "cachewarm.datapath._speedups",
+            ["agent/cachewarm/datapath/_speedups.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
             optional=True,
         )

@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from cachewarm.dataformat import check_file, iter_records
-from cachewarm.ketama import Node
-from cachewarm.meta import MetaConnection
-from cachewarm.populate import PopulateConfig, populate
+from cachewarm.datapath.format import check_file, iter_records
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.populate import PopulateConfig, populate
+from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.warm import WarmConfig, find_dumper, run_warm
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "3"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1.0"))

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cachewarm import dataformat
+from cachewarm.datapath import format as dataformat
 from cachewarm.testing.memcached import MemcachedServer
 
 

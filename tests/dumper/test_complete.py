@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cachewarm import dataformat
+from cachewarm.datapath import format as dataformat
 
 from tests.dumper.dumputil import load_numbered, run_dump
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from cachewarm.metaread import Item, MetaReader
+from cachewarm.datapath.meta import Item, MetaConnection
 from cachewarm.testing.memcached import MemcachedServer
 
 # `make faults TRIALS=20` sets FAULT_TRIALS; the default keeps `make test` fast.
@@ -69,7 +69,7 @@ class Tally:
 
 
 def fetch_all(srv: MemcachedServer, keys: Iterable[bytes]) -> dict[bytes, Item]:
-    with MetaReader(srv.host, srv.port) as r:
+    with MetaConnection(srv.host, srv.port) as r:
         return r.get_many(list(keys))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from cachewarm import dataformat as df
+from cachewarm.datapath import format as df
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import Background, config
 

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cachewarm import dataformat as df
+from cachewarm.datapath import format as df
 from cachewarm.testing.memcached import MemcachedServer
 
 from tests.dumper.dumputil import dump_cmd, load_numbered, run_dump

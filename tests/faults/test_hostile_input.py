@@ -12,7 +12,8 @@ from pathlib import Path
 import click
 import pytest
 from cachewarm.cli import main
-from cachewarm.dataformat import DirWriter, Record
+from cachewarm.datapath.format import Record
+from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from click.testing import CliRunner
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from cachewarm.dataformat import DirWriter, Record
+from cachewarm.datapath.format import Record
+from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 
 from tests.faults.harness import (

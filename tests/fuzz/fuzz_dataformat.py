@@ -1,4 +1,4 @@
-"""atheris harness for the Python data-file reader (`cachewarm.dataformat`).
+"""atheris harness for the Python data-file reader (`cachewarm.datapath.format`).
 
 Input: byte 0 picks how the file is named (its real XXH3 so the record checks run, or a checksum
 that does not match) and whether the header/trailer framing is repaired first (so mutations reach
@@ -21,7 +21,7 @@ import atheris
 
 with atheris.instrument_imports():
     import xxhash
-    from cachewarm import dataformat as df
+    from cachewarm.datapath import format as df
 
 
 def _name_for(data: bytes, mode: int) -> df.DataFileName:

@@ -113,7 +113,7 @@ def test_atheris_dataformat_reader(tmp_path: Path) -> None:
 
 
 def test_iter_records_on_a_short_magic_input_raises_format_error() -> None:
-    from cachewarm import dataformat as df
+    from cachewarm.datapath import format as df
 
     # Found by atheris: struct.error escaped before the length check (now a regression test).
     with pytest.raises(df.FormatError):
@@ -126,9 +126,10 @@ def test_iter_records_on_a_short_magic_input_raises_format_error() -> None:
 # Found by the atheris harness: a non-integer optional field used to escape as ValueError/TypeError.
 @pytest.mark.parametrize(("field", "value"), [("misses", "x"), ("dump_start_ms", {"a": 1})])
 def test_parse_manifest_names_a_non_integer_optional_field(field: str, value: object, tmp_path: Path) -> None:
-    from cachewarm import dataformat as df
+    from cachewarm.datapath import format as df
+    from cachewarm.datapath.writer import DirWriter
 
-    w = df.DirWriter(tmp_path, node="src")
+    w = DirWriter(tmp_path, node="src")
     w.write(0, 0, [df.Record(b"k", 0, -1, b"v")])
     m = w.manifest()
     if field == "misses":

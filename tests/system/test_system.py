@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
-from cachewarm.metaread import list_keys
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.datapath.meta import list_keys
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm_controller.steps.common import Deps
 

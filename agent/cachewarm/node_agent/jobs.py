@@ -3,16 +3,15 @@ runner / S3 client / populate function, so tests drive them without AWS, root or
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from cachewarm.datapath import dumper as dumper_cli
+from cachewarm.datapath import format as df
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, dumper_node_id
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import Progress, StatusPublisher
@@ -24,20 +23,11 @@ DEFAULT_DUMPER = "/opt/cachewarm/bin/cachewarm-dump"
 DEFAULT_STATE_DIR = Path("/var/lib/cachewarm")
 
 
-def dumper_node_id(node_id: str) -> str:
-    """The dumper's node id allows `[A-Za-z0-9_.]{1,64}` (docs/data-format.md): map the rest to `_`."""
-    return re.sub(r"[^A-Za-z0-9_.]", "_", node_id)[:64] or "node"
-
-
 def find_dumper(explicit: str | None) -> str:
-    for candidate in (
-        explicit,
-        os.environ.get("CACHEWARM_DUMP"),
-        DEFAULT_DUMPER,
-        shutil.which("cachewarm-dump"),
-    ):
-        if candidate and Path(candidate).is_file():
-            return candidate
+    """`--dumper`, else $CACHEWARM_DUMP, else DEFAULT_DUMPER, else cachewarm-dump on PATH."""
+    found = dumper_cli.find_dumper(explicit, DEFAULT_DUMPER)
+    if found is not None:
+        return str(found)
     raise AgentError(
         ExitCode.WORK_FAILED,
         f"cachewarm-dump not found (looked at --dumper, $CACHEWARM_DUMP, {DEFAULT_DUMPER}, PATH)",
@@ -62,49 +52,38 @@ class DumpJob:
         return self.volume.mount / DUMP_DIR
 
     def argv(self, resume: bool) -> list[str]:
-        argv = [
-            self.dumper,
-            "--host",
-            self.memcached_host,
-            "--port",
-            str(self.memcached_port),
-            "--out",
-            str(self.out_dir),
-            "--node-id",
-            dumper_node_id(self.node_id),
-        ]
-        if self.threads:
-            argv += ["--threads", str(self.threads)]
-        if self.max_items_per_second:
-            argv += ["--max-items-per-second", str(self.max_items_per_second)]
-        if resume:
-            argv.append("--resume")
-        return argv + self.extra_args
+        return DumperCommand(
+            binary=self.dumper,
+            host=self.memcached_host,
+            port=self.memcached_port,
+            out=self.out_dir,
+            node_id=dumper_node_id(self.node_id),
+            threads=self.threads,
+            max_items_per_second=self.max_items_per_second,
+            resume=resume,
+            extra_args=self.extra_args,
+        ).argv()
 
 
 def progress_from_dumper(line: str) -> Progress | None:
     """A `cachewarm-dump` JSON progress line, or None for anything else (kept out of the status)."""
-    try:
-        obj = json.loads(line)
-    except ValueError:
+    p = DumperProgress.parse(line)
+    if p is None:
         return None
-    if not isinstance(obj, dict) or "items" not in obj:
-        return None
-    return Progress(
-        items=int(obj.get("items", 0)),
-        bytes=int(obj.get("bytes", 0)),
-        files=int(obj.get("files", 0)),
-        keys_listed=int(obj.get("keys_listed", 0)),
-    )
+    return Progress(items=p.items, bytes=p.bytes, files=p.files, keys_listed=p.keys_listed)
 
 
 def manifest_progress(done_file: Path) -> Progress:
-    totals = json.loads(done_file.read_text()).get("totals", {})
+    """The dump's totals from its DONE manifest, read and checked by the format's reader."""
+    try:
+        m = df.read_manifest(done_file)
+    except (df.FormatError, OSError) as e:
+        raise AgentError(ExitCode.WORK_FAILED, f"the dump's manifest is unusable: {e}") from e
     return Progress(
-        items=int(totals.get("records", 0)),
-        bytes=int(totals.get("bytes", 0)),
-        files=int(totals.get("files", 0)),
-        keys_listed=int(totals.get("keys_listed", 0)),
+        items=m.total_records,
+        bytes=int(m.totals.get("bytes", 0)),
+        files=int(m.totals.get("files", 0)),
+        keys_listed=int(m.totals.get("keys_listed", 0)),
     )
 
 
@@ -114,7 +93,7 @@ def run_dump(
     """Format/mount, run (or resume) the dumper, keep the status fresh. Raises AgentError on failure."""
     job.volume.wait_for_device(job.device_timeout_s)
     job.volume.prepare_source()
-    done = job.out_dir / "DONE"
+    done = job.out_dir / df.MANIFEST_NAME
     if done.exists():
         log(f"{done} exists: the dump finished in an earlier run")
         status.update(manifest_progress(done))
@@ -176,9 +155,9 @@ def run_populate(
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> Any:
     """Mount read-only, wait for the dump directory, run the populator loop to DONE."""
-    from cachewarm.ketama import parse_nodes
-    from cachewarm.populate import PopulateConfig, PopulateError, populate
-    from cachewarm.remount import CommandRemounter
+    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.populate import PopulateConfig, PopulateError, populate
+    from cachewarm.datapath.remount import CommandRemounter
 
     vol = job.volume
     vol.wait_for_device(job.device_timeout_s)
@@ -227,7 +206,7 @@ def run_populate(
 
 def _raising(runner: CommandRunner) -> Callable[[Any], None]:
     """Adapt our runner to the populator's remount runner (which raises on failure)."""
-    from cachewarm.remount import RemountError
+    from cachewarm.datapath.remount import RemountError
 
     def run(argv: Any) -> None:
         res = runner.run(list(argv))

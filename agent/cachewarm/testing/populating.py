@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachewarm.dataformat import Record
-from cachewarm.ketama import Node
-from cachewarm.metaread import Item, MetaReader
-from cachewarm.populate import PopulateConfig, PopulateSummary, Progress, populate
+from cachewarm.datapath.format import Record
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.meta import Item, MetaConnection
+from cachewarm.datapath.populate import PopulateConfig, PopulateSummary, Progress, populate
 from cachewarm.testing.memcached import MemcachedServer
 
 
@@ -24,7 +24,7 @@ def records(n: int, prefix: bytes = b"k", size: int = 100, start: int = 0) -> li
 
 
 def fetch(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, Item]:
-    with MetaReader(srv.host, srv.port) as r:
+    with MetaConnection(srv.host, srv.port) as r:
         return r.get_many(keys)
 
 

@@ -3,7 +3,7 @@
 Why not a library: uhashring (the maintained Python ketama ring) hashes `str(key)`, so a bytes key
 hashes as "b'...'", and it has no way to set spymemcached's node-key string; its lookup is also
 "first point > hash" where spymemcached's TreeMap ceiling is "first point >= hash". The algorithm is
-small; the public spymemcached test vectors in tests/populator/test_ketama.py pin it.
+small; the public spymemcached test vectors in tests/datapath/test_ketama.py pin it.
 
 Ring: for each node (in the given order; a later node wins a point collision, like TreeMap.put)
 and each i in 0 .. reps/4 - 1, d = md5(nodeKey + "-" + i); its four little-endian u32 words are

@@ -9,11 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cachewarm.dataformat import DirWriter, PublishedFile, Record, parse_name
-from cachewarm.ketama import KetamaRing
-from cachewarm.meta import MAX_RELATIVE_TTL, ttl_token
-from cachewarm.populate import PopulateError, PopulateState, populate
-from cachewarm.remount import CommandRemounter
+from cachewarm.datapath.encode import MAX_RELATIVE_TTL, ttl_token
+from cachewarm.datapath.format import Record, parse_name
+from cachewarm.datapath.ketama import KetamaRing
+from cachewarm.datapath.populate import PopulateError, PopulateState, populate
+from cachewarm.datapath.remount import CommandRemounter
+from cachewarm.datapath.writer import DirWriter, PublishedFile
 from cachewarm.testing.populating import Background, config, fetch, node, records
 
 MONTH = MAX_RELATIVE_TTL
@@ -167,7 +168,7 @@ def test_partial_files_never_applied_then_picked_up(memcached, tmp_path: Path) -
 def test_corrupt_file_with_valid_checksum_stops(memcached, tmp_path: Path) -> None:
     import struct
 
-    from cachewarm import dataformat as df
+    from cachewarm.datapath import format as df
 
     dst = memcached(memory_mb=16)
     out = tmp_path / "dump"
@@ -385,7 +386,7 @@ def test_invalid_done_fails_at_once_half_visible_done_waits(memcached, tmp_path:
 
 
 def test_remount_failures_are_retried_then_fatal(memcached, tmp_path: Path) -> None:
-    from cachewarm.remount import RemountError
+    from cachewarm.datapath.remount import RemountError
 
     dst = memcached(memory_mb=16)
     out = tmp_path / "dump"
@@ -428,7 +429,7 @@ def test_corrupt_file_never_partially_applied_either_strategy(
     """Files above one_pass_max are walked first, then streamed: still nothing of a bad file is sent."""
     import struct
 
-    from cachewarm import dataformat as df
+    from cachewarm.datapath import format as df
 
     dst = memcached(memory_mb=64)
     out = tmp_path / "dump"

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.datapath.encode import wire_key
+from cachewarm.datapath.meta import MetaConnection
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from cachewarm.testing.populating import fetch
 

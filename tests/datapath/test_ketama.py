@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cachewarm.ketama import EVCACHE_NODE_KEY, SPY_NODE_KEY, KetamaRing, Node, parse_nodes
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, SPY_NODE_KEY, KetamaRing, Node, parse_nodes
 
 
 def spy_ring(n: int) -> KetamaRing:

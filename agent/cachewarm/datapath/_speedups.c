@@ -1,8 +1,15 @@
 /* The populator's hot loop in C: data-file records (docs/data-format.md section 2.2) to pipelined
- * quiet meta sets for one destination. The pure-Python twin is populate._encode; tests check that
- * both produce the same bytes and reject the same records. Measured: the Python loop costs ~1.7 us
- * per item, which on a 2-core box took CPU the destination memcached needed; this one ~0.1 us.
+ * quiet meta sets for one destination. The pure-Python twin is encode.encode_sets over
+ * format.record_spans; tests (tests/datapath/test_speedups.py) check that both produce the same bytes
+ * and reject the same records with the same message. Measured: the Python loop costs ~1.7 us per
+ * item, which on a 2-core box took CPU the destination memcached needed; this one ~0.1 us.
  *
+ * The format's sizes and limits and the encoding rules come from Python (encode.py calls configure at
+ * import): nothing here restates them. The record's fields are decoded at the offsets of
+ * format.RECORD ("<IIqB3x": value_len, flags, exptime, key_len).
+ *
+ * configure(record_fixed, max_key_len, never_expires, max_relative_ttl, plain_first, plain_last,
+ *           max_wire_key)
  * encode_ms(data, pos, end, now, add, batch_items, batch_bytes)
  *   -> (batches: list[(bytes, count)], records: int, expired: int, too_long: int)
  * Each batch is "ms <key> <len> [b] T<ttl> F<flags> ME|MS q\r\n<value>\r\n"... without the trailing
@@ -14,9 +21,16 @@
 #include <stdint.h>
 #include <string.h>
 
-#define RECORD_FIXED 20
-#define MAX_KEY_LEN 250
-#define MAX_RELATIVE_TTL 2592000LL /* memcached reads a larger T as an absolute unix time */
+/* Set once by configure(); encode_ms refuses to run before. */
+static struct {
+  int ready;
+  Py_ssize_t record_fixed;  /* bytes before a record's key */
+  size_t max_key_len;       /* the format's key_len bound */
+  long long never_expires;  /* the exptime of an item that never expires */
+  long long max_relative_ttl; /* memcached reads a larger T as an absolute unix time */
+  unsigned char plain_first, plain_last; /* keys of only these bytes travel as plain text */
+  size_t max_wire_key;      /* memcached's key token limit (plain or base64) */
+} cfg;
 
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -70,7 +84,7 @@ static size_t b64_encode(char *d, const unsigned char *s, size_t n) {
 
 static int is_plain(const unsigned char *k, size_t n) {
   for (size_t i = 0; i < n; i++)
-    if (k[i] < 0x21 || k[i] > 0x7e) return 0;
+    if (k[i] < cfg.plain_first || k[i] > cfg.plain_last) return 0;
   return 1;
 }
 
@@ -94,7 +108,7 @@ enum { kSend = 0, kSkip = 1, kError = -1 };
 static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end, long long now, Counts *c,
                      Item *it) {
   const Py_ssize_t at = *pos;
-  if (end - at < RECORD_FIXED) {
+  if (end - at < cfg.record_fixed) {
     PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: header runs past records end %zd", c->records, at,
                  end);
     return kError;
@@ -104,30 +118,35 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   it->flags = le32(r + 4);
   const int64_t exptime = le64(r + 8);
   it->klen = r[16];
-  const Py_ssize_t nxt = at + RECORD_FIXED + (Py_ssize_t)it->klen + (Py_ssize_t)it->vlen;
-  if (nxt > end || it->klen == 0 || it->klen > MAX_KEY_LEN) {
-    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: key_len %zu value_len %u bad or past %zd", c->records,
+  if (it->klen == 0 || it->klen > cfg.max_key_len) {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: key_len %zu not in 1..%zu", c->records, at, it->klen,
+                 cfg.max_key_len);
+    return kError;
+  }
+  const Py_ssize_t nxt = at + cfg.record_fixed + (Py_ssize_t)it->klen + (Py_ssize_t)it->vlen;
+  if (nxt > end) {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: key/value (%zu+%u bytes) run past %zd", c->records,
                  at, it->klen, it->vlen, end);
+    return kError;
+  }
+  if (exptime <= 0 && exptime != cfg.never_expires) {
+    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: exptime %lld", c->records, at, (long long)exptime);
     return kError;
   }
   c->records++;
   *pos = nxt;
-  if (exptime == -1) {
+  if (exptime == cfg.never_expires) {
     it->ttl = 0;
   } else if (exptime > now) {
-    it->ttl = (uint64_t)(exptime <= now + MAX_RELATIVE_TTL ? exptime - now : exptime);
-  } else if (exptime > 0) {
+    it->ttl = (uint64_t)(exptime <= now + cfg.max_relative_ttl ? exptime - now : exptime);
+  } else {
     c->expired++;
     return kSkip;
-  } else {
-    PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: exptime %lld", c->records - 1, at,
-                 (long long)exptime);
-    return kError;
   }
-  it->key = r + RECORD_FIXED;
+  it->key = r + cfg.record_fixed;
   it->value = it->key + it->klen;
   it->plain = is_plain(it->key, it->klen);
-  if (!it->plain && (it->klen + 2) / 3 * 4 > MAX_KEY_LEN) {
+  if (!it->plain && (it->klen + 2) / 3 * 4 > cfg.max_wire_key) {
     c->too_long++; /* memcached cannot hold it: counted, and the caller fails the file */
     return kSkip;
   }
@@ -170,8 +189,37 @@ static char *put_item(char *d, const Item *it, const char *tail) {
   return d + 2;
 }
 
+static PyObject *configure(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t record_fixed, max_key_len, max_wire_key;
+  long long never_expires, max_relative_ttl;
+  unsigned char plain_first, plain_last;
+  if (!PyArg_ParseTuple(args, "nnLLbbn", &record_fixed, &max_key_len, &never_expires, &max_relative_ttl,
+                        &plain_first, &plain_last, &max_wire_key))
+    return NULL;
+  /* The fields decoded below end at byte 17; key_len is one byte. */
+  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || max_relative_ttl < 0 ||
+      plain_first > plain_last) {
+    PyErr_SetString(PyExc_ValueError, "configure: constants out of range");
+    return NULL;
+  }
+  cfg.record_fixed = record_fixed;
+  cfg.max_key_len = (size_t)max_key_len;
+  cfg.never_expires = never_expires;
+  cfg.max_relative_ttl = max_relative_ttl;
+  cfg.plain_first = plain_first;
+  cfg.plain_last = plain_last;
+  cfg.max_wire_key = (size_t)max_wire_key;
+  cfg.ready = 1;
+  Py_RETURN_NONE;
+}
+
 static PyObject *encode_ms(PyObject *self, PyObject *args) {
   (void)self;
+  if (!cfg.ready) {
+    PyErr_SetString(PyExc_RuntimeError, "encode_ms: call configure() first (encode.py does at import)");
+    return NULL;
+  }
   Py_buffer view;
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
@@ -231,13 +279,14 @@ fail:
 }
 
 static PyMethodDef kMethods[] = {
+    {"configure", configure, METH_VARARGS, "Set the format's sizes and limits and the encoding rules."},
     {"encode_ms", encode_ms, METH_VARARGS, "Data-file records to pipelined quiet meta sets (see module doc)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "cachewarm._speedups",
+    .m_name = "cachewarm.datapath._speedups",
     .m_doc = "The populator's encoding loop in C.",
     .m_size = -1,
     .m_methods = kMethods,

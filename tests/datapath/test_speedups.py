@@ -1,4 +1,4 @@
-"""The C encoding loop (agent/cachewarm/_speedups.c) against its Python twin, populate._encode: the
+"""The C encoding loop (agent/cachewarm/datapath/_speedups.c) against its Python twin, encode.encode_sets: the
 same bytes on the wire, the same counts, the same records rejected with the same message."""
 
 from __future__ import annotations
@@ -10,23 +10,25 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cachewarm import dataformat as df
-from cachewarm import populate
-from cachewarm.ketama import Node
-from cachewarm.populate import Mode, WorkerParams, _Corrupt, _encode, _encode_c
+from cachewarm.datapath import encode
+from cachewarm.datapath import format as df
+from cachewarm.datapath.encode import Mode, encode_sets, encode_sets_c
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.populate import WorkerParams, worker
+from cachewarm.datapath.writer import encode_file
 from cachewarm.testing.memcached import MemcachedServer
 
 NOW = 1_800_000_000
 
-if populate._speedups is None:
+if encode._speedups is None:
     if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
-        pytest.fail("cachewarm._speedups is not built (pip install -e . needs a C compiler)")
-    pytest.skip("cachewarm._speedups is not built", allow_module_level=True)
+        pytest.fail("cachewarm.datapath._speedups is not built (pip install -e . needs a C compiler)")
+    pytest.skip("cachewarm.datapath._speedups is not built", allow_module_level=True)
 
 
 @pytest.fixture(autouse=True)
 def _fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(populate.time, "time", lambda: float(NOW))
+    monkeypatch.setattr(encode.time, "time", lambda: float(NOW))
 
 
 def _verdict(data: bytes, name: str = "n1") -> df.Verdict:
@@ -37,13 +39,13 @@ def _verdict(data: bytes, name: str = "n1") -> df.Verdict:
 
 def _python(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
     stats = [0, 0]
-    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in _encode(v, params, None, stats))
+    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in encode_sets(v, params, None, stats))
     return out, stats
 
 
 def _c(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
     stats = [0, 0]
-    batches = _encode_c(v, params, stats)
+    batches = encode_sets_c(v, params, stats)
     assert all(isinstance(b, bytes) and n > 0 for _, b, n in batches)
     return b"".join(b for _, b, _ in batches), stats
 
@@ -68,7 +70,7 @@ def _records(rng: random.Random, n: int) -> list[df.Record]:
 @pytest.mark.parametrize("batch_items,batch_bytes", [(1000, 4 << 20), (1, 1), (7, 5000)])
 def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_bytes: int) -> None:
     rng = random.Random(42)
-    data = df.encode_file("n1", 0, 0, _records(rng, 2000))
+    data = encode_file("n1", 0, 0, _records(rng, 2000))
     v = _verdict(data)
     params = WorkerParams(
         nodes=(Node("127.0.0.1", 1),), mode=mode, batch_items=batch_items, batch_bytes=batch_bytes
@@ -81,7 +83,7 @@ def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_byt
 
 
 def test_reads_from_a_memoryview_into_a_reused_buffer() -> None:
-    data = df.encode_file("n1", 0, 0, _records(random.Random(1), 300))
+    data = encode_file("n1", 0, 0, _records(random.Random(1), 300))
     buf = df.ReadBuffer()
     view = buf.view(len(data))
     view[:] = data
@@ -107,26 +109,48 @@ def _corrupt(data: bytes, offset: int, patch: bytes) -> df.Verdict:
 )
 def test_rejects_the_same_bad_records_as_python(field: str, patch: bytes) -> None:
     recs = [df.Record(b"k%d" % i, 0, -1, b"v" * 10) for i in range(5)]
-    data = df.encode_file("n1", 0, 0, recs)
+    data = encode_file("n1", 0, 0, recs)
     header_len = df.HEADER_FIXED + 2
     rec_len = df.RECORD_FIXED + 2 + 10
     at = header_len + 2 * rec_len + {"value_len": 0, "exptime": 8, "key_len": 16}[field]
     v = _corrupt(data, at, patch)
     params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
-    with pytest.raises(_Corrupt) as py:
+    with pytest.raises(df.CorruptRecord) as py:
         _python(v, params)
-    with pytest.raises(_Corrupt) as c:
+    with pytest.raises(df.CorruptRecord) as c:
         _c(v, params)
     assert str(c.value) == str(py.value)
     assert "record 2" in str(c.value)
 
 
 def test_record_count_must_match_the_trailer() -> None:
-    data = bytearray(df.encode_file("n1", 0, 0, [df.Record(b"k", 0, -1, b"v")]))
+    data = bytearray(encode_file("n1", 0, 0, [df.Record(b"k", 0, -1, b"v")]))
     struct.pack_into("<Q", data, len(data) - df.TRAILER_LEN + 8, 2)  # trailer says 2 records
     v = _verdict(bytes(data))
-    with pytest.raises(_Corrupt, match="1 records parsed, trailer says 2"):
+    with pytest.raises(df.CorruptRecord, match="1 records parsed, trailer says 2"):
         _c(v, WorkerParams(nodes=(Node("127.0.0.1", 1),)))
+
+
+def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
+    """_speedups.c restates no limit: a different 30-day boundary handed to it changes its output."""
+    assert encode._speedups is not None
+    data = encode_file("n1", 0, 0, [df.Record(b"k", 0, NOW + 3600, b"v")])
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    assert b" T3600 " in _c(_verdict(data), params)[0]
+    try:
+        boundary = 60
+        encode._speedups.configure(
+            df.RECORD_FIXED,
+            df.MAX_KEY_LEN,
+            df.NEVER_EXPIRES,
+            boundary,
+            *encode.PLAIN_KEY_BYTES,
+            encode.MAX_WIRE_KEY,
+        )
+        assert b" T%d " % (NOW + 3600) in _c(_verdict(data), params)[0]
+    finally:
+        encode.configure_speedups()
+    assert b" T3600 " in _c(_verdict(data), params)[0]
 
 
 @pytest.mark.parametrize(
@@ -141,18 +165,18 @@ def test_the_populator_takes_the_c_loop_for_small_items_to_one_node(
     uses_c: bool,
 ) -> None:
     calls: list[int] = []
-    real = populate._encode_c
+    real = encode.encode_sets_c
 
     def counting(*args: Any) -> Any:
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(populate, "_encode_c", counting)
+    monkeypatch.setattr(encode, "encode_sets_c", counting)
     servers = [memcached(memory_mb=64) for _ in range(n_nodes)]
     recs = [df.Record(b"k%d" % i, 7, NOW + 600, b"v" * value_size) for i in range(50)]
-    v = _verdict(df.encode_file("n1", 0, 0, recs))
-    out = populate.FileOutcome(name="f", status="")
+    v = _verdict(encode_file("n1", 0, 0, recs))
+    out = worker.FileOutcome(name="f", status="")
     nodes = tuple(Node(s.host, s.port) for s in servers)
-    populate._write_records(v, WorkerParams(nodes=nodes, node_key_format="{host}:{port}"), out)
+    worker.write_records(v, WorkerParams(nodes=nodes, node_key_format="{host}:{port}"), out)
     assert out.status == "ok" and out.stored == 50
     assert bool(calls) is uses_c

@@ -1,9 +1,13 @@
-"""Data format v1 (docs/data-format.md): a typed reader, and a small writer for tests and fault injection.
+"""Data format v1 (docs/data-format.md) in Python: its constants, file names, header and trailer, the
+one record walker, the checks of section 3 and the DONE manifest reader. (The writer for tests and
+fault injection is `writer.py`; the production writer is the C++ dumper.)
 
 The reader trusts nothing the file system shows it: `check_file` runs the checks of section 3 in order,
 cheapest first, and only a file that passes all four is ever handed to `iter_records`. Lengths read
 from a file are bounds-checked against the bytes actually present before they are used, and values
 are returned as views into the file's buffer, so a bad length field can never make us allocate.
+Every walk over records (check 4, `iter_records`, the populator's encoder) goes through
+`record_spans`; the C encoder (_speedups.c) is its twin, and tests pin that both agree.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,16 +40,22 @@ NAME_RE = re.compile(r"^([A-Za-z0-9_.]{1,64})-([0-9]{8})-([0-9]{4})-([0-9a-f]{16
 NODE_RE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
 
 # magic, version, header_len, part, dump_start_ms, chunk, first_key_index, node_len, reserved
-_HEADER = struct.Struct("<8sHHIQQQH6s")
+HEADER = struct.Struct("<8sHHIQQQH6s")
 # magic, record_count, records_bytes, end_key_index, misses
-_TRAILER = struct.Struct("<8sQQQQ")
-# value_len, flags, exptime, key_len, reserved
-_RECORD = struct.Struct("<IIqB3s")
-assert _HEADER.size == HEADER_FIXED and _TRAILER.size == TRAILER_LEN and _RECORD.size == RECORD_FIXED
+TRAILER = struct.Struct("<8sQQQQ")
+# value_len, flags, exptime, key_len (3 reserved bytes: zero when packed, skipped when read). The C
+# encoder decodes the same fields at the same offsets.
+RECORD = struct.Struct("<IIqB3x")
+assert HEADER.size == HEADER_FIXED and TRAILER.size == TRAILER_LEN and RECORD.size == RECORD_FIXED
 
 
 class FormatError(ValueError):
     """Bad input to the writer, or a manifest that does not follow the format."""
+
+
+class CorruptRecord(FormatError):
+    """A record the format forbids, or a record count the trailer contradicts (check 4): the message
+    names the record and its offset."""
 
 
 class ManifestNotReadable(FormatError):
@@ -80,6 +90,11 @@ def parse_name(name: str) -> DataFileName | None:
     if m is None:
         return None
     return DataFileName(node=m[1], chunk=int(m[2]), part=int(m[3]), xxh3=int(m[4], 16))
+
+
+def name_for(node: str, chunk: int, part: int, data: bytes | memoryview) -> DataFileName:
+    """The published name of a data file of these bytes."""
+    return DataFileName(chunk=chunk, part=part, node=node, xxh3=xxhash.xxh3_64_intdigest(data))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,7 +166,7 @@ def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Hea
         return f"size {size} < {HEADER_FIXED + TRAILER_LEN}"
     if len(buf) < HEADER_FIXED:
         return "short header read"
-    magic, version, header_len, part, start_ms, chunk, first, node_len, _ = _HEADER.unpack_from(buf, 0)
+    magic, version, header_len, part, start_ms, chunk, first, node_len, _ = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         return f"bad magic {bytes(magic)!r}"
     if version != VERSION:
@@ -179,7 +194,7 @@ def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Traile
     """Check 2 on the last 40 bytes of a file."""
     if len(buf) != TRAILER_LEN:
         return "short trailer read"
-    magic, count, rbytes, end_idx, misses = _TRAILER.unpack_from(buf, 0)
+    magic, count, rbytes, end_idx, misses = TRAILER.unpack_from(buf, 0)
     if magic != TRAILER_MAGIC:
         return f"bad trailer magic {bytes(magic)!r}"
     if header.header_len + rbytes + TRAILER_LEN != size:
@@ -187,33 +202,55 @@ def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Traile
     return Trailer(count, rbytes, end_idx, misses)
 
 
-def _walk_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> str | None:
-    """Check 4 without building objects: returns the reason the records are bad, or None."""
-    pos = header.header_len
-    end = pos + trailer.records_bytes
-    count = 0
-    unpack = _RECORD.unpack_from
+def record_spans(data: bytes | memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """The one record walker (section 2.2, check 4): `(key offset, value offset, next record's offset,
+    flags, exptime)` of each record in `data[start:end]`, offsets into `data`. Raises CorruptRecord at
+    the first record that runs past `end` or breaks a field's rule; counting the records against the
+    trailer is the caller's (`check_record_count`). It builds no objects: the populator's Python
+    encoding loop runs on it."""
+    unpack = RECORD.unpack_from
+    pos = start
+    n = 0
     while pos < end:
         if end - pos < RECORD_FIXED:
-            return f"record {count} at offset {pos}: header runs past records end {end}"
-        vlen, _, exptime, klen, _ = unpack(data, pos)
+            raise CorruptRecord(f"record {n} at offset {pos}: header runs past records end {end}")
+        vlen, flags, exptime, klen = unpack(data, pos)
         if not 1 <= klen <= MAX_KEY_LEN:
-            return f"record {count} at offset {pos}: key_len {klen}"
-        if exptime != NEVER_EXPIRES and exptime <= 0:
-            return f"record {count} at offset {pos}: exptime {exptime}"
-        nxt = pos + RECORD_FIXED + klen + vlen
+            raise CorruptRecord(f"record {n} at offset {pos}: key_len {klen} not in 1..{MAX_KEY_LEN}")
+        kstart = pos + RECORD_FIXED
+        vstart = kstart + klen
+        nxt = vstart + vlen
         if nxt > end:
-            return f"record {count} at offset {pos}: key/value ({klen}+{vlen} bytes) run past {end}"
+            raise CorruptRecord(f"record {n} at offset {pos}: key/value ({klen}+{vlen} bytes) run past {end}")
+        if exptime <= 0 and exptime != NEVER_EXPIRES:
+            raise CorruptRecord(f"record {n} at offset {pos}: exptime {exptime}")
+        yield kstart, vstart, nxt, flags, exptime
         pos = nxt
-        count += 1
+        n += 1
+
+
+def records_bounds(header: Header, trailer: Trailer) -> tuple[int, int]:
+    """(start, end) offsets of a checked file's records."""
+    return header.header_len, header.header_len + trailer.records_bytes
+
+
+def check_record_count(header: Header, trailer: Trailer, count: int) -> None:
+    """The rest of check 4, once `count` records were walked: raises CorruptRecord."""
     if count != trailer.record_count:
-        return f"{count} records parsed, trailer says {trailer.record_count}"
+        raise CorruptRecord(f"{count} records parsed, trailer says {trailer.record_count}")
     if trailer.end_key_index - header.first_key_index != trailer.record_count + trailer.misses:
-        return (
+        raise CorruptRecord(
             f"end_key_index {trailer.end_key_index} - first_key_index {header.first_key_index}"
             f" != record_count {trailer.record_count} + misses {trailer.misses}"
         )
-    return None
+
+
+def check_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> None:
+    """Check 4 over a whole file: raises CorruptRecord naming the first problem."""
+    count = 0
+    for _ in record_spans(data, *records_bounds(header, trailer)):
+        count += 1
+    check_record_count(header, trailer, count)
 
 
 def check_bytes(name: DataFileName, data: bytes | memoryview, walk_records: bool = True) -> Verdict:
@@ -232,9 +269,11 @@ def check_bytes(name: DataFileName, data: bytes | memoryview, walk_records: bool
         return Verdict(
             Status.CHECKSUM_MISMATCH, f"xxh3 {digest:016x} != name's {name.xxh3_hex}", name, header, trailer
         )
-    bad = _walk_records(data, header, trailer) if walk_records else None
-    if bad is not None:
-        return Verdict(Status.CORRUPT, bad, name, header, trailer)
+    if walk_records:
+        try:
+            check_records(data, header, trailer)
+        except CorruptRecord as e:
+            return Verdict(Status.CORRUPT, str(e), name, header, trailer)
     return Verdict(Status.OK, "ok", name, header, trailer, data)
 
 
@@ -299,14 +338,14 @@ def check_file(
 
 def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Iterator[Record]:
     """Records of a file that passed `check_file` (or of a bare record stream when header_len is None
-    and `data` holds only records). Values are memoryviews into `data`. Raises FormatError on a record
-    that runs past the end (never allocates from a length field)."""
+    and `data` holds only records). Values are memoryviews into `data`. Raises FormatError
+    (CorruptRecord for a bad record); never allocates from a length field."""
     mv = data if isinstance(data, memoryview) else memoryview(data)
     if header_len is None:
         if bytes(mv[:8]) == MAGIC:
             if len(mv) < HEADER_FIXED + TRAILER_LEN:
                 raise FormatError(f"{len(mv)} bytes start with the magic but cannot hold header and trailer")
-            header_len = _HEADER.unpack_from(mv, 0)[2]
+            header_len = HEADER.unpack_from(mv, 0)[2]
             end = len(mv) - TRAILER_LEN
             if not HEADER_FIXED <= header_len <= end:
                 raise FormatError(f"header_len {header_len} outside {HEADER_FIXED}..{end}")
@@ -315,19 +354,8 @@ def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Ite
             end = len(mv)
     else:
         end = len(mv) - TRAILER_LEN
-    pos = header_len
-    unpack = _RECORD.unpack_from
-    while pos < end:
-        if end - pos < RECORD_FIXED:
-            raise FormatError(f"record at offset {pos} runs past end {end}")
-        vlen, flags, exptime, klen, _ = unpack(mv, pos)
-        kstart = pos + RECORD_FIXED
-        vstart = kstart + klen
-        nxt = vstart + vlen
-        if nxt > end or klen == 0:
-            raise FormatError(f"record at offset {pos}: key_len {klen} value_len {vlen} past end {end}")
+    for kstart, vstart, nxt, flags, exptime in record_spans(mv, header_len, end):
         yield Record(bytes(mv[kstart:vstart]), flags, exptime, mv[vstart:nxt])
-        pos = nxt
 
 
 # --------------------------------------------------------------------------------------------------
@@ -439,145 +467,3 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """Read `DONE`. On a ro,norecovery mount it may be half visible: that raises FormatError too."""
     return parse_manifest(Path(path).read_bytes(), where=str(path))
-
-
-# --------------------------------------------------------------------------------------------------
-# Writer (tests, fault injection, the demo's fallback). The C++ dumper is the production writer.
-
-
-def encode_record(rec: Record) -> bytes:
-    key = bytes(rec.key)
-    if not 1 <= len(key) <= MAX_KEY_LEN:
-        raise FormatError(f"key length {len(key)} not in 1..{MAX_KEY_LEN}")
-    if rec.exptime != NEVER_EXPIRES and rec.exptime <= 0:
-        raise FormatError(f"exptime {rec.exptime}: must be -1 (never) or > 0")
-    if not 0 <= rec.flags <= 0xFFFFFFFF:
-        raise FormatError(f"flags {rec.flags} not a u32")
-    value = bytes(rec.value)
-    return _RECORD.pack(len(value), rec.flags, rec.exptime, len(key), b"\0\0\0") + key + value
-
-
-def encode_file(
-    node: str,
-    chunk: int,
-    part: int,
-    records: Iterable[Record],
-    dump_start_ms: int = 0,
-    first_key_index: int = 0,
-    misses: int = 0,
-) -> bytes:
-    """The bytes of one data file (sections 2.1-2.3)."""
-    if not NODE_RE.match(node):
-        raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
-    body = [encode_record(r) for r in records]
-    rbytes = sum(len(b) for b in body)
-    node_b = node.encode("ascii")
-    header = _HEADER.pack(
-        MAGIC,
-        VERSION,
-        HEADER_FIXED + len(node_b),
-        part,
-        dump_start_ms,
-        chunk,
-        first_key_index,
-        len(node_b),
-        b"\0" * 6,
-    )
-    end_key_index = first_key_index + len(body) + misses
-    trailer = _TRAILER.pack(TRAILER_MAGIC, len(body), rbytes, end_key_index, misses)
-    return b"".join([header, node_b, *body, trailer])
-
-
-def name_for(node: str, chunk: int, part: int, data: bytes) -> DataFileName:
-    return DataFileName(chunk=chunk, part=part, node=node, xxh3=xxhash.xxh3_64_intdigest(data))
-
-
-def _publish(out: Path, final: str, tmp: str, data: bytes) -> Path:
-    """Section 1's publish: temp name, fsync, rename, fsync the directory."""
-    tmp_path = out / tmp
-    with open(tmp_path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    final_path = out / final
-    os.replace(tmp_path, final_path)
-    dfd = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return final_path
-
-
-@dataclass
-class PublishedFile:
-    path: Path
-    name: DataFileName
-    records: int
-    misses: int
-    size: int
-
-
-@dataclass
-class DirWriter:
-    """Writes a dump directory in format v1 the way the dumper does (atomic publish, DONE last)."""
-
-    out: Path
-    node: str = "test_11211"
-    dump_start_ms: int = 0
-    published: list[PublishedFile] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.out = Path(self.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-
-    def encode(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> tuple[str, bytes]:
-        """The final name and bytes of a file, without publishing it (for fault injection)."""
-        data = encode_file(self.node, chunk, part, records, self.dump_start_ms, misses=misses)
-        return name_for(self.node, chunk, part, data).name, data
-
-    def write(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> PublishedFile:
-        name_s, data = self.encode(chunk, part, records, misses)
-        path = _publish(self.out, name_s, f".tmp-{self.node}-{chunk:08d}-{part:04d}", data)
-        name = parse_name(name_s)
-        assert name is not None
-        count = _TRAILER.unpack_from(data, len(data) - TRAILER_LEN)[1]
-        pf = PublishedFile(path, name, count, misses, len(data))
-        self.published.append(pf)
-        return pf
-
-    def manifest(self, extra_files: Iterable[PublishedFile] = ()) -> dict[str, Any]:
-        files = sorted([*self.published, *extra_files], key=lambda p: (p.name.chunk, p.name.part))
-        return {
-            "format": "cachewarm-dump",
-            "version": VERSION,
-            "node": self.node,
-            "source": {"host": "127.0.0.1", "port": 0},
-            "dump_start_ms": self.dump_start_ms,
-            "files": [
-                {
-                    "name": p.name.name,
-                    "chunk": p.name.chunk,
-                    "part": p.name.part,
-                    "xxh3": p.name.xxh3_hex,
-                    "records": p.records,
-                    "misses": p.misses,
-                    "bytes": p.size,
-                }
-                for p in files
-            ],
-            "totals": {
-                "files": len(files),
-                "records": sum(p.records for p in files),
-                "bytes": sum(p.size for p in files),
-                "keys_listed": sum(p.records + p.misses for p in files),
-                "misses": sum(p.misses for p in files),
-                "skipped_min_ttl": 0,
-                "reconciled_keys": 0,
-                "resumes": 0,
-            },
-        }
-
-    def done(self, manifest: dict[str, Any] | None = None) -> Path:
-        body = json.dumps(manifest if manifest is not None else self.manifest(), indent=1).encode()
-        return _publish(self.out, MANIFEST_NAME, ".tmp-DONE", body)

@@ -1,14 +1,19 @@
-"""Click commands of the data path: `populate`, `warm`, `verify`, `demo` (registered in cli.py)."""
+"""Click commands of the data path: `populate`, `warm`, `verify`, `demo` (registered in cli.py).
+
+`populate` hands its tuning options to PopulateConfig by name: a new populator flag is a field of
+PopulateConfig (populate/config.py) and its option here, nothing else.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cachewarm.ketama import EVCACHE_NODE_KEY, parse_nodes
-from cachewarm.populate import (
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, parse_nodes
+from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
     default_state_file,
@@ -16,7 +21,7 @@ from cachewarm.populate import (
     populate,
     progress_printer,
 )
-from cachewarm.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
+from cachewarm.datapath.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
 
 
 def _nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # type: ignore[type-arg]
@@ -44,7 +49,10 @@ def routing_options(f):  # type: ignore[no-untyped-def]
     )(f)
     f = click.option("--ketama-reps", default=160, show_default=True, help="Ring points per node.")(f)
     f = click.option(
-        "--hash-delimiter", default=None, help="Hash only the key part before this (hash.on.partial.key)."
+        "--hash-delimiter",
+        default=None,
+        callback=lambda ctx, param, value: value.encode() if value else None,
+        help="Hash only the key part before this (hash.on.partial.key).",
     )(f)
     return f
 
@@ -73,20 +81,11 @@ def populate_cmd(
     source_dir: Path,
     to: list,  # type: ignore[type-arg]
     state_file: Path | None,
-    mode: str,
-    max_items_per_second: float | None,
-    workers: int,
-    node_key_format: str,
-    ketama_reps: int,
-    hash_delimiter: str | None,
     device: str | None,
     mount_dir: str | None,
     mount_cmd: str,
     umount_cmd: str,
-    poll_interval: float,
-    bad_file_timeout: float,
-    destination_timeout: float,
-    idle_timeout: float | None,
+    **tuning: Any,
 ) -> None:
     """Write the items of a dump directory's verified data files to memcached (add mode by default).
 
@@ -99,17 +98,8 @@ def populate_cmd(
         source_dir=source_dir,
         destinations=to,
         state_file=state_file or default_state_file(source_dir, to),
-        mode=mode,  # type: ignore[arg-type]
-        max_items_per_second=max_items_per_second,
-        workers=workers,
-        node_key_format=node_key_format,
-        ketama_reps=ketama_reps,
-        hash_delimiter=hash_delimiter.encode() if hash_delimiter else None,
-        poll_interval=poll_interval,
-        bad_file_timeout=bad_file_timeout,
-        destination_timeout=destination_timeout,
-        idle_timeout=idle_timeout,
         remounter=remounter or NoopRemounter(),
+        **tuning,  # every other option, named as PopulateConfig's field
     )
     try:
         summary = populate(config, progress_printer(sys.stdout))
@@ -150,7 +140,7 @@ def warm_cmd(
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
     every item it should."""
-    from cachewarm.warm import WarmConfig, WarmError, find_dumper, run_warm
+    from cachewarm.datapath.warm import WarmConfig, WarmError, find_dumper, run_warm
 
     try:
         (src,) = parse_nodes(source)
@@ -200,7 +190,7 @@ def verify_cmd(
 ) -> None:
     """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
     value and flags and a TTL within tolerance. Non-zero exit on any difference."""
-    from cachewarm.verify import verify
+    from cachewarm.datapath.verify import verify
 
     try:
         (src,) = parse_nodes(source)
@@ -221,8 +211,8 @@ def verify_cmd(
 @click.option("--sample", type=click.IntRange(min=1), default=None, help="Verify a sample (default all).")
 def demo_cmd(items: int, sample: int | None) -> None:
     """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them."""
-    from cachewarm.demo import run_demo
-    from cachewarm.warm import WarmError
+    from cachewarm.datapath.demo import run_demo
+    from cachewarm.datapath.warm import WarmError
 
     try:
         ok = run_demo(items, sample=sample)

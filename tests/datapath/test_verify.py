@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from cachewarm.ketama import Node
-from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.datapath.encode import wire_key
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.verify import verify
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.verify import verify
 
 
 def put(srv: MemcachedServer, items: list[tuple[bytes, int, int, bytes]]) -> None:

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import functools
 import json
-import multiprocessing
-import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from cachewarm import dataformat as df
-from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
-from cachewarm.metaread import MetaReader
-from cachewarm.populate import (
+from cachewarm.datapath import dumper as dumper_cli
+from cachewarm.datapath import format as df
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate import (
     Mode,
     PopulateConfig,
     PopulateError,
@@ -33,10 +32,10 @@ from cachewarm.populate import (
     Progress,
     default_workers,
     populate,
-    worker_init,
 )
 
-REPO_DUMPER = Path(__file__).resolve().parents[2] / "build" / "release" / "cachewarm-dump"
+# Where `make build` puts the dumper in this repository.
+REPO_DUMPER = Path(__file__).resolve().parents[3] / "build" / "release" / dumper_cli.BINARY
 
 
 class WarmError(RuntimeError):
@@ -45,14 +44,9 @@ class WarmError(RuntimeError):
 
 def find_dumper(explicit: str | None = None) -> Path:
     """`--dumper`, else $CACHEWARM_DUMP, else build/release/cachewarm-dump, else on PATH."""
-    for cand in (
-        explicit,
-        os.environ.get("CACHEWARM_DUMP"),
-        str(REPO_DUMPER),
-        shutil.which("cachewarm-dump"),
-    ):
-        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
-            return Path(cand)
+    found = dumper_cli.find_dumper(explicit, REPO_DUMPER)
+    if found is not None:
+        return found
     raise WarmError("cachewarm-dump not found: run `make build`, or set CACHEWARM_DUMP / --dumper")
 
 
@@ -121,7 +115,7 @@ class WarmSummary:
 @dataclass
 class _DumperRun:
     proc: subprocess.Popen[bytes]
-    last_progress: dict[str, Any] = field(default_factory=dict)
+    last_progress: DumperProgress | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
     ended_at: float | None = None
 
@@ -129,13 +123,11 @@ class _DumperRun:
         def out() -> None:
             assert self.proc.stdout is not None
             for raw in self.proc.stdout:
-                try:
-                    obj = json.loads(raw)
-                except ValueError:
+                p = DumperProgress.parse(raw)
+                if p is None:
                     self.stderr_tail.append(raw.decode(errors="replace").rstrip())
-                    continue
-                if isinstance(obj, dict):
-                    self.last_progress = obj
+                else:
+                    self.last_progress = p
 
         def err() -> None:
             assert self.proc.stderr is not None
@@ -172,7 +164,7 @@ def _check_file(path: Path, targets: list[Node], node_key_format: str) -> tuple[
     checked = 0
     gone: list[bytes] = []
     for n, keys in zip(targets, per_node, strict=True):
-        with MetaReader(n.host, n.port) as rd:
+        with MetaConnection(n.host, n.port) as rd:
             gone += rd.missing(keys)
         checked += len(keys)
     return checked, gone
@@ -183,9 +175,8 @@ def _check_target(cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest) -> tup
     Returns (checked, missing, examples)."""
     checked = missing = 0
     examples: list[bytes] = []
-    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
     check = functools.partial(_check_file, targets=cfg.targets, node_key_format=cfg.node_key_format)
-    with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=ctx, initializer=worker_init) as pool:
+    with process_pool(cfg.workers) as pool:
         for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
             checked += n
             missing += len(gone)
@@ -209,19 +200,19 @@ class _Display:
 
     def update(self, p: Progress) -> None:
         dp = self.dumper.last_progress
-        total = dp.get("keys_listed") or dp.get("keys") or None
+        total = dp.keys_listed if dp is not None else 0
         if self.bar is not None:
             if total and self.bar.total != total:
                 self.bar.total = total
             self.bar.n = p.items
             mb = p.bytes / 1e6 / p.elapsed_s if p.elapsed_s else 0.0
-            self.bar.set_postfix_str(f"{mb:.0f} MB/s, dumped {dp.get('items', dp.get('records', 0)):,}")
+            self.bar.set_postfix_str(f"{mb:.0f} MB/s, dumped {dp.items if dp is not None else 0:,}")
             self.bar.refresh()
         elif time.monotonic() - self.last_line >= 1.0 or p.event == "done":
             self.last_line = time.monotonic()
             self.stream.write(
                 f"populated {p.items:,} items ({p.bytes / 1e6:.0f} MB, {p.files_consumed} files) "
-                f"in {p.elapsed_s:.1f}s; dumper: {json.dumps(dp, separators=(',', ':'))}\n"
+                f"in {p.elapsed_s:.1f}s; dumper: {dp.to_json() if dp is not None else '{}'}\n"
             )
             self.stream.flush()
 
@@ -241,23 +232,17 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
     if not cfg.resume and state_file.exists():
         state_file.unlink()
     dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
-    argv = [
-        str(cfg.dumper),
-        "--host",
-        cfg.source.host,
-        "--port",
-        str(cfg.source.port),
-        "--out",
-        str(dump_dir),
-        "--threads",
-        str(cfg.threads),
-        "--data-file-size",
-        cfg.data_file_size,
-        "--progress-interval",
-        "0.5",
-        *(["--resume"] if cfg.resume else []),
-        *cfg.dumper_args,
-    ]
+    argv = DumperCommand(
+        binary=cfg.dumper,
+        host=cfg.source.host,
+        port=cfg.source.port,
+        out=dump_dir,
+        threads=cfg.threads,
+        data_file_size=cfg.data_file_size,
+        progress_interval=0.5,
+        resume=cfg.resume,
+        extra_args=cfg.dumper_args,
+    ).argv()
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     dumper = _DumperRun(proc)

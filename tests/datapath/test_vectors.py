@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cachewarm import dataformat as df
-from cachewarm.dataformat import Record
+from cachewarm.datapath import format as df
+from cachewarm.datapath.format import Record
+from cachewarm.datapath.writer import encode_file
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 SPEC: dict[str, Any] = json.loads((VECTORS / "vectors.json").read_text())
@@ -41,7 +42,7 @@ def test_reader_matches_vectors(f: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("f", SPEC["files"], ids=lambda f: f["name"])
 def test_writer_reproduces_vectors(f: dict[str, Any]) -> None:
-    data = df.encode_file(
+    data = encode_file(
         SPEC["node"],
         f["chunk"],
         f["part"],

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import functools
 import json
-import multiprocessing
 import random
-import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
-from cachewarm.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
-from cachewarm.metaread import MetaReader, list_keys
-from cachewarm.populate import worker_init
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.datapath.meta import MetaConnection, list_keys
+from cachewarm.datapath.pool import process_pool
 
 
 @dataclass
@@ -62,8 +59,8 @@ def _compare(
     """Compare one shard of keys (runs in a pool process)."""
     rep = VerifyReport()
     ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
-    with MetaReader(source.host, source.port) as src:
-        tgts = [MetaReader(t.host, t.port).__enter__() for t in targets]
+    with MetaConnection(source.host, source.port) as src:
+        tgts = [MetaConnection(t.host, t.port).__enter__() for t in targets]
         try:
             have = src.get_many(keys)
             rep.gone_from_source += len(keys) - len(have)
@@ -119,8 +116,7 @@ def verify(
         KetamaRing(targets, node_key_format)  # fail here, not in a worker, on colliding node keys
     shards = [keys[i : i + shard] for i in range(0, len(keys), shard)]
     # Shards are compared in parallel processes: parsing a million values is Python-bound.
-    ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
-    with ProcessPoolExecutor(max_workers=max(1, workers), mp_context=ctx, initializer=worker_init) as pool:
+    with process_pool(max(1, workers)) as pool:
         compare = functools.partial(
             _compare, source, targets, ttl_tolerance=ttl_tolerance, node_key_format=node_key_format
         )

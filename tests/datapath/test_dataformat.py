@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import xxhash
-from cachewarm import dataformat as df
-from cachewarm.dataformat import DirWriter, Record, Status
+from cachewarm.datapath import format as df
+from cachewarm.datapath.format import Record, Status
+from cachewarm.datapath.writer import DirWriter
 
 
 def sample_records() -> list[Record]:

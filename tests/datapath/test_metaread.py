@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from cachewarm.meta import MetaConnection, wire_key
-from cachewarm.metaread import list_keys
+from cachewarm.datapath.encode import wire_key
+from cachewarm.datapath.meta import MetaConnection, list_keys
 from cachewarm.testing.memcached import MemcachedServer
 
 

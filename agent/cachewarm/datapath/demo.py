@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from cachewarm.ketama import Node
-from cachewarm.meta import MetaConnection, wire_key
+from cachewarm.datapath.encode import wire_key
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.verify import verify
+from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.verify import verify
-from cachewarm.warm import WarmConfig, find_dumper, run_warm
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,14 @@
+"""The data path: the bytes of a warm, from the dump directory to the destination memcached.
+
+- `format.py`      data format v1: names, header/trailer, the record walker, section 3's checks, DONE
+- `writer.py`      a format v1 writer for tests and fault injection (the dumper writes in production)
+- `encode.py`      records -> meta-protocol set commands (plain vs base64 keys, TTLs over 30 days);
+                   `_speedups.c` is its C twin and takes its constants from it
+- `meta.py`        the meta-protocol client (pipelined writes and reads, key listing)
+- `ketama.py`      EVCache's key -> node mapping
+- `dumper.py`      `cachewarm-dump` from Python: its command line and progress lines
+- `populate/`      the populator: `config`, `worker` (one file), `state` (consumed files), `loop`
+- `pool.py`        the process pools the populator, `warm` and `verify` use
+- `remount.py`     seeing the writer's new files on a read-only mount
+- `warm.py`, `verify.py`, `demo.py` and `commands.py`: the `cachewarm warm|populate|verify|demo` commands
+"""

@@ -1,0 +1,115 @@
+"""`cachewarm-dump` (the C++ dumper, dumper-cpp/) seen from Python: its command line and its progress
+lines. `cachewarm warm` and the node agent's dump job both run it through `DumperCommand`, and
+`DumperProgress.parse` is the only place that knows the progress fields' names.
+
+The dumper prints one JSON object a line on stdout (dumper-cpp/src/dumper.cc, `PrintProgress`):
+`{"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
+"skipped_min_ttl", "time_ms"}`; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cachewarm.datapath.format import NODE_RE
+
+BINARY = "cachewarm-dump"
+PROGRESS_EVENTS = ("progress", "done")
+
+
+def find_dumper(explicit: str | os.PathLike[str] | None, installed: str | os.PathLike[str]) -> Path | None:
+    """The first of `explicit` (--dumper), $CACHEWARM_DUMP, `installed` (where a build or an install
+    puts it) and cachewarm-dump on PATH that is an executable file; None if none is."""
+    for cand in (explicit, os.environ.get("CACHEWARM_DUMP"), installed, shutil.which(BINARY)):
+        if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
+            return Path(cand)
+    return None
+
+
+def dumper_node_id(node_id: str) -> str:
+    """The dumper's node id allows `[A-Za-z0-9_.]{1,64}` (docs/data-format.md): map the rest to `_`."""
+    mapped = re.sub(r"[^A-Za-z0-9_.]", "_", node_id)[:64] or "node"
+    assert NODE_RE.match(mapped)
+    return mapped
+
+
+@dataclass(frozen=True)
+class DumperCommand:
+    """The argument list of one `cachewarm-dump` run; options left None are not passed (the
+    dumper's defaults apply)."""
+
+    binary: str | os.PathLike[str]
+    host: str
+    port: int
+    out: Path
+    node_id: str | None = None
+    threads: int | None = None
+    max_items_per_second: int | None = None
+    data_file_size: str | None = None
+    progress_interval: float | None = None
+    resume: bool = False
+    extra_args: Sequence[str] = ()
+
+    def argv(self) -> list[str]:
+        argv = [str(self.binary), "--host", self.host, "--port", str(self.port), "--out", str(self.out)]
+        if self.node_id is not None:
+            argv += ["--node-id", self.node_id]
+        if self.threads:
+            argv += ["--threads", str(self.threads)]
+        if self.max_items_per_second:
+            argv += ["--max-items-per-second", str(self.max_items_per_second)]
+        if self.data_file_size is not None:
+            argv += ["--data-file-size", self.data_file_size]
+        if self.progress_interval is not None:
+            argv += ["--progress-interval", str(self.progress_interval)]
+        if self.resume:
+            argv.append("--resume")
+        return argv + list(self.extra_args)
+
+
+@dataclass(frozen=True)
+class DumperProgress:
+    """One progress line of the dumper (`done` is the last)."""
+
+    event: str
+    phase: str = ""
+    keys_listed: int = 0
+    items: int = 0
+    bytes: int = 0
+    files: int = 0
+    misses: int = 0
+    skipped_min_ttl: int = 0
+    time_ms: int = 0
+
+    @staticmethod
+    def parse(line: str | bytes) -> DumperProgress | None:
+        """The progress in one line of the dumper's stdout, or None for anything else."""
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or obj.get("event") not in PROGRESS_EVENTS:
+            return None
+        try:
+            return DumperProgress(
+                event=str(obj["event"]),
+                phase=str(obj.get("phase", "")),
+                keys_listed=int(obj.get("keys_listed", 0)),
+                items=int(obj.get("items", 0)),
+                bytes=int(obj.get("bytes", 0)),
+                files=int(obj.get("files", 0)),
+                misses=int(obj.get("misses", 0)),
+                skipped_min_ttl=int(obj.get("skipped_min_ttl", 0)),
+                time_ms=int(obj.get("time_ms", 0)),
+            )
+        except (TypeError, ValueError):
+            return None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))

@@ -1,0 +1,341 @@
+"""The one meta-protocol client: a raw socket to one memcached, for pipelined quiet writes (the
+populator, the demo's load), pipelined reads (`cachewarm verify`, the warm's final check, tests), and
+key listing by `lru_crawler metadump`. How keys and TTLs are put on the wire is `encode.py`'s.
+
+Writes: quiet mode suppresses `HD` (stored), so on the wire come back only `NS` (add mode: the key is
+already there, which counts as present), errors, and the `MN` we send at the end of each batch. At
+most two batches are in flight: the replies to a batch are read while the next batch is on its way,
+so the server never stalls writing replies we do not read and we never wait a full round trip per
+batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: the caller fails.
+
+Reads: `mg <key> b v f t k q O<index>` in batches ended by `mn`; replies are parsed by declared
+lengths.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.parse
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import tenacity
+
+from cachewarm.datapath.encode import wire_key
+
+# Pieces per sendmsg call (Linux IOV_MAX is 1024).
+_IOV_MAX = 1000
+_ERRORS = (b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")
+_METADUMP = re.compile(rb"key=(\S+) exp=(-?\d+)")
+
+
+class DestinationUnavailable(ConnectionError):
+    """The server refused, reset or closed the connection: retry the file after a backoff."""
+
+
+def retry_while_unavailable(timeout: float) -> tenacity.Retrying:
+    """Retries on DestinationUnavailable with exponential backoff for up to `timeout` seconds, then
+    raises the last one."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+        stop=tenacity.stop_after_delay(timeout),
+        reraise=True,
+    )
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Tells a restarted memcached (which came back empty) from the one we wrote to."""
+
+    pid: int
+    started: int  # unix seconds, from `time - uptime`
+
+    def same_as(self, other: ServerIdentity) -> bool:
+        return self.pid == other.pid and abs(self.started - other.started) <= 2
+
+
+@dataclass
+class BatchCounts:
+    sent: int = 0
+    not_stored: int = 0
+    errors: int = 0
+    first_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Item:
+    value: bytes
+    flags: int
+    ttl: int  # remaining seconds, -1 = never expires
+
+
+@dataclass
+class MetaConnection:
+    """`connect()` (returns the server's identity) then write; or `with MetaConnection(...) as c:`
+    (no identity round trip) then read."""
+
+    host: str
+    port: int
+    timeout: float = 30.0
+    sock: socket.socket | None = field(default=None, repr=False)
+    _rbuf: bytearray = field(default_factory=bytearray, repr=False)
+    _rx: memoryview | None = field(default=None, repr=False)
+    _inflight: deque[BatchCounts] = field(default_factory=deque, repr=False)
+    totals: BatchCounts = field(default_factory=BatchCounts)
+
+    # ---- connection ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        try:
+            self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        except (OSError, UnicodeError) as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: cannot connect: {e}") from e
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def connect(self) -> ServerIdentity:
+        self.open()
+        return self.identity()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self._rbuf.clear()
+        self._inflight.clear()
+
+    def __enter__(self) -> MetaConnection:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, data: bytes | bytearray | memoryview) -> None:
+        assert self.sock is not None
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: send failed: {e}") from e
+
+    def _fill(self) -> None:
+        assert self.sock is not None
+        if self._rx is None:
+            self._rx = memoryview(bytearray(1 << 18))
+        # recv_into a reused buffer: sock.recv(large) allocates (and page-faults) a new buffer per call.
+        try:
+            n = self.sock.recv_into(self._rx)
+        except OSError as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: receive failed: {e}") from e
+        if not n:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: connection closed by the server")
+        self._rbuf += self._rx[:n]
+
+    def _readline(self) -> bytes:
+        while True:
+            i = self._rbuf.find(b"\r\n")
+            if i >= 0:
+                line = bytes(self._rbuf[:i])
+                del self._rbuf[: i + 2]
+                return line
+            self._fill()
+
+    def _value(self, n: int) -> bytes:
+        """n bytes of value and the `\r\n` after them."""
+        while len(self._rbuf) < n + 2:
+            self._fill()
+        out = bytes(self._rbuf[:n])
+        del self._rbuf[: n + 2]
+        return out
+
+    def identity(self) -> ServerIdentity:
+        stats = self.stats()
+        try:
+            return ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+        except (KeyError, ValueError) as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
+
+    def stats(self) -> dict[str, str]:
+        self._send(b"stats\r\n")
+        stats: dict[str, str] = {}
+        while True:
+            line = self._readline()
+            if line == b"END":
+                break
+            parts = line.decode("ascii", "replace").split(" ", 2)
+            if len(parts) == 3 and parts[0] == "STAT":
+                stats[parts[1]] = parts[2]
+            elif line.startswith(_ERRORS):
+                raise DestinationUnavailable(f"{self.host}:{self.port}: stats failed: {line!r}")
+        return stats
+
+    # ---- writes ----------------------------------------------------------------------------------
+
+    def send_batch(self, payload: bytes | bytearray | list[bytes | memoryview], count: int) -> None:
+        """Send one batch of `ms ... q` commands (already encoded: one buffer, or a list of pieces
+        sent with scatter-gather I/O so values go from the file's buffer to the socket uncopied)
+        followed by `mn`; keeps at most two batches in flight, reading the older one's replies first."""
+        if len(self._inflight) >= 2:
+            self._drain_one()
+        if isinstance(payload, list):
+            self._send_pieces([*payload, b"mn\r\n"])
+        else:
+            self._send(payload)
+            self._send(b"mn\r\n")
+        self._inflight.append(BatchCounts(sent=count))
+
+    def _send_pieces(self, pieces: list[bytes | memoryview]) -> None:
+        assert self.sock is not None
+        i, n = 0, len(pieces)
+        try:
+            while i < n:
+                chunk = pieces[i : i + _IOV_MAX]
+                sent = self.sock.sendmsg(chunk)
+                # Advance past what was sent; a partial send leaves the rest of one piece.
+                while sent > 0:
+                    size = len(pieces[i])
+                    if sent >= size:
+                        sent -= size
+                        i += 1
+                    else:
+                        pieces[i] = memoryview(pieces[i])[sent:]
+                        sent = 0
+                while i < n and len(pieces[i]) == 0:
+                    i += 1
+        except OSError as e:
+            raise DestinationUnavailable(f"{self.host}:{self.port}: send failed: {e}") from e
+
+    def _drain_one(self) -> None:
+        b = self._inflight.popleft()
+        while True:
+            line = self._readline()
+            if line == b"MN":
+                break
+            if line == b"NS":
+                b.not_stored += 1
+            else:
+                b.errors += 1
+                if b.first_error is None:
+                    b.first_error = line.decode("ascii", "replace")
+        t = self.totals
+        t.sent += b.sent
+        t.not_stored += b.not_stored
+        t.errors += b.errors
+        if t.first_error is None:
+            t.first_error = b.first_error
+
+    def flush(self) -> BatchCounts:
+        """Wait for every batch in flight; returns the running totals."""
+        while self._inflight:
+            self._drain_one()
+        return self.totals
+
+    # ---- reads -----------------------------------------------------------------------------------
+
+    def _pipelined(self, keys: list[bytes], batch: int, flags: bytes) -> Iterator[bytes]:
+        """Send `mg <key> <flags>q O<index>` in batches ended by `mn`; yield every reply line but MN.
+
+        O<index> ties each reply to its key without trusting the echoed key's encoding. The caller
+        reads a `VA` line's value before asking for the next line.
+        """
+        for start in range(0, len(keys), batch):
+            req = bytearray()
+            for j, k in enumerate(keys[start : start + batch], start):
+                tok, b = wire_key(k)
+                req += b"mg %b%b %bq O%d\r\n" % (tok, b, flags, j)
+            req += b"mn\r\n"
+            self._send(req)
+            while (line := self._readline()) != b"MN":
+                if line.startswith(_ERRORS):
+                    raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
+                yield line
+
+    def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
+        """Items of the keys that exist; a missing key is absent from the result."""
+        out: dict[bytes, Item] = {}
+        keys = list(keys)
+        for line in self._pipelined(keys, batch, b"v f t "):
+            if not line.startswith(b"VA "):
+                continue
+            parts = line.split(b" ")
+            size = int(parts[1])
+            flags, ttl, idx = 0, -1, -1
+            for p in parts[2:]:
+                if p[:1] == b"f":
+                    flags = int(p[1:])
+                elif p[:1] == b"t":
+                    ttl = int(p[1:])
+                elif p[:1] == b"O":
+                    idx = int(p[1:])
+            out[keys[idx]] = Item(self._value(size), flags, ttl)
+        return out
+
+    def missing(self, keys: Iterable[bytes], batch: int = 1000) -> list[bytes]:
+        """The keys the server does not hold (`mg` without a value: cheap)."""
+        keys = list(keys)
+        found = {
+            int(line.rsplit(b"O", 1)[1])
+            for line in self._pipelined(keys, batch, b"")
+            if line.startswith(b"HD")
+        }
+        return [k for j, k in enumerate(keys) if j not in found]
+
+
+# ---- listing keys --------------------------------------------------------------------------------
+
+
+def list_keys(
+    host: str, port: int, timeout: float = 60.0, modes: Sequence[str] = ("hash", "all")
+) -> Iterator[tuple[bytes, int]]:
+    """(key, absolute exptime or -1) of every item, from `lru_crawler metadump hash`.
+
+    `hash` walks the hash table waiting on each bucket's lock, so it lists every item that exists
+    throughout the crawl; `all` walks the LRUs and skips items whose lock is busy (1.6.18), so a
+    verify of a server under load could miss keys. A server without `hash` (a memcached older than
+    it answers `BADCLASS invalid class id`, as 1.6.18 does to an unknown mode) or one answering any
+    other error before listing a key is asked again with the next of `modes`: `metadump all`, with
+    its skips. `BUSY` (another crawl is running) is raised, not retried with another mode.
+    """
+    for i, mode in enumerate(modes):
+        try:
+            yield from _metadump(host, port, mode, timeout)
+            return
+        except _ModeRefused:
+            if i == len(modes) - 1:
+                raise
+
+
+class _ModeRefused(RuntimeError):
+    """The server answered an error to `lru_crawler metadump <mode>` before listing any key."""
+
+
+def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple[bytes, int]]:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
+        buf = b""
+        listed = 0
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                raise DestinationUnavailable(f"{host}:{port}: closed during metadump {mode}")
+            buf += chunk
+            lines = buf.split(b"\n")
+            buf = lines.pop()
+            for ln in lines:
+                ln = ln.rstrip(b"\r")
+                if ln == b"END":
+                    return
+                m = _METADUMP.match(ln)
+                if m is None:
+                    if ln.startswith((*_ERRORS, b"BADCLASS")):
+                        err = _ModeRefused if listed == 0 else RuntimeError
+                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
+                    if ln.startswith(b"BUSY"):
+                        raise RuntimeError(f"{host}:{port}: metadump {mode} failed: {ln!r}")
+                    continue
+                listed += 1
+                raw = m[1]
+                key = urllib.parse.unquote_to_bytes(raw) if b"%" in raw else raw
+                yield key, int(m[2])

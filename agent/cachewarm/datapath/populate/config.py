@@ -1,0 +1,98 @@
+"""What the populator is told: `PopulateConfig`, and `WorkerParams`, the part of it a pool worker gets.
+
+A new populator flag is a field of PopulateConfig (and, if the workers need it, a field of the same
+name in WorkerParams: `WorkerParams.of` copies every field the two share) plus its option in
+`datapath/commands.py`, which hands the options through by name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from cachewarm.datapath.encode import Mode
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node
+from cachewarm.datapath.remount import NoopRemounter, Remounter
+
+
+class PopulateError(RuntimeError):
+    """A failure the populator cannot recover from; the message names the problem."""
+
+
+def default_workers() -> int:
+    # One Python process writes ~265k items/s (FACTS.md), about what one memcached thread absorbs.
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def default_state_file(source_dir: Path, destinations: Iterable[Node]) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "cachewarm"
+    ident = f"{source_dir.resolve()}|{','.join(n.address for n in destinations)}"
+    return base / f"populate-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+
+
+@dataclass
+class PopulateConfig:
+    source_dir: Path
+    destinations: list[Node]
+    state_file: Path
+    mode: Mode = "add"
+    max_items_per_second: float | None = None
+    workers: int = field(default_factory=default_workers)
+    node_key_format: str = EVCACHE_NODE_KEY
+    ketama_reps: int = 160
+    hash_delimiter: bytes | None = None
+    poll_interval: float = 1.0
+    # How long a file may stay incomplete/unverifiable, or a DONE-listed file stay absent.
+    bad_file_timeout: float = 300.0
+    # How long a destination may refuse connections before the populator gives up.
+    destination_timeout: float = 120.0
+    # Give up when nothing at all appears (no data file, no DONE) for this long; None = wait forever.
+    idle_timeout: float | None = None
+    batch_items: int = 1000
+    batch_bytes: int = 4 << 20
+    # Seconds between "waiting" progress lines while nothing new is applied.
+    progress_interval: float = 1.0
+    one_pass_max_bytes: int = 64 << 20
+    use_speedups: bool = True
+    remounter: Remounter = field(default_factory=NoopRemounter)
+    # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
+    should_abort: Callable[[], str | None] | None = None
+
+    def worker_params(self) -> WorkerParams:
+        return WorkerParams.of(self)
+
+
+@dataclass(frozen=True)
+class WorkerParams:
+    """What a pool worker gets (picklable: no remounter, no callback)."""
+
+    nodes: tuple[Node, ...]
+    mode: Mode = "add"
+    node_key_format: str = EVCACHE_NODE_KEY
+    ketama_reps: int = 160
+    hash_delimiter: bytes | None = None
+    items_per_second: float | None = None  # this worker's share of the limit
+    batch_items: int = 1000
+    batch_bytes: int = 4 << 20
+    destination_timeout: float = 120.0
+    socket_timeout: float = 30.0
+    # Files up to this size are checked and encoded in one pass and held encoded until the whole
+    # file has passed (one pass over the records); larger files are checked first (a cheap walk),
+    # then encoded and sent batch by batch: memory ~ file size + two batches per node.
+    one_pass_max_bytes: int = 64 << 20
+    # Encode with the C loop when it is built (single destination, one-pass files, small items);
+    # False forces the Python loop (tests compare the two).
+    use_speedups: bool = True
+
+    @staticmethod
+    def of(c: PopulateConfig) -> WorkerParams:
+        """The config's fields of the same names, its destinations, and the rate split over workers."""
+        shared = {f.name for f in fields(PopulateConfig)} & {f.name for f in fields(WorkerParams)}
+        return WorkerParams(
+            nodes=tuple(c.destinations),
+            items_per_second=c.max_items_per_second / c.workers if c.max_items_per_second else None,
+            **{name: getattr(c, name) for name in sorted(shared)},
+        )

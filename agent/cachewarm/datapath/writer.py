@@ -1,0 +1,167 @@
+"""A format v1 writer for tests, fault injection and benchmarks: data files and a dump directory
+written the way the dumper writes them (docs/data-format.md sections 1-2 and 5). The C++ dumper is
+the production writer; the golden vectors (tests/vectors/) pin that both write the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cachewarm.datapath.format import (
+    HEADER,
+    HEADER_FIXED,
+    MAGIC,
+    MANIFEST_NAME,
+    MAX_KEY_LEN,
+    NEVER_EXPIRES,
+    NODE_RE,
+    RECORD,
+    TRAILER,
+    TRAILER_LEN,
+    TRAILER_MAGIC,
+    VERSION,
+    DataFileName,
+    FormatError,
+    Record,
+    name_for,
+    parse_name,
+)
+
+
+def encode_record(rec: Record) -> bytes:
+    key = bytes(rec.key)
+    if not 1 <= len(key) <= MAX_KEY_LEN:
+        raise FormatError(f"key length {len(key)} not in 1..{MAX_KEY_LEN}")
+    if rec.exptime != NEVER_EXPIRES and rec.exptime <= 0:
+        raise FormatError(f"exptime {rec.exptime}: must be -1 (never) or > 0")
+    if not 0 <= rec.flags <= 0xFFFFFFFF:
+        raise FormatError(f"flags {rec.flags} not a u32")
+    value = bytes(rec.value)
+    return RECORD.pack(len(value), rec.flags, rec.exptime, len(key)) + key + value
+
+
+def encode_file(
+    node: str,
+    chunk: int,
+    part: int,
+    records: Iterable[Record],
+    dump_start_ms: int = 0,
+    first_key_index: int = 0,
+    misses: int = 0,
+) -> bytes:
+    """The bytes of one data file (sections 2.1-2.3)."""
+    if not NODE_RE.match(node):
+        raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
+    body = [encode_record(r) for r in records]
+    rbytes = sum(len(b) for b in body)
+    node_b = node.encode("ascii")
+    header = HEADER.pack(
+        MAGIC,
+        VERSION,
+        HEADER_FIXED + len(node_b),
+        part,
+        dump_start_ms,
+        chunk,
+        first_key_index,
+        len(node_b),
+        b"\0" * 6,
+    )
+    end_key_index = first_key_index + len(body) + misses
+    trailer = TRAILER.pack(TRAILER_MAGIC, len(body), rbytes, end_key_index, misses)
+    return b"".join([header, node_b, *body, trailer])
+
+
+def _publish(out: Path, final: str, tmp: str, data: bytes) -> Path:
+    """Section 1's publish: temp name, fsync, rename, fsync the directory."""
+    tmp_path = out / tmp
+    with open(tmp_path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    final_path = out / final
+    os.replace(tmp_path, final_path)
+    dfd = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return final_path
+
+
+@dataclass
+class PublishedFile:
+    path: Path
+    name: DataFileName
+    records: int
+    misses: int
+    size: int
+
+
+@dataclass
+class DirWriter:
+    """Writes a dump directory in format v1 the way the dumper does (atomic publish, DONE last)."""
+
+    out: Path
+    node: str = "test_11211"
+    dump_start_ms: int = 0
+    published: list[PublishedFile] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+
+    def encode(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> tuple[str, bytes]:
+        """The final name and bytes of a file, without publishing it (for fault injection)."""
+        data = encode_file(self.node, chunk, part, records, self.dump_start_ms, misses=misses)
+        return name_for(self.node, chunk, part, data).name, data
+
+    def write(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> PublishedFile:
+        name_s, data = self.encode(chunk, part, records, misses)
+        path = _publish(self.out, name_s, f".tmp-{self.node}-{chunk:08d}-{part:04d}", data)
+        name = parse_name(name_s)
+        assert name is not None
+        count = TRAILER.unpack_from(data, len(data) - TRAILER_LEN)[1]
+        pf = PublishedFile(path, name, count, misses, len(data))
+        self.published.append(pf)
+        return pf
+
+    def manifest(self, extra_files: Iterable[PublishedFile] = ()) -> dict[str, Any]:
+        files = sorted([*self.published, *extra_files], key=lambda p: (p.name.chunk, p.name.part))
+        return {
+            "format": "cachewarm-dump",
+            "version": VERSION,
+            "node": self.node,
+            "source": {"host": "127.0.0.1", "port": 0},
+            "dump_start_ms": self.dump_start_ms,
+            "files": [
+                {
+                    "name": p.name.name,
+                    "chunk": p.name.chunk,
+                    "part": p.name.part,
+                    "xxh3": p.name.xxh3_hex,
+                    "records": p.records,
+                    "misses": p.misses,
+                    "bytes": p.size,
+                }
+                for p in files
+            ],
+            "totals": {
+                "files": len(files),
+                "records": sum(p.records for p in files),
+                "bytes": sum(p.size for p in files),
+                "keys_listed": sum(p.records + p.misses for p in files),
+                "misses": sum(p.misses for p in files),
+                "skipped_min_ttl": 0,
+                "reconciled_keys": 0,
+                "resumes": 0,
+            },
+        }
+
+    def done(self, manifest: dict[str, Any] | None = None) -> Path:
+        body = json.dumps(manifest if manifest is not None else self.manifest(), indent=1).encode()
+        return _publish(self.out, MANIFEST_NAME, ".tmp-DONE", body)
