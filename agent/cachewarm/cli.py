@@ -14,7 +14,7 @@ def main() -> None:
 
 
 # Each area adds one line below: `main.add_command(<its click command or group>)`.
-from cachewarm.commands import demo_cmd, populate_cmd, verify_cmd, warm_cmd  # noqa: E402
+from cachewarm.datapath.commands import demo_cmd, populate_cmd, verify_cmd, warm_cmd  # noqa: E402
 
 main.add_command(populate_cmd)
 main.add_command(warm_cmd)

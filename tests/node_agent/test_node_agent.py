@@ -53,7 +53,22 @@ def dumper_line(items: int) -> str:
 
 
 def manifest(records: int) -> str:
-    return json.dumps({"totals": {"files": 3, "records": records, "bytes": 999, "keys_listed": 100}})
+    """A DONE the format's reader accepts: three files holding `records` records."""
+    files = [
+        {
+            "name": f"n-{i:08d}-0000-{i:016x}.cwd",
+            "chunk": i,
+            "part": 0,
+            "xxh3": f"{i:016x}",
+            "records": r,
+            "bytes": 333,
+        }
+        for i, r in enumerate([records - 2, 1, 1])
+    ]
+    totals = {"files": 3, "records": records, "bytes": 999, "keys_listed": 100}
+    return json.dumps(
+        {"format": "cachewarm-dump", "version": 1, "node": "n", "files": files, "totals": totals}
+    )
 
 
 def dump_job(tmp_path: Path, r: FakeRunner) -> DumpJob:
@@ -247,7 +262,7 @@ def test_populate_waits_for_the_dump_dir_and_runs_the_populator(tmp_path: Path, 
 
 
 def test_populate_failure_is_work_failed(tmp_path: Path, s3: Any) -> None:
-    from cachewarm.populate import PopulateError
+    from cachewarm.datapath.populate import PopulateError
 
     r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
     job = populate_job(tmp_path, r)
