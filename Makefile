@@ -11,7 +11,7 @@ APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletes
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
-.PHONY: all deps deps-apt deps-py deps-node build dumper vectors test test-cpp test-py lint demo bench faults fuzz dist synth clean
+.PHONY: all deps deps-apt deps-py deps-node build dumper vectors memcached-versions test test-cpp test-py test-matrix lint demo bench faults fuzz dist synth clean
 
 all: build
 
@@ -53,14 +53,25 @@ vectors: dumper
 	rm -f tests/vectors/*.cwd tests/vectors/DONE tests/vectors/vectors.json
 	$(BUILD)/release/write_vectors tests/vectors
 
+# ---- memcached releases for the version matrix --------------------------------------------------
+# 1.6.18 is Debian 12's package; the others are built from Debian's source packages (~30 s each, once)
+# into build/memcached/<v>/memcached, where tests/conftest.py looks for them.
+MEMCACHED_VERSIONS := 1.6.38 1.6.45
+memcached-versions:
+	@for v in $(MEMCACHED_VERSIONS); do tests/memcached/build.sh $$v $(BUILD) || exit 1; done
+
 # ---- tests ------------------------------------------------------------------------------------
 test: deps build lint test-cpp test-py
 
 test-cpp: build
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
-test-py: deps-py deps-node build
+test-py: deps-py deps-node build memcached-versions
 	CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
+
+# The data-path tests on every memcached release alone (tests/conftest.py: MATRIX).
+test-matrix: deps-py build memcached-versions
+	CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q -m memcached_matrix tests
 
 lint: deps-py
 	$(PY) -m ruff check agent lambdas infra tests bench --extend-exclude infra/node_modules

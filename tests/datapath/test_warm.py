@@ -15,6 +15,8 @@ from cachewarm.datapath.meta import MetaConnection
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from cachewarm.testing.populating import fetch
 
+from tests.conftest import DEFAULT_VERSION
+
 CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
 BIG = bytes(range(256)) * (5 * 4096)  # 5 MiB
 
@@ -126,6 +128,7 @@ def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path) 
     assert v.returncode == 0, v.stdout
 
 
+@pytest.mark.memcached_versions(DEFAULT_VERSION)  # no source at all: the release does not matter
 def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached, tmp_path: Path) -> None:
     dst = memcached(memory_mb=16)
     r = run(
@@ -145,6 +148,7 @@ def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached,
     assert "error: cachewarm-dump failed" in r.stderr
 
 
+@pytest.mark.memcached_versions(DEFAULT_VERSION)  # refused before any server is asked
 def test_warm_refuses_a_used_workdir(memcached, dumper_bin: Path, tmp_path: Path) -> None:
     src = memcached(memory_mb=16)
     dst = memcached(memory_mb=16)

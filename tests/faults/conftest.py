@@ -22,9 +22,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def tally(request: pytest.FixtureRequest) -> Callable[..., Tally]:
-    """`t = tally("scenario")`: a Tally that ends up in the closing table."""
+    """`t = tally("scenario")`: a Tally that ends up in the closing table, its scenario named with the
+    memcached release it ran against (when the test is on the version matrix); a test expected to
+    fail (xfail) is listed as a known bug with the xfail's reason."""
+    params = getattr(request.node, "callspec", None)
+    version = params.params.get("memcached_version") if params is not None else None
+    xfail = request.node.get_closest_marker("xfail")
 
     def make(scenario: str, known_bug: str | None = None) -> Tally:
+        if version:
+            scenario = f"{scenario} [memcached {version}]"
+        if known_bug is None and xfail is not None:
+            known_bug = str(xfail.kwargs.get("reason", "xfail"))
         t = Tally(scenario, known_bug=known_bug)
         request.config.stash[_ROWS].append(t)
         return t

@@ -1,13 +1,54 @@
-"""Start and stop real memcached servers on 127.0.0.1 (tests, benchmarks, `cachewarm demo`)."""
+"""Start and stop real memcached servers on 127.0.0.1 (tests, benchmarks, `cachewarm demo`), of a
+given release: `memcached_binary("1.6.45")` finds its binary (see there)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+# Where `make memcached-versions` (tests/memcached/build.sh) puts the releases it builds.
+REPO_BUILDS = Path(__file__).resolve().parents[3] / "build" / "memcached"
+# Overrides REPO_BUILDS: a directory holding <version>/memcached.
+BUILDS_ENV = "CACHEWARM_MEMCACHED_DIR"
+
+
+class MemcachedNotFound(LookupError):
+    """No binary of the asked release: the message says where it was looked for and how to build it."""
+
+
+@functools.cache
+def binary_version(binary: str) -> str | None:
+    """The release a memcached binary reports (`memcached -V`), or None if it does not run."""
+    try:
+        out = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=10).stdout
+    except OSError:
+        return None
+    parts = out.split()
+    return parts[1] if len(parts) == 2 and parts[0] == "memcached" else None
+
+
+def memcached_binary(version: str | None = None) -> str:
+    """The binary of memcached `version` (None: the one on PATH): `$CACHEWARM_MEMCACHED_DIR/<v>/memcached`,
+    else `build/memcached/<v>/memcached`, else the `memcached` on PATH if it is that release
+    (Debian 12's package is 1.6.18). Each candidate's `-V` must name the release."""
+    system = shutil.which("memcached") or "/usr/bin/memcached"
+    if version is None:
+        return system
+    builds = Path(os.environ.get(BUILDS_ENV) or REPO_BUILDS)
+    candidates = [str(builds / version / "memcached"), system]
+    for c in candidates:
+        if Path(c).is_file() and binary_version(c) == version:
+            return c
+    raise MemcachedNotFound(
+        f"memcached {version} not found (looked at {', '.join(candidates)}): run "
+        f"`make memcached-versions` (tests/memcached/build.sh {version} build) or set {BUILDS_ENV}"
+    )
 
 
 def free_port() -> int:
@@ -26,6 +67,8 @@ class MemcachedServer:
     extra_args: list[str] = field(default_factory=list)
     port: int = 0
     host: str = "127.0.0.1"
+    # The memcached binary (see memcached_binary); None = the one on PATH.
+    binary: str | None = None
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -36,7 +79,7 @@ class MemcachedServer:
         if self.proc is not None and self.proc.poll() is None:
             # A second start would leak the first process (and its memory) when stop() ends the second.
             raise RuntimeError(f"memcached on port {self.port} is already started")
-        binary = shutil.which("memcached") or "/usr/bin/memcached"
+        binary = self.binary or memcached_binary()
         if self.port == 0:
             self.port = free_port()
         args = [
@@ -86,7 +129,7 @@ class MemcachedServer:
         self.proc = None
 
     def kill(self) -> None:
-        """SIGKILL, for fault tests."""
+        """SIGKILL: for fault tests, and a fast teardown (a graceful stop takes memcached ~0.5 s)."""
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
