@@ -12,7 +12,7 @@ import pytest
 from cachewarm.datapath.encode import MAX_RELATIVE_TTL, ttl_token
 from cachewarm.datapath.format import Record, parse_name
 from cachewarm.datapath.ketama import KetamaRing
-from cachewarm.datapath.populate import PopulateError, PopulateState, populate
+from cachewarm.datapath.populate import PopulateError, PopulateIncomplete, PopulateState, populate
 from cachewarm.datapath.remount import CommandRemounter
 from cachewarm.datapath.writer import DirWriter, PublishedFile
 from cachewarm.testing.populating import Background, config, fetch, node, records
@@ -22,13 +22,13 @@ CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
 
 
 def test_ttl_token() -> None:
+    """Issue 12: the absolute expiry always (never a TTL computed once per file), 0 for never."""
     now = 1_800_000_000
     assert ttl_token(-1, now) == 0
     assert ttl_token(now, now) is None
     assert ttl_token(now - 5, now) is None
-    assert ttl_token(now + 1, now) == 1
-    assert ttl_token(now + MONTH, now) == MONTH
-    # memcached reads T > 30 days as an absolute time: send the absolute expiry itself.
+    assert ttl_token(now + 1, now) == now + 1
+    assert ttl_token(now + MONTH, now) == now + MONTH
     assert ttl_token(now + MONTH + 1, now) == now + MONTH + 1
 
 
@@ -266,6 +266,8 @@ def test_destination_unreachable_fails(tmp_path: Path) -> None:
 
 
 def test_full_destination_fails_loudly_cli(memcached, tmp_path: Path) -> None:
+    """With evictions off (-M, accepted: issue 12 refuses such a destination by default) a full
+    destination answers SERVER_ERROR out of memory: the populate fails loudly."""
     dst = memcached(memory_mb=2, extra_args=["-M"])
     out = tmp_path / "dump"
     w = DirWriter(out, node="src")
@@ -284,6 +286,7 @@ def test_full_destination_fails_loudly_cli(memcached, tmp_path: Path) -> None:
             str(tmp_path / "st.json"),
             "--workers",
             "2",
+            "--accept-no-evictions",
         ],
         capture_output=True,
         text=True,
@@ -456,17 +459,9 @@ def test_large_file_streaming_strategy_applies_everything(memcached, tmp_path: P
     assert s.stored == 5000 and int(dst.stats()["curr_items"]) == 5000
 
 
-def test_binary_key_too_long_for_memcached_fails_loudly(memcached, tmp_path: Path) -> None:
-    dst = memcached(memory_mb=16)
-    out = tmp_path / "dump"
-    w = DirWriter(out, node="src")
-    w.write(0, 0, [Record(b"\x00" * 200, 0, -1, b"v"), *records(3)])
-    w.done()
-    with pytest.raises(PopulateError, match="longer than 186 bytes"):
-        populate(config(out, tmp_path, [dst]))
-
-
 def test_evictions_in_a_small_destination_are_reported(memcached, tmp_path: Path) -> None:
+    """Issue 12: evictions during the run make it fail (PopulateIncomplete, with the summary) unless
+    accepted; then the summary still says so."""
     dst = memcached(memory_mb=2)  # no -M: memcached evicts instead of refusing
     out = tmp_path / "dump"
     w = DirWriter(out, node="src")
@@ -474,9 +469,12 @@ def test_evictions_in_a_small_destination_are_reported(memcached, tmp_path: Path
         w.write(c, 0, records(2000, size=2000, start=c * 2000))
     w.done()
     events = []
-    s = populate(config(out, tmp_path, [dst]), events.append)
-    assert s.destination_evictions > 0
+    with pytest.raises(PopulateIncomplete, match=r"evicted items.*--accept-evictions") as e:
+        populate(config(out, tmp_path, [dst]), events.append)
+    assert e.value.summary.destination_evictions > 0 and not e.value.summary.ok
     assert any(e.event == "warning" and "evicted" in e.detail for e in events)
+    s = populate(config(out, tmp_path, [dst], accept_evictions=True))
+    assert s.ok and s.destination_evictions > 0 and s.accepted == s.incomplete
 
 
 def test_state_file_of_other_destinations_is_refused(memcached, tmp_path: Path) -> None:

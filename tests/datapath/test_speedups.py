@@ -1,5 +1,6 @@
 """The C encoding loop (agent/cachewarm/datapath/_speedups.c) against its Python twin, encode.encode_sets: the
-same bytes on the wire, the same counts, the same records rejected with the same message."""
+same bytes on the wire, the same counts, the same records set aside (expired, too large for the
+destination, keys for the binary protocol), the same records rejected with the same message."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ from typing import Any
 import pytest
 from cachewarm.datapath import encode
 from cachewarm.datapath import format as df
-from cachewarm.datapath.encode import Mode, encode_sets, encode_sets_c
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.encode import UNLIMITED, EncodeStats, FileJob, Mode, encode_sets, encode_sets_c
+from cachewarm.datapath.ketama import Node, Routing
 from cachewarm.datapath.populate import WorkerParams, worker
 from cachewarm.datapath.writer import encode_file
 from cachewarm.testing.memcached import MemcachedServer
+
+from tests.conftest import DEFAULT_VERSION
 
 NOW = 1_800_000_000
 
@@ -37,15 +40,16 @@ def _verdict(data: bytes, name: str = "n1") -> df.Verdict:
     return v
 
 
-def _python(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
-    stats = [0, 0]
-    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in encode_sets(v, params, None, stats))
+def _python(v: df.Verdict, params: WorkerParams, budget: int = UNLIMITED) -> tuple[bytes, EncodeStats]:
+    stats = EncodeStats(1)
+    batches = encode_sets(v, params, FileJob((budget,)), None, stats)
+    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in batches)
     return out, stats
 
 
-def _c(v: df.Verdict, params: WorkerParams) -> tuple[bytes, list[int]]:
-    stats = [0, 0]
-    batches = encode_sets_c(v, params, stats)
+def _c(v: df.Verdict, params: WorkerParams, budget: int = UNLIMITED) -> tuple[bytes, EncodeStats]:
+    stats = EncodeStats(1)
+    batches = encode_sets_c(v, params, FileJob((budget,)), stats)
     assert all(isinstance(b, bytes) and n > 0 for _, b, n in batches)
     return b"".join(b for _, b, _ in batches), stats
 
@@ -68,18 +72,42 @@ def _records(rng: random.Random, n: int) -> list[df.Record]:
 
 @pytest.mark.parametrize("mode", ["add", "set"])
 @pytest.mark.parametrize("batch_items,batch_bytes", [(1000, 4 << 20), (1, 1), (7, 5000)])
-def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_bytes: int) -> None:
+@pytest.mark.parametrize("budget", [UNLIMITED, 1000, 1004])
+def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_bytes: int, budget: int) -> None:
     rng = random.Random(42)
     data = encode_file("n1", 0, 0, _records(rng, 2000))
     v = _verdict(data)
     params = WorkerParams(
         nodes=(Node("127.0.0.1", 1),), mode=mode, batch_items=batch_items, batch_bytes=batch_bytes
     )
-    py, py_stats = _python(v, params)
-    c, c_stats = _c(v, params)
+    py, py_stats = _python(v, params, budget)
+    c, c_stats = _c(v, params, budget)
     assert c == py
     assert c_stats == py_stats
-    assert py_stats[0] > 0 and py_stats[1] > 0  # expired and too-long keys were exercised
+    # Expired items and keys for the binary protocol were exercised, and oversize ones with a budget.
+    assert py_stats.expired[0] > 0 and py_stats.long_keys[0]
+    assert bool(py_stats.oversize[0]) is (budget != UNLIMITED)
+    # Never-expiring items go with T0, all others with their absolute expiry (never a relative TTL).
+    assert b" T0 " in py and b" T%d " % (NOW + 1) in py and b" T%d " % (NOW + 3600) in py
+    assert b" T1 " not in py and b" T3600 " not in py
+
+
+def test_oversize_is_decided_by_memcacheds_item_size_rule() -> None:
+    """key + value (+4 when flags != 0) against the budget: the item that fits exactly is sent, one
+    more byte and it is set aside; both loops agree."""
+    budget = 1000
+    recs = [
+        df.Record(b"a", 0, -1, b"x" * (budget - 1)),  # exactly fits
+        df.Record(b"b", 0, -1, b"x" * budget),  # one byte over
+        df.Record(b"c", 1, -1, b"x" * (budget - 5)),  # flags cost 4 bytes: exactly fits
+        df.Record(b"d", 1, -1, b"x" * (budget - 4)),  # one byte over
+    ]
+    data = encode_file("n1", 0, 0, recs)
+    v = _verdict(data)
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    for out, stats in (_python(v, params, budget), _c(v, params, budget)):
+        assert [encode.record_at(data, at).key for at in stats.oversize[0]] == [b"b", b"d"]
+        assert out.count(b"ms ") == 2 and b"ms a " in out and b"ms c " in out
 
 
 def test_reads_from_a_memoryview_into_a_reused_buffer() -> None:
@@ -90,6 +118,7 @@ def test_reads_from_a_memoryview_into_a_reused_buffer() -> None:
     v = df.check_bytes(df.name_for("n1", 0, 0, data), view, walk_records=False)
     params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
     assert _c(v, params) == _python(_verdict(data), params)
+    assert _c(v, params)[1].long_keys[0]
 
 
 def _corrupt(data: bytes, offset: int, patch: bytes) -> df.Verdict:
@@ -132,36 +161,38 @@ def test_record_count_must_match_the_trailer() -> None:
 
 
 def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
-    """_speedups.c restates no limit: a different 30-day boundary handed to it changes its output."""
+    """_speedups.c restates no limit: a different key-token limit or flags cost handed to it changes
+    what it sets aside."""
     assert encode._speedups is not None
-    data = encode_file("n1", 0, 0, [df.Record(b"k", 0, NOW + 3600, b"v")])
+    key = b"\x00" * 9  # base64: 12 chars
+    data = encode_file("n1", 0, 0, [df.Record(key, 1, NOW + 3600, b"v" * 10)])
     params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
-    assert b" T3600 " in _c(_verdict(data), params)[0]
+    out, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)
+    assert out.startswith(b"ms AAAAAAAAAAAA 10 b T%d F1 ME q" % (NOW + 3600))
+    assert not stats.long_keys[0] and not stats.oversize[0]
     try:
-        boundary = 60
         encode._speedups.configure(
-            df.RECORD_FIXED,
-            df.MAX_KEY_LEN,
-            df.NEVER_EXPIRES,
-            boundary,
-            *encode.PLAIN_KEY_BYTES,
-            encode.MAX_WIRE_KEY,
+            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 11, 5
         )
-        assert b" T%d " % (NOW + 3600) in _c(_verdict(data), params)[0]
+        assert _c(_verdict(data), params)[1].long_keys[0] == [df.HEADER_FIXED + 2]
+        _, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)
+        assert stats.oversize[0] == [df.HEADER_FIXED + 2]
     finally:
         encode.configure_speedups()
-    assert b" T3600 " in _c(_verdict(data), params)[0]
+    assert _c(_verdict(data), params)[0] == out
 
 
+@pytest.mark.memcached_versions(DEFAULT_VERSION)  # which loop runs does not depend on the server
 @pytest.mark.parametrize(
-    ("value_size", "n_nodes", "uses_c"),
-    [(1000, 1, True), (10_000, 1, False), (1000, 2, False)],
+    ("value_size", "n_nodes", "tagged", "uses_c"),
+    [(1000, 1, False, True), (10_000, 1, False, False), (1000, 2, False, False), (1000, 1, True, False)],
 )
 def test_the_populator_takes_the_c_loop_for_small_items_to_one_node(
     memcached: Callable[..., MemcachedServer],
     monkeypatch: pytest.MonkeyPatch,
     value_size: int,
     n_nodes: int,
+    tagged: bool,
     uses_c: bool,
 ) -> None:
     calls: list[int] = []
@@ -177,6 +208,7 @@ def test_the_populator_takes_the_c_loop_for_small_items_to_one_node(
     v = _verdict(encode_file("n1", 0, 0, recs))
     out = worker.FileOutcome(name="f", status="")
     nodes = tuple(Node(s.host, s.port) for s in servers)
-    worker.write_records(v, WorkerParams(nodes=nodes, node_key_format="{host}:{port}"), out)
-    assert out.status == "ok" and out.stored == 50
+    params = WorkerParams(nodes=nodes, routing=Routing("{host}:{port}"))
+    worker.write_records(v, params, FileJob((UNLIMITED,) * n_nodes, tagged=tagged), out)
+    assert out.status == "ok" and sum(n.stored for n in out.nodes.values()) == 50
     assert bool(calls) is uses_c

@@ -8,13 +8,17 @@
  * import): nothing here restates them. The record's fields are decoded at the offsets of
  * format.RECORD ("<IIqB3x": value_len, flags, exptime, key_len).
  *
- * configure(record_fixed, max_key_len, never_expires, max_relative_ttl, plain_first, plain_last,
- *           max_wire_key)
- * encode_ms(data, pos, end, now, add, batch_items, batch_bytes)
- *   -> (batches: list[(bytes, count)], records: int, expired: int, too_long: int)
- * Each batch is "ms <key> <len> [b] T<ttl> F<flags> ME|MS q\r\n<value>\r\n"... without the trailing
- * mn. Raises ValueError naming the record on a record the format forbids; nothing is returned then,
- * so a bad file is never partly applied.
+ * configure(record_fixed, max_key_len, never_expires, plain_first, plain_last, max_wire_key,
+ *           flags_suffix)
+ * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget)
+ *   -> (batches: list[(bytes, count)], records: int, expired: int, long_keys: list[int],
+ *       oversize: list[int])
+ * Each batch is "ms <key> <len> [b] T<expiry> F<flags> ME|MS q\r\n<value>\r\n"... without the
+ * trailing mn; T is 0 (never) or the record's absolute expiry. long_keys: the record offsets of
+ * binary keys whose base64 form is longer than max_wire_key (the caller sends them another way);
+ * oversize: the record offsets of items whose key + value (+ flags_suffix when flags != 0) exceed
+ * `budget` (never sent). Raises ValueError naming the record on a record the format forbids; nothing
+ * is returned then, so a bad file is never partly applied.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,9 +31,9 @@ static struct {
   Py_ssize_t record_fixed;  /* bytes before a record's key */
   size_t max_key_len;       /* the format's key_len bound */
   long long never_expires;  /* the exptime of an item that never expires */
-  long long max_relative_ttl; /* memcached reads a larger T as an absolute unix time */
   unsigned char plain_first, plain_last; /* keys of only these bytes travel as plain text */
   size_t max_wire_key;      /* memcached's key token limit (plain or base64) */
+  size_t flags_suffix;      /* what non-zero flags add to an item's size in memcached */
 } cfg;
 
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -93,18 +97,31 @@ typedef struct {
   const unsigned char *key, *value;
   size_t klen;
   uint32_t vlen, flags;
-  uint64_t ttl; /* the T token: 0 = never, else remaining seconds or an absolute unix time */
+  uint64_t ttl; /* the T token: 0 = never, else the absolute unix time of expiry */
   int plain;
 } Item;
 
 typedef struct {
-  long records, expired, too_long;
+  long records, expired;
+  long long budget;    /* the destination's ItemLimit.budget */
+  PyObject *long_keys; /* list of record offsets, or NULL: do not collect (second pass) */
+  PyObject *oversize;  /* idem */
 } Counts;
 
 enum { kSend = 0, kSkip = 1, kError = -1 };
 
-/* Decodes the record at *pos and advances past it: kSend (an item to write), kSkip (expired, or a
- * binary key too long for memcached; counted), or kError with a ValueError naming the record. */
+static int note(PyObject *list, Py_ssize_t at) {
+  if (list == NULL) return 0;
+  PyObject *o = PyLong_FromSsize_t(at);
+  if (!o) return -1;
+  const int r = PyList_Append(list, o);
+  Py_DECREF(o);
+  return r;
+}
+
+/* Decodes the record at *pos and advances past it: kSend (an item to write), kSkip (expired, too
+ * large for the destination, or a binary key too long for a meta command; counted or noted), or
+ * kError with a ValueError naming the record. */
 static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end, long long now, Counts *c,
                      Item *it) {
   const Py_ssize_t at = *pos;
@@ -138,18 +155,17 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   if (exptime == cfg.never_expires) {
     it->ttl = 0;
   } else if (exptime > now) {
-    it->ttl = (uint64_t)(exptime <= now + cfg.max_relative_ttl ? exptime - now : exptime);
+    it->ttl = (uint64_t)exptime;
   } else {
     c->expired++;
     return kSkip;
   }
+  if ((long long)(it->klen + it->vlen + (it->flags ? cfg.flags_suffix : 0)) > c->budget)
+    return note(c->oversize, at) < 0 ? kError : kSkip;
   it->key = r + cfg.record_fixed;
   it->value = it->key + it->klen;
   it->plain = is_plain(it->key, it->klen);
-  if (!it->plain && (it->klen + 2) / 3 * 4 > cfg.max_wire_key) {
-    c->too_long++; /* memcached cannot hold it: counted, and the caller fails the file */
-    return kSkip;
-  }
+  if (!it->plain && (it->klen + 2) / 3 * 4 > cfg.max_wire_key) return note(c->long_keys, at) < 0 ? kError : kSkip;
   return kSend;
 }
 
@@ -191,14 +207,14 @@ static char *put_item(char *d, const Item *it, const char *tail) {
 
 static PyObject *configure(PyObject *self, PyObject *args) {
   (void)self;
-  Py_ssize_t record_fixed, max_key_len, max_wire_key;
-  long long never_expires, max_relative_ttl;
+  Py_ssize_t record_fixed, max_key_len, max_wire_key, flags_suffix;
+  long long never_expires;
   unsigned char plain_first, plain_last;
-  if (!PyArg_ParseTuple(args, "nnLLbbn", &record_fixed, &max_key_len, &never_expires, &max_relative_ttl,
-                        &plain_first, &plain_last, &max_wire_key))
+  if (!PyArg_ParseTuple(args, "nnLbbnn", &record_fixed, &max_key_len, &never_expires, &plain_first, &plain_last,
+                        &max_wire_key, &flags_suffix))
     return NULL;
   /* The fields decoded below end at byte 17; key_len is one byte. */
-  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || max_relative_ttl < 0 ||
+  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || flags_suffix < 0 ||
       plain_first > plain_last) {
     PyErr_SetString(PyExc_ValueError, "configure: constants out of range");
     return NULL;
@@ -206,10 +222,10 @@ static PyObject *configure(PyObject *self, PyObject *args) {
   cfg.record_fixed = record_fixed;
   cfg.max_key_len = (size_t)max_key_len;
   cfg.never_expires = never_expires;
-  cfg.max_relative_ttl = max_relative_ttl;
   cfg.plain_first = plain_first;
   cfg.plain_last = plain_last;
   cfg.max_wire_key = (size_t)max_wire_key;
+  cfg.flags_suffix = (size_t)flags_suffix;
   cfg.ready = 1;
   Py_RETURN_NONE;
 }
@@ -222,13 +238,13 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
   }
   Py_buffer view;
   Py_ssize_t pos, end, batch_items, batch_bytes;
-  long long now;
+  long long now, budget;
   int add;
-  if (!PyArg_ParseTuple(args, "y*nnLpnn", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes))
+  if (!PyArg_ParseTuple(args, "y*nnLpnnL", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes, &budget))
     return NULL;
   const unsigned char *data = view.buf;
   const char *tail = add ? " ME q\r\n" : " MS q\r\n";
-  Counts counts = {0, 0, 0};
+  Counts counts = {0, 0, budget, NULL, NULL};
   Item it;
   PyObject *batches = NULL;
   if (pos < 0 || end < pos || end > view.len) {
@@ -236,7 +252,9 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
     goto fail;
   }
   batches = PyList_New(0);
-  if (!batches) goto fail;
+  counts.long_keys = PyList_New(0);
+  counts.oversize = PyList_New(0);
+  if (!batches || !counts.long_keys || !counts.oversize) goto fail;
   while (pos < end) {
     /* Pass 1 checks and counts the records of one batch and sizes it; pass 2 writes them straight
      * into a bytes object of that size (no second copy of the values). */
@@ -255,7 +273,7 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!bytes) goto fail;
     char *d = PyBytes_AS_STRING(bytes);
-    Counts again = {0, 0, 0};
+    Counts again = {0, 0, budget, NULL, NULL};
     for (Py_ssize_t p = first; p < pos;)
       if (next_item(data, &p, pos, now, &again, &it) == kSend) d = put_item(d, &it, tail);
     if (d != PyBytes_AS_STRING(bytes) + size) {
@@ -271,9 +289,11 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
     Py_DECREF(t);
   }
   PyBuffer_Release(&view);
-  return Py_BuildValue("(Nlll)", batches, counts.records, counts.expired, counts.too_long);
+  return Py_BuildValue("(NllNN)", batches, counts.records, counts.expired, counts.long_keys, counts.oversize);
 fail:
   Py_XDECREF(batches);
+  Py_XDECREF(counts.long_keys);
+  Py_XDECREF(counts.oversize);
   PyBuffer_Release(&view);
   return NULL;
 }

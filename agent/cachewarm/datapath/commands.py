@@ -12,10 +12,11 @@ from typing import Any
 
 import click
 
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, parse_nodes
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Routing, parse_nodes
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
+    PopulateIncomplete,
     default_state_file,
     default_workers,
     populate,
@@ -41,11 +42,13 @@ mode_option = click.option(
 
 
 def routing_options(f):  # type: ignore[no-untyped-def]
+    """How keys spread over several destinations: the same for populate, warm and verify."""
     f = click.option(
         "--node-key-format",
         default=EVCACHE_NODE_KEY,
         show_default=True,
-        help="Ketama node key (EVCache's default; '{host}:{port}' for several nodes on one host).",
+        help="Ketama node key: {host} as given, {ip} its resolved address, {port} (EVCache's default; "
+        "'{host}:{port}' or '{ip}:{port}' for several nodes on one host).",
     )(f)
     f = click.option("--ketama-reps", default=160, show_default=True, help="Ring points per node.")(f)
     f = click.option(
@@ -55,6 +58,32 @@ def routing_options(f):  # type: ignore[no-untyped-def]
         help="Hash only the key part before this (hash.on.partial.key).",
     )(f)
     return f
+
+
+def accept_options(f):  # type: ignore[no-untyped-def]
+    """What a user may accept instead of a non-zero exit (docs/populator.md, "Exit codes")."""
+    for flag, text in reversed(
+        [
+            (
+                "--accept-oversize",
+                "Exit 0 although items too large for a destination were skipped (named "
+                "in the oversize report; never sent: a failed store deletes the key's live value).",
+            ),
+            ("--accept-evictions", "Exit 0 although the destinations evicted items during the run."),
+            ("--accept-incomplete-dump", "Exit 0 although DONE says the dump is incomplete."),
+            (
+                "--accept-no-evictions",
+                "Write to destinations running with evictions off (-M): when one "
+                "fills up, its failed stores delete the live values of their keys.",
+            ),
+        ]
+    ):
+        f = click.option(flag, is_flag=True, help=text)(f)
+    return f
+
+
+def _routing(tuning: dict[str, Any]) -> Routing:
+    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"])
 
 
 @click.command("populate")
@@ -77,6 +106,13 @@ def routing_options(f):  # type: ignore[no-untyped-def]
 @click.option(
     "--idle-timeout", type=click.FloatRange(min=0), default=None, help="Give up if nothing appears."
 )
+@accept_options
+@click.option(
+    "--oversize-report",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where skipped oversize items are named (default: <state file>.oversize.jsonl).",
+)
 def populate_cmd(
     source_dir: Path,
     to: list,  # type: ignore[type-arg]
@@ -89,8 +125,10 @@ def populate_cmd(
 ) -> None:
     """Write the items of a dump directory's verified data files to memcached (add mode by default).
 
-    Progress goes to stdout as JSON lines; the last line is the summary. Exits non-zero with an
-    error naming the problem on any failure (SERVER_ERROR, corrupt file, missing file, ...)."""
+    Progress goes to stdout as JSON lines; the last line is the summary. Exits 1 with an error naming
+    the problem on any failure (SERVER_ERROR, corrupt file, missing file, ...), and, after the summary,
+    when the destinations do not hold every item (oversize items, evictions, an incomplete dump)
+    unless the user accepted that reason."""
     if (device is None) != (mount_dir is None):
         raise click.UsageError("--device and --mount go together")
     remounter = CommandRemounter(device, mount_dir, mount_cmd, umount_cmd) if device and mount_dir else None
@@ -103,6 +141,10 @@ def populate_cmd(
     )
     try:
         summary = populate(config, progress_printer(sys.stdout))
+    except PopulateIncomplete as e:
+        click.echo(e.summary.to_json())  # type: ignore[attr-defined]
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
     except PopulateError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
@@ -117,7 +159,8 @@ def populate_cmd(
 @mode_option
 @click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
 @click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
-@click.option("--node-key-format", default=EVCACHE_NODE_KEY, show_default=True)
+@routing_options
+@accept_options
 @click.option("--data-file-size", default="32M", show_default=True)
 @click.option("--resume", is_flag=True, help="Continue the dump and populate already in --workdir.")
 @click.option("--check/--no-check", default=True, show_default=True, help="Look up every key in the target.")
@@ -131,12 +174,12 @@ def warm_cmd(
     mode: str,
     workers: int,
     max_items_per_second: float | None,
-    node_key_format: str,
     data_file_size: str,
     resume: bool,
     check: bool,
     dumper: str | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
     every item it should."""
@@ -156,7 +199,8 @@ def warm_cmd(
             mode=mode,  # type: ignore[arg-type]
             workers=workers,
             max_items_per_second=max_items_per_second,
-            node_key_format=node_key_format,
+            routing=_routing(options),
+            accept={k: v for k, v in options.items() if k.startswith("accept_")},
             data_file_size=data_file_size,
             resume=resume,
             check=check,
@@ -167,7 +211,8 @@ def warm_cmd(
         sys.exit(1)
     click.echo(summary.to_json() if as_json else summary.text())
     if not summary.ok:
-        click.echo(f"error: the target is missing {summary.missing_in_target} items", err=True)
+        for problem in summary.problems:
+            click.echo(f"error: {problem}", err=True)
         sys.exit(1)
 
 
@@ -178,15 +223,15 @@ def warm_cmd(
     "--sample", type=click.IntRange(min=1), default=None, help="Compare N random keys (default all)."
 )
 @click.option("--ttl-tolerance", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("--node-key-format", default=EVCACHE_NODE_KEY, show_default=True)
+@routing_options
 @click.option("--json", "as_json", is_flag=True)
 def verify_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
     sample: int | None,
     ttl_tolerance: int,
-    node_key_format: str,
     as_json: bool,
+    **routing: Any,
 ) -> None:
     """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
     value and flags and a TTL within tolerance. Non-zero exit on any difference."""
@@ -197,8 +242,8 @@ def verify_cmd(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
     try:
-        rep = verify(src, target, sample, ttl_tolerance, node_key_format)
-    except (OSError, RuntimeError) as e:
+        rep = verify(src, target, sample, ttl_tolerance, _routing(routing))
+    except (OSError, RuntimeError, ValueError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
     click.echo(rep.to_json() if as_json else rep.text())

@@ -1,10 +1,14 @@
-"""Data-file records -> pipelined quiet meta sets (`ms <key> <len> [b] T<ttl> F<flags> ME|MS q`).
+"""Data-file records -> pipelined quiet meta sets (`ms <key> <len> [b] T<expiry> F<flags> ME|MS q`).
 
 The one place that knows how an item travels to memcached: which keys go as plain text (the others as
-base64 with the `b` flag), when a TTL must be sent as an absolute time (over 30 days), and which
-binary keys memcached cannot hold. `meta.py` (reads), the demo and the tests take `wire_key` and
-`ttl_token` from here; the C loop (_speedups.c) gets these constants from `configure` below at import,
-and tests check that it writes the same bytes as the Python loop.
+base64 with the `b` flag, or, when even that is too long for a meta command, through the binary
+protocol: `binproto.py`), how an expiry is sent (always the absolute unix time: memcached reads a T
+above 30 days as one, so however long an item waits before it is sent, it never outlives the
+source's copy), and which items a destination cannot hold (memcached's own size rule, `ItemLimit`:
+such an item is never sent, because a store memcached cannot allocate unlinks the key's live value,
+in add mode too). `meta.py` (reads), the demo and the tests take `wire_key` and `ttl_token` from here;
+the C loop (_speedups.c) gets these constants from `configure` below at import, and tests check that
+it writes the same bytes and reports the same records as the Python loop.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import base64
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from cachewarm.datapath import format as df
@@ -26,7 +31,8 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
 Mode = Literal["add", "set"]
 # memcached's KEY_MAX_LENGTH: the key token on the wire, plain or base64.
 MAX_WIRE_KEY = 250
-# The longest binary key whose base64 form fits in MAX_WIRE_KEY (186 bytes).
+# The longest binary key whose base64 form fits in MAX_WIRE_KEY (186 bytes); longer ones (up to the
+# format's 250) go through the binary protocol.
 MAX_BINARY_KEY = MAX_WIRE_KEY // 4 * 3
 # Keys made only of these bytes (printable ASCII but space) travel as they are.
 PLAIN_KEY_BYTES = (0x21, 0x7E)
@@ -37,8 +43,19 @@ MAX_RELATIVE_TTL = 30 * 24 * 3600
 # nothing; at 1 KB the C loop is ~1.3x faster end to end.
 C_LOOP_MAX_AVG_RECORD = 4096
 
+# memcached's item size rule (items.c item_size_ok / item_make_header, the same in 1.6.18 .. 1.6.45):
+# sizeof(item) + key + 1 (NUL) + value + 2 (CRLF) [+ 4 if flags != 0] [+ 8 with CAS] must not exceed
+# item_size_max (-I). sizeof(item) is 48 on 64-bit builds (smaller on 32-bit: the rule stays safe).
+ITEM_HEADER = 48
+ITEM_KEY_NUL = 1
+ITEM_VALUE_CRLF = 2
+ITEM_FLAGS_SUFFIX = 4
+ITEM_CAS = 8
+# No limit (tests and tools that do not know the destination).
+UNLIMITED = (1 << 62) - 1
+
 _PLAIN_KEY = re.compile(b"[\\x%02x-\\x%02x]{1,%d}" % (*PLAIN_KEY_BYTES, MAX_WIRE_KEY))
-_TAIL = {"add": b" ME q\r\n", "set": b" MS q\r\n"}
+_TAIL = {"add": b" ME q", "set": b" MS q"}
 
 
 def configure_speedups() -> None:
@@ -48,19 +65,45 @@ def configure_speedups() -> None:
             df.RECORD_FIXED,
             df.MAX_KEY_LEN,
             df.NEVER_EXPIRES,
-            MAX_RELATIVE_TTL,
             PLAIN_KEY_BYTES[0],
             PLAIN_KEY_BYTES[1],
             MAX_WIRE_KEY,
+            ITEM_FLAGS_SUFFIX,
         )
 
 
 configure_speedups()
 
 
+@dataclass(frozen=True)
+class ItemLimit:
+    """What one destination can hold, from its `stats settings`."""
+
+    item_size_max: int
+    cas: bool = True
+
+    @property
+    def budget(self) -> int:
+        """The most key + value (+ ITEM_FLAGS_SUFFIX when flags != 0) bytes one item may have."""
+        fixed = ITEM_HEADER + ITEM_KEY_NUL + ITEM_VALUE_CRLF + (ITEM_CAS if self.cas else 0)
+        return self.item_size_max - fixed
+
+    def fits(self, key_len: int, value_len: int, flags: int) -> bool:
+        return item_fits(self.budget, key_len, value_len, flags)
+
+
+def item_fits(budget: int, key_len: int, value_len: int, flags: int) -> bool:
+    return key_len + value_len + (ITEM_FLAGS_SUFFIX if flags else 0) <= budget
+
+
 def is_plain_key(key: bytes | memoryview) -> bool:
     """A key memcached's text protocol takes as is: 1..250 bytes in 0x21..0x7E."""
     return _PLAIN_KEY.fullmatch(key) is not None
+
+
+def meta_expressible(key: bytes | memoryview) -> bool:
+    """Whether a meta command can name the key (plain, or base64 of at most MAX_WIRE_KEY chars)."""
+    return is_plain_key(key) or len(key) <= MAX_BINARY_KEY
 
 
 def wire_key(key: bytes) -> tuple[bytes, bytes]:
@@ -76,14 +119,12 @@ def wire_key(key: bytes) -> tuple[bytes, bytes]:
 
 
 def ttl_token(exptime: int, now: int) -> int | None:
-    """The `T` value for an item expiring at `exptime` (-1 = never), or None if it has expired."""
+    """The `T` value for an item expiring at `exptime` (-1 = never): 0 for never, the absolute expiry
+    itself otherwise (memcached reads it as absolute: any unix time of this century is above 30
+    days), or None if it has expired by `now`."""
     if exptime == df.NEVER_EXPIRES:
         return 0
-    remaining = exptime - now
-    if remaining <= 0:
-        return None
-    # A relative TTL above 30 days would be misread as an absolute time: send the absolute time.
-    return remaining if remaining <= MAX_RELATIVE_TTL else exptime
+    return exptime if exptime > now else None
 
 
 class EncodeParams(Protocol):
@@ -103,18 +144,48 @@ class EncodeParams(Protocol):
     def use_speedups(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class FileJob:
+    """How one file is encoded on top of the worker's parameters."""
+
+    # Per node: ItemLimit.budget of that destination (UNLIMITED when unknown).
+    budgets: tuple[int, ...]
+    # Send only the items of these nodes (a destination that restarted gets its share again).
+    only_nodes: frozenset[int] | None = None
+    # Tag each set with `O<record offset>`: an `NS` then names its record, so a resend can tell
+    # our own earlier write from a live one.
+    tagged: bool = False
+
+
+@dataclass
+class EncodeStats:
+    """What the encoder met in one file, per node index. Items are named by their record's offset."""
+
+    nodes: int
+    records: int = 0
+    expired: list[int] = field(default_factory=list)
+    # Too large for the node's destination: never sent.
+    oversize: list[list[int]] = field(default_factory=list)
+    # Binary keys no meta command can name: for the binary protocol.
+    long_keys: list[list[int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.expired = [0] * self.nodes
+        self.oversize = [[] for _ in range(self.nodes)]
+        self.long_keys = [[] for _ in range(self.nodes)]
+
+
 # (node index, payload: one buffer or pieces for scatter-gather I/O, item count)
 Batch = tuple[int, bytes | list[bytes | memoryview], int]
 
 
 def encode_sets(
-    verdict: df.Verdict, params: EncodeParams, ring: KetamaRing | None, stats: list[int]
+    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | None, stats: EncodeStats
 ) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
     """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
     running the format's record checks (section 3, check 4) on the way; raises df.CorruptRecord
-    naming the bad record. `stats[0]` counts the items skipped as expired, `stats[1]` binary keys too
-    long for memcached's base64 key. The caller decides whether to send before the generator is
-    exhausted."""
+    naming the bad record. Expired, oversize and long-key items are not in the batches but in
+    `stats`. The caller decides whether to send before the generator is exhausted."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     # The file's bytes may be a memoryview into a worker's read buffer: keys are memoryview slices
     # too (formatting and the plain-key check take them as they are).
@@ -125,41 +196,45 @@ def encode_sets(
     parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
     counts = [0] * n_nodes
     sizes = [0] * n_nodes
+    budgets, only, tagged = job.budgets, job.only_nodes, job.tagged
     plain = _PLAIN_KEY.fullmatch
     b64 = base64.b64encode
     never = df.NEVER_EXPIRES
+    suffix = ITEM_FLAGS_SUFFIX
     now = int(time.time())
-    horizon = now + MAX_RELATIVE_TTL
     start, end = df.records_bounds(verdict.header, verdict.trailer)
-    nrec = 0
     idx = 0
     for kstart, vstart, nxt, flags, exptime in df.record_spans(mv, start, end):
-        nrec += 1
-        if exptime == never:
-            ttl = 0
-        elif exptime > now:
-            # ttl_token's rule, inlined: this loop runs once per item.
-            ttl = exptime - now if exptime <= horizon else exptime
-        else:
-            stats[0] += 1
-            continue
+        stats.records += 1
         key = mv[kstart:vstart]
-        vlen = nxt - vstart
         if ring is not None:
             idx = ring.index_for(bytes(key))
+            if only is not None and idx not in only:
+                continue
+        if exptime != never and exptime <= now:
+            stats.expired[idx] += 1
+            continue
+        at = kstart - df.RECORD_FIXED
+        vlen = nxt - vstart
+        klen = vstart - kstart
+        # ItemLimit.fits, inlined: this loop runs once per item.
+        if klen + vlen + (suffix if flags else 0) > budgets[idx]:
+            stats.oversize[idx].append(at)
+            continue
         p = parts[idx]
         # Two pieces per item: the command line carries the previous value's \r\n in front of it
         # (fewer list appends and iovecs; measured ~15% less encoding time than three pieces).
         sep = b"\r\n" if p else b""
+        ttl = 0 if exptime == never else exptime
+        opaque = b" O%d\r\n" % at if tagged else b"\r\n"
         if plain(key):
-            p.append(b"%bms %b %d T%d F%d%b" % (sep, key, vlen, ttl, flags, tail))
+            p.append(b"%bms %b %d T%d F%d%b%b" % (sep, key, vlen, ttl, flags, tail, opaque))
         else:
             enc = b64(key)
             if len(enc) > MAX_WIRE_KEY:
-                # memcached cannot hold it (base64 form > 250 chars): counted, and the file fails.
-                stats[1] += 1
+                stats.long_keys[idx].append(at)
                 continue
-            p.append(b"%bms %b %d b T%d F%d%b" % (sep, enc, vlen, ttl, flags, tail))
+            p.append(b"%bms %b %d b T%d F%d%b%b" % (sep, enc, vlen, ttl, flags, tail, opaque))
         p.append(mv[vstart:nxt])
         counts[idx] += 1
         sizes[idx] += vlen
@@ -168,7 +243,7 @@ def encode_sets(
             yield idx, p, counts[idx]
             parts[idx] = []
             counts[idx] = sizes[idx] = 0
-    df.check_record_count(verdict.header, verdict.trailer, nrec)
+    df.check_record_count(verdict.header, verdict.trailer, stats.records)
     for i in range(n_nodes):
         if counts[i]:
             parts[i].append(b"\r\n")
@@ -176,15 +251,16 @@ def encode_sets(
 
 
 def encode_sets_c(
-    verdict: df.Verdict, params: EncodeParams, stats: list[int]
+    verdict: df.Verdict, params: EncodeParams, job: FileJob, stats: EncodeStats
 ) -> list[tuple[int, bytes, int]]:
     """`encode_sets` for one destination, in C: the same bytes (values copied into each batch, which
-    for small items is cheaper than a scatter-gather piece per value), the same checks."""
+    for small items is cheaper than a scatter-gather piece per value), the same checks, the same
+    records in `stats`."""
     assert _speedups is not None
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     try:
-        batches, nrec, expired, too_long = _speedups.encode_ms(
+        batches, nrec, expired, long_keys, oversize = _speedups.encode_ms(
             verdict.data,
             start,
             end,
@@ -192,35 +268,51 @@ def encode_sets_c(
             params.mode == "add",
             params.batch_items,
             params.batch_bytes,
+            job.budgets[0],
         )
     except ValueError as e:
         raise df.CorruptRecord(str(e)) from e
-    stats[0] += expired
-    stats[1] += too_long
+    stats.records += nrec
+    stats.expired[0] += expired
+    stats.long_keys[0] += long_keys
+    stats.oversize[0] += oversize
     df.check_record_count(verdict.header, verdict.trailer, nrec)
     return [(0, b, n) for b, n in batches]
 
 
 def encode_file(
-    verdict: df.Verdict, params: EncodeParams, ring: KetamaRing | None, stats: list[int]
+    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | None, stats: EncodeStats
 ) -> Iterable[Batch]:
     """The batches of a verified file, by the cheapest way that never lets a bad file be partly
     sent: a file up to `one_pass_max_bytes` is checked and encoded in one pass and held encoded (the
-    C loop for one destination and small items, else the Python loop); a larger one is checked first
-    (a cheap walk), then encoded batch by batch as the caller sends. Raises df.CorruptRecord before
-    returning if any record is bad."""
+    C loop for one destination, small items and untagged sets, else the Python loop); a larger one
+    is checked first (a cheap walk), then encoded batch by batch as the caller sends. Raises
+    df.CorruptRecord before returning if any record is bad."""
     assert verdict.data is not None and verdict.trailer is not None and verdict.header is not None
     one_pass = len(verdict.data) <= params.one_pass_max_bytes
     avg_record = verdict.trailer.records_bytes / max(1, verdict.trailer.record_count)
     if (
         one_pass
         and ring is None
+        and not job.tagged
         and params.use_speedups
         and _speedups is not None
         and avg_record <= C_LOOP_MAX_AVG_RECORD
     ):
-        return encode_sets_c(verdict, params, stats)
+        return encode_sets_c(verdict, params, job, stats)
     if one_pass:
-        return list(encode_sets(verdict, params, ring, stats))
+        return list(encode_sets(verdict, params, job, ring, stats))
     df.check_records(verdict.data, verdict.header, verdict.trailer)
-    return encode_sets(verdict, params, ring, stats)
+    return encode_sets(verdict, params, job, ring, stats)
+
+
+def record_at(data: bytes | memoryview, offset: int) -> df.Record:
+    """The record at `offset` of a verified file's bytes (an offset from EncodeStats or an `O` tag)."""
+    vlen, flags, exptime, klen = df.RECORD.unpack_from(data, offset)
+    kstart = offset + df.RECORD_FIXED
+    return df.Record(
+        bytes(data[kstart : kstart + klen]),
+        flags,
+        exptime,
+        memoryview(data)[kstart + klen : kstart + klen + vlen],
+    )

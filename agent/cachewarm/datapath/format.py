@@ -382,6 +382,12 @@ class Manifest:
     totals: dict[str, int]
     source: dict[str, Any]
     raw: dict[str, Any] = field(repr=False)
+    # Whether the dump holds every item the source held (section 5, "Completeness"); None: DONE
+    # does not say (a dumper older than the field), which readers take as complete.
+    complete: bool | None = None
+    incomplete_reason: str | None = None
+    # The numbers behind `complete` (keys_listed, records, misses_expired, misses_gone, undumped, ...).
+    completeness: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_records(self) -> int:
@@ -453,6 +459,17 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
             f"{sum(f.records for f in files)}"
         )
     source = obj.get("source", {})
+    complete = obj.get("complete")
+    if complete is not None and not isinstance(complete, bool):
+        raise FormatError(f"{where}: field 'complete' must be true or false, got {complete!r}")
+    reason = obj.get("incomplete_reason")
+    if reason is not None and not isinstance(reason, str):
+        raise FormatError(f"{where}: field 'incomplete_reason' must be a string or null, got {reason!r}")
+    completeness = obj.get("completeness", {})
+    if not isinstance(completeness, dict):
+        raise FormatError(f"{where}: field 'completeness' must be an object")
+    if complete is False and not reason:
+        reason = "no reason given"
     return Manifest(
         version=version,
         node=_req(obj, "node", str, where),
@@ -461,6 +478,9 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
         totals={k: v for k, v in totals.items() if isinstance(v, int)},
         source=source if isinstance(source, dict) else {},
         raw=obj,
+        complete=complete,
+        incomplete_reason=reason,
+        completeness=completeness,
     )
 
 

@@ -17,11 +17,14 @@ import bisect
 import hashlib
 import ipaddress
 import re
+import socket
 import struct
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-# EVCache: hostName + "/" + ip + ":11211", the port always written as 11211.
+# EVCache: hostName + "/" + ip + ":11211", the port always written as 11211; {ip} is the address
+# the host name resolves to (the name itself when it is an IP address).
 EVCACHE_NODE_KEY = "{host}/{ip}:11211"
 # spymemcached's default for a literal IP address (and its public test vectors).
 SPY_NODE_KEY = "{host}:{port}"
@@ -34,10 +37,46 @@ _U32 = struct.Struct("<I")
 class Node:
     host: str
     port: int
+    # The address `host` resolved to (`resolve_nodes`, once per run, as the EVCache client does): the
+    # node key's {ip}, and where we connect. None: not resolved (an IP address needs no resolving).
+    ip: str | None = None
 
     @property
     def address(self) -> str:
+        """HOST:PORT as the user named it."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def connect_host(self) -> str:
+        return self.ip or self.host
+
+
+Resolver = Callable[..., list[tuple[Any, ...]]]
+
+
+def resolve(node: Node, resolver: Resolver = socket.getaddrinfo) -> Node:
+    """The node with `ip` set: the host itself if it is an IP address, else its first IPv4 address
+    (Java, and so the EVCache client, prefers IPv4), else its first IPv6 one. Raises ValueError
+    naming a host that does not resolve."""
+    try:
+        ipaddress.ip_address(node.host)
+        return replace(node, ip=node.host)
+    except ValueError:
+        pass
+    try:
+        infos = resolver(node.host, node.port, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise ValueError(f"cannot resolve {node.host!r}: {e}") from e
+    addrs = [(fam, sa[0]) for fam, _, _, _, sa in infos]
+    for want in (socket.AF_INET, socket.AF_INET6):
+        for fam, ip in addrs:
+            if fam == want:
+                return replace(node, ip=str(ip))
+    raise ValueError(f"{node.host!r} resolves to no IP address")
+
+
+def resolve_nodes(nodes: Sequence[Node], resolver: Resolver = socket.getaddrinfo) -> list[Node]:
+    return [resolve(n, resolver) for n in nodes]
 
 
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -108,7 +147,7 @@ class KetamaRing:
 
     def node_key(self, node: Node) -> str:
         try:
-            return self.node_key_format.format(host=node.host, ip=node.host, port=node.port)
+            return self.node_key_format.format(host=node.host, ip=node.ip or node.host, port=node.port)
         except (KeyError, IndexError) as e:
             raise ValueError(
                 f"bad node-key format {self.node_key_format!r}: use {{host}}, {{ip}} and {{port}}"
@@ -125,3 +164,31 @@ class KetamaRing:
 
     def node_for(self, key: bytes) -> Node:
         return self.nodes[self.index_for(key)]
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How keys are spread over several destinations: the same options for populate, warm and verify."""
+
+    node_key_format: str = EVCACHE_NODE_KEY
+    reps: int = 160
+    # EVCache's hash.on.partial.key: hash only the part before the first delimiter.
+    hash_delimiter: bytes | None = None
+
+    def ring(self, nodes: Sequence[Node]) -> KetamaRing | None:
+        """The ring of several nodes (None for one: every key goes there). Raises ValueError."""
+        if len(nodes) < 2:
+            return None
+        return KetamaRing(nodes, self.node_key_format, self.reps, self.hash_delimiter)
+
+    def describe(self, nodes: Sequence[Node]) -> dict[str, Any]:
+        """What a key's node depends on (the populator's state file records it)."""
+        ring = self.ring(nodes)
+        if ring is None:
+            return {"destinations": [n.address for n in nodes]}
+        return {
+            "destinations": [n.address for n in nodes],
+            "node_keys": [ring.node_key(n) for n in nodes],
+            "ketama_reps": self.reps,
+            "hash_delimiter": self.hash_delimiter.hex() if self.hash_delimiter is not None else None,
+        }

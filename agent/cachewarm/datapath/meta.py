@@ -3,13 +3,15 @@ populator, the demo's load), pipelined reads (`cachewarm verify`, the warm's fin
 key listing by `lru_crawler metadump`. How keys and TTLs are put on the wire is `encode.py`'s.
 
 Writes: quiet mode suppresses `HD` (stored), so on the wire come back only `NS` (add mode: the key is
-already there, which counts as present), errors, and the `MN` we send at the end of each batch. At
+already there, which counts as present; with an `O<tag>` on the set, the NS carries the tag), errors,
+and the `MN` we send at the end of each batch. At
 most two batches are in flight: the replies to a batch are read while the next batch is on its way,
 so the server never stalls writing replies we do not read and we never wait a full round trip per
 batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: the caller fails.
 
 Reads: `mg <key> b v f t k q O<index>` in batches ended by `mn`; replies are parsed by declared
-lengths.
+lengths. A key no meta command can name (`encode.meta_expressible`) is read with the binary protocol
+(`binproto.py`), which does not tell its TTL.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 
 import tenacity
 
-from cachewarm.datapath.encode import wire_key
+from cachewarm.datapath.encode import meta_expressible, wire_key
 
 # Pieces per sendmsg call (Linux IOV_MAX is 1024).
 _IOV_MAX = 1000
@@ -63,13 +65,15 @@ class BatchCounts:
     not_stored: int = 0
     errors: int = 0
     first_error: str | None = None
+    # The O<tag> of each NS that carried one (sets sent with tags).
+    not_stored_tags: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Item:
     value: bytes
     flags: int
-    ttl: int  # remaining seconds, -1 = never expires
+    ttl: int | None  # remaining seconds, -1 = never expires, None = not known (binary protocol read)
 
 
 @dataclass
@@ -157,8 +161,16 @@ class MetaConnection:
         except (KeyError, ValueError) as e:
             raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
 
-    def stats(self) -> dict[str, str]:
-        self._send(b"stats\r\n")
+    def version(self) -> str:
+        self._send(b"version\r\n")
+        line = self._readline()
+        if not line.startswith(b"VERSION "):
+            raise DestinationUnavailable(f"{self.host}:{self.port}: version answered {line!r}")
+        return line[8:].decode("ascii", "replace")
+
+    def stats(self, group: bytes = b"") -> dict[str, str]:
+        """`stats` (or `stats <group>`, e.g. b"settings") as a dict."""
+        self._send(b"stats %b\r\n" % group if group else b"stats\r\n")
         stats: dict[str, str] = {}
         while True:
             line = self._readline()
@@ -215,6 +227,9 @@ class MetaConnection:
                 break
             if line == b"NS":
                 b.not_stored += 1
+            elif line.startswith(b"NS O"):
+                b.not_stored += 1
+                b.not_stored_tags.append(int(line[4:]))
             else:
                 b.errors += 1
                 if b.first_error is None:
@@ -223,6 +238,7 @@ class MetaConnection:
         t.sent += b.sent
         t.not_stored += b.not_stored
         t.errors += b.errors
+        t.not_stored_tags += b.not_stored_tags
         if t.first_error is None:
             t.first_error = b.first_error
 
@@ -252,10 +268,22 @@ class MetaConnection:
                     raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
                 yield line
 
+    def _long_keys(self, keys: Iterable[bytes]) -> tuple[list[bytes], dict[bytes, Item]]:
+        """(the keys a meta command can name, the items of those it cannot, read by binary protocol)."""
+        meta, long = [], []
+        for k in keys:
+            (meta if meta_expressible(k) else long).append(k)
+        if not long:
+            return meta, {}
+        from cachewarm.datapath.binproto import BinaryConnection  # binproto imports this module
+
+        with BinaryConnection(self.host, self.port, self.timeout) as bc:
+            got = bc.get_many(long)
+        return meta, {k: Item(v, f, None) for k, (v, f) in got.items()}
+
     def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
         """Items of the keys that exist; a missing key is absent from the result."""
-        out: dict[bytes, Item] = {}
-        keys = list(keys)
+        keys, out = self._long_keys(keys)
         for line in self._pipelined(keys, batch, b"v f t "):
             if not line.startswith(b"VA "):
                 continue
@@ -275,12 +303,14 @@ class MetaConnection:
     def missing(self, keys: Iterable[bytes], batch: int = 1000) -> list[bytes]:
         """The keys the server does not hold (`mg` without a value: cheap)."""
         keys = list(keys)
+        long = [k for k in keys if not meta_expressible(k)]
+        keys, long_found = self._long_keys(keys)
         found = {
             int(line.rsplit(b"O", 1)[1])
             for line in self._pipelined(keys, batch, b"")
             if line.startswith(b"HD")
         }
-        return [k for j, k in enumerate(keys) if j not in found]
+        return [k for j, k in enumerate(keys) if j not in found] + [k for k in long if k not in long_found]
 
 
 # ---- listing keys --------------------------------------------------------------------------------

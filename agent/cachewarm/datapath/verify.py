@@ -1,5 +1,7 @@
 """`cachewarm verify`: every (or a sample of) source key is on its target node with the same value and
-flags and a TTL within tolerance."""
+flags and a TTL within tolerance. Keys are routed to target nodes exactly as `populate` routes them
+(the same `Routing`, host names resolved the same way). Keys no meta command can name (binary keys of
+187+ bytes) are read with the binary protocol, which does not tell a TTL: theirs is not compared."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection, list_keys
 from cachewarm.datapath.pool import process_pool
 
@@ -54,13 +56,13 @@ def _note(rep: VerifyReport, what: str, key: bytes) -> None:
 
 
 def _compare(
-    source: Node, targets: list[Node], keys: list[bytes], *, ttl_tolerance: int, node_key_format: str
+    source: Node, targets: list[Node], keys: list[bytes], *, ttl_tolerance: int, routing: Routing
 ) -> VerifyReport:
     """Compare one shard of keys (runs in a pool process)."""
     rep = VerifyReport()
-    ring = KetamaRing(targets, node_key_format) if len(targets) > 1 else None
-    with MetaConnection(source.host, source.port) as src:
-        tgts = [MetaConnection(t.host, t.port).__enter__() for t in targets]
+    ring = routing.ring(targets)
+    with MetaConnection(source.connect_host, source.port) as src:
+        tgts = [MetaConnection(t.connect_host, t.port).__enter__() for t in targets]
         try:
             have = src.get_many(keys)
             rep.gone_from_source += len(keys) - len(have)
@@ -81,6 +83,8 @@ def _compare(
                     elif t.flags != s.flags:
                         rep.flags_mismatch += 1
                         _note(rep, f"flags {s.flags} != {t.flags}", k)
+                    elif s.ttl is None or t.ttl is None:
+                        pass  # read with the binary protocol: no TTL to compare
                     elif (s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance:
                         rep.ttl_mismatch += 1
                         _note(rep, f"ttl {s.ttl} vs {t.ttl}", k)
@@ -95,16 +99,20 @@ def verify(
     targets: list[Node],
     sample: int | None = None,
     ttl_tolerance: int = 5,
-    node_key_format: str = EVCACHE_NODE_KEY,
+    routing: Routing | None = None,
     shard: int = 20_000,
     seed: int | None = None,
     workers: int = 2,
 ) -> VerifyReport:
+    """Raises ValueError for a host name that does not resolve or node keys that collide."""
+    routing = routing or Routing()
+    source, targets = resolve_nodes([source])[0], resolve_nodes(targets)
+    routing.ring(targets)  # fail here, not in a worker, on colliding node keys
     rep = VerifyReport()
     rng = random.Random(seed)
     keys: list[bytes] = []
     # Reservoir sample: memory bounded by the sample size, one pass over the crawl.
-    for n, (k, _exp) in enumerate(list_keys(source.host, source.port)):
+    for n, (k, _exp) in enumerate(list_keys(source.connect_host, source.port)):
         rep.source_keys += 1
         if sample is None or len(keys) < sample:
             keys.append(k)
@@ -112,14 +120,10 @@ def verify(
             j = rng.randrange(n + 1)
             if j < sample:
                 keys[j] = k
-    if len(targets) > 1:
-        KetamaRing(targets, node_key_format)  # fail here, not in a worker, on colliding node keys
     shards = [keys[i : i + shard] for i in range(0, len(keys), shard)]
     # Shards are compared in parallel processes: parsing a million values is Python-bound.
     with process_pool(max(1, workers)) as pool:
-        compare = functools.partial(
-            _compare, source, targets, ttl_tolerance=ttl_tolerance, node_key_format=node_key_format
-        )
+        compare = functools.partial(_compare, source, targets, ttl_tolerance=ttl_tolerance, routing=routing)
         parts = pool.map(compare, shards)
         for part in parts:
             rep.checked += part.checked

@@ -1,22 +1,25 @@
 """The populator: verified data files -> destination memcached(s). `config` (what it is told), `worker`
-(one file, in a pool process), `state` (what it remembers), `destinations` (restarts, evictions),
-`loop` (the rounds, until DONE)."""
+(one file, in a pool process), `state` (what it remembers), `destinations` (what each can hold,
+restarts, evictions), `report` (the summary and the keys never sent), `loop` (the rounds, until DONE)."""
 
 from cachewarm.datapath.encode import Mode
 from cachewarm.datapath.populate.config import (
     PopulateConfig,
     PopulateError,
+    PopulateIncomplete,
     WorkerParams,
     default_state_file,
     default_workers,
 )
-from cachewarm.datapath.populate.loop import PopulateSummary, Populator, Progress, populate, progress_printer
+from cachewarm.datapath.populate.loop import Populator, Progress, populate, progress_printer
+from cachewarm.datapath.populate.report import PopulateSummary
 from cachewarm.datapath.populate.state import PopulateState
 
 __all__ = [
     "Mode",
     "PopulateConfig",
     "PopulateError",
+    "PopulateIncomplete",
     "PopulateState",
     "PopulateSummary",
     "Populator",

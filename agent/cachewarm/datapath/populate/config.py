@@ -14,12 +14,21 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from cachewarm.datapath.encode import Mode
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node
+from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node, Routing
 from cachewarm.datapath.remount import NoopRemounter, Remounter
 
 
 class PopulateError(RuntimeError):
     """A failure the populator cannot recover from; the message names the problem."""
+
+
+class PopulateIncomplete(PopulateError):
+    """The populator went through every file but the destinations do not hold every item, for reasons
+    the user did not accept (`summary.incomplete`): the summary is still the truth of what was done."""
+
+    def __init__(self, message: str, summary: object) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def default_workers() -> int:
@@ -55,11 +64,34 @@ class PopulateConfig:
     batch_bytes: int = 4 << 20
     # Seconds between "waiting" progress lines while nothing new is applied.
     progress_interval: float = 1.0
+    # Seconds between looks at the destinations' evictions (and identities) while writing.
+    destination_check_interval: float = 5.0
     one_pass_max_bytes: int = 64 << 20
     use_speedups: bool = True
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
+    # What the user accepts instead of a non-zero exit (each is reported in the summary either way):
+    # items too large for a destination, skipped (never sent: a failed store would delete the key's
+    # live value) and named in the oversize report;
+    accept_oversize: bool = False
+    # items the destinations evicted during the run (too small for the data, or live traffic);
+    accept_evictions: bool = False
+    # a dump whose DONE says "complete": false;
+    accept_incomplete_dump: bool = False
+    # writing to a destination with evictions off (-M): when it fills up, its failed stores delete
+    # the live values of their keys.
+    accept_no_evictions: bool = False
+    # Where the oversize items are named (JSON lines); None: `<state file>.oversize.jsonl`.
+    oversize_report: Path | None = None
+
+    @property
+    def routing(self) -> Routing:
+        return Routing(self.node_key_format, self.ketama_reps, self.hash_delimiter)
+
+    @property
+    def oversize_report_path(self) -> Path:
+        return self.oversize_report or self.state_file.with_name(self.state_file.name + ".oversize.jsonl")
 
     def worker_params(self) -> WorkerParams:
         return WorkerParams.of(self)
@@ -71,9 +103,7 @@ class WorkerParams:
 
     nodes: tuple[Node, ...]
     mode: Mode = "add"
-    node_key_format: str = EVCACHE_NODE_KEY
-    ketama_reps: int = 160
-    hash_delimiter: bytes | None = None
+    routing: Routing = field(default_factory=Routing)
     items_per_second: float | None = None  # this worker's share of the limit
     batch_items: int = 1000
     batch_bytes: int = 4 << 20
@@ -89,10 +119,12 @@ class WorkerParams:
 
     @staticmethod
     def of(c: PopulateConfig) -> WorkerParams:
-        """The config's fields of the same names, its destinations, and the rate split over workers."""
+        """The config's fields of the same names, its destinations and routing, and the rate split
+        over workers."""
         shared = {f.name for f in fields(PopulateConfig)} & {f.name for f in fields(WorkerParams)}
         return WorkerParams(
             nodes=tuple(c.destinations),
+            routing=c.routing,
             items_per_second=c.max_items_per_second / c.workers if c.max_items_per_second else None,
             **{name: getattr(c, name) for name in sorted(shared)},
         )

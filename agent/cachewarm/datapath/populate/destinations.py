@@ -1,14 +1,63 @@
-"""The populator's look at its destinations between files: who each one is (a memcached that restarted
-came back empty) and how many items it evicted since the populate began (a destination too small
-for the data drops items)."""
+"""The populator's look at its destinations, before writing and between files: who each one is (a
+memcached that restarted came back empty), what it can hold (`version`, `stats settings`: its item
+size limit decides which items are never sent; with evictions off a full destination fails stores,
+and a failed store deletes the key's live value) and how many items it evicted since the populate
+began (evictions mean the warm is not complete)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import PopulateError
+
+
+@dataclass(frozen=True)
+class DestinationInfo:
+    address: str
+    version: str
+    pid: int
+    started: int
+    item_size_max: int
+    cas: bool
+    # `evictions on` (the default): a full memcached evicts; off (-M): it refuses stores.
+    evictions_enabled: bool
+    evictions: int
+
+    @property
+    def limit(self) -> ItemLimit:
+        return ItemLimit(self.item_size_max, self.cas)
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return self.pid, self.started
+
+
+def read_info(node: Node, timeout: float = 10.0) -> DestinationInfo:
+    """One look at a destination. Raises DestinationUnavailable (also for answers we cannot use)."""
+    c = MetaConnection(node.connect_host, node.port, timeout)
+    try:
+        ident = c.connect()
+        stats = c.stats()
+        settings = c.stats(b"settings")
+        version = c.version()
+    finally:
+        c.close()
+    try:
+        return DestinationInfo(
+            address=node.address,
+            version=version,
+            pid=ident.pid,
+            started=ident.started,
+            item_size_max=int(settings["item_size_max"]),
+            cas=settings.get("cas_enabled", "yes") == "yes",
+            evictions_enabled=settings.get("evictions", "on") == "on",
+            evictions=int(stats.get("evictions", "0")),
+        )
+    except (KeyError, ValueError) as e:
+        raise DestinationUnavailable(f"{node.address}: `stats settings` lacks item_size_max: {e}") from e
 
 
 @dataclass
@@ -16,8 +65,9 @@ class DestinationProbe:
     nodes: list[Node]
     # How long a destination may refuse connections before the populator gives up.
     timeout: float
-    # Per address: (pid, evictions) when first seen with that pid.
-    _evictions_at_start: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per address: (pid, evictions) when first seen with that pid (the state file keeps it).
+    evictions_base: dict[str, tuple[int, int]] = field(default_factory=dict)
+    info: dict[str, DestinationInfo] = field(default_factory=dict)
     _evictions: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -25,28 +75,34 @@ class DestinationProbe:
         """Items the destinations evicted since the first probe."""
         return sum(self._evictions.values())
 
+    def evictions_by_node(self) -> dict[str, int]:
+        return {a: n for a, n in self._evictions.items() if n}
+
+    def budgets(self) -> tuple[int, ...]:
+        """Per node (in order): the most key + value bytes one of its items may have (encode.ItemLimit)."""
+        return tuple(self.info[n.address].limit.budget for n in self.nodes)
+
     def probe(self) -> dict[str, tuple[int, int]]:
-        """Connect to each destination (with backoff): its identity (pid, start time) by address.
+        """Look at each destination (with backoff): its identity (pid, start time) by address.
         Raises PopulateError when one stays unavailable for `timeout`."""
         seen: dict[str, tuple[int, int]] = {}
         for n in self.nodes:
             try:
                 for attempt in retry_while_unavailable(self.timeout):
                     with attempt:
-                        c = MetaConnection(n.host, n.port, 10.0)
-                        try:
-                            ident = c.connect()
-                            evictions = int(c.stats().get("evictions", "0"))
-                        finally:
-                            c.close()
+                        info = read_info(n)
             except DestinationUnavailable as e:
                 raise PopulateError(f"destination {n.address} unavailable for {self.timeout:g}s: {e}") from e
-            seen[n.address] = (ident.pid, ident.started)
+            self.info[n.address] = info
+            seen[n.address] = info.identity
             # Evictions while we write mean the destination is too small: items were dropped.
-            first = self._evictions_at_start.setdefault(n.address, (ident.pid, evictions))
-            if first[0] == ident.pid:
-                self._evictions[n.address] = evictions - first[1]
-            else:
-                self._evictions_at_start[n.address] = (ident.pid, 0)
-                self._evictions[n.address] = evictions
+            first = self.evictions_base.setdefault(n.address, (info.pid, info.evictions))
+            if first[0] == info.pid:
+                self._evictions[n.address] = info.evictions - first[1]
+            else:  # restarted: its counter began at 0, what it evicted before is gone with it
+                self.evictions_base[n.address] = (info.pid, 0)
+                self._evictions[n.address] = info.evictions
         return seen
+
+    def without_evictions(self) -> list[str]:
+        return [a for a, i in self.info.items() if not i.evictions_enabled]

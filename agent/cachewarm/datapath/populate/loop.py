@@ -10,9 +10,13 @@ the loop works in rounds: all files of a round finish, then the volume is remoun
 directory files stream through. Finished exactly when DONE exists and every file it lists is
 consumed; then the counts are checked against the manifest.
 
-A destination that restarted comes back empty: each outcome carries the destination's identity
-(pid + start time) and a change means every file consumed so far is redone (add mode makes the
-redo harmless on the nodes that did not restart).
+Before writing, every destination is read (`destinations.py`): its item size limit decides which
+items are never sent, and one with evictions off is refused unless accepted. A destination that
+restarted comes back empty: each outcome carries the destinations' identities (pid + start time) and
+a change means the items of every file consumed so far that route to that destination are sent
+again (`state.redo`). At the end the run is complete only if no item was too large, no destination
+evicted and the dump says it is complete; otherwise it raises PopulateIncomplete with the summary,
+unless the user accepted those reasons.
 """
 
 from __future__ import annotations
@@ -22,16 +26,18 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.ketama import KetamaRing
+from cachewarm.datapath.encode import FileJob
+from cachewarm.datapath.ketama import Node, resolve_nodes
 from cachewarm.datapath.meta import ServerIdentity
 from cachewarm.datapath.pool import process_pool
-from cachewarm.datapath.populate.config import PopulateConfig, PopulateError
+from cachewarm.datapath.populate.config import PopulateConfig, PopulateError, PopulateIncomplete
 from cachewarm.datapath.populate.destinations import DestinationProbe
-from cachewarm.datapath.populate.state import ConsumedFile, PopulateState
+from cachewarm.datapath.populate.report import OversizeReport, PopulateSummary, judge, summarize
+from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, PopulateState, StartedJournal
 from cachewarm.datapath.populate.worker import DEST_ERROR, FileOutcome, apply_file
 from cachewarm.datapath.remount import RemountError
 
@@ -56,42 +62,32 @@ class Progress:
 
 
 @dataclass
-class PopulateSummary:
-    files: int
-    records: int
-    stored: int
-    already_present: int
-    expired: int
-    bytes: int
-    elapsed_s: float
-    manifest_records: int
-    restarts_detected: int
-    per_node: dict[str, int]
-    # Items the destinations evicted while we wrote (too small a destination): they are gone.
-    destination_evictions: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps({"event": "summary", **asdict(self)}, separators=(",", ":"))
-
-
-@dataclass
 class Populator:
     config: PopulateConfig
     on_progress: Callable[[Progress], None] = lambda p: None
     state: PopulateState = field(init=False)
+    # The destinations, their names resolved once (the node key's {ip}; where we connect).
+    nodes: list[Node] = field(init=False, default_factory=list)
     _start: float = field(init=False, default=0.0)
     _round: int = field(init=False, default=0)
     _last_save: float = field(init=False, default=0.0)
+    _last_check: float = field(init=False, default=0.0)
+    _reprobe: bool = field(init=False, default=False)
     _dead: set[tuple[str, tuple[int, int]]] = field(init=False, default_factory=set)
-    _per_node: dict[str, int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
+    _journal: StartedJournal = field(init=False)
+    _report: OversizeReport = field(init=False)
 
-    def __post_init__(self) -> None:
-        self._destinations = DestinationProbe(self.config.destinations, self.config.destination_timeout)
+    def _totals(self) -> NodeCounts:
+        t = NodeCounts()
+        for f in self.state.consumed.values():
+            t.add(f.total())
+        return t
 
     def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:
         s = self.state.consumed.values()
         items = sum(f.records for f in s)
+        t = self._totals()
         elapsed = time.monotonic() - self._start
         self.on_progress(
             Progress(
@@ -100,9 +96,9 @@ class Populator:
                 files_consumed=len(self.state.consumed),
                 files_pending=pending,
                 items=items,
-                stored=sum(f.stored for f in s),
-                already_present=sum(f.present for f in s),
-                expired=sum(f.expired for f in s),
+                stored=t.stored,
+                already_present=t.present,
+                expired=t.expired,
                 bytes=sum(f.bytes for f in s),
                 elapsed_s=round(elapsed, 3),
                 items_per_s=round(items / elapsed, 1) if elapsed > 0 else 0.0,
@@ -116,32 +112,56 @@ class Populator:
             self.state.save(self.config.state_file)
             self._last_save = now
 
-    def _check_identities(self, seen: dict[str, tuple[int, int]]) -> bool:
-        """Compare a worker's view of the destinations with ours. Returns False if the outcome was
-        written to a server that has since restarted (the outcome must be redone)."""
-        ok = True
+    def _check_identities(self, seen: dict[str, tuple[int, int]]) -> set[str]:
+        """Compare a worker's (or the probe's) view of the destinations with ours. Returns the
+        addresses it wrote to a server that has since restarted (those items must be sent again)."""
+        dead = set()
         for addr, ident in seen.items():
             if (addr, ident) in self._dead:
-                ok = False
+                dead.add(addr)
                 continue
             base = self.state.identities.get(addr)
             if base is None:
                 self.state.identities[addr] = ident
             elif not ServerIdentity(*base).same_as(ServerIdentity(*ident)):
-                # The destination restarted (came back empty): redo everything consumed so far.
+                # The destination restarted (came back empty): send it its items of every consumed file.
                 self._dead.add((addr, base))
                 self.state.identities[addr] = ident
                 self.state.restarts_detected += 1
-                redo = len(self.state.consumed)
-                self.state.consumed.clear()
-                self._per_node.clear()
+                redo = [n for n, f in self.state.consumed.items() if addr in f.nodes]
+                for n in redo:
+                    self.state.redo[n] = sorted({*self.state.redo.get(n, []), addr})
+                self._reprobe = True  # its settings may have changed too
                 self._save(force=True)
-                self._emit("destination_restarted", detail=f"{addr}: redoing {redo} consumed files")
-        return ok
+                self._emit(
+                    "destination_restarted", detail=f"{addr}: re-sending its items of {len(redo)} files"
+                )
+        return dead
 
     def _probe_destinations(self) -> None:
-        """Connect to each destination (with backoff) and check it did not restart."""
+        """Look at each destination (with backoff): did one restart, does each still evict, did one
+        evict items."""
+        before = self._destinations.evictions
         self._check_identities(self._destinations.probe())
+        self._reprobe = False
+        self._last_check = time.monotonic()
+        off = self._destinations.without_evictions()
+        if off and not self.config.accept_no_evictions:
+            raise PopulateError(
+                f"destination(s) {', '.join(off)} run with evictions off (memcached -M): when one fills "
+                "up it fails stores, and a failed store deletes the live value of its key. Give it memory "
+                "for the whole dump and pass --accept-no-evictions, or run it with evictions on"
+            )
+        if self._destinations.evictions > before:
+            self._emit(
+                "evictions", detail=f"destinations evicted items: {self._destinations.evictions_by_node()}"
+            )
+
+    def _file_job(self, name: str) -> FileJob:
+        redo = self.state.redo.get(name) if name in self.state.consumed else None
+        only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
+        # A file that may have been started before resends with tagged sets (worker._ours).
+        return FileJob(self._destinations.budgets(), only, tagged=self._journal.add(name))
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
         names: dict[str, df.DataFileName] = {}
@@ -165,25 +185,30 @@ class Populator:
             raise PopulateError("no destination given")
         if c.workers < 1:
             raise PopulateError(f"workers must be >= 1, got {c.workers}")
-        if len(c.destinations) > 1:
-            try:  # fail before any work on a ring that cannot route (colliding node keys)
-                KetamaRing(c.destinations, c.node_key_format, c.ketama_reps, c.hash_delimiter)
-            except ValueError as e:
-                raise PopulateError(str(e)) from e
+        try:  # fail before any work on a name that does not resolve or a ring that cannot route
+            self.nodes = resolve_nodes(c.destinations)
+            routing = c.routing.describe(self.nodes)
+        except ValueError as e:
+            raise PopulateError(str(e)) from e
         if not c.source_dir.is_dir():
             raise PopulateError(f"source directory {c.source_dir} does not exist")
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
-        addrs = [n.address for n in c.destinations]
-        if self.state.consumed and self.state.destinations and self.state.destinations != addrs:
+        if self.state.consumed and self.state.routing != routing:
             raise PopulateError(
-                f"state file {c.state_file} records files written to {','.join(self.state.destinations)}, "
-                f"not to {','.join(addrs)}: use another --state-file"
+                f"state file {c.state_file} records files written with routing "
+                f"{json.dumps(self.state.routing)}, not {json.dumps(routing)}: give the same destinations "
+                "and routing options, or use another --state-file"
             )
-        self.state.destinations = addrs
+        if not self.state.consumed and c.oversize_report_path.exists():
+            c.oversize_report_path.unlink()  # a previous run's, of a state that is gone
+        self.state.routing = routing
+        self._journal = StartedJournal.open(c.state_file, self.state)
+        self._report = OversizeReport(c.oversize_report_path)
+        self._destinations = DestinationProbe(self.nodes, c.destination_timeout, self.state.evictions_base)
         self._probe_destinations()
         self._save(force=True)
-        params = self.config.worker_params()
+        params = replace(c.worker_params(), nodes=tuple(self.nodes))
         bad_since: dict[str, float] = {}
         last_new = time.monotonic()
         seen_any: set[str] = set()
@@ -213,14 +238,17 @@ class Populator:
                         (
                             n
                             for n in names
-                            if n not in self.state.consumed and n not in busy and retry_at.get(n, 0.0) <= now
+                            if not self.state.done(n) and n not in busy and retry_at.get(n, 0.0) <= now
                         ),
                         key=lambda n: names[n],
                     )
+                    if self._reprobe or now - self._last_check >= c.destination_check_interval:
+                        self._probe_destinations()
                     # Bounded queue so files are applied roughly in publish order.
                     room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
                     for n in todo[:room]:
-                        inflight[pool.submit(apply_file, str(c.source_dir / n), params)] = n
+                        job = self._file_job(n)
+                        inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
                     progressed = False
                     if inflight:
                         finished, _ = wait(
@@ -247,11 +275,11 @@ class Populator:
                             raise PopulateError(
                                 f"published data file(s) not listed in DONE: {', '.join(unlisted[:5])}"
                             )
-                        missing = sorted(listed - set(self.state.consumed))
+                        missing = sorted(n for n in listed if not self.state.done(n))
                         if not missing and not inflight:
                             # Last look: a destination that restarted since the last file lost our items.
                             self._probe_destinations()
-                            if not set(listed) - set(self.state.consumed):
+                            if all(self.state.done(n) for n in listed):
                                 return self._finish(manifest)
                             continue
                         for m in missing:
@@ -311,17 +339,31 @@ class Populator:
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
         c = self.config
         if out.status == "ok":
-            if not self._check_identities(out.identities):
-                return False  # written to a server that restarted since: redo next round
-            self.state.consumed[out.name] = ConsumedFile(
-                out.records, out.stored, out.present, out.expired, out.bytes
+            dead = self._check_identities(out.identities)
+            known = self.state.consumed.get(out.name)
+            cf = known or ConsumedFile(out.records, out.bytes)
+            for addr, counts in out.nodes.items():
+                if addr not in dead:
+                    cf.nodes[addr] = counts
+            info = self._destinations.info
+            self._report.add(
+                out.name,
+                [it for it in out.oversize if it.destination not in dead],
+                {a: i.item_size_max for a, i in info.items()},
             )
-            for addr, n in out.per_node.items():
-                self._per_node[addr] = self._per_node.get(addr, 0) + n
+            # Still owed: what was owed minus what this outcome wrote, plus what it wrote to a dead server.
+            owed = (set(self.state.redo.get(out.name, [])) if known else set()) - set(out.nodes) | dead
+            self.state.consumed[out.name] = cf
+            if owed:
+                self.state.redo[out.name] = sorted(owed)
+            else:
+                self.state.redo.pop(out.name, None)
             bad_since.pop(out.name, None)
             self._save()
             self._emit("file", detail=out.name)
             return True
+        if not out.sent:
+            self._journal.forget(out.name)
         if out.status == DEST_ERROR:
             self._save(force=True)
             raise PopulateError(f"writing {out.name}: {out.reason}")
@@ -335,38 +377,34 @@ class Populator:
         return False
 
     def _finish(self, manifest: df.Manifest) -> PopulateSummary:
+        c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
                 raise PopulateError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
-            if cf.stored + cf.present + cf.expired != cf.records:
+            t = cf.total()
+            if t.items != cf.records:
                 raise PopulateError(
-                    f"{mf.name}: stored {cf.stored} + present {cf.present} + expired {cf.expired} "
-                    f"!= records {cf.records}"
+                    f"{mf.name}: stored {t.stored} + present {t.present} + resent {t.resent} + expired "
+                    f"{t.expired} + oversize {t.oversize} != records {cf.records}"
                 )
         records = sum(f.records for f in files)
         if records != manifest.total_records:
             raise PopulateError(f"applied {records} records, DONE's totals say {manifest.total_records}")
         self._save(force=True)
-        summary = PopulateSummary(
-            files=len(files),
-            records=records,
-            stored=sum(f.stored for f in files),
-            already_present=sum(f.present for f in files),
-            expired=sum(f.expired for f in files),
-            bytes=sum(f.bytes for f in files),
+        summary = summarize(
+            files,
+            [n.address for n in self.nodes],
+            self._destinations,
+            manifest,
             elapsed_s=round(time.monotonic() - self._start, 3),
-            manifest_records=manifest.total_records,
             restarts_detected=self.state.restarts_detected,
-            per_node=dict(self._per_node),
-            destination_evictions=self._destinations.evictions,
+            oversize_report=self._report.finish(),
         )
-        if summary.destination_evictions:
-            self._emit(
-                "warning",
-                detail=f"destinations evicted {summary.destination_evictions} items during the populate: "
-                "they are too small for the data",
-            )
+        for why in judge(summary, c):
+            self._emit("warning", detail=why + (" (accepted)" if why in summary.accepted else ""))
+        if not summary.ok:
+            raise PopulateIncomplete(summary.failure(), summary)
         self._emit("done")
         return summary
 

@@ -1,22 +1,32 @@
 """One pool worker's job: verify one data file and, only if every check passes, write all of its
-items to the destination(s) with pipelined quiet meta sets, routed by ketama. Runs in a pool process:
-everything it gets and returns is picklable."""
+items to the destination(s), routed by ketama: pipelined quiet meta sets, and the binary protocol for
+the keys no meta command can name. Items too large for their destination are never sent (a store
+memcached cannot allocate deletes the key's live value, in add mode too): they come back named.
+Runs in a pool process: everything it gets and returns is picklable."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath import pool
-from cachewarm.datapath.encode import MAX_BINARY_KEY, Batch, encode_file
-from cachewarm.datapath.ketama import KetamaRing
+from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
+from cachewarm.datapath.encode import EncodeStats, FileJob, encode_file, record_at
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
+
+
+@dataclass(frozen=True)
+class OversizeItem:
+    destination: str
+    key: bytes
+    value_len: int
+    flags: int
 
 
 @dataclass
@@ -25,13 +35,14 @@ class FileOutcome:
     status: str  # "ok", a df.Status value, or DEST_ERROR
     reason: str = ""
     records: int = 0
-    stored: int = 0
-    present: int = 0
-    expired: int = 0
     bytes: int = 0
     attempts: int = 0
+    # Whether any byte of the file may have reached a destination (False: it did not verify yet).
+    sent: bool = False
     identities: dict[str, tuple[int, int]] = field(default_factory=dict)
-    per_node: dict[str, int] = field(default_factory=dict)
+    # Per destination address written to (all of them, or the job's only_nodes).
+    nodes: dict[str, NodeCounts] = field(default_factory=dict)
+    oversize: list[OversizeItem] = field(default_factory=list)
 
 
 class RateLimiter:
@@ -49,67 +60,110 @@ class RateLimiter:
             time.sleep(ahead)
 
 
-def write_records(verdict: df.Verdict, params: WorkerParams, out: FileOutcome) -> None:
+def _ours(conn: MetaConnection, data: bytes | memoryview, offsets: list[int]) -> int:
+    """How many of these records (named by offset; they answered NS) hold exactly our value and
+    flags in the destination: our own earlier attempt stored them. The others hold a live write."""
+    recs = [record_at(data, at) for at in offsets]
+    got = conn.get_many([r.key for r in recs])
+    return sum(
+        1 for r in recs if (it := got.get(r.key)) is not None and it.value == r.value and it.flags == r.flags
+    )
+
+
+def _write_binary(
+    node: str, host: str, port: int, params: WorkerParams, data: bytes | memoryview, offsets: list[int]
+) -> tuple[list[int], int, str | None]:
+    """Write these records with the binary protocol: (offsets answered 'exists', errors, first error).
+    The expiry is the record's absolute one, as for the meta sets."""
+    reqs = []
+    for n, at in enumerate(offsets):
+        r = record_at(data, at)
+        expiry = 0 if r.exptime == df.NEVER_EXPIRES else r.exptime
+        reqs.append((store_request(params.mode, r.key, r.value, r.flags, expiry, n), r.value))
+    try:
+        with BinaryConnection(host, port, params.socket_timeout) as bc:
+            res = bc.store(reqs)
+    except BinaryProtocolRefused as e:
+        return (
+            [],
+            len(reqs),
+            f"{node}: {len(reqs)} keys no meta command can name need the binary protocol: {e}",
+        )
+    first = f"{node} answered {res.first_error}" if res.first_error else None
+    return [offsets[n] for n in res.not_stored], res.errors, first
+
+
+def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: FileOutcome) -> None:
     """One attempt at writing all of a verified file's items. Raises DestinationUnavailable."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     nodes = params.nodes
-    ring = (
-        KetamaRing(nodes, params.node_key_format, params.ketama_reps, params.hash_delimiter)
-        if len(nodes) > 1
-        else None
-    )
-    skipped = [0, 0]  # expired, binary keys too long for memcached
-    batches: Iterable[Batch]
+    ring = params.routing.ring(nodes)
+    mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
+    stats = EncodeStats(len(nodes))
     try:
-        batches = encode_file(verdict, params, ring, skipped)
+        batches = encode_file(verdict, params, job, ring, stats)
     except df.CorruptRecord as e:
         out.status, out.reason = df.Status.CORRUPT.value, str(e)
         return
-    conns = [MetaConnection(n.host, n.port, params.socket_timeout) for n in nodes]
+    out.sent = True
+    conns = {i: MetaConnection(nodes[i].connect_host, nodes[i].port, params.socket_timeout) for i in mine}
     try:
-        for n, c in zip(nodes, conns, strict=True):
+        for i, c in conns.items():
             ident = c.connect()
-            out.identities[n.address] = (ident.pid, ident.started)
+            out.identities[nodes[i].address] = (ident.pid, ident.started)
         limiter = RateLimiter(params.items_per_second)
-        per_node = [0] * len(nodes)
         try:
             for idx, payload, count in batches:
-                conns[idx].send_batch(payload, count)
-                per_node[idx] += count
+                c = conns[idx]
+                c.send_batch(payload, count)
+                if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
+                    break  # deletes its key's live value); the file fails below
                 limiter.take(count)
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
-        sent = present = errors = 0
-        first_error = None
-        for n, c in zip(nodes, conns, strict=True):
+        errors, first_error = 0, None
+        data = verdict.data
+        for i, c in conns.items():
+            addr = nodes[i].address
             t = c.flush()
-            sent += t.sent
-            present += t.not_stored
-            errors += t.errors
-            if t.first_error and first_error is None:
-                first_error = f"{n.address} answered {t.first_error!r}"
+            if t.errors and first_error is None:
+                first_error = f"{addr} answered {t.first_error!r}"
+            exists, b_errors, b_first = ([], 0, None)
+            if stats.long_keys[i] and not t.errors:
+                exists, b_errors, b_first = _write_binary(
+                    addr, nodes[i].connect_host, nodes[i].port, params, data, stats.long_keys[i]
+                )
+            first_error = first_error or b_first
+            errors += t.errors + b_errors
+            # A resend names each NS (tags): values that are ours were stored by an earlier attempt.
+            resent = _ours(c, data, t.not_stored_tags + exists) if job.tagged else 0
+            not_stored = t.not_stored + len(exists)
+            binary = len(stats.long_keys[i])
+            out.nodes[addr] = NodeCounts(
+                stored=t.sent + binary - not_stored - t.errors - b_errors,
+                present=not_stored - resent,
+                resent=resent,
+                expired=stats.expired[i],
+                oversize=len(stats.oversize[i]),
+                binary=binary,
+            )
+            for at in stats.oversize[i]:
+                r = record_at(data, at)
+                out.oversize.append(OversizeItem(addr, r.key, len(r.value), r.flags))
         out.records = verdict.trailer.record_count
-        out.expired = skipped[0]
-        out.present = present
-        out.stored = sent - present - errors
-        out.per_node = {n.address: k for n, k in zip(nodes, per_node, strict=True)}
         if errors:
             out.status = DEST_ERROR
-            out.reason = f"{errors} of {sent} writes failed; first: {first_error}"
-        elif skipped[1]:
-            out.status = DEST_ERROR
-            out.reason = (
-                f"{skipped[1]} binary keys longer than {MAX_BINARY_KEY} bytes cannot be written to memcached"
-            )
+            out.reason = f"{errors} writes failed; first: {first_error}"
         else:
             out.status = "ok"
     finally:
-        for c in conns:
+        for c in conns.values():
             c.close()
 
 
-def apply_file(path: str, params: WorkerParams) -> FileOutcome:
-    """Verify one data file and, only if it passes every check, write all of its items."""
+def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
+    """Verify one data file and, only if it passes every check, write all of its items. A resend
+    (after a reconnect here, or of a file the populator may have started before) tags its sets."""
     name = os.path.basename(path)
     out = FileOutcome(name=name, status="")
     try:
@@ -128,7 +182,9 @@ def apply_file(path: str, params: WorkerParams) -> FileOutcome:
             with attempt:
                 out.attempts += 1
                 out.identities.clear()
-                write_records(verdict, params, out)
+                out.nodes.clear()
+                out.oversize.clear()
+                write_records(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
     except DestinationUnavailable as e:
         out.status = DEST_ERROR
         out.reason = (
