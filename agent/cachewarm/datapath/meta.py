@@ -227,9 +227,9 @@ class MetaConnection:
                 break
             if line == b"NS":
                 b.not_stored += 1
-            elif line.startswith(b"NS O"):
+            elif line.startswith(b"NS "):
                 b.not_stored += 1
-                b.not_stored_tags.append(int(line[4:]))
+                b.not_stored_tags += [int(t[1:]) for t in line.split()[1:] if t[:1] == b"O"]
             else:
                 b.errors += 1
                 if b.first_error is None:

@@ -28,6 +28,15 @@ def fetch(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, Item]:
         return r.get_many(keys)
 
 
+def expiries(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, int]:
+    """Each present key's absolute expiry on the server's own clock (-1 = never): its `time` stat plus
+    the TTL `mg t` reports, read right after (both in whole seconds, so +-1 s)."""
+    with MetaConnection(srv.host, srv.port) as r:
+        now = int(r.stats()["time"])
+        got = r.get_many(keys)
+    return {k: -1 if it.ttl == -1 else now + int(it.ttl or 0) for k, it in got.items()}
+
+
 def config(src: Path, tmp: Path, dests: list[MemcachedServer], **kw: object) -> PopulateConfig:
     base: dict[str, object] = {
         "source_dir": src,
