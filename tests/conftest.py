@@ -37,6 +37,12 @@ DUMPER_FAILS_ON = {
     "1.6.45": "memcached >= 1.6.43 answers OK before lru_crawler metadump output; the dumper "
     "accepts it from issue 12 section 2 (branch i12-dumper)",
 }
+# The dumper on main cannot fetch a binary key of 187+ bytes (its base64 form is too long for `mg`):
+# an xfail(strict=True) for the tests that need it. Remove those marks when the fix is merged.
+DUMPER_LONG_KEYS = (
+    "the dumper fetches keys of 187..250 bytes with the binary protocol from issue 12 section 2 "
+    "(branch i12-dumper)"
+)
 # Tests that run the dumper on those releases and pass anyway (they never get to a crawl), and ones
 # whose outcome there depends on timing (xfail, not strict).
 DUMPER_PASSES_ANYWAY = frozenset(

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cachewarm.datapath.encode import MAX_RELATIVE_TTL, ttl_token
+from cachewarm.datapath.encode import EXPIRY_MARGIN, MAX_RELATIVE_TTL, ttl_token
 from cachewarm.datapath.format import Record, parse_name
 from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.populate import PopulateError, PopulateIncomplete, PopulateState, populate
@@ -22,14 +22,17 @@ CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
 
 
 def test_ttl_token() -> None:
-    """Issue 12: the absolute expiry always (never a TTL computed once per file), 0 for never."""
+    """Issue 12: the absolute expiry (less the margin) always, never a TTL computed once per file; 0
+    for never; None once expired."""
     now = 1_800_000_000
+    m = EXPIRY_MARGIN
     assert ttl_token(-1, now) == 0
     assert ttl_token(now, now) is None
     assert ttl_token(now - 5, now) is None
-    assert ttl_token(now + 1, now) == now + 1
-    assert ttl_token(now + MONTH, now) == now + MONTH
-    assert ttl_token(now + MONTH + 1, now) == now + MONTH + 1
+    assert ttl_token(now + m, now) is None
+    assert ttl_token(now + m + 1, now) == now + 1
+    assert ttl_token(now + MONTH, now) == now + MONTH - m
+    assert ttl_token(now + MONTH + 1, now) == now + MONTH + 1 - m
 
 
 def test_items_flags_ttls_and_binary_keys(memcached, tmp_path: Path) -> None:

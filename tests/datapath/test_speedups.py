@@ -87,9 +87,10 @@ def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_byt
     # Expired items and keys for the binary protocol were exercised, and oversize ones with a budget.
     assert py_stats.expired[0] > 0 and py_stats.long_keys[0]
     assert bool(py_stats.oversize[0]) is (budget != UNLIMITED)
-    # Never-expiring items go with T0, all others with their absolute expiry (never a relative TTL).
-    assert b" T0 " in py and b" T%d " % (NOW + 1) in py and b" T%d " % (NOW + 3600) in py
-    assert b" T1 " not in py and b" T3600 " not in py
+    # Never-expiring items go with T0, all others with their absolute expiry less the margin (never a
+    # relative TTL); one that expires within the margin is not sent.
+    assert b" T0 " in py and b" T%d " % (NOW + 3600 - encode.EXPIRY_MARGIN) in py
+    assert b" T%d " % (NOW + 1 - encode.EXPIRY_MARGIN) not in py and b" T3600 " not in py
 
 
 def test_oversize_is_decided_by_memcacheds_item_size_rule() -> None:
@@ -161,18 +162,22 @@ def test_record_count_must_match_the_trailer() -> None:
 
 
 def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
-    """_speedups.c restates no limit: a different key-token limit or flags cost handed to it changes
-    what it sets aside."""
+    """_speedups.c restates no limit: a different expiry margin, key-token limit or flags cost handed
+    to it changes what it writes and what it sets aside."""
     assert encode._speedups is not None
     key = b"\x00" * 9  # base64: 12 chars
     data = encode_file("n1", 0, 0, [df.Record(key, 1, NOW + 3600, b"v" * 10)])
     params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
     out, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)
-    assert out.startswith(b"ms AAAAAAAAAAAA 10 b T%d F1 ME q" % (NOW + 3600))
+    assert out.startswith(b"ms AAAAAAAAAAAA 10 b T%d F1 ME q" % (NOW + 3600 - encode.EXPIRY_MARGIN))
     assert not stats.long_keys[0] and not stats.oversize[0]
     try:
         encode._speedups.configure(
-            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 11, 5
+            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 12, 4, 100
+        )
+        assert _c(_verdict(data), params)[0].startswith(b"ms AAAAAAAAAAAA 10 b T%d " % (NOW + 3500))
+        encode._speedups.configure(
+            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 11, 5, 1
         )
         assert _c(_verdict(data), params)[1].long_keys[0] == [df.HEADER_FIXED + 2]
         _, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)

@@ -9,12 +9,13 @@
  * format.RECORD ("<IIqB3x": value_len, flags, exptime, key_len).
  *
  * configure(record_fixed, max_key_len, never_expires, plain_first, plain_last, max_wire_key,
- *           flags_suffix)
+ *           flags_suffix, expiry_margin)
  * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget)
  *   -> (batches: list[(bytes, count)], records: int, expired: int, long_keys: list[int],
  *       oversize: list[int])
  * Each batch is "ms <key> <len> [b] T<expiry> F<flags> ME|MS q\r\n<value>\r\n"... without the
- * trailing mn; T is 0 (never) or the record's absolute expiry. long_keys: the record offsets of
+ * trailing mn; T is 0 (never) or the record's absolute expiry less expiry_margin (a record for
+ * which that is not after `now` is expired: counted, not sent). long_keys: the record offsets of
  * binary keys whose base64 form is longer than max_wire_key (the caller sends them another way);
  * oversize: the record offsets of items whose key + value (+ flags_suffix when flags != 0) exceed
  * `budget` (never sent). Raises ValueError naming the record on a record the format forbids; nothing
@@ -34,6 +35,7 @@ static struct {
   unsigned char plain_first, plain_last; /* keys of only these bytes travel as plain text */
   size_t max_wire_key;      /* memcached's key token limit (plain or base64) */
   size_t flags_suffix;      /* what non-zero flags add to an item's size in memcached */
+  long long expiry_margin;  /* seconds sent before a record's exptime */
 } cfg;
 
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -154,8 +156,8 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   *pos = nxt;
   if (exptime == cfg.never_expires) {
     it->ttl = 0;
-  } else if (exptime > now) {
-    it->ttl = (uint64_t)exptime;
+  } else if (exptime - cfg.expiry_margin > now) {
+    it->ttl = (uint64_t)(exptime - cfg.expiry_margin);
   } else {
     c->expired++;
     return kSkip;
@@ -208,13 +210,13 @@ static char *put_item(char *d, const Item *it, const char *tail) {
 static PyObject *configure(PyObject *self, PyObject *args) {
   (void)self;
   Py_ssize_t record_fixed, max_key_len, max_wire_key, flags_suffix;
-  long long never_expires;
+  long long never_expires, expiry_margin;
   unsigned char plain_first, plain_last;
-  if (!PyArg_ParseTuple(args, "nnLbbnn", &record_fixed, &max_key_len, &never_expires, &plain_first, &plain_last,
-                        &max_wire_key, &flags_suffix))
+  if (!PyArg_ParseTuple(args, "nnLbbnnL", &record_fixed, &max_key_len, &never_expires, &plain_first, &plain_last,
+                        &max_wire_key, &flags_suffix, &expiry_margin))
     return NULL;
   /* The fields decoded below end at byte 17; key_len is one byte. */
-  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || flags_suffix < 0 ||
+  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || flags_suffix < 0 || expiry_margin < 0 ||
       plain_first > plain_last) {
     PyErr_SetString(PyExc_ValueError, "configure: constants out of range");
     return NULL;
@@ -226,6 +228,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
   cfg.plain_last = plain_last;
   cfg.max_wire_key = (size_t)max_wire_key;
   cfg.flags_suffix = (size_t)flags_suffix;
+  cfg.expiry_margin = expiry_margin;
   cfg.ready = 1;
   Py_RETURN_NONE;
 }

@@ -1,14 +1,15 @@
 """Data-file records -> pipelined quiet meta sets (`ms <key> <len> [b] T<expiry> F<flags> ME|MS q`).
 
-The one place that knows how an item travels to memcached: which keys go as plain text (the others as
-base64 with the `b` flag, or, when even that is too long for a meta command, through the binary
-protocol: `binproto.py`), how an expiry is sent (always the absolute unix time: memcached reads a T
-above 30 days as one, so however long an item waits before it is sent, it never outlives the
-source's copy), and which items a destination cannot hold (memcached's own size rule, `ItemLimit`:
-such an item is never sent, because a store memcached cannot allocate unlinks the key's live value,
-in add mode too). `meta.py` (reads), the demo and the tests take `wire_key` and `ttl_token` from here;
-the C loop (_speedups.c) gets these constants from `configure` below at import, and tests check that
-it writes the same bytes and reports the same records as the Python loop.
+The one place that knows how an item travels to memcached:
+- keys: plain text, or base64 with the `b` flag, or, when even that is too long for a meta command,
+  the binary protocol (`binproto.py`);
+- expiry: always an absolute unix time, EXPIRY_MARGIN before the record's (memcached reads a T above
+  30 days as one), so however long an item waits before it is sent it never outlives the source's;
+- size: an item a destination cannot hold (memcached's own rule, `ItemLimit`) is never sent, because
+  a store memcached cannot allocate unlinks the key's live value, in add mode too.
+`meta.py` (reads), the demo and the tests take `wire_key` and `ttl_token` from here; the C loop
+(_speedups.c) gets these constants from `configure` below at import, and tests check that it writes
+the same bytes and reports the same records as the Python loop.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ MAX_BINARY_KEY = MAX_WIRE_KEY // 4 * 3
 PLAIN_KEY_BYTES = (0x21, 0x7E)
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600
+# Seconds sent before a record's exptime. The dumper records exptime as its wall clock plus the
+# remaining TTL `mg t` reports, in whole seconds, from a server whose clock ticks once a second behind
+# the wall clock: up to 1 s later than the source's own expiry. One second less keeps the
+# destination's expiry in [source's - 2 s, source's] (issue 12), never after it.
+EXPIRY_MARGIN = 1
 # The C loop copies each value into its batch once; above this average record size the Python
 # loop's zero-copy pieces are as fast (measured, 200k x 10 KB: 67-73k items/s vs 68-77k) and copy
 # nothing; at 1 KB the C loop is ~1.3x faster end to end.
@@ -69,6 +75,7 @@ def configure_speedups() -> None:
             PLAIN_KEY_BYTES[1],
             MAX_WIRE_KEY,
             ITEM_FLAGS_SUFFIX,
+            EXPIRY_MARGIN,
         )
 
 
@@ -119,12 +126,13 @@ def wire_key(key: bytes) -> tuple[bytes, bytes]:
 
 
 def ttl_token(exptime: int, now: int) -> int | None:
-    """The `T` value for an item expiring at `exptime` (-1 = never): 0 for never, the absolute expiry
-    itself otherwise (memcached reads it as absolute: any unix time of this century is above 30
-    days), or None if it has expired by `now`."""
+    """The `T` value for an item expiring at `exptime` (-1 = never): 0 for never, else the absolute
+    expiry less EXPIRY_MARGIN (memcached reads it as absolute: any unix time of this century is above
+    30 days), or None if that is not after `now` (expired: not sent)."""
     if exptime == df.NEVER_EXPIRES:
         return 0
-    return exptime if exptime > now else None
+    t = exptime - EXPIRY_MARGIN
+    return t if t > now else None
 
 
 class EncodeParams(Protocol):
@@ -201,6 +209,7 @@ def encode_sets(
     b64 = base64.b64encode
     never = df.NEVER_EXPIRES
     suffix = ITEM_FLAGS_SUFFIX
+    margin = EXPIRY_MARGIN
     now = int(time.time())
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     idx = 0
@@ -211,7 +220,8 @@ def encode_sets(
             idx = ring.index_for(bytes(key))
             if only is not None and idx not in only:
                 continue
-        if exptime != never and exptime <= now:
+        # ttl_token's rule, inlined: this loop runs once per item.
+        if exptime != never and exptime - margin <= now:
             stats.expired[idx] += 1
             continue
         at = kstart - df.RECORD_FIXED
@@ -225,7 +235,7 @@ def encode_sets(
         # Two pieces per item: the command line carries the previous value's \r\n in front of it
         # (fewer list appends and iovecs; measured ~15% less encoding time than three pieces).
         sep = b"\r\n" if p else b""
-        ttl = 0 if exptime == never else exptime
+        ttl = 0 if exptime == never else exptime - margin
         opaque = b" O%d\r\n" % at if tagged else b"\r\n"
         if plain(key):
             p.append(b"%bms %b %d T%d F%d%b%b" % (sep, key, vlen, ttl, flags, tail, opaque))

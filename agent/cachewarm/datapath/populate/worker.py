@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from cachewarm.datapath import format as df
 from cachewarm.datapath import pool
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
-from cachewarm.datapath.encode import EncodeStats, FileJob, encode_file, record_at
+from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file, record_at
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.state import NodeCounts
@@ -73,12 +73,13 @@ def _ours(conn: MetaConnection, data: bytes | memoryview, offsets: list[int]) ->
 def _write_binary(
     node: str, host: str, port: int, params: WorkerParams, data: bytes | memoryview, offsets: list[int]
 ) -> tuple[list[int], int, str | None]:
-    """Write these records with the binary protocol: (offsets answered 'exists', errors, first error).
-    The expiry is the record's absolute one, as for the meta sets."""
+    """Write these records with the binary protocol: (offsets answered 'exists', errors, first error)."""
     reqs = []
     for n, at in enumerate(offsets):
         r = record_at(data, at)
-        expiry = 0 if r.exptime == df.NEVER_EXPIRES else r.exptime
+        # As the meta sets (encode.ttl_token); expired since it was encoded: sent anyway, it lands
+        # expired (memcached takes a past absolute time as such).
+        expiry = 0 if r.exptime == df.NEVER_EXPIRES else max(1, r.exptime - EXPIRY_MARGIN)
         reqs.append((store_request(params.mode, r.key, r.value, r.flags, expiry, n), r.value))
     try:
         with BinaryConnection(host, port, params.socket_timeout) as bc:
