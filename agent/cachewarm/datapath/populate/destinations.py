@@ -6,12 +6,22 @@ began (evictions mean the warm is not complete)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
 from cachewarm.datapath.populate.config import PopulateError
+
+# The meta protocol (every write of ours) is memcached 1.6's.
+MIN_VERSION = (1, 6, 0)
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """(1, 6, 45) of "1.6.45" (or "1.6.45-rc1"); None when it is no release number."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    return tuple(int(x) for x in m.groups()) if m else None
 
 
 @dataclass(frozen=True)
@@ -106,3 +116,11 @@ class DestinationProbe:
 
     def without_evictions(self) -> list[str]:
         return [a for a, i in self.info.items() if not i.evictions_enabled]
+
+    def too_old(self) -> list[str]:
+        """Destinations whose release predates the meta protocol ("address (version)")."""
+        return [
+            f"{a} ({i.version})"
+            for a, i in self.info.items()
+            if (v := parse_version(i.version)) is not None and v < MIN_VERSION
+        ]

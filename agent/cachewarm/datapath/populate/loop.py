@@ -145,6 +145,8 @@ class Populator:
         self._check_identities(self._destinations.probe())
         self._reprobe = False
         self._last_check = time.monotonic()
+        if old := self._destinations.too_old():
+            raise PopulateError(f"destination(s) {', '.join(old)} predate memcached 1.6's meta protocol")
         off = self._destinations.without_evictions()
         if off and not self.config.accept_no_evictions:
             raise PopulateError(
