@@ -199,52 +199,68 @@ def encode_sets(
     # too (formatting and the plain-key check take them as they are).
     mv = memoryview(verdict.data)
     n_nodes = len(params.nodes)
-    tail = _TAIL[params.mode]
     batch_items, batch_bytes = params.batch_items, params.batch_bytes
     parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
     counts = [0] * n_nodes
     sizes = [0] * n_nodes
     budgets, only, tagged = job.budgets, job.only_nodes, job.tagged
+    # A value up to this fits whatever its key and flags.
+    roomy = [b - df.MAX_KEY_LEN - ITEM_FLAGS_SUFFIX for b in budgets]
+    # The command line's formats: a tagged set ends in ` O<record offset>` (its NS names it).
+    end_line = _TAIL[params.mode] + (b" O%d\r\n" if tagged else b"\r\n")
+    fmt_plain = b"%bms %b %d T%d F%d" + end_line
+    fmt_b64 = b"%bms %b %d b T%d F%d" + end_line
     plain = _PLAIN_KEY.fullmatch
     b64 = base64.b64encode
     never = df.NEVER_EXPIRES
     suffix = ITEM_FLAGS_SUFFIX
     margin = EXPIRY_MARGIN
+    fixed = df.RECORD_FIXED
     now = int(time.time())
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     idx = 0
+    nrec = 0
     for kstart, vstart, nxt, flags, exptime in df.record_spans(mv, start, end):
-        stats.records += 1
+        nrec += 1
         key = mv[kstart:vstart]
         if ring is not None:
             idx = ring.index_for(bytes(key))
             if only is not None and idx not in only:
                 continue
         # ttl_token's rule, inlined: this loop runs once per item.
-        if exptime != never and exptime - margin <= now:
+        if exptime == never:
+            ttl = 0
+        elif exptime - margin > now:
+            ttl = exptime - margin
+        else:
             stats.expired[idx] += 1
             continue
-        at = kstart - df.RECORD_FIXED
         vlen = nxt - vstart
-        klen = vstart - kstart
-        # ItemLimit.fits, inlined: this loop runs once per item.
-        if klen + vlen + (suffix if flags else 0) > budgets[idx]:
-            stats.oversize[idx].append(at)
+        # ItemLimit.fits, inlined (and only worked out for values near the limit).
+        if vlen > roomy[idx] and vstart - kstart + vlen + (suffix if flags else 0) > budgets[idx]:
+            stats.oversize[idx].append(kstart - fixed)
             continue
         p = parts[idx]
         # Two pieces per item: the command line carries the previous value's \r\n in front of it
         # (fewer list appends and iovecs; measured ~15% less encoding time than three pieces).
         sep = b"\r\n" if p else b""
-        ttl = 0 if exptime == never else exptime - margin
-        opaque = b" O%d\r\n" % at if tagged else b"\r\n"
         if plain(key):
-            p.append(b"%bms %b %d T%d F%d%b%b" % (sep, key, vlen, ttl, flags, tail, opaque))
+            line = (
+                fmt_plain % (sep, key, vlen, ttl, flags, kstart - fixed)
+                if tagged
+                else fmt_plain % (sep, key, vlen, ttl, flags)
+            )
         else:
             enc = b64(key)
             if len(enc) > MAX_WIRE_KEY:
-                stats.long_keys[idx].append(at)
+                stats.long_keys[idx].append(kstart - fixed)
                 continue
-            p.append(b"%bms %b %d b T%d F%d%b%b" % (sep, enc, vlen, ttl, flags, tail, opaque))
+            line = (
+                fmt_b64 % (sep, enc, vlen, ttl, flags, kstart - fixed)
+                if tagged
+                else fmt_b64 % (sep, enc, vlen, ttl, flags)
+            )
+        p.append(line)
         p.append(mv[vstart:nxt])
         counts[idx] += 1
         sizes[idx] += vlen
@@ -253,7 +269,8 @@ def encode_sets(
             yield idx, p, counts[idx]
             parts[idx] = []
             counts[idx] = sizes[idx] = 0
-    df.check_record_count(verdict.header, verdict.trailer, stats.records)
+    stats.records += nrec
+    df.check_record_count(verdict.header, verdict.trailer, nrec)
     for i in range(n_nodes):
         if counts[i]:
             parts[i].append(b"\r\n")
