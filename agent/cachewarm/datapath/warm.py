@@ -261,8 +261,9 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
         raise WarmError(
             f"{dump_dir} already holds a dump: use an empty --workdir, or --resume to continue it"
         )
-    if not cfg.resume and state_file.exists():
-        state_file.unlink()
+    if not cfg.resume:  # a new dump: what a previous populate remembered is about other files
+        for f in (state_file, state_file.with_name(state_file.name + ".started")):
+            f.unlink(missing_ok=True)
     dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
     argv = DumperCommand(
         binary=cfg.dumper,

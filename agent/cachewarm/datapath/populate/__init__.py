@@ -11,8 +11,8 @@ from cachewarm.datapath.populate.config import (
     default_state_file,
     default_workers,
 )
-from cachewarm.datapath.populate.loop import Populator, Progress, populate, progress_printer
-from cachewarm.datapath.populate.report import PopulateSummary
+from cachewarm.datapath.populate.loop import Populator, populate
+from cachewarm.datapath.populate.report import PopulateSummary, Progress, progress_printer
 from cachewarm.datapath.populate.state import PopulateState
 
 __all__ = [

@@ -26,8 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import FileJob
@@ -36,29 +35,16 @@ from cachewarm.datapath.meta import ServerIdentity
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.config import PopulateConfig, PopulateError, PopulateIncomplete
 from cachewarm.datapath.populate.destinations import DestinationProbe
-from cachewarm.datapath.populate.report import OversizeReport, PopulateSummary, judge, summarize
+from cachewarm.datapath.populate.report import (
+    OversizeReport,
+    PopulateSummary,
+    Progress,
+    judge,
+    summarize,
+)
 from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, PopulateState, StartedJournal
 from cachewarm.datapath.populate.worker import DEST_ERROR, FileOutcome, apply_file
 from cachewarm.datapath.remount import RemountError
-
-
-@dataclass
-class Progress:
-    event: str
-    round: int
-    files_consumed: int
-    files_pending: int
-    items: int
-    stored: int
-    already_present: int
-    expired: int
-    bytes: int
-    elapsed_s: float
-    items_per_s: float
-    detail: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
 
 
 @dataclass
@@ -416,11 +402,3 @@ def populate(
 ) -> PopulateSummary:
     """Run the populator to the end; raises PopulateError (message names the problem) on failure."""
     return Populator(config, on_progress or (lambda p: None)).run()
-
-
-def progress_printer(stream: Any) -> Callable[[Progress], None]:
-    def emit(p: Progress) -> None:
-        stream.write(p.to_json() + "\n")
-        stream.flush()
-
-    return emit

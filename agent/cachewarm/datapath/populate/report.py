@@ -1,5 +1,6 @@
-"""What the populator tells at the end: the summary (with every reason the destinations do not hold
-every item, accepted or not) and the oversize report (the keys it never sent, one JSON line each)."""
+"""What the populator tells: progress events (JSON lines), the summary at the end (with every reason
+the destinations do not hold every item, accepted or not) and the oversize report (the keys it never
+sent, one JSON line each)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,6 +18,33 @@ from cachewarm.datapath.encode import is_plain_key
 from cachewarm.datapath.populate.destinations import DestinationProbe
 from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts
 from cachewarm.datapath.populate.worker import OversizeItem
+
+
+@dataclass
+class Progress:
+    event: str
+    round: int
+    files_consumed: int
+    files_pending: int
+    items: int
+    stored: int
+    already_present: int
+    expired: int
+    bytes: int
+    elapsed_s: float
+    items_per_s: float
+    detail: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def progress_printer(stream: Any) -> Callable[[Progress], None]:
+    def emit(p: Progress) -> None:
+        stream.write(p.to_json() + "\n")
+        stream.flush()
+
+    return emit
 
 
 @dataclass
