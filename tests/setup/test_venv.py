@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -44,12 +45,16 @@ def test_venv_comes_from_usr_bin_python3_whatever_is_first_on_path(tmp_path: Pat
     assert pip.returncode == 0 and str(venv) in pip.stdout
 
 
-def _fake_python(tmp_path: Path, version: str) -> Path:
-    """Answers venv.sh's two probes as an interpreter of `version` would."""
+def _fake_python(tmp_path: Path, version: str, venv_module: bool = True) -> Path:
+    """Answers venv.sh's probes (version, version check, venv module) as such an interpreter would."""
     fake = tmp_path / f"python{version}"
     major, minor, _ = (int(x) for x in version.split("."))
     old = int((major, minor) < (3, 11))
-    fake.write_text(f'#!/bin/sh\ncase "$2" in *print*) echo {version} ;; *) exit {old} ;; esac\n')
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'case "$2" in *print*) echo {version} ;; *ensurepip*) exit {int(not venv_module)} ;; '
+        f"*) exit {old} ;; esac\n"
+    )
     fake.chmod(0o755)
     return fake
 
@@ -61,6 +66,35 @@ def test_old_python_is_refused_naming_the_version(tmp_path: Path) -> None:
     assert "needs Python >= 3.11" in r.stderr and f"{fake} is 3.9.2" in r.stderr
     assert "SYSTEM_PYTHON" in r.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_interpreter_without_venv_module_outside_apt_is_refused(tmp_path: Path) -> None:
+    fake = _fake_python(tmp_path, "3.12.1", venv_module=False)
+    r = _run([str(VENV_SH), str(tmp_path / "venv")], SYSTEM_PYTHON=str(fake))
+    assert r.returncode != 0
+    assert f"{fake} (3.12.1) has no venv/ensurepip module" in r.stderr
+
+
+def test_apt_ensure_is_quiet_when_all_is_installed_and_names_what_it_cannot_install(tmp_path: Path) -> None:
+    ok = _run([str(REPO / "scripts" / "apt-ensure.sh"), "bash", "coreutils"])
+    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
+    # A system without apt-get (only the few tools the script needs are on PATH).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dpkg-query", "grep", "id"):
+        path = shutil.which(tool)
+        assert path, tool
+        (bin_dir / tool).symlink_to(path)
+    r = subprocess.run(
+        ["/bin/bash", str(REPO / "scripts" / "apt-ensure.sh"), "cachewarm-no-such-package"],
+        env={"PATH": str(bin_dir)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode != 0
+    assert "missing packages: cachewarm-no-such-package" in r.stderr and "no apt-get" in r.stderr
 
 
 def test_missing_interpreter_is_named(tmp_path: Path) -> None:
