@@ -111,7 +111,8 @@ def _phony_targets() -> list[str]:
 
 def test_every_python_step_of_the_makefile_runs_in_the_venv() -> None:
     """`make -n -B` prints every recipe without running any: each python or pip is .venv's."""
-    r = _run(["make", "-n", "-B", "-C", str(REPO), *_phony_targets()])
+    # Not the flags of a `make test` this may run under (-j, -k, jobserver).
+    r = _run(["make", "-n", "-B", "-C", str(REPO), *_phony_targets()], MAKEFLAGS="", MAKELEVEL="")
     assert r.returncode == 0, r.stderr
     venv_py = f"{REPO}/.venv/bin/python"
     words = r.stdout.split()
