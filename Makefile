@@ -14,7 +14,7 @@ APT_DEV := $(APT_RUN) googletest clang
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
-# Every Python step runs in the project's virtual environment, made by scripts/venv.sh from the system's
+# Every Python step runs in the project's virtual environment, made by .ci/venv.sh from the system's
 # python3 (Debian's /usr/bin/python3 when present; SYSTEM_PYTHON=... picks another >= 3.11). Nothing is
 # pip-installed outside it. Its install stamps live inside it, so `rm -rf .venv` starts over.
 VENV := .venv
@@ -35,12 +35,12 @@ $(STAMPS):
 deps: deps-apt deps-py deps-node
 
 deps-apt:
-	@scripts/apt-ensure.sh $(APT_DEV)
+	@.ci/apt-ensure.sh $(APT_DEV)
 deps-apt-run:
-	@scripts/apt-ensure.sh $(APT_RUN)
+	@.ci/apt-ensure.sh $(APT_RUN)
 
 $(PY):
-	@scripts/venv.sh $(VENV)
+	@.ci/venv.sh $(VENV)
 venv: $(PY)
 
 # The project is installed editable (the C loop built in place): runtime deps only, + the CDK libraries
@@ -61,7 +61,7 @@ deps-infra: $(VENV)/.deps-infra
 deps-py: $(VENV)/.deps-dev
 
 $(STAMPS)/node: infra/package.json | $(STAMPS)
-	@command -v npm >/dev/null || scripts/apt-ensure.sh nodejs npm
+	@command -v npm >/dev/null || .ci/apt-ensure.sh nodejs npm
 	cd infra && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 deps-node: $(STAMPS)/node

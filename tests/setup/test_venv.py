@@ -1,4 +1,4 @@
-"""scripts/venv.sh picks the system's Python (never the first python3 on PATH when Debian's exists) and
+""".ci/venv.sh picks the system's Python (never the first python3 on PATH when Debian's exists) and
 refuses an old one clearly; every Python step of the Makefile runs in .venv."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_SH = REPO / "scripts" / "venv.sh"
+VENV_SH = REPO / ".ci" / "venv.sh"
 DEBIAN_PY = Path("/usr/bin/python3")
 
 
@@ -76,7 +76,7 @@ def test_interpreter_without_venv_module_outside_apt_is_refused(tmp_path: Path) 
 
 
 def test_apt_ensure_is_quiet_when_all_is_installed_and_names_what_it_cannot_install(tmp_path: Path) -> None:
-    ok = _run([str(REPO / "scripts" / "apt-ensure.sh"), "bash", "coreutils"])
+    ok = _run([str(REPO / ".ci" / "apt-ensure.sh"), "bash", "coreutils"])
     assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
     # A system without apt-get (only the few tools the script needs are on PATH).
     bin_dir = tmp_path / "bin"
@@ -86,7 +86,7 @@ def test_apt_ensure_is_quiet_when_all_is_installed_and_names_what_it_cannot_inst
         assert path, tool
         (bin_dir / tool).symlink_to(path)
     r = subprocess.run(
-        ["/bin/bash", str(REPO / "scripts" / "apt-ensure.sh"), "cachewarm-no-such-package"],
+        ["/bin/bash", str(REPO / ".ci" / "apt-ensure.sh"), "cachewarm-no-such-package"],
         env={"PATH": str(bin_dir)},
         capture_output=True,
         text=True,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the project's virtual environment (default .venv) from the system's Python >= 3.11.
 #
-#   scripts/venv.sh [DIR]          SYSTEM_PYTHON=/path/to/python3.x picks the interpreter
+#   .ci/venv.sh [DIR]          SYSTEM_PYTHON=/path/to/python3.x picks the interpreter
 #
 # Which interpreter, unless SYSTEM_PYTHON says: Debian's/Ubuntu's /usr/bin/python3 when it exists (it is
 # "externally managed", PEP 668: pip refuses to install into it, hence the venv), else the first python3

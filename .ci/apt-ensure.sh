@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install whichever of the named Debian/Ubuntu packages are missing (through sudo unless root).
 #
-#   scripts/apt-ensure.sh memcached cmake ...
+#   .ci/apt-ensure.sh memcached cmake ...
 #
 # A package counts as present only when dpkg says "install ok installed" (`dpkg -s` also answers 0 for
 # a removed package whose config files remain). `apt-get update` runs only when something is missing.
