@@ -24,7 +24,7 @@ DEFAULT_STATE_DIR = Path("/var/lib/cachewarm")
 # At most one freeze/thaw of the source's volume per this many seconds (Publication).
 DEFAULT_PUBLISH_INTERVAL_S = 1.0
 # How often the populator remounts while it waits for new files (a remount is ~10 ms).
-DEFAULT_READER_POLL_S = 0.25
+DEFAULT_READER_POLL_S = 0.1
 # A freeze that stalls the dumper's writes longer than this is logged.
 SLOW_FREEZE_S = 1.0
 
@@ -60,9 +60,9 @@ class DumpJob:
 
     @property
     def progress_interval_s(self) -> float:
-        # Progress lines are when we learn that files were published: twice per publish interval,
-        # within the dumper's bounds (0.05..3600 s), at most its default of 1 s.
-        return min(1.0, max(0.05, self.publish_interval_s / 2))
+        # Progress lines are when we learn that files were published: a line costs nothing, so
+        # often (the first batch is published at once), within the dumper's bounds (0.05..3600 s).
+        return max(0.05, min(0.1, self.publish_interval_s / 2))
 
     def argv(self, resume: bool) -> list[str]:
         return DumperCommand(
@@ -164,6 +164,7 @@ def run_dump(
         return publication
     job.out_dir.mkdir(parents=True, exist_ok=True)
     publication.publish()  # the populators wait for dump/ to appear
+    publication.last_at = None  # nothing was writing: the dumper's first batch is published at once
     # The published files and keys/META are the dumper's checkpoint (docs/data-format.md section 6).
     resume = (job.out_dir / "keys" / "META").exists()
     log(("resuming" if resume else "starting") + f" the dump of {job.memcached_host}:{job.memcached_port}")
