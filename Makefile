@@ -7,7 +7,7 @@ JOBS ?= 2
 DUMPER_SRC := dumper-cpp
 BUILD := build
 DUMPER := $(BUILD)/release/cachewarm-dump
-APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest clang
+APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 

@@ -74,7 +74,9 @@ class RealDump:
 
 
 @pytest.fixture(scope="module")
-def real_dump(dumper_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> RealDump:
+def real_dump(
+    loop_devices_usable: None, dumper_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> RealDump:
     """~3,000 items by the real dumper, in files of ~64 KB (16 blocks)."""
     rng = random.Random(7)
     items = {

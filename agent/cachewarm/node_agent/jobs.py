@@ -106,10 +106,11 @@ class Publication:
         if self.last_at is None or self.volume.clock() - self.last_at >= self.interval_s:
             self.publish()
 
-    def publish(self) -> None:
+    def publish(self, paced: bool = True) -> None:
+        """Freeze/thaw now. `paced=False`: the dumper is not running, the next batch need not wait."""
         files = self.seen_files
         done = self.volume.publish()
-        self.last_at = self.volume.clock()
+        self.last_at = self.volume.clock() if paced else None
         self.visible_files = files
         self.count += 1
         self.frozen_total_s += done.frozen_s
@@ -163,8 +164,7 @@ def run_dump(
         publication.publish()  # the earlier run may have ended before it did
         return publication
     job.out_dir.mkdir(parents=True, exist_ok=True)
-    publication.publish()  # the populators wait for dump/ to appear
-    publication.last_at = None  # nothing was writing: the dumper's first batch is published at once
+    publication.publish(paced=False)  # the populators wait for dump/ to appear
     # The published files and keys/META are the dumper's checkpoint (docs/data-format.md section 6).
     resume = (job.out_dir / "keys" / "META").exists()
     log(("resuming" if resume else "starting") + f" the dump of {job.memcached_host}:{job.memcached_port}")
