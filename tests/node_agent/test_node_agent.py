@@ -29,6 +29,7 @@ from cachewarm.node_agent.volume import Volume
 
 from tests.node_agent.support import (
     BLANK,
+    MOUNTED_RW,
     NOT_MOUNTED,
     XFS,
     FakeClock,
@@ -106,7 +107,8 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
     # Made visible: dump/ before the dumper starts, its first batch at once (the rate limit then
     # holds back the rest: no clock moves here), and what it published once it exits, failed or not.
     dumper = "/opt/cachewarm/bin/cachewarm-dump"
-    assert r.commands()[-8:] == ["mount", *["fsfreeze"] * 2, dumper, *["fsfreeze"] * 4]
+    publish = ["findmnt", "fsfreeze", "fsfreeze"]
+    assert r.commands()[-11:] == ["mount", *publish, dumper, *publish, *publish]
     first = dumper_calls(r)[0]
     assert first == [
         "/opt/cachewarm/bin/cachewarm-dump",
@@ -145,7 +147,8 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
     r3 = FakeRunner({"findmnt": (0, f"{job.volume.device} xfs rw\n")})
     job.volume.runner = r3
     run_dump(job, pub, r3, lambda m: None)
-    assert r3.calls == [r3.calls[0]] + [["fsfreeze", f, str(job.volume.mount)] for f in ("-u", "-f", "-u")]
+    frz = [["fsfreeze", f, str(job.volume.mount)] for f in ("-u", "-f", "-u")]
+    assert r3.calls == [r3.calls[0], frz[0], r3.calls[0], *frz[1:]]
 
 
 def dumper_calls(r: FakeRunner) -> list[list[str]]:
@@ -160,13 +163,13 @@ def test_dump_exit_zero_without_done_is_a_failure(tmp_path: Path, s3: Any) -> No
 
 def test_publication_after_each_batch_at_most_once_per_interval(tmp_path: Path) -> None:
     clock = FakeClock()
-    r = FakeRunner()
+    r = FakeRunner({"findmnt": MOUNTED_RW})
     pub = Publication(volume(tmp_path, r, clock), interval_s=1.0, log=lambda m: None)
 
     def line(t: float, files: int) -> int:
         clock.t = t
         pub.on_progress(DumperProgress("progress", files=files))
-        return len(r.calls) // 2  # freeze + thaw per publication
+        return r.commands().count("findmnt")  # findmnt + freeze + thaw per publication
 
     assert line(0.0, 0) == 0  # nothing published yet
     assert line(0.5, 2) == 1  # a batch: visible at once

@@ -10,7 +10,7 @@ from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.runner import CommandResult, SubprocessRunner
 from cachewarm.node_agent.volume import Volume, reader_mount_options
 
-from tests.node_agent.support import BLANK, NOT_MOUNTED, XFS, FakeClock, FakeRunner, volume
+from tests.node_agent.support import BLANK, MOUNTED_RW, NOT_MOUNTED, XFS, FakeClock, FakeRunner, volume
 
 # ---- volume: source (read-write) ------------------------------------------------------------------
 
@@ -161,36 +161,45 @@ def test_reader_remount(tmp_path: Path) -> None:
 
 
 def test_publish_freezes_then_thaws(tmp_path: Path) -> None:
-    r = FakeRunner()
+    r = FakeRunner({"findmnt": MOUNTED_RW})
     v = volume(tmp_path, r)
     assert v.publish().frozen_s == 0.0  # the fake clock does not move
-    assert r.calls == [["fsfreeze", "-f", str(v.mount)], ["fsfreeze", "-u", str(v.mount)]]
+    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)], ["fsfreeze", "-u", str(v.mount)]]
+
+
+@pytest.mark.parametrize("mounted", [NOT_MOUNTED, (0, "/dev/nvme1n1 xfs ro,norecovery\n")])
+def test_publish_never_freezes_what_is_not_the_mounted_volume(tmp_path: Path, mounted: object) -> None:
+    # fsfreeze on a plain directory would freeze the file system holding it: the root's, say.
+    r = FakeRunner({"findmnt": mounted})
+    with pytest.raises(AgentError, match="refusing to freeze"):
+        volume(tmp_path, r).publish()
+    assert r.commands() == ["findmnt"]
 
 
 def test_publish_failed_freeze_is_a_volume_error_without_thaw(tmp_path: Path) -> None:
-    r = FakeRunner({"fsfreeze": (1, "")})
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": (1, "")})
     v = volume(tmp_path, r)
     with pytest.raises(AgentError) as e:
         v.publish()
     assert e.value.code == ExitCode.VOLUME and "cannot freeze" in str(e.value)
-    assert r.calls == [["fsfreeze", "-f", str(v.mount)]]
+    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)]]
 
 
 def test_publish_retries_the_thaw_then_says_the_volume_stays_frozen(tmp_path: Path) -> None:
-    r = FakeRunner({"fsfreeze": [(0, ""), (1, ""), (1, ""), (0, "")]})
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, ""), (1, ""), (0, "")]})
     volume(tmp_path, r).publish()
-    assert len(r.calls) == 4
-    r = FakeRunner({"fsfreeze": [(0, ""), (1, "")]})
+    assert r.commands() == ["findmnt"] + ["fsfreeze"] * 4
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, "")]})
     with pytest.raises(AgentError, match="stays frozen"):
         volume(tmp_path, r).publish()
-    assert [c[1] for c in r.calls] == ["-f"] + ["-u"] * 5
+    assert [c[1] for c in r.calls[1:]] == ["-f"] + ["-u"] * 5
 
 
 def test_publish_interrupted_mid_freeze_still_thaws(tmp_path: Path) -> None:
     class Interrupted(BaseException):
         pass
 
-    r = FakeRunner()
+    r = FakeRunner({"findmnt": MOUNTED_RW})
     plain_run = r.run
 
     def run(argv: Sequence[str]) -> CommandResult:

@@ -186,6 +186,12 @@ class Volume:
     def publish(self) -> Published:
         """Freeze and thaw the writer's file system: every metadata change is then written in place
         and a `norecovery` reader sees it at its next mount. Writes to the volume stall meanwhile."""
+        # FIFREEZE freezes whatever file system holds the path: never the root's, by mistake.
+        current = self.mounted()
+        if current is None or "rw" not in current.options:
+            raise AgentError(
+                ExitCode.VOLUME, f"{self.mount} is not mounted read-write: refusing to freeze what holds it"
+            )
         start = self.clock()
         frozen: CommandResult | None = None
         try:
