@@ -5,6 +5,7 @@ run as real subprocesses, reach through `AWS_ENDPOINT_URL_S3`."""
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +39,19 @@ def shared_volume(loop_devices_usable: None, tmp_path: Path) -> Iterator[Callabl
     yield make
     errors = []
     for vol in made:
+        devices = list(vol.devices)
         try:
             vol.close()
         except RuntimeError as e:
             errors.append(str(e))
+        for dev in devices:  # detached, and writable for whoever attaches it next
+            if subprocess.run(["losetup", dev], capture_output=True, check=False).returncode == 0:
+                errors.append(f"{dev} is still attached")
+            ro = subprocess.run(["blockdev", "--getro", dev], capture_output=True, text=True, check=False)
+            if ro.stdout.strip() != "0":
+                errors.append(f"{dev} is left read-only")
+        if vol.image.exists():
+            errors.append(f"{vol.image} is left")
     assert not errors, errors
 
 

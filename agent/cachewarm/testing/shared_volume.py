@@ -3,9 +3,9 @@ several loop devices behaves like one multi-attach volume attached to several ho
 mounts one device read-write; each reader mounts another `ro,norecovery,nouuid` (`nouuid` only
 because every mount shares one kernel, which refuses two mounts of one XFS UUID otherwise).
 
-`LoopVolume.close()` undoes everything it did — thaws, unmounts, detaches the loop devices, deletes
-the image — also after a failure, and also for mounts made by someone else (an agent) on its
-devices.
+`LoopVolume.close()` undoes everything it did — thaws, unmounts, makes the devices writable again,
+detaches them, deletes the image — also after a failure, and also for mounts made and read-only
+flags set by someone else (an agent) on its devices.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class LoopVolume:
         try:
             for _ in range(attachments):
                 vol.devices.append(_run("losetup", "-f", "--show", str(image)).stdout.strip())
+                _run("blockdev", "--setrw", vol.devices[-1])  # in case a crashed run left it read-only
         except BaseException:
             vol.close()
             raise
@@ -115,6 +116,10 @@ class LoopVolume:
                 if lazy.returncode != 0:
                     problems.append(f"umount {t}: {lazy.stderr.strip()}")
         for dev in self.devices:
+            # A loop device keeps `blockdev --setro` after it is detached: the next user of it (any
+            # test, any engineer) would get a read-only device.
+            if _run("blockdev", "--setrw", dev, check=False).returncode != 0:
+                problems.append(f"blockdev --setrw {dev} failed")
             res = _run("losetup", "-d", dev, check=False)
             if res.returncode != 0:
                 problems.append(f"losetup -d {dev}: {res.stderr.strip()}")
