@@ -8,9 +8,10 @@ DUMPER_SRC := dumper-cpp
 BUILD := build
 DUMPER := $(BUILD)/release/cachewarm-dump
 # apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
-# even then —, memcached, Python headers for the populator's C loop), and what only the tests add.
+# even then —, memcached, Python headers for the populator's C loop), and what only the tests add
+# (xfsprogs: the shared-volume tests on loop devices).
 APT_RUN := memcached cmake g++ make libxxhash-dev libgtest-dev python3-dev
-APT_DEV := $(APT_RUN) googletest clang
+APT_DEV := $(APT_RUN) googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 

@@ -24,6 +24,7 @@ from cachewarm.contract import inputs
 from cachewarm.contract.status import Role, StatusLocation
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
+    DEFAULT_PUBLISH_INTERVAL_S,
     DEFAULT_STATE_DIR,
     DumpJob,
     PopulateJob,
@@ -33,7 +34,7 @@ from cachewarm.node_agent.jobs import (
 )
 from cachewarm.node_agent.runner import CommandRunner, SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
-from cachewarm.node_agent.volume import Volume
+from cachewarm.node_agent.volume import READER_MOUNT_OPTIONS, Volume, reader_mount_options
 
 
 class Matching(click.ParamType):
@@ -85,6 +86,13 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _checked(check: Callable[[str], str], value: str, param: click.Parameter) -> str:
+    try:
+        return check(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from e
 
 
 def _log(msg: str) -> None:
@@ -227,12 +235,20 @@ def agent_group() -> None:
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
+@click.option(
+    "--publish-interval",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=DEFAULT_PUBLISH_INTERVAL_S,
+    show_default=True,
+    help="At most one freeze/thaw (makes new files visible to the populators) per this many seconds.",
+)
 def dump_cmd(
     flags: AgentFlags,
     memcached: str,
     threads: int | None,
     max_items_per_second: int | None,
     dumper: str | None,
+    publish_interval: float,
 ) -> None:
     """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump."""
     host, port = memcached.rsplit(":", 1)
@@ -245,6 +261,7 @@ def dump_cmd(
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
+            publish_interval_s=publish_interval,
         )
         run_dump(job, status, runner, _log)
 
@@ -276,6 +293,13 @@ def dump_cmd(
     show_default=True,
     help="Seconds to wait for the source to format the volume and start dumping.",
 )
+@click.option(
+    "--mount-options",
+    default=READER_MOUNT_OPTIONS,
+    show_default=True,
+    callback=lambda ctx, param, value: _checked(reader_mount_options, value, param),
+    help="Read-only mount options; must include ro,norecovery (tests add nouuid: two mounts, one kernel).",
+)
 def populate_cmd(
     flags: AgentFlags,
     to: str,
@@ -283,10 +307,12 @@ def populate_cmd(
     max_items_per_second: int | None,
     state_dir: Path,
     source_timeout: float,
+    mount_options: str,
 ) -> None:
     """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed."""
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
+        volume.reader_options = mount_options
         job = PopulateJob(
             **flags.job_fields(volume),
             destinations=to,
