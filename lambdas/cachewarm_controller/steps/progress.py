@@ -64,9 +64,12 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
     stale/failed agents (resume), fail a node past its revive budget or the warm past its deadline."""
     warm = load_plan(inp, deps)
     now = deps.now_ms()
-    statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
     cmd_ids = [c for r in warm.nodes for c in (r.dump.command_id, r.populate.command_id) if c]
+    # Commands first, then status objects: an agent writes `done` before its command ends, so a command
+    # seen finished always has its final status object visible here (the other order reads an agent
+    # that finishes in between as "exited without a done status").
     commands = deps.agents.statuses(cmd_ids, warm.started_ms)
+    statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
     stale_ms = inp.polling.stale_after_seconds * 1000
     revived: list[dict[str, str]] = []
     failures: list[str] = []
