@@ -44,14 +44,15 @@ def test_asset_holds_the_controller_and_only_the_contract_of_the_agent(synth: Sy
 
 def test_contract_imports_from_the_asset_with_the_standard_library_only(synth: Synth) -> None:
     code = _code_dir(synth)
-    # -I: no PYTHON* variables, no user site; -S: no site-packages (so no installed cachewarm); empty env.
+    # -I: no PYTHON* variables, no user site; -S: no site-packages (so no installed cachewarm); -B: no
+    # __pycache__ written into the staged asset (another test checks it holds none); empty env.
     script = (
         f"import sys; sys.path[:0] = [{str(code)!r}]\n"
         f"import {', '.join(CONTRACT_MODULES)}\n"
         "import cachewarm.contract as c; print(c.__file__)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script], env={}, capture_output=True, text=True, timeout=60
+        [sys.executable, "-I", "-S", "-B", "-c", script], env={}, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     assert Path(proc.stdout.strip()).is_relative_to(code)
