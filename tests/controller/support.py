@@ -11,19 +11,18 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm.contract.status import NodeStatus, Progress, VerifyResult, verify_key
 from cachewarm.contract.tags import REPLICA as TAG_REPLICA
 from cachewarm_controller import handlers
-from cachewarm_controller.agents import SsmAgentRunner
+from cachewarm_controller.agents import Invocation, SsmAgentRunner
 from cachewarm_controller.attach import Attachment
-from cachewarm_controller.model import NodeStats
 from cachewarm_controller.steps.common import Deps
-from cachewarm_controller.steps.inventory import Inventory, inventory
+from cachewarm_controller.steps.inventory import Inventory, tag_filter
 from cachewarm_controller.store import S3Store, StatusMap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +34,19 @@ ACCOUNT = "123456789012"
 BUCKET = "cachewarm-status-test"
 DUMP_DOC = "cachewarm-dump-agent"
 POPULATE_DOC = "cachewarm-populate-agent"
+VERIFY_DOC = "cachewarm-verify-agent"
+INSTALL_DOC = "cachewarm-install-agent"
+UNMOUNT_DOC = "cachewarm-unmount"
+STATS_DOC = "cachewarm-memcached-stats"
+# SSM document stem (infra/ssm_documents/<stem>.json) -> its name in the offline world.
+DOCUMENT_NAMES = {
+    "dump-agent": DUMP_DOC,
+    "populate-agent": POPULATE_DOC,
+    "verify-agent": VERIFY_DOC,
+    "install-agent": INSTALL_DOC,
+    "unmount": UNMOUNT_DOC,
+    "memcached-stats": STATS_DOC,
+}
 AMI = "ami-12c6146b"  # one of moto's built-in AMIs
 # The simulated statuses name no warm (the controller keys them by role and node); the objects
 # written to S3 carry the warm id, as the agents' do.
@@ -83,6 +95,17 @@ class SimNode:
     files: int = 10
     silent_attempts: int = 0  # the first N populate attempts never heartbeat (go stale)
     fail_attempts: int = 0  # the first N populate attempts report state=failed
+    frozen_attempts: int = 0  # the first N populate attempts heartbeat but never progress
+    verify_differences: int = 0  # what the verify agent reports for this node
+
+
+@dataclass
+class SimCommand:
+    document: str
+    instance_ids: tuple[str, ...]
+    parameters: dict[str, str]
+    comment: str
+    sent_ms: int
 
 
 @dataclass
@@ -90,36 +113,83 @@ class AgentSim:
     """Stands in for SSM + the agents on the instances: SendCommand really goes to moto (so the
     parameters are inspected there), command status is what the simulated agent is doing, and the
     agents' status objects are synthesized from the fake clock (optionally written to moto's S3 and
-    read back through the real S3Store)."""
+    read back through the real S3Store). The verify agent writes its result to S3 when sent."""
 
     ssm: Any
     clock: FakeClock
+    results: S3Store | None = None  # where the verify agent writes
     store: S3Store | None = None
     default: SimNode = field(default_factory=SimNode)
     nodes: dict[str, SimNode] = field(default_factory=dict)
     # (role, node) -> list of (command id, attempt, sent_at)
     sent: dict[tuple[str, str], list[tuple[str, int, float]]] = field(default_factory=dict)
+    commands: dict[str, SimCommand] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
     offline: set[str] = field(default_factory=set)
     command_params: list[dict[str, Any]] = field(default_factory=list)
     unmounted: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-
+    busy: dict[str, int] = field(default_factory=dict)  # instance -> unmounts that fail (busy)
+    install_exit: dict[str, int] = field(default_factory=dict)  # instance -> install exit code
+    version_exit: dict[str, int] = field(default_factory=dict)  # node -> agent document exit (126/127)
     use_ssm: bool = True  # False: command ids are made up here (the 300-node test)
+    lost_sends: int = 0  # the next N agent sends happen but their response is lost (raise)
 
     def __post_init__(self) -> None:
-        self._real = SsmAgentRunner(self.ssm, sleep=lambda s: None)
+        self._real = SsmAgentRunner(self.ssm)
 
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str:
+    def send(
+        self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
+    ) -> str:
+        assert 1 <= len(instance_ids) <= 50, instance_ids
         if self.use_ssm:
-            cid = self._real.send(document, instance_id, parameters, comment)
+            cid = self._real.send(document, instance_ids, parameters, comment)
         else:
-            cid = f"cmd-{len(self.command_params):06d}"
-        role = "dump" if document == DUMP_DOC else "populate"
-        node = parameters["nodeId"]
-        runs = self.sent.setdefault((role, node), [])
-        runs.append((cid, len(runs) + 1, self.clock()))
-        self.command_params.append({"document": document, "instance": instance_id, **parameters})
+            cid = f"cmd-{len(self.commands):06d}"
+        self.commands[cid] = SimCommand(
+            document, tuple(instance_ids), dict(parameters), comment, int(self.clock() * 1000)
+        )
+        if document in (DUMP_DOC, POPULATE_DOC, VERIFY_DOC):
+            (instance_id,) = instance_ids
+            self.command_params.append({"document": document, "instance": instance_id, **parameters})
+        if document in (DUMP_DOC, POPULATE_DOC):
+            role = "dump" if document == DUMP_DOC else "populate"
+            runs = self.sent.setdefault((role, parameters["nodeId"]), [])
+            runs.append((cid, len(runs) + 1, self.clock()))
+        elif document == VERIFY_DOC and self.results is not None:
+            node = parameters["nodeId"]
+            sim = self._node(node)
+            result = VerifyResult(
+                parameters["warmId"],
+                node,
+                int(self.clock() * 1000),
+                source_keys=sim.items,
+                checked=min(sim.items, int(parameters["sampleKeys"])),
+                missing=sim.verify_differences,
+            )
+            self.results.s3.put_object(
+                Bucket=self.results.bucket,
+                Key=verify_key(parameters["statusPrefix"], parameters["warmId"], node),
+                Body=result.to_json(),
+            )
+        elif document == UNMOUNT_DOC:
+            self.unmounted.append((tuple(instance_ids), parameters["mount"]))
+        if self.lost_sends and document in (DUMP_DOC, POPULATE_DOC):
+            self.lost_sends -= 1
+            from cachewarm_controller.errors import TransientError
+
+            raise TransientError("injected: SendCommand succeeded, its response was lost")
         return cid
+
+    def find_sent(self, document: str, instance_id: str, since_ms: int, comment: str) -> str | None:
+        for cid, cmd in self.commands.items():
+            if (
+                cmd.document == document
+                and instance_id in cmd.instance_ids
+                and cmd.sent_ms >= since_ms - 60_000
+                and cmd.comment == comment[:100]
+            ):
+                return cid
+        return None
 
     def _node(self, node: str) -> SimNode:
         return self.nodes.get(node, self.default)
@@ -129,6 +199,8 @@ class AgentSim:
         if not runs:
             return None
         _, attempt, sent_at = runs[-1]
+        if node in self.version_exit:
+            return None  # the document refused to start the agent: no status object ever
         sim = self._node(node)
         now = self.clock()
         progress = Progress(items=sim.items, bytes=sim.items * 1000, files=sim.files)
@@ -147,10 +219,24 @@ class AgentSim:
                 "injected agent failure",
                 attempt,
             )
+        if attempt <= sim.silent_attempts + sim.fail_attempts + sim.frozen_attempts:
+            # A live heartbeat, no progress: the agent is stuck (e.g. a hung destination).
+            return NodeStatus(
+                NO_WARM_ID, node, role, "running", int(now * 1000), Progress(items=7), None, attempt
+            )
         if now - sent_at >= sim.finish_after_s:
             return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
+        # Progress grows with time, as a working agent's does.
+        share = (now - sent_at) / sim.finish_after_s
         return NodeStatus(
-            NO_WARM_ID, node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
+            NO_WARM_ID,
+            node,
+            role,
+            "running",
+            int(now * 1000),
+            Progress(items=int(sim.items * share), bytes=int(sim.items * 1000 * share)),
+            None,
+            attempt,
         )
 
     def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
@@ -177,28 +263,57 @@ class AgentSim:
             )
         return self.store.read_statuses(prefix, warm_id)
 
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def _agent_state(self, cid: str) -> str:
+        if cid in self.cancelled:
+            return "Cancelled"
         for (role, node), runs in self.sent.items():
-            for cid, _, _ in runs:
-                if cid in self.cancelled:
-                    out[cid] = "Cancelled"
+            for rcid, _, _ in runs:
+                if rcid != cid:
                     continue
+                if node in self.version_exit:
+                    return "Failed"
                 st = self._status(role, node) if cid == runs[-1][0] else None
-                out[cid] = "Success" if st is not None and st.state == "done" else "InProgress"
-        return {c: out.get(c, "Undeliverable") for c in command_ids}
+                return "Success" if st is not None and st.state == "done" else "InProgress"
+        return "Success" if cid in self.commands else "Undeliverable"
+
+    def command_states(self, command_ids: Sequence[str]) -> dict[str, str]:
+        return {c: self._agent_state(c) for c in command_ids}
+
+    def invocations(self, command_id: str) -> dict[str, Invocation]:
+        cmd = self.commands[command_id]
+        out: dict[str, Invocation] = {}
+        for iid in cmd.instance_ids:
+            if cmd.document == STATS_DOC:
+                items = 1_000_000 + int(iid[-4:], 16)
+                out[iid] = Invocation(iid, "Success", 0, f"curr_items {items}\nbytes {5 * 1024**3}\n")
+            elif cmd.document == INSTALL_DOC:
+                code = self.install_exit.get(iid, 0)
+                status = "Success" if code == 0 else "Failed"
+                out[iid] = Invocation(iid, status, code, "" if code == 0 else "injected install failure")
+            elif cmd.document == UNMOUNT_DOC:
+                if self.busy.get(iid, 0) > 0:
+                    self.busy[iid] -= 1
+                    out[iid] = Invocation(iid, "Failed", 1, "cannot unmount: still busy")
+                else:
+                    out[iid] = Invocation(iid, "Success", 0, "unmounted")
+            else:
+                state = self._agent_state(command_id)
+                node = cmd.parameters.get("nodeId", "")
+                code = (
+                    self.version_exit.get(node, -1)
+                    if state == "Failed"
+                    else (0 if state == "Success" else -1)
+                )
+                out[iid] = Invocation(
+                    iid, state, code, "injected version check" if code in (126, 127) else ""
+                )
+        return out
 
     def cancel(self, command_ids: Sequence[str]) -> None:
         self.cancelled.extend(command_ids)
 
     def online(self, instance_ids: Sequence[str]) -> set[str]:
         return set(instance_ids) - self.offline
-
-    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
-        self.unmounted.append((tuple(instance_ids), mount_point))
-
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
-        return {i: NodeStats(items=1_000_000 + int(i[-4:], 16), bytes=5 * 1024**3) for i in instance_ids}
 
 
 @dataclass
@@ -217,6 +332,7 @@ class World:
     # PascalName -> "before" | "after" | "transient" | "transient-after"
     faults: dict[str, str] = field(default_factory=dict)
     invocations: list[str] = field(default_factory=list)
+    autoscaling: Any = None
     warm_id: str = "warm-test-0"
     state_machine_arn: str = ""
     teardown_machine_arn: str = ""
@@ -229,7 +345,7 @@ class World:
         self.faults = {}
         self.invocations = []
         self.attacher = FakeAttacher()
-        self.agents = AgentSim(self.ssm, self.clock)
+        self.agents = AgentSim(self.ssm, self.clock, results=self.deps.s3)
         self.deps = Deps(
             ec2=self.ec2,
             s3=self.deps.s3,
@@ -237,6 +353,7 @@ class World:
             attacher=self.attacher,
             settings=self.deps.settings,
             statuses=self.agents,
+            autoscaling=self.deps.autoscaling,
             clock=self.clock,
             sleep=lambda s: None,
         )
@@ -272,8 +389,17 @@ class World:
             ids.append(resp["Instances"][0]["InstanceId"])
         return ids
 
-    def inventory(self) -> Inventory:
-        return inventory(self.ec2, self.warm_id)
+    def inventory(self, warm_id: str | None = None) -> Inventory:
+        """Everything tagged with the warm id, whichever execution created it."""
+        inv = Inventory()
+        flt = [tag_filter("cachewarm:warm-id", warm_id or self.warm_id)]
+        inv.volumes = [
+            v for v in self.ec2.describe_volumes(Filters=flt)["Volumes"] if v["State"] != "deleted"
+        ]
+        live = {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
+        for res in self.ec2.describe_instances(Filters=[*flt, live])["Reservations"]:
+            inv.instances.extend(res["Instances"])
+        return inv
 
     def status_objects(self) -> list[str]:
         resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{self.warm_id}/")
@@ -287,9 +413,7 @@ class World:
             m: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{m[: -len('FunctionArn')]}"
             for m in re.findall(r"\$\{(\w+FunctionArn)\}", definition)
         }
-        subs.update(
-            {"StatusBucket": BUCKET, "DumpDocumentName": DUMP_DOC, "PopulateDocumentName": POPULATE_DOC}
-        )
+        subs.update({"StatusBucket": BUCKET})
         for k, v in subs.items():
             definition = definition.replace("${" + k + "}", v)
         arn = self.sfn.create_state_machine(
@@ -308,12 +432,19 @@ class World:
             self.teardown_machine_arn = self.create_state_machine(TEARDOWN_ASL_PATH, "cachewarm-teardown")
         return self.execute(self.teardown_machine_arn, event, timeout_s)
 
-    def execute(self, arn: str, execution_input: Any, timeout_s: float) -> Execution:
-        raw = json.dumps(execution_input)
+    def start(self, arn: str, execution_input: Any) -> str:
         self.serial += 1
-        exec_arn = self.sfn.start_execution(stateMachineArn=arn, name=f"run-{self.serial}", input=raw)[
-            "executionArn"
-        ]
+        raw = json.dumps(execution_input)
+        return str(
+            self.sfn.start_execution(stateMachineArn=arn, name=f"run-{self.serial}", input=raw)[
+                "executionArn"
+            ]
+        )
+
+    def execute(self, arn: str, execution_input: Any, timeout_s: float) -> Execution:
+        return self.wait(self.start(arn, execution_input), timeout_s)
+
+    def wait(self, exec_arn: str, timeout_s: float = 90.0) -> Execution:
         deadline = time.monotonic() + timeout_s
         while True:
             desc = self.sfn.describe_execution(executionArn=exec_arn)
