@@ -71,7 +71,8 @@ def passes(task: str, inp: WarmInput, nodes: int = MAX_SOURCE_NODES) -> int:
         "InstallAgents": math.ceil(commands_out / budget.COMMANDS_PER_PASS) + waits,
         "StartAgents": math.ceil(2 * nodes / budget.COMMANDS_PER_PASS),
         "CheckProgress": polls(inp),
-        "Verify": math.ceil(min(inp.verify.sample_nodes, nodes) / budget.COMMANDS_PER_PASS) + waits,
+        # A first pass checks the agents' counts, then passes send the commands and wait.
+        "Verify": 1 + math.ceil(min(inp.verify.sample_nodes, nodes) / budget.COMMANDS_PER_PASS) + waits,
         "Teardown": TEARDOWN_MAX_PASSES,
     }
     return bounds[task]

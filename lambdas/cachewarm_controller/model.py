@@ -261,4 +261,6 @@ class TeardownState(BaseModel):
     cancelled: bool = False
     unmount: dict[str, list[str]] = Field(default_factory=dict)  # command id -> instance ids
     unmount_tries: dict[str, int] = Field(default_factory=dict)  # instance id -> unmount commands
+    # instance id -> "ok" or "failed (...): output" of its latest unmount that answered
+    unmount_results: dict[str, str] = Field(default_factory=dict)
     stuck: dict[str, int] = Field(default_factory=dict)  # "<volume>/<instance>" -> passes detaching

@@ -159,7 +159,7 @@ def install_agents(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, A
         deps.s3.save_plan(warm.prefix, plan)
     pending: list[str] = []
     for probe in plan.install_commands:
-        if not probe.command_id:
+        if not probe.command_id or sent:  # just sent: look at the results next pass
             pending.extend(probe.instance_ids)
             continue
         results = deps.agents.invocations(probe.command_id)

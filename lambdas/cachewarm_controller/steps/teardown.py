@@ -34,7 +34,7 @@ from cachewarm_controller.steps.inventory import describe_instances, inventory
 
 # A detach stuck in `detaching` this many passes after a successful unmount is forced.
 FORCE_DETACH_AFTER = 3
-# Unmount commands per instance before teardown stops retrying and waits to give up.
+# Passes after which a populator is terminated even if its (read-only) unmount never answered.
 UNMOUNT_TRIES = 3
 
 
@@ -125,12 +125,11 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     live = [(v, a) for v, al in atts.items() for a in al if a.state in LIVE_STATES or a.state == "detaching"]
     hosts = sorted({a.instance_id for _, a in live})
     done = _unmount_results(mem, deps)
+    answered = dict(done)  # what the latest answers said, for the give-up message
     sent_to = {i for iids in mem.unmount.values() for i in iids}
     # Unmount once the agents are stopped (a running dumper keeps the file system busy); a failed
-    # unmount is tried again, UNMOUNT_TRIES times in all.
-    resend = [
-        i for i in hosts if i in done and done[i] != "ok" and mem.unmount_tries.get(i, 0) < UNMOUNT_TRIES
-    ]
+    # unmount (each tries for 2 minutes on the node) is sent again, until teardown gives up.
+    resend = [i for i in hosts if i in done and done[i] != "ok"]
     todo = [i for i in hosts if i not in sent_to] + resend
     if mem.cancelled and todo and warm_id is not None:
         mount = inputs.mount_point(target.mount_dir, warm_id)
@@ -144,6 +143,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
             for i in batch:
                 mem.unmount_tries[i] = mem.unmount_tries.get(i, 0) + 1
                 done.pop(i, None)
+                mem.unmount_results.pop(i, None)
     sources = sorted({a.instance_id for _, a in live if a.instance_id not in ours})
     source_state = (
         {i: d["State"]["Name"] for i, d in describe_instances(deps.ec2, sources).items()} if sources else {}
@@ -155,7 +155,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
             continue  # populators are terminated below (which detaches)
         running = source_state.get(iid, "terminated") in ("pending", "running", "stopping")
         if running and done.get(iid) != "ok":
-            why = done.get(iid) or ("unmount sent" if iid in sent_to else "unmount not sent yet")
+            why = answered.get(iid) or ("unmount sent" if iid in sent_to else "unmount not sent yet")
             blocked.append(f"{vol} on source {iid}: {why}")
             continue  # never detach (let alone force) a volume a running source may have mounted
         key = f"{vol}/{iid}"
@@ -204,13 +204,18 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
 
 
 def _unmount_results(mem: TeardownState, deps: Deps) -> dict[str, str]:
-    """Per instance whose unmount answered: "ok", or "failed (...): <output>"."""
-    done: dict[str, str] = {}
+    """Per instance whose latest unmount answered: "ok", or "failed (...): <output>". Only commands
+    with an instance still waiting for its answer are read again."""
+    latest = {i: cid for cid, iids in mem.unmount.items() for i in iids}  # later commands win
     for cid, iids in mem.unmount.items():
+        waiting = [i for i in iids if latest[i] == cid and i not in mem.unmount_results]
+        if not waiting:
+            continue
         for iid, inv in deps.agents.invocations(cid).items():
-            if iid in iids and inv.status not in RUNNING_COMMAND_STATES:
-                done[iid] = "ok" if inv.status == "Success" else f"failed ({inv.status}): {inv.output[-300:]}"
-    return done
+            if iid in waiting and inv.status not in RUNNING_COMMAND_STATES:
+                ok = inv.status == "Success"
+                mem.unmount_results[iid] = "ok" if ok else f"failed ({inv.status}): {inv.output[-200:]}"
+    return dict(mem.unmount_results)
 
 
 def teardown_target(event: Mapping[str, Any]) -> TeardownTarget:
