@@ -331,6 +331,8 @@ class World:
     template_id: str
     # PascalName -> "before" | "after" | "transient" | "transient-after"
     faults: dict[str, str] = field(default_factory=dict)
+    # PascalName -> called once, before the next invocation of that step (any execution)
+    before: dict[str, Callable[[], None]] = field(default_factory=dict)
     invocations: list[str] = field(default_factory=list)
     autoscaling: Any = None
     warm_id: str = "warm-test-0"
@@ -343,6 +345,7 @@ class World:
         self.serial += 1
         self.warm_id = f"warm-test-{self.serial}"
         self.faults = {}
+        self.before = {}
         self.invocations = []
         self.attacher = FakeAttacher()
         self.agents = AgentSim(self.ssm, self.clock, results=self.deps.s3)
@@ -530,6 +533,9 @@ def dispatcher(world_ref: Callable[[], World]) -> Callable[..., bytes]:
         world.invocations.append(name)
         handler = getattr(handlers, _snake(name))
         event = json.loads(body) if body else {}
+        hook = world.before.pop(name, None)
+        if hook is not None:  # e.g. run another execution to its end before this step
+            hook()
         fault = world.faults.get(name)
         try:
             if fault == "transient":
