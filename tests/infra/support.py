@@ -42,3 +42,25 @@ class Synth:
 
     def resources(self, cfn_type: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == cfn_type}
+
+
+def write_artifacts(directory: Path, version: str = "0.1.0") -> tuple[Path, Path]:
+    """Small stand-ins for build/dist/cachewarm-dump.tar.gz and cachewarm-agent.tar.gz, shaped like
+    `make dist`'s (the construct reads the agent's version from the wheel's name in the bundle)."""
+    import io
+    import tarfile
+
+    def tarball(path: Path, members: dict[str, bytes]) -> Path:
+        with tarfile.open(path, "w:gz") as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(f"./{name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    dumper = tarball(directory / "cachewarm-dump.tar.gz", {"cachewarm-dump": b"stand-in dumper"})
+    agent = tarball(
+        directory / "cachewarm-agent.tar.gz",
+        {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"},
+    )
+    return dumper, agent

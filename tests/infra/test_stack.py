@@ -119,8 +119,8 @@ def test_powertools_layer_pinned_like_pyproject(synth: Synth) -> None:
 
 def test_log_groups_have_retention(synth: Synth) -> None:
     groups = synth.resources("AWS::Logs::LogGroup")
-    # One per function and one per state machine (warm, teardown).
-    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 2
+    # One per function, one per state machine (warm, teardown), one for the agents' command output.
+    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 3
     assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
 
 
@@ -254,7 +254,7 @@ def test_artifacts_are_assets_the_agents_may_read(synth: Synth) -> None:
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadArtifacts"
     )
     assert read["Action"] == "s3:GetObject"
-    assert len(read["Resource"]) == 2
+    assert len(read["Resource"]) == 3  # dumper, agent bundle, install script
 
 
 # ---- populators ---------------------------------------------------------------------------------
@@ -291,13 +291,30 @@ def _asset_key(synth: Synth, output: str) -> str:
 
 
 def test_populators_install_this_deployments_agent_at_boot(synth: Synth) -> None:
+    """User data runs the same install script as the install-agent document, checksum checked."""
     [lt] = synth.resources("AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
     assert "dnf install -y -q python3.11 python3.11-pip xfsprogs" in user_data
-    assert "pip install --quiet --upgrade --find-links /opt/cachewarm/wheels cachewarm" in user_data
-    assert "ln -sf /opt/cachewarm/venv/bin/cachewarm /usr/local/bin/cachewarm" in user_data
+    assert "install-agent.sh" in user_data and "sha256sum -c" in user_data
     assert _asset_key(synth, "AgentBundleUrl") in user_data
     assert _asset_key(synth, "DumperTarballUrl") not in user_data  # populators never dump
+    warmer = synth.warmer
+    assert f"--version '{warmer.artifacts.version}'" in user_data
+    assert warmer.artifacts.agent_sha256 in user_data and warmer.artifacts.installer_sha256 in user_data
+
+
+def test_install_document_defaults_are_this_deployments_artifacts(synth: Synth) -> None:
+    [doc] = [
+        d for k, d in synth.resources("AWS::SSM::Document").items() if k.startswith("CacheWarmerInstallAgent")
+    ]
+    params = doc["Properties"]["Content"]["parameters"]
+    a = synth.warmer.artifacts
+    assert params["agentBundleSha256"]["default"] == a.agent_sha256
+    assert params["dumperTarballSha256"]["default"] == a.dumper_sha256
+    assert params["installScriptSha256"]["default"] == a.installer_sha256
+    assert params["agentVersion"]["default"] == a.version == "0.1.0"
+    for name in ("agentBundleUrl", "dumperTarballUrl", "installScriptUrl"):
+        assert "Fn::Sub" in json.dumps(params[name]["default"]), name
 
 
 def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
@@ -379,12 +396,47 @@ def test_run_instances_only_from_our_launch_template(synth: Synth) -> None:
     assert ":instance/" not in json.dumps(st["Resource"])
 
 
-def test_send_command_only_our_documents(synth: Synth) -> None:
-    st = _controller_statements(synth)["RunOurDocuments"]
-    text = json.dumps(st["Resource"])
+def test_send_command_only_our_documents_to_tagged_instances(synth: Synth) -> None:
+    """Documents: only this stack's (no AWS-RunShellScript). Instances: only populators it launched
+    (cachewarm:managed=true) and nodes the platform tagged cachewarm:replica — tags the controller
+    cannot set itself (CreateTags only inside its own Create/Run calls)."""
+    st = _controller_statements(synth)
+    docs = json.dumps(st["RunOurDocuments"]["Resource"])
     for lid in synth.resources("AWS::SSM::Document"):
-        assert lid in text
-    assert "document/*" not in text
+        assert lid in docs
+    assert "document/*" not in docs and "AWS-RunShellScript" not in json.dumps(synth.template)
+    assert ":instance/" not in docs
+    populators, replicas = st["CommandsToOurPopulators"], st["CommandsToReplicaNodes"]
+    assert populators["Condition"] == {"StringEquals": {"ssm:resourceTag/cachewarm:managed": "true"}}
+    assert replicas["Condition"] == {"Null": {"ssm:resourceTag/cachewarm:replica": "false"}}
+    for sendable in (populators, replicas):
+        assert sendable["Action"] == "ssm:SendCommand" and ":instance/" in json.dumps(sendable["Resource"])
+    sends = [s for _, s in _statements(synth) if "ssm:SendCommand" in _as_list(s["Action"])]
+    assert len(sends) == 3
+    tagging = st["TagOnCreateOnly"]["Condition"]["StringEquals"]["ec2:CreateAction"]
+    assert sorted(tagging) == ["CreateVolume", "RunInstances"]
+
+
+def test_command_output_goes_to_a_log_group_of_the_stack(synth: Synth) -> None:
+    fns = synth.resources("AWS::Lambda::Function")
+    groups = synth.resources("AWS::Logs::LogGroup")
+    [agent_logs] = [k for k in groups if k.startswith("CacheWarmerAgentOutputLogs")]
+    for fn in fns.values():
+        assert fn["Properties"]["Environment"]["Variables"]["AGENT_LOG_GROUP"] == {"Ref": agent_logs}
+    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    output = next(
+        s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "CommandOutput"
+    )
+    assert agent_logs in json.dumps(output["Resource"]) and "logs:PutLogEvents" in output["Action"]
+
+
+def test_subnet_ids_reach_the_controller(synth: Synth) -> None:
+    """The SubnetIds parameter is used: the controller's default populator subnet per AZ."""
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["POPULATOR_SUBNET_IDS"] == {"Fn::Join": [",", {"Ref": "SubnetIds"}]}
+    handlers = (lambdas_dir() / "cachewarm_controller" / "handlers.py").read_text()
+    assert "POPULATOR_SUBNET_IDS" in handlers
 
 
 # ---- triggers -----------------------------------------------------------------------------------
@@ -563,7 +615,7 @@ def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
     assert p["EventPattern"] == {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": sm}]},
+        "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": sm}]},
     }
     [target] = p["Targets"]
     assert target["Arn"] == {"Ref": teardown}
@@ -575,7 +627,8 @@ def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "matches"), [("ABORTED", True), ("TIMED_OUT", True), ("FAILED", False), ("SUCCEEDED", False)]
+    ("status", "matches"),
+    [("ABORTED", True), ("TIMED_OUT", True), ("FAILED", True), ("SUCCEEDED", False), ("RUNNING", False)],
 )
 def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str, matches: bool) -> None:
     p = _rule(synth, "CacheWarmerStoppedWarmRule")
@@ -696,6 +749,59 @@ def test_dashboard_shows_rates_and_nodes(synth: Synth) -> None:
         assert needle in body, needle
 
 
+def _widgets(synth: Synth) -> list[dict[str, Any]]:
+    """The dashboard body with every token replaced by a readable reference, parsed."""
+    [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
+    parts = dash["Properties"]["DashboardBody"]["Fn::Join"][1]
+    text = "".join(
+        p if isinstance(p, str) else "TOKEN" + json.dumps(p).replace('"', "'") + "TOKEN" for p in parts
+    )
+    return list(json.loads(text)["widgets"])
+
+
+def test_every_widget_reads_what_the_stack_creates(synth: Synth) -> None:
+    """Log widgets query log groups of this stack, for fields that are logged; metric widgets show
+    metrics the handlers emit or the stack's own state machine's."""
+    from cachewarm_infra.observability import NODE_PROGRESS_FIELDS, NODE_PROGRESS_MESSAGE
+
+    groups = set(synth.resources("AWS::Logs::LogGroup"))
+    sm, _ = _machine(synth)
+    handlers = (lambdas_dir() / "cachewarm_controller" / "handlers.py").read_text()
+    emitted = set(re.findall(r'add_metric\(\s*name="(\w+)"', handlers))
+    logs_seen = 0
+    for w in _widgets(synth):
+        props = w.get("properties", {})
+        if w["type"] == "log":
+            logs_seen += 1
+            refs = re.findall(r"'Ref': '(\w+)'", props["query"])
+            assert refs and set(refs) <= groups, props["query"]
+            if NODE_PROGRESS_MESSAGE in props["query"]:
+                assert all(f in props["query"] for f in NODE_PROGRESS_FIELDS)
+        for metric in props.get("metrics", []):
+            names = [m for m in metric if isinstance(m, str) and not m.startswith("TOKEN")]
+            if not names or "expression" in json.dumps(metric):
+                continue
+            namespace, name = names[0], names[1]
+            if namespace == "CacheWarm":
+                assert name in emitted, name
+            else:
+                assert namespace == "AWS/States" and sm in json.dumps(metric), metric
+    assert logs_seen == 2
+
+
+def test_check_progress_logs_the_fields_the_dashboard_reads() -> None:
+    """The per-node widget's fields are what check_progress hands its log function."""
+    from cachewarm_infra.observability import NODE_PROGRESS_FIELDS, NODE_PROGRESS_MESSAGE
+
+    source = (lambdas_dir() / "cachewarm_controller" / "steps" / "progress.py").read_text()
+    for field in NODE_PROGRESS_FIELDS:
+        assert f'"{field}":' in source, field
+    assert (
+        f'logger.info("{NODE_PROGRESS_MESSAGE}"'
+        in (lambdas_dir() / "cachewarm_controller" / "handlers.py").read_text()
+    )
+
+
 # ---- outputs ------------------------------------------------------------------------------------
 
 
@@ -709,6 +815,10 @@ def test_outputs(synth: Synth) -> None:
         "DumperTarballUrl",
         "DumpDocumentName",
         "PopulateDocumentName",
+        "InstallDocumentName",
+        "AgentVersion",
+        "AgentOutputLogGroup",
+        "PopulatorSecurityGroupId",
     } <= set(synth.template["Outputs"])
     assert {"VpcId", "SubnetIds", "PopulatorInstanceType"} <= set(synth.template["Parameters"])
 
