@@ -34,7 +34,16 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "cachewarm"
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "CacheWarm")
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
-REQUIRED_ENV = ("STATUS_BUCKET", "DUMP_DOCUMENT_NAME", "POPULATE_DOCUMENT_NAME")
+# The stack sets every one (tests/infra checks): the SSM documents' names are CloudFormation's.
+REQUIRED_ENV = (
+    "STATUS_BUCKET",
+    "DUMP_DOCUMENT_NAME",
+    "POPULATE_DOCUMENT_NAME",
+    "VERIFY_DOCUMENT_NAME",
+    "INSTALL_DOCUMENT_NAME",
+    "UNMOUNT_DOCUMENT_NAME",
+    "MEMCACHED_STATS_DOCUMENT_NAME",
+)
 
 
 def settings_from_env() -> Settings:
@@ -42,16 +51,15 @@ def settings_from_env() -> Settings:
     if missing:
         raise RuntimeError(f"Lambda environment lacks {', '.join(missing)} (set by the CDK stack)")
     env = os.environ
-    defaults = Documents(dump="", populate="")
     return Settings(
         status_bucket=env["STATUS_BUCKET"],
         documents=Documents(
             dump=env["DUMP_DOCUMENT_NAME"],
             populate=env["POPULATE_DOCUMENT_NAME"],
-            verify=env.get("VERIFY_DOCUMENT_NAME") or defaults.verify,
-            install=env.get("INSTALL_DOCUMENT_NAME") or defaults.install,
-            unmount=env.get("UNMOUNT_DOCUMENT_NAME") or defaults.unmount,
-            stats=env.get("MEMCACHED_STATS_DOCUMENT_NAME") or defaults.stats,
+            verify=env["VERIFY_DOCUMENT_NAME"],
+            install=env["INSTALL_DOCUMENT_NAME"],
+            unmount=env["UNMOUNT_DOCUMENT_NAME"],
+            stats=env["MEMCACHED_STATS_DOCUMENT_NAME"],
         ),
         kms_key_id=env.get("KMS_KEY_ID") or None,
         populator_subnet_ids=tuple(s for s in (env.get("POPULATOR_SUBNET_IDS") or "").split(",") if s),

@@ -430,6 +430,18 @@ def test_command_output_goes_to_a_log_group_of_the_stack(synth: Synth) -> None:
     assert agent_logs in json.dumps(output["Resource"]) and "logs:PutLogEvents" in output["Action"]
 
 
+def test_every_variable_the_handlers_require_is_set(synth: Synth) -> None:
+    from cachewarm_controller.handlers import REQUIRED_ENV
+
+    docs = synth.resources("AWS::SSM::Document")
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert set(REQUIRED_ENV) <= set(env), set(REQUIRED_ENV) - set(env)
+        for name in REQUIRED_ENV:
+            if name.endswith("_DOCUMENT_NAME"):
+                assert env[name]["Ref"] in docs, name
+
+
 def test_subnet_ids_reach_the_controller(synth: Synth) -> None:
     """The SubnetIds parameter is used: the controller's default populator subnet per AZ."""
     for fn in synth.resources("AWS::Lambda::Function").values():

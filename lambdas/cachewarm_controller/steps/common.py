@@ -24,10 +24,10 @@ class Documents:
 
     dump: str
     populate: str
-    verify: str = "cachewarm-verify-agent"
-    install: str = "cachewarm-install-agent"
-    unmount: str = "cachewarm-unmount"
-    stats: str = "cachewarm-memcached-stats"
+    verify: str
+    install: str
+    unmount: str
+    stats: str
 
 
 @dataclass(frozen=True)
