@@ -1,17 +1,30 @@
 # cachewarm — one entry point for building, testing and running.
 #   make demo    the main job on the embedded default: a local warm between two local memcacheds
-#   make test    everything CI runs (installs what it needs first)
+#                (installs only what that needs: memcached, the dumper's build tools, runtime Python deps)
+#   make test    everything CI runs (installs the whole development toolchain first)
 SHELL := /bin/bash
-PY ?= python3
 JOBS ?= 2
 DUMPER_SRC := dumper-cpp
 BUILD := build
 DUMPER := $(BUILD)/release/cachewarm-dump
-APT_PKGS := memcached libxxhash-dev xxhash cmake g++ make libgtest-dev googletest clang
+# apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
+# even then —, memcached, Python headers for the populator's C loop), and what only the tests add
+# (xfsprogs: the shared-volume tests on loop devices).
+APT_RUN := memcached cmake g++ make libxxhash-dev libgtest-dev python3-dev
+APT_DEV := $(APT_RUN) googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
-.PHONY: all deps deps-apt deps-py deps-node build dumper vectors memcached-versions test test-cpp test-py test-matrix lint demo bench faults fuzz dist synth clean
+# Every Python step runs in the project's virtual environment, made by .ci/venv.sh from the system's
+# python3 (Debian's /usr/bin/python3 when present; SYSTEM_PYTHON=... picks another >= 3.11). Nothing is
+# pip-installed outside it. Its install stamps live inside it, so `rm -rf .venv` starts over.
+VENV := .venv
+PY := $(CURDIR)/$(VENV)/bin/python
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
+# For recipes whose programs start `python3` (cdk.json's app, tests) or `cachewarm` by name.
+IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
+
+.PHONY: all venv deps deps-apt deps-apt-run deps-run deps-infra deps-py deps-node build dumper dumper-asan vectors memcached-versions test test-cpp test-py test-matrix lint demo bench faults fuzz dist synth clean distclean
 
 all: build
 
@@ -19,32 +32,49 @@ $(STAMPS):
 	@mkdir -p $@
 
 # ---- dependencies -----------------------------------------------------------------------------
+# deps = the whole development toolchain (make test); demo takes deps-apt-run + deps-run only.
 deps: deps-apt deps-py deps-node
 
-deps-apt: | $(STAMPS)
-	@missing=""; for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "apt: installing$$missing"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
-	fi
+deps-apt:
+	@.ci/apt-ensure.sh $(APT_DEV)
+deps-apt-run:
+	@.ci/apt-ensure.sh $(APT_RUN)
 
-$(STAMPS)/py: pyproject.toml setup.py agent/cachewarm/datapath/_speedups.c | $(STAMPS)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+$(PY):
+	@.ci/venv.sh $(VENV)
+venv: $(PY)
+
+# The project is installed editable (the C loop built in place): runtime deps only, + the CDK libraries
+# (synth), or everything the tests, lint and fuzzing use (dev, which includes the other two).
+PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c
+# After apt: without python3-dev the C loop would be skipped quietly (setup.py marks it optional).
+$(VENV)/.deps-run: $(PY_SRC) | $(PY) deps-apt-run
+	$(PIP_INSTALL) -e .
 	@touch $@
-deps-py: $(STAMPS)/py
+$(VENV)/.deps-infra: $(PY_SRC) | $(PY) deps-apt-run
+	$(PIP_INSTALL) -e '.[infra]'
+	@touch $@
+$(VENV)/.deps-dev: $(PY_SRC) | $(PY) deps-apt
+	$(PIP_INSTALL) -e '.[dev]'
+	@touch $@ $(VENV)/.deps-run $(VENV)/.deps-infra
+deps-run: $(VENV)/.deps-run
+deps-infra: $(VENV)/.deps-infra
+deps-py: $(VENV)/.deps-dev
 
 $(STAMPS)/node: infra/package.json | $(STAMPS)
+	@command -v npm >/dev/null || .ci/apt-ensure.sh nodejs npm
 	cd infra && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 deps-node: $(STAMPS)/node
 
 # ---- the dumper (C++) -------------------------------------------------------------------------
-# Release build for use, and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
-build: dumper
-dumper: deps-apt
+# Release build for use (the dumper and its tools for `vectors` and `bench`; not the GoogleTest binary),
+# and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
+build: dumper dumper-asan
+dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD)/release -j$(JOBS)
+	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader
+dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
 
@@ -63,45 +93,45 @@ memcached-versions:
 # ---- tests ------------------------------------------------------------------------------------
 test: deps build lint test-cpp test-py
 
-test-cpp: build
+test-cpp: dumper-asan
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
 test-py: deps-py deps-node build memcached-versions
-	CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
+	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
 
 # The data-path tests on every memcached release alone (tests/conftest.py: MATRIX).
 test-matrix: deps-py build memcached-versions
-	CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q -m memcached_matrix tests
+	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q -m memcached_matrix tests
 
 lint: deps-py
 	$(PY) -m ruff check agent lambdas infra tests bench --extend-exclude infra/node_modules
 	$(PY) -m ruff format --check agent lambdas infra tests bench
 
 # ---- running ----------------------------------------------------------------------------------
-demo: deps-apt deps-py build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) PYTHONPATH=$(CURDIR)/agent $(PY) -m cachewarm demo
+demo: deps-apt-run deps-run dumper
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m cachewarm demo
 
-bench: deps-apt deps-py build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
+bench: deps-apt-run deps-py dumper
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
 
 TRIALS ?= 20
 # Fault scenarios with TRIALS trials each; the closing table also goes to build/faults.md.
 faults: deps build
-	CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md \
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md \
 	  $(PY) -m pytest -q -s --timeout=0 tests/faults
 
 # Longer fuzzing runs (FUZZ_SECONDS per target); corpora are kept in build/fuzz/corpus between runs.
 FUZZ_SECONDS ?= 300
 fuzz: deps build
-	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CORPUS_DIR=$(CURDIR)/$(BUILD)/fuzz/corpus \
+	$(IN_VENV) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_CORPUS_DIR=$(CURDIR)/$(BUILD)/fuzz/corpus \
 	  $(PY) -m pytest -q -s --timeout=0 tests/fuzz
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
 # wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI).
 DIST := $(BUILD)/dist
-dist: dumper deps-py
+dist: dumper venv
 	@mkdir -p $(DIST)
 	tar -C $(BUILD)/release -czf $(DIST)/cachewarm-dump.tar.gz cachewarm-dump
 	rm -rf $(DIST)/agent && mkdir -p $(DIST)/agent
@@ -114,8 +144,11 @@ dist: dumper deps-py
 	fi
 	tar -C $(DIST)/agent -czf $(DIST)/cachewarm-agent.tar.gz .
 
-synth: deps-py deps-node dist
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
+synth: deps-infra deps-node dist
+	$(IN_VENV) JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
 
 clean:
 	rm -rf $(BUILD) infra/cdk.out
+# Also what the dependency steps installed into the checkout (.venv, infra/node_modules).
+distclean: clean
+	rm -rf $(VENV) infra/node_modules

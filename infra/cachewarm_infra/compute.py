@@ -1,9 +1,13 @@
-"""What runs on the nodes: the build artifacts (S3 assets), the SSM documents that start the agents,
-and the populator instances (role, security group, launch template that installs the agent at boot)."""
+"""What runs on the nodes: the build artifacts (S3 assets, with checksums and the agent's version),
+the SSM documents that install and run the agents, and the populator instances (role, security
+group, launch template that installs the agent at boot with the same script as the documents)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,33 +17,86 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
-from cachewarm.contract import tags
+from cachewarm.contract import inputs, tags
 from constructs import Construct
 
 from cachewarm_infra.props import CacheWarmerProps
 
 # The documents the controller needs (a directory may hold more; each becomes one more document).
-REQUIRED_DOCUMENTS = ("dump-agent", "populate-agent")
+REQUIRED_DOCUMENTS = (
+    "dump-agent",
+    "populate-agent",
+    "verify-agent",
+    "install-agent",
+    "unmount",
+    "memcached-stats",
+)
 INSTALL_DIR = "/opt/cachewarm"
+# The one installer: the populators' user data and the install-agent document both run it.
+INSTALL_SCRIPT = Path(__file__).resolve().parent / "install" / "install-agent.sh"
+_WHEEL = re.compile(r"(?:^|/)cachewarm-([0-9][0-9A-Za-z.+]*)-[^/]*\.whl$")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def bundle_version(agent_bundle: Path) -> str:
+    """The cachewarm version in the agent bundle (`make dist` puts the wheel in it)."""
+    try:
+        with tarfile.open(agent_bundle, "r:gz") as tar:
+            names = tar.getnames()
+    except (tarfile.TarError, OSError) as e:
+        raise ValueError(f"{agent_bundle}: not a gzipped tarball ({e}); build it with `make dist`") from e
+    versions = {m.group(1) for n in names if (m := _WHEEL.search(n))}
+    if len(versions) != 1:
+        raise ValueError(f"{agent_bundle}: expected one cachewarm wheel, found {sorted(versions) or 'none'}")
+    version = versions.pop()
+    if not inputs.matches(inputs.VERSION, version):
+        raise ValueError(f"{agent_bundle}: version {version!r} does not match {inputs.VERSION}")
+    return version
 
 
 @dataclass(frozen=True)
 class Artifacts:
-    """The dumper tarball and the agent bundle, deployed as S3 assets versioned with the stack."""
+    """The dumper tarball, the agent bundle and the install script, deployed as S3 assets versioned
+    with the stack, with their checksums and the agent's version (read at synth time)."""
 
     dumper: s3_assets.Asset
     agent: s3_assets.Asset
+    installer: s3_assets.Asset
+    dumper_sha256: str
+    agent_sha256: str
+    installer_sha256: str
+    version: str
 
     def parameter_defaults(self) -> dict[str, str]:
-        """The SSM document parameters the construct fills with the artifacts' S3 URLs, so the
-        documents always install the agent and dumper versioned with this deployment."""
-        return {"dumperTarballUrl": self.dumper.s3_object_url, "agentBundleUrl": self.agent.s3_object_url}
+        """The SSM document parameters the construct fills in, so the documents always install and
+        expect the agent and dumper versioned with this deployment."""
+        return {
+            "dumperTarballUrl": self.dumper.s3_object_url,
+            "dumperTarballSha256": self.dumper_sha256,
+            "agentBundleUrl": self.agent.s3_object_url,
+            "agentBundleSha256": self.agent_sha256,
+            "installScriptUrl": self.installer.s3_object_url,
+            "installScriptSha256": self.installer_sha256,
+            "agentVersion": self.version,
+        }
 
 
 def build_artifacts(scope: Construct, dumper_tarball: Path, agent_bundle: Path) -> Artifacts:
     return Artifacts(
         dumper=s3_assets.Asset(scope, "DumperTarball", path=str(dumper_tarball)),
         agent=s3_assets.Asset(scope, "AgentBundle", path=str(agent_bundle)),
+        installer=s3_assets.Asset(scope, "InstallScript", path=str(INSTALL_SCRIPT)),
+        dumper_sha256=sha256_of(dumper_tarball),
+        agent_sha256=sha256_of(agent_bundle),
+        installer_sha256=sha256_of(INSTALL_SCRIPT),
+        version=bundle_version(agent_bundle),
     )
 
 
@@ -48,7 +105,7 @@ def build_documents(
 ) -> dict[str, ssm.CfnDocument]:
     """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`."""
     docs: dict[str, ssm.CfnDocument] = {}
-    urls = artifacts.parameter_defaults()
+    defaults = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
         try:
             content = json.loads(path.read_text(encoding="utf-8"))
@@ -57,8 +114,8 @@ def build_documents(
         for name, spec in content.get("parameters", {}).items():
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
-            if name in urls:
-                spec["default"] = urls[name]
+            if name in defaults:
+                spec["default"] = defaults[name]
         docs[path.stem] = ssm.CfnDocument(
             scope,
             f"{_pascal(path.stem)}Document",
@@ -94,7 +151,7 @@ def build_populator(
     *,
     agent_policy: iam.IManagedPolicy,
     key: kms.IKey,
-    agent_bundle_url: str,
+    artifacts: Artifacts,
 ) -> Populator:
     role = iam.Role(
         scope,
@@ -114,9 +171,9 @@ def build_populator(
         allow_all_outbound=True,
     )
     # Install this deployment's agent at boot, so `cachewarm agent populate` is there when the
-    # controller's Run Command arrives (the populate document waits for cloud-init).
+    # controller's Run Command arrives (InstallAgents waits for cloud-init and checks the version).
     user_data = ec2.UserData.for_linux()
-    user_data.add_commands(*install_agent_commands(agent_bundle_url))
+    user_data.add_commands(*install_agent_commands(artifacts))
     template = ec2.LaunchTemplate(
         scope,
         "PopulatorTemplate",
@@ -146,30 +203,22 @@ def build_populator(
     return Populator(role=role, security_group=sg, launch_template=template)
 
 
-def install_agent_commands(agent_bundle_url: str, dumper_tarball_url: str | None = None) -> list[str]:
-    """Shell lines that install the agent (and optionally the dumper) from the deployed artifacts.
-
-    Amazon Linux 2023: Python 3.11 and xfsprogs from the distribution's repositories; the agent's
-    dependencies come from the bundle (`DIST_WHEELHOUSE=1 make dist`) or else from PyPI.
-    """
-    d = INSTALL_DIR
-    lines = [
+def install_agent_commands(artifacts: Artifacts) -> list[str]:
+    """The populators' user data: Amazon Linux 2023 packages (Python 3.11, xfsprogs), then the
+    install script — the same one the install-agent document runs — for the agent alone (populators
+    never dump). Its log: /var/log/cachewarm-install.log."""
+    a = artifacts
+    return [
         "set -euo pipefail",
         "exec >>/var/log/cachewarm-install.log 2>&1",
         "dnf install -y -q python3.11 python3.11-pip xfsprogs",
-        f"mkdir -p {d}/bin {d}/wheels",
-        f"aws s3 cp --only-show-errors '{agent_bundle_url}' {d}/cachewarm-agent.tar.gz",
-        f"tar -xzf {d}/cachewarm-agent.tar.gz -C {d}/wheels",
-        f"[ -x {d}/venv/bin/python ] || python3.11 -m venv {d}/venv",
-        f"{d}/venv/bin/pip install --quiet --upgrade --find-links {d}/wheels cachewarm",
-        f"ln -sf {d}/venv/bin/cachewarm /usr/local/bin/cachewarm",
+        "WORK=$(mktemp -d /tmp/cachewarm-install.XXXXXX)",
+        f"aws s3 cp --only-show-errors '{a.installer.s3_object_url}' \"$WORK/install-agent.sh\"",
+        f"printf '%s  %s\\n' '{a.installer_sha256}' \"$WORK/install-agent.sh\" | sha256sum -c --quiet -",
+        f'CACHEWARM_PYTHON=python3.11 CACHEWARM_ROOT={INSTALL_DIR} bash "$WORK/install-agent.sh" '
+        f"--agent-bundle '{a.agent.s3_object_url}' --agent-sha256 '{a.agent_sha256}' --version '{a.version}'",
+        'rm -rf "$WORK"',
     ]
-    if dumper_tarball_url:
-        lines += [
-            f"aws s3 cp --only-show-errors '{dumper_tarball_url}' {d}/cachewarm-dump.tar.gz",
-            f"tar -xzf {d}/cachewarm-dump.tar.gz -C {d}/bin",
-        ]
-    return [*lines, f"touch {d}/.installed"]
 
 
 def _pascal(stem: str) -> str:

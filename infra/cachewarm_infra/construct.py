@@ -2,13 +2,14 @@
 
 What it creates (see docs/architecture.md), each part built by its own module:
 - storage.py: the KMS key, the encrypted status bucket the agents write heartbeats to, its access logs;
-- compute.py: the dumper tarball and the agent bundle as S3 assets (versioned with the stack), the SSM
-  documents the controller runs on source nodes and populators, the populator launch template with its
-  instance profile and security group;
+- compute.py: the dumper tarball, the agent bundle and the install script as S3 assets (versioned
+  with the stack, checksums and version read at synth), the SSM documents the controller runs on
+  source nodes and populators, the populator launch template with its instance profile and security
+  group;
 - iam.py: the agents' managed policy and the controller's tag-scoped role;
 - orchestration.py: one Lambda per `${<Name>FunctionArn}` (code: lambda_code.py), the warm and teardown
   state machines from their ASL files, the EventBridge rules that start them;
-- observability.py: alarms and a dashboard;
+- observability.py: the agents' command-output log group, alarms and a dashboard;
 - nag.py: the accepted cdk-nag findings.
 
 This class checks the inputs, calls the builders in order and keeps what they made as its attributes.
@@ -26,7 +27,12 @@ from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function
 from cachewarm_infra.compute import build_artifacts, build_documents, build_populator
 from cachewarm_infra.iam import build_agent_policy, build_controller_role
 from cachewarm_infra.nag import acknowledge_nag_findings
-from cachewarm_infra.observability import build_alarms, build_dashboard, warm_metric
+from cachewarm_infra.observability import (
+    build_agent_log_group,
+    build_alarms,
+    build_dashboard,
+    warm_metric,
+)
 from cachewarm_infra.props import CacheWarmerProps
 from cachewarm_infra.storage import build_storage
 
@@ -57,16 +63,14 @@ class CacheWarmer(Construct):
         storage = build_storage(self, props.kms_key)
         self.key = storage.key
         self.access_logs, self.status_bucket = storage.access_logs, storage.status_bucket
-        artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
+        self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
-        self.agent_policy = build_agent_policy(self, artifacts, storage, props.status_prefix)
+        # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
+        self.agent_logs = build_agent_log_group(self, props)
+        self.agent_policy = build_agent_policy(self, artifacts, storage, props.status_prefix, self.agent_logs)
         self._populator = populator = build_populator(
-            self,
-            props,
-            agent_policy=self.agent_policy,
-            key=self.key,
-            agent_bundle_url=self.agent_asset.s3_object_url,
+            self, props, agent_policy=self.agent_policy, key=self.key, artifacts=artifacts
         )
         self.populator_role, self.populator_sg = populator.role, populator.security_group
         self.launch_template = populator.launch_template
@@ -86,6 +90,7 @@ class CacheWarmer(Construct):
             launch_template_id=self.launch_template_id,
             document_names={stem: doc.ref for stem, doc in self.documents.items()},
             subnet_ids=props.subnet_ids,
+            agent_log_group=self.agent_logs.log_group_name,
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment()
@@ -117,7 +122,9 @@ class CacheWarmer(Construct):
         self.teardown_rule = triggers.teardown_rule
 
         self.alarms = build_alarms(self, self.state_machine, self.teardown_machine, props.alarm_topic)
-        self.dashboard = build_dashboard(self, self.state_machine, self.functions, self.alarms)
+        self.dashboard = build_dashboard(
+            self, self.state_machine, self.functions, self.alarms, self.agent_logs
+        )
         self.nag_acknowledgements = acknowledge_nag_findings(self)
 
     @property

@@ -9,15 +9,13 @@ from typing import Any
 
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from cachewarm.contract import tags
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
 from cachewarm_infra.storage import Storage
-
-# AWS-owned SSM documents the controller sends.
-AWS_DOCUMENTS = ("AWS-RunShellScript",)
 
 
 def _allow(
@@ -32,9 +30,10 @@ def _allow(
 
 
 def build_agent_policy(
-    scope: Construct, artifacts: Artifacts, storage: Storage, status_prefix: str
+    scope: Construct, artifacts: Artifacts, storage: Storage, status_prefix: str, agent_logs: logs.ILogGroup
 ) -> iam.ManagedPolicy:
-    """What `cachewarm agent dump|populate` needs: read the artifacts, write its status object.
+    """What the agents need: read the artifacts (install), write their status objects, and let the
+    SSM agent send the commands' output to the stack's log group.
 
     Attached to the populator role; the platform team attaches the same managed policy to the source
     memcached nodes' instance role (output `SourceNodePolicyArn`).
@@ -47,7 +46,10 @@ def build_agent_policy(
             _allow(
                 "ReadArtifacts",
                 ["s3:GetObject"],
-                [_object_arn(a.s3_bucket_name, a.s3_object_key) for a in (artifacts.dumper, artifacts.agent)],
+                [
+                    _object_arn(a.s3_bucket_name, a.s3_object_key)
+                    for a in (artifacts.dumper, artifacts.agent, artifacts.installer)
+                ],
             ),
             _allow(
                 "PublishStatus",
@@ -55,6 +57,13 @@ def build_agent_policy(
                 [storage.status_bucket.arn_for_objects(f"{status_prefix}/*")],
             ),
             _allow("StatusBucketKey", ["kms:Decrypt", "kms:GenerateDataKey"], [storage.key.key_arn]),
+            _allow(
+                "CommandOutput",
+                ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                [agent_logs.log_group_arn, f"{agent_logs.log_group_arn}:log-stream:*"],
+            ),
+            # The SSM agent looks the group up before writing; DescribeLogGroups cannot be scoped.
+            _allow("FindCommandOutputGroup", ["logs:DescribeLogGroups"], ["*"]),
         ],
     )
 
@@ -144,7 +153,24 @@ def build_controller_role(
             [populator.role.role_arn],
             {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
         ),
-        _allow("RunOurDocuments", ["ssm:SendCommand"], [*_document_arns(scope, documents), instances]),
+        # Commands: only this stack's documents, and only to instances that carry a tag the
+        # controller cannot set (CreateTags is allowed only inside its own Create/Run calls): the
+        # populators it launched (cachewarm:managed=true) and the nodes the platform tagged as
+        # replica nodes (cachewarm:replica). IAM evaluates a condition against every resource of
+        # the request, so documents and instances are allowed by separate statements.
+        _allow("RunOurDocuments", ["ssm:SendCommand"], _document_arns(scope, documents)),
+        _allow(
+            "CommandsToOurPopulators",
+            ["ssm:SendCommand"],
+            [instances],
+            {"StringEquals": {f"ssm:resourceTag/{tags.MANAGED}": "true"}},
+        ),
+        _allow(
+            "CommandsToReplicaNodes",
+            ["ssm:SendCommand"],
+            [instances],
+            {"Null": {f"ssm:resourceTag/{tags.REPLICA}": "false"}},
+        ),
         _allow("CancelCommands", ["ssm:CancelCommand"], ["*"]),
         _allow(
             "ListStatus",
@@ -180,14 +206,12 @@ def build_controller_role(
 
 
 def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -> list[str]:
+    """This stack's documents only (memcached stats and unmount are documents of their own: no
+    AWS-RunShellScript, which would run anything as root on a production node)."""
     stack = Stack.of(scope)
-    ours = [
+    return [
         stack.format_arn(service="ssm", resource="document", resource_name=d.ref) for d in documents.values()
     ]
-    # The controller's Plan step reads memcached `stats` on source nodes with AWS's shell document
-    # (a fixed script in lambdas/cachewarm_controller/agents.py).
-    aws_owned = [f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::document/{name}" for name in AWS_DOCUMENTS]
-    return ours + aws_owned
 
 
 def _object_arn(bucket: str, key: str) -> str:

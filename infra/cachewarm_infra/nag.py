@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from cachewarm.contract import tags
 from constructs import Construct
@@ -78,6 +79,17 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         f"AwsSolutions-IAM5[Resource::{status_objects}]",
         "Each agent writes its own status object under the status prefix; names are per warm and node.",
     )
+    ack(
+        w.agent_policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "logs:DescribeLogGroups, which the SSM agent calls before writing command output, has no "
+        "resource-level permissions.",
+    )
+    ack(
+        w.agent_policy,
+        f"AwsSolutions-IAM5[Resource::<{_logical(w.agent_logs)}.Arn>:log-stream:*]",
+        "SSM names one log stream per command, instance and step in the stack's agent output group.",
+    )
     xray = (
         "X-Ray PutTraceSegments/PutTelemetryRecords and the log delivery APIs do not support "
         "resource scoping."
@@ -100,5 +112,5 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
     return acknowledged
 
 
-def _logical(bucket: s3.Bucket) -> str:
-    return Stack.of(bucket).get_logical_id(bucket.node.default_child)  # type: ignore[arg-type]
+def _logical(resource: s3.Bucket | logs.LogGroup) -> str:
+    return Stack.of(resource).get_logical_id(resource.node.default_child)  # type: ignore[arg-type]

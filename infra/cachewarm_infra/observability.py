@@ -1,17 +1,32 @@
-"""Observability: the alarms (state machine outcomes, stale heartbeats, teardown leftovers) and the
-dashboard (rates, nodes, executions, per-node progress)."""
+"""Observability: the agents' command-output log group, the alarms (state machine outcomes, revived
+agents, teardown leftovers) and the dashboard (rates, nodes, executions, per-node progress)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from aws_cdk import Duration
+from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
+
+from cachewarm_infra.props import CacheWarmerProps
+
+# The per-node progress line CheckProgress logs once per node and poll (handlers._log_node) and the
+# fields of it the dashboard reads (tests check that check_progress emits each).
+NODE_PROGRESS_MESSAGE = "node progress"
+NODE_PROGRESS_FIELDS = ("node_id", "populate_state", "dump_state", "items", "bytes", "files", "still_s")
+
+
+def build_agent_log_group(scope: Construct, props: CacheWarmerProps) -> logs.LogGroup:
+    """Where SSM writes every agent command's stdout/stderr (streams `<command id>/<instance id>/…`)."""
+    return logs.LogGroup(
+        scope, "AgentOutputLogs", retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+    )
 
 
 def warm_metric(name: str, step: str, statistic: str = "Sum") -> cw.Metric:
@@ -35,24 +50,39 @@ def build_alarms(
     sm = state_machine
     five = Duration.minutes(5)
     specs = [
-        ("ExecutionsFailed", sm.metric_failed(period=five), "a warm failed"),
-        ("ExecutionsTimedOut", sm.metric_timed_out(period=five), "a warm timed out"),
-        ("ExecutionsAborted", sm.metric_aborted(period=five), "a warm was aborted"),
         (
-            # CheckProgress revives a node whose heartbeat went stale (or whose agent failed).
-            "StaleHeartbeats",
+            "ExecutionsFailed",
+            sm.metric_failed(period=five),
+            "a warm failed (its own teardown ran if the failure was caught; the teardown machine runs "
+            "for every failed warm either way)",
+        ),
+        (
+            "ExecutionsTimedOut",
+            sm.metric_timed_out(period=five),
+            "a warm timed out (the teardown machine runs)",
+        ),
+        (
+            "ExecutionsAborted",
+            sm.metric_aborted(period=five),
+            "a warm was stopped (the teardown machine runs)",
+        ),
+        (
+            # CheckProgress revives an agent whose heartbeat went stale, whose command ended, that
+            # reported a failure, or whose node made no progress (stalled).
+            "AgentsRevived",
             warm_metric("Revives", "check_progress").with_(period=five),
-            "an agent's heartbeat went stale or its command failed (the node was revived)",
+            "an agent was revived: stale heartbeat, failed agent or command, or no progress (stalled)",
         ),
         (
             "TeardownLeftovers",
             warm_metric("TeardownLeftovers", "teardown", "Maximum").with_(period=five),
-            "teardown left volumes or populators behind",
+            "a teardown pass still found volumes or populators of its execution (normal for a few "
+            "passes; alarming when it persists: a mount that will not go, a stuck detach)",
         ),
         (
             "StoppedWarmTeardownFailed",
             teardown_machine.metric_failed(period=five),
-            "the teardown of a stopped or timed-out warm failed (its resources may be left)",
+            "the teardown machine gave up on a stopped, timed-out or failed warm: its resources may be left",
         ),
     ]
     alarms = []
@@ -78,6 +108,7 @@ def build_dashboard(
     state_machine: sfn.StateMachine,
     functions: Mapping[str, lambda_.Function],
     alarms: Sequence[cw.IAlarm],
+    agent_logs: logs.ILogGroup,
 ) -> cw.Dashboard:
     sm = state_machine
     minute = Duration.minutes(1)
@@ -121,20 +152,34 @@ def build_dashboard(
     progress = functions.get("CheckProgress")
     if progress is not None:
         # Per-node progress: CheckProgress logs one structured line per node and poll
-        # (node_id, role, state, items, bytes, files); this shows the latest of each.
+        # (NODE_PROGRESS_FIELDS, message NODE_PROGRESS_MESSAGE); this shows the latest of each.
         dash.add_widgets(
             cw.LogQueryWidget(
-                title="Per-node progress (latest CheckProgress poll)",
+                title="Per-node progress (latest CheckProgress poll; still_s = seconds without progress)",
                 log_group_names=[progress.log_group.log_group_name],
                 query_lines=[
-                    "fields @timestamp, correlation_id, node_id, state, items, bytes, files",
-                    "filter ispresent(node_id) and ispresent(items)",
-                    "stats latest(state) as state, max(items) as items, max(bytes) as bytes,"
-                    " max(files) as files by correlation_id, node_id",
+                    f"fields @timestamp, correlation_id, {', '.join(NODE_PROGRESS_FIELDS)}",
+                    f'filter message = "{NODE_PROGRESS_MESSAGE}"',
+                    "stats latest(populate_state) as populate, latest(dump_state) as dump,"
+                    " max(items) as items, max(bytes) as bytes, max(files) as files,"
+                    " latest(still_s) as still_s by correlation_id, node_id",
                     "sort correlation_id, node_id",
                 ],
                 width=24,
             )
         )
+    dash.add_widgets(
+        cw.LogQueryWidget(
+            title="Agent command output (errors first)",
+            log_group_names=[agent_logs.log_group_name],
+            query_lines=[
+                "fields @timestamp, @logStream, @message",
+                "filter @logStream like /stderr/",
+                "sort @timestamp desc",
+                "limit 50",
+            ],
+            width=24,
+        )
+    )
     dash.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(alarms), width=24))
     return dash

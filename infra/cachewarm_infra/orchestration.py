@@ -32,6 +32,9 @@ POWERTOOLS_LAYER_PARAMETER = f"/aws/service/powertools/python/x86_64/python3.12/
 REPLICA_EVENT_SOURCE = "cachewarm"
 REPLICA_EVENT_DETAIL_TYPE = "Replica Deployed"
 
+# The execution statuses after which the teardown machine runs (every way an execution ends but success).
+STOPPED_STATUSES = ("ABORTED", "TIMED_OUT", "FAILED")
+
 # The documents every controller knows by a variable of its own; any other gets `<STEM>_DOCUMENT_NAME`.
 DUMP_DOCUMENT, POPULATE_DOCUMENT = "dump-agent", "populate-agent"
 
@@ -46,6 +49,7 @@ class Wiring:
     launch_template_id: str
     document_names: Mapping[str, str]  # SSM document stem -> deployed name
     subnet_ids: Sequence[str] = ()
+    agent_log_group: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -61,6 +65,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
     }
     if w.subnet_ids:
         env["POPULATOR_SUBNET_IDS"] = Fn.join(",", list(w.subnet_ids))
+    if w.agent_log_group:
+        env["AGENT_LOG_GROUP"] = w.agent_log_group
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
@@ -235,8 +241,10 @@ def build_triggers(
     replica.add_target(target(state_machine, replica_event_input(launch_template_id)))
     asg_rule = None
     if props.asg_group_names:
-        # One launch event per new instance: the controller's warm id (from the group name and
-        # the activity id) keeps the warm idempotent; see docs/architecture.md.
+        # One launch event per new instance. The input names no warm id: ValidateInput derives one
+        # from the group's name and deployment (its cachewarm:deployment tag, else its creation
+        # time), so every launch of one deployment names the same warm and the claim keeps one
+        # execution; the others end as duplicates (docs/architecture.md).
         asg_rule = events.Rule(
             scope,
             "AsgLaunchRule",
@@ -245,24 +253,26 @@ def build_triggers(
         )
         asg_input = events.RuleTargetInput.from_object(
             {
-                "warm_id": events.EventField.from_path("$.detail.ActivityId"),
                 "destination": {"asg_name": events.EventField.from_path("$.detail.AutoScalingGroupName")},
                 "populator": {"launch_template_id": launch_template_id},
             }
         )
-        asg_rule.add_target(
-            targets.SfnStateMachine(state_machine, input=asg_input, dead_letter_queue=dlq, retry_attempts=4)
-        )
-    # A stopped (ABORTED) or timed-out (TIMED_OUT) warm execution runs no Catch: this rule hands the
-    # whole status-change event (detail.input is the execution's input) to the teardown machine.
+        asg_rule.add_target(target(state_machine, asg_input))
+    # A stopped (ABORTED) or timed-out (TIMED_OUT) warm execution runs no Catch, and a FAILED one may
+    # have failed outside any (States.Runtime, the history or payload limits): this rule hands the
+    # whole status-change event (detail.executionArn, detail.input) to the teardown machine, which
+    # removes what that execution created — nothing, for one that already tore itself down.
     teardown = events.Rule(
         scope,
         "StoppedWarmRule",
-        description="Tear down what a stopped or timed-out cachewarm execution left behind",
+        description="Tear down what a stopped, timed-out or failed cachewarm execution left behind",
         event_pattern=events.EventPattern(
             source=["aws.states"],
             detail_type=["Step Functions Execution Status Change"],
-            detail={"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [state_machine.state_machine_arn]},
+            detail={
+                "status": list(STOPPED_STATUSES),
+                "stateMachineArn": [state_machine.state_machine_arn],
+            },
         ),
     )
     teardown.add_target(target(teardown_machine, None))

@@ -103,7 +103,8 @@ class CacheWarmStack(Stack):
             "SubnetIds",
             type="CommaDelimitedList",
             default=",".join(settings.subnet_ids),
-            description="Optional populator subnets (POPULATOR_SUBNET_IDS); empty = the source node's subnet",
+            description="Optional populator subnets, one per AZ (the controller's default for "
+            "populator.subnet_ids); empty = the source node's subnet",
         )
         instance_type = CfnParameter(
             self,
@@ -169,3 +170,21 @@ class CacheWarmStack(Stack):
         CfnOutput(self, "DumperTarballUrl", value=w.dumper_asset.s3_object_url, description="cachewarm-dump")
         CfnOutput(self, "DumpDocumentName", value=w.document_name("dump-agent"))
         CfnOutput(self, "PopulateDocumentName", value=w.document_name("populate-agent"))
+        CfnOutput(
+            self,
+            "InstallDocumentName",
+            value=w.document_name("install-agent"),
+            description="installs this deployment's agent and dumper (idempotent)",
+        )
+        CfnOutput(
+            self, "AgentVersion", value=w.artifacts.version, description="cachewarm --version to expect"
+        )
+        CfnOutput(
+            self, "AgentOutputLogGroup", value=w.agent_logs.log_group_name, description="SSM command output"
+        )
+        CfnOutput(
+            self,
+            "PopulatorSecurityGroupId",
+            value=w.populator_sg.security_group_id,
+            description="allow memcached's port from it on the source nodes (Verify reads them)",
+        )

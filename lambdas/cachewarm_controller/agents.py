@@ -1,15 +1,16 @@
-"""SSM Run Command behind a small interface: start agents, read command status, check agents online.
+"""SSM Run Command behind a small interface: send this stack's documents (one instance, or up to 50
+with identical parameters), look up commands by id, read per-instance results, cancel, check online.
 
-moto reports every command `Success` at once and lacks DescribeInstanceInformation/CancelCommand, so
-the end-to-end tests script these through a fake; `SsmAgentRunner` is tested against moto where moto
-is right (SendCommand) and against botocore's Stubber where it is not.
+Nothing here waits for a command: the state machine's Wait states do (docs: statemachine/README.md).
+moto reports every command `Success` at once and lacks ListCommandInvocations,
+DescribeInstanceInformation and CancelCommand, so the end-to-end tests script these through a fake;
+`SsmAgentRunner` is tested against botocore's Stubber with real response shapes.
 """
 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -23,58 +24,111 @@ from cachewarm_controller.model import NodeStats
 
 # SSM command states that end a command without our agent having finished its job.
 FAILED_COMMAND_STATES = frozenset(
-    {"Failed", "TimedOut", "Cancelled", "Cancelling", "Undeliverable", "Terminated"}
+    {"Failed", "TimedOut", "Cancelled", "Cancelling", "Undeliverable", "Terminated", "DeliveryTimedOut"}
 )
 RUNNING_COMMAND_STATES = frozenset({"Pending", "InProgress", "Delayed"})
 # SSM's delivery timeout (not the run time, which the document's executionTimeout sets).
 DELIVERY_TIMEOUT_S = 600
+# Exit codes of the documents' own checks: the agent is not installed (127) or is another version
+# than this deployment's (126). A revive cannot fix either: the node fails at once, naming it.
+NOT_INSTALLED_EXIT = 127
+WRONG_VERSION_EXIT = 126
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One instance's part of a command: SSM status, exit code (-1 while running), output excerpt."""
+
+    instance_id: str
+    status: str
+    response_code: int = -1
+    output: str = ""
 
 
 class AgentRunner(Protocol):
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str: ...
+    def send(
+        self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
+    ) -> str: ...
 
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]: ...
+    def find_sent(self, document: str, instance_id: str, since_ms: int, comment: str) -> str | None: ...
+
+    def command_states(self, command_ids: Sequence[str]) -> dict[str, str]: ...
+
+    def invocations(self, command_id: str) -> dict[str, Invocation]: ...
 
     def cancel(self, command_ids: Sequence[str]) -> None: ...
 
     def online(self, instance_ids: Sequence[str]) -> set[str]: ...
 
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]: ...
-
-    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None: ...
-
 
 @dataclass
 class SsmAgentRunner:
     ssm: Any
-    sleep: Callable[[float], None] = time.sleep
-    stats_timeout_s: float = 120.0
+    # SendCommand's CloudWatchOutputConfig: every command's output also goes to this log group.
+    log_group: str | None = None
 
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str:
-        resp = self.ssm.send_command(
-            DocumentName=document,
-            InstanceIds=[instance_id],
-            Parameters={k: [v] for k, v in parameters.items()},
-            Comment=comment[:100],
-            TimeoutSeconds=DELIVERY_TIMEOUT_S,
-        )
-        return str(resp["Command"]["CommandId"])
+    def send(
+        self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
+    ) -> str:
+        if not 1 <= len(instance_ids) <= inputs.SSM_MAX_TARGETS:
+            raise ValueError(
+                f"SendCommand takes 1..{inputs.SSM_MAX_TARGETS} instances, got {len(instance_ids)}"
+            )
+        kwargs: dict[str, Any] = {
+            "DocumentName": document,
+            "InstanceIds": list(instance_ids),
+            "Parameters": {k: [v] for k, v in parameters.items()},
+            "Comment": comment[:100],
+            "TimeoutSeconds": DELIVERY_TIMEOUT_S,
+        }
+        if self.log_group:
+            kwargs["CloudWatchOutputConfig"] = {
+                "CloudWatchLogGroupName": self.log_group,
+                "CloudWatchOutputEnabled": True,
+            }
+        return str(self.ssm.send_command(**kwargs)["Command"]["CommandId"])
 
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]:
-        """Status per command id: one paginated ListCommands over the warm's window (not one call per
-        command: 600 commands for 300 nodes), then single lookups for any not seen."""
-        wanted = set(command_ids)
-        out: dict[str, str] = {}
+    def find_sent(self, document: str, instance_id: str, since_ms: int, comment: str) -> str | None:
+        """The command `comment` names that was sent to `instance_id` since `since_ms`, if any: how a
+        retried step finds a command whose id it recorded no more (it records the intent first)."""
         since = datetime.fromtimestamp(since_ms / 1000 - 60, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for page in self.ssm.get_paginator("list_commands").paginate(
-            Filters=[{"key": "InvokedAfter", "value": since}]
+            InstanceId=instance_id,
+            Filters=[{"key": "InvokedAfter", "value": since}, {"key": "DocumentName", "value": document}],
         ):
             for cmd in page["Commands"]:
-                if cmd["CommandId"] in wanted:
-                    out[cmd["CommandId"]] = cmd["Status"]
-        for cid in sorted(wanted - out.keys()):
-            cmds = self.ssm.list_commands(CommandId=cid)["Commands"]
-            out[cid] = cmds[0]["Status"] if cmds else "Undeliverable"
+                if cmd.get("Comment") == comment[:100]:
+                    return str(cmd["CommandId"])
+        return None
+
+    def command_states(self, command_ids: Sequence[str]) -> dict[str, str]:
+        """Status per command id, one ListCommands each: only this warm's commands are listed (the
+        caller asks only about the ones whose status objects do not already say enough)."""
+        out: dict[str, str] = {}
+        for cid in command_ids:
+            try:
+                cmds = self.ssm.list_commands(CommandId=cid)["Commands"]
+            except ClientError as exc:
+                if error_code(exc) != "InvalidCommandId":
+                    raise
+                cmds = []
+            out[cid] = str(cmds[0]["Status"]) if cmds else "Undeliverable"
+        return out
+
+    def invocations(self, command_id: str) -> dict[str, Invocation]:
+        """Every instance's part of one command (up to 50), with the output excerpt SSM keeps."""
+        out: dict[str, Invocation] = {}
+        for page in self.ssm.get_paginator("list_command_invocations").paginate(
+            CommandId=command_id, Details=True
+        ):
+            for inv in page["CommandInvocations"]:
+                text = "\n".join(
+                    str(p.get("Output", "")) for p in inv.get("CommandPlugins", []) if p.get("Output")
+                )
+                codes = [int(p["ResponseCode"]) for p in inv.get("CommandPlugins", []) if "ResponseCode" in p]
+                out[inv["InstanceId"]] = Invocation(
+                    inv["InstanceId"], str(inv["Status"]), max(codes) if codes else -1, text
+                )
         return out
 
     def cancel(self, command_ids: Sequence[str]) -> None:
@@ -99,72 +153,12 @@ class SsmAgentRunner:
                 )
         return found
 
-    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
-        """Fire-and-forget lazy unmount (the agent was cancelled; the detach follows). `mount_point`
-        comes from validated input (warm id and mount dir patterns: no shell metacharacters)."""
-        if not inputs.matches(inputs.MOUNT, mount_point):
-            raise ValueError(f"unsafe mount point {mount_point!r}")
-        script = (
-            f"if mountpoint -q '{mount_point}'; then umount -l '{mount_point}'; fi; "
-            f"rmdir '{mount_point}' 2>/dev/null || true"
-        )
-        for batch in chunks(list(instance_ids), 50):
-            self.ssm.send_command(
-                DocumentName="AWS-RunShellScript",
-                InstanceIds=list(batch),
-                Parameters={"commands": [script], "executionTimeout": ["120"]},
-                Comment=comment[:100],
-                TimeoutSeconds=DELIVERY_TIMEOUT_S,
-            )
 
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
-        """`stats` of the memcached on each node, asked through AWS-RunShellScript (bash /dev/tcp: no
-        client needed on the node)."""
-        script = (
-            f"exec 3<>/dev/tcp/127.0.0.1/{int(port)} && "
-            "printf 'stats\\r\\nquit\\r\\n' >&3 && timeout 10 cat <&3"
-        )
-        pending: dict[tuple[str, str], None] = {}
-        for batch in chunks(list(instance_ids), 50):
-            resp = self.ssm.send_command(
-                DocumentName="AWS-RunShellScript",
-                InstanceIds=list(batch),
-                Parameters={"commands": [script], "executionTimeout": ["60"]},
-                Comment="cachewarm: memcached stats",
-                TimeoutSeconds=DELIVERY_TIMEOUT_S,
-            )
-            for iid in batch:
-                pending[(resp["Command"]["CommandId"], iid)] = None
-        out: dict[str, NodeStats] = {}
-        deadline = time.monotonic() + self.stats_timeout_s
-        while pending:
-            for cid, iid in list(pending):
-                try:
-                    inv = self.ssm.get_command_invocation(CommandId=cid, InstanceId=iid)
-                except ClientError as exc:
-                    if error_code(exc) == "InvocationDoesNotExist":
-                        continue  # not registered yet
-                    raise
-                status = inv["Status"]
-                if status in RUNNING_COMMAND_STATES:
-                    continue
-                del pending[(cid, iid)]
-                if status != "Success":
-                    raise PlanError(
-                        f"memcached stats on {iid} failed ({status}): {inv.get('StandardErrorContent', '')}"
-                    )
-                out[iid] = parse_stats(iid, inv.get("StandardOutputContent", ""))
-            if pending:
-                if time.monotonic() > deadline:
-                    raise PlanError(f"memcached stats timed out on {sorted(i for _, i in pending)}")
-                self.sleep(2.0)
-        return out
-
-
-_STAT = re.compile(r"^STAT (\S+) (\d+)\s*$", re.MULTILINE)
+_STAT = re.compile(r"^(?:STAT )?(curr_items|bytes) (\d+)\s*$", re.MULTILINE)
 
 
 def parse_stats(instance_id: str, text: str) -> NodeStats:
+    """The memcached-stats document's output (`curr_items N`, `bytes N`; raw `STAT` lines work too)."""
     stats = dict(_STAT.findall(text))
     if "curr_items" not in stats or "bytes" not in stats:
         raise PlanError(f"no memcached stats from {instance_id} (is memcached listening?): {text[:200]!r}")

@@ -23,6 +23,8 @@ from cachewarm_controller.errors import (
 from cachewarm_controller.model import MULTI_ATTACH_LIMIT
 
 LIVE_STATES = frozenset({"attaching", "attached", "busy"})
+# What EC2 answers to an AttachVolume of a volume already attached to that instance.
+ALREADY_ATTACHED_CODES = frozenset({"VolumeInUse", "InvalidVolume.InUse", "IncorrectState"})
 
 
 @dataclass(frozen=True)
@@ -59,17 +61,15 @@ class Ec2VolumeAttacher:
         return out
 
     def attach(self, volume_id: str, instance_id: str, device: str) -> None:
-        current = self.attachments([volume_id])[volume_id]
-        if any(a.instance_id == instance_id and a.state in LIVE_STATES for a in current):
-            return  # a retried step: already attached
-        if sum(a.state in LIVE_STATES for a in current) >= MULTI_ATTACH_LIMIT:
-            raise AttachmentLimitError(
-                f"volume {volume_id} already has {MULTI_ATTACH_LIMIT} attachments: io2 multi-attach "
-                f"allows at most {MULTI_ATTACH_LIMIT} Nitro instances; cannot attach {instance_id}"
-            )
+        """One AttachVolume (the step checked the attachments and the 16-instance limit before); an
+        attachment that already exists is fine (a retried step)."""
         try:
             self._ec2.attach_volume(VolumeId=volume_id, InstanceId=instance_id, Device=device)
         except ClientError as exc:
+            if error_code(exc) in ALREADY_ATTACHED_CODES:
+                current = self.attachments([volume_id])[volume_id]
+                if any(a.instance_id == instance_id and a.state in LIVE_STATES for a in current):
+                    return
             raise self._named(exc, volume_id, instance_id) from exc
 
     def detach(self, volume_id: str, instance_id: str, force: bool) -> None:

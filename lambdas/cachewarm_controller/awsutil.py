@@ -37,9 +37,10 @@ THROTTLING_CODES = frozenset(
 T = TypeVar("T")
 
 
-def client_token(warm_id: str, node_id: str, kind: str) -> str:
-    """EC2 idempotency token (<= 64 ASCII chars): the same warm + node + kind => the same resource."""
-    digest = hashlib.sha256(f"{warm_id}|{node_id}|{kind}".encode()).hexdigest()[:48]
+def client_token(execution_arn: str, node_id: str, kind: str) -> str:
+    """EC2 idempotency token (<= 64 ASCII chars): the same execution + node + kind => the same
+    resource (the execution ARN names the warm id too; another execution never shares a token)."""
+    digest = hashlib.sha256(f"{execution_arn}|{node_id}|{kind}".encode()).hexdigest()[:48]
     return f"cw-{kind[:8]}-{digest}"
 
 

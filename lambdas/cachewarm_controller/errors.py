@@ -32,6 +32,11 @@ class WaitTimedOutError(ControllerError):
     """A bounded wait loop (volumes, populators, attachments, teardown) ran out of attempts."""
 
 
+class AgentInstallError(ControllerError):
+    """The agent could not be installed on an instance, or reports another version than this
+    deployment's (a revive cannot fix that)."""
+
+
 class NodeFailedError(ControllerError):
     """A node's agent failed (or went stale) more often than the revive limit allows."""
 

@@ -20,11 +20,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Ec2VolumeAttacher
 from cachewarm_controller.awsutil import RETRY_CONFIG, is_throttling
+from cachewarm_controller.budget import Deadline
 from cachewarm_controller.errors import TransientError
 from cachewarm_controller.model import WarmInput
-from cachewarm_controller.steps import agent_commands, planning, progress, resources
+from cachewarm_controller.steps import agent_commands, planning, progress, resources, verification
 from cachewarm_controller.steps import teardown as teardown_steps
-from cachewarm_controller.steps.common import Deps, Settings
+from cachewarm_controller.steps.common import Deps, Documents, Settings, Warm, loop_state
 from cachewarm_controller.store import S3Store
 
 # Service/namespace come from the Lambda environment (the CDK stack sets them); the defaults keep
@@ -33,19 +34,35 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "cachewarm"
 metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "CacheWarm")
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
+# The stack sets every one (tests/infra checks): the SSM documents' names are CloudFormation's.
+REQUIRED_ENV = (
+    "STATUS_BUCKET",
+    "DUMP_DOCUMENT_NAME",
+    "POPULATE_DOCUMENT_NAME",
+    "VERIFY_DOCUMENT_NAME",
+    "INSTALL_DOCUMENT_NAME",
+    "UNMOUNT_DOCUMENT_NAME",
+    "MEMCACHED_STATS_DOCUMENT_NAME",
+)
 
 
 def settings_from_env() -> Settings:
-    missing = [
-        k for k in ("STATUS_BUCKET", "DUMP_DOCUMENT_NAME", "POPULATE_DOCUMENT_NAME") if not os.environ.get(k)
-    ]
+    missing = [k for k in REQUIRED_ENV if not os.environ.get(k)]
     if missing:
         raise RuntimeError(f"Lambda environment lacks {', '.join(missing)} (set by the CDK stack)")
+    env = os.environ
     return Settings(
-        status_bucket=os.environ["STATUS_BUCKET"],
-        dump_document=os.environ["DUMP_DOCUMENT_NAME"],
-        populate_document=os.environ["POPULATE_DOCUMENT_NAME"],
-        kms_key_id=os.environ.get("KMS_KEY_ID") or None,
+        status_bucket=env["STATUS_BUCKET"],
+        documents=Documents(
+            dump=env["DUMP_DOCUMENT_NAME"],
+            populate=env["POPULATE_DOCUMENT_NAME"],
+            verify=env["VERIFY_DOCUMENT_NAME"],
+            install=env["INSTALL_DOCUMENT_NAME"],
+            unmount=env["UNMOUNT_DOCUMENT_NAME"],
+            stats=env["MEMCACHED_STATS_DOCUMENT_NAME"],
+        ),
+        kms_key_id=env.get("KMS_KEY_ID") or None,
+        populator_subnet_ids=tuple(s for s in (env.get("POPULATOR_SUBNET_IDS") or "").split(",") if s),
     )
 
 
@@ -59,9 +76,10 @@ def default_deps() -> Deps:
     return Deps(
         ec2=ec2,
         s3=S3Store(s3, settings.status_bucket),
-        agents=SsmAgentRunner(ssm),
+        agents=SsmAgentRunner(ssm, log_group=os.environ.get("AGENT_LOG_GROUP") or None),
         attacher=Ec2VolumeAttacher(ec2),
         settings=settings,
+        autoscaling=boto3.client("autoscaling", config=RETRY_CONFIG),
     )
 
 
@@ -69,18 +87,14 @@ def get_deps() -> Deps:
     return default_deps()
 
 
-def _input(event: dict[str, Any]) -> WarmInput:
+def _warm(event: dict[str, Any]) -> Warm:
     # Already validated by ValidateInput; re-parsing is cheap and gives a typed model.
-    return WarmInput.model_validate(event["input"])
+    return Warm(WarmInput.model_validate(event["input"]), str(event["execution_arn"]))
 
 
-def _attempt(event: dict[str, Any], key: str) -> int:
-    value = event.get(key) or {}
-    return int(value.get("attempt", 0)) if isinstance(value, dict) else 0
-
-
-def _adapter(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
-    """Logger with the warm id as correlation id, EMF metrics, AWS errors mapped to retryable names."""
+def _adapter(fn: Callable[[dict[str, Any], Deps], dict[str, Any]]) -> Handler:
+    """Logger with the warm id as correlation id, EMF metrics, the Lambda's remaining time as the
+    steps' deadline, AWS errors mapped to retryable names."""
 
     @functools.wraps(fn)
     @logger.inject_lambda_context(correlation_id_path="warm_id", clear_state=True)
@@ -88,7 +102,9 @@ def _adapter(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
     def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_dimension(name="Step", value=fn.__name__)
         try:
-            result = fn(event)
+            deps = get_deps()
+            deps.deadline = Deadline(getattr(context, "get_remaining_time_in_millis", None))
+            result = fn(event, deps)
         except (ClientError, BotoCoreError) as exc:
             metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
             if isinstance(exc, BotoCoreError) or is_throttling(exc):
@@ -107,52 +123,60 @@ def _adapter(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
     return handler
 
 
-def _on_input(step: Callable[[WarmInput, Deps], dict[str, Any]]) -> Handler:
-    """The handler of a step that needs only the (validated) input."""
+def _loop(step: Callable[[Warm, dict[str, int], Deps], dict[str, Any]], key: str) -> Handler:
+    """The handler of one pass of a looping step: the warm and the loop's counters so far
+    (`event[key]`, the previous pass's output)."""
 
-    def run(event: dict[str, Any]) -> dict[str, Any]:
-        return step(_input(event), get_deps())
-
-    run.__name__ = run.__qualname__ = step.__name__
-    return _adapter(run)
-
-
-def _on_wait(step: Callable[[WarmInput, int, Deps], dict[str, Any]], loop: str) -> Handler:
-    """The handler of one check of a wait loop: the input and the loop's count of checks so far
-    (`event[loop]["attempt"]`, the previous check's output)."""
-
-    def run(event: dict[str, Any]) -> dict[str, Any]:
-        return step(_input(event), _attempt(event, loop), get_deps())
+    def run(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+        return step(_warm(event), loop_state(event, key), deps)
 
     run.__name__ = run.__qualname__ = step.__name__
     return _adapter(run)
 
 
 @_adapter
-def validate_input(event: dict[str, Any]) -> dict[str, Any]:
-    inp = planning.validate(event, get_deps().ec2)
-    return {"warm_id": inp.warm_id, "input": inp.model_dump(mode="json")}
+def validate_input(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+    """Input `{"input": <execution input>, "execution_arn": $$.Execution.Id}` (the ASL's Parameters)."""
+    inp = planning.validate(event.get("input"), deps)
+    return {
+        "warm_id": inp.warm_id,
+        "execution_arn": event["execution_arn"],
+        "input": inp.model_dump(mode="json"),
+    }
 
 
 @_adapter
-def plan(event: dict[str, Any]) -> dict[str, Any]:
-    out = planning.plan(_input(event), get_deps())
+def claim_warm_id(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+    return planning.claim(_warm(event), deps)
+
+
+survey_replicas = _loop(planning.survey, "survey")
+
+
+@_adapter
+def plan(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+    out = planning.plan(_warm(event), deps)
     metrics.add_metric(name="SourceNodes", unit=MetricUnit.Count, value=out["nodes"])
     return out
 
 
-create_volumes = _on_input(resources.create_volumes)
-check_volumes = _on_wait(resources.check_volumes, "volumes_wait")
-launch_populators = _on_input(resources.launch_populators)
-check_populators = _on_wait(resources.check_populators, "populators_wait")
-attach_volumes = _on_input(resources.attach_volumes)
-start_agents = _on_input(agent_commands.start_agents)
+create_volumes = _loop(resources.create_volumes, "volumes")
+launch_populators = _loop(resources.launch_populators, "populators")
+attach_volumes = _loop(resources.attach_volumes, "attach")
+install_agents = _loop(agent_commands.install_agents, "install")
+start_agents = _loop(agent_commands.start_agents, "agents")
+verify = _loop(verification.verify, "verify")
+
+
+def _log_node(fields: dict[str, Any]) -> None:
+    # One line per node and poll: the dashboard's per-node widget queries these fields.
+    logger.info("node progress", extra=fields)
 
 
 @_adapter
-def check_progress(event: dict[str, Any]) -> dict[str, Any]:
+def check_progress(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
     poll = int((event.get("progress") or {}).get("poll", 0))
-    out = progress.check_progress(_input(event), poll, get_deps())
+    out = progress.check_progress(_warm(event), poll, deps, log=_log_node)
     metrics.add_metric(name="NodesDone", unit=MetricUnit.Count, value=out["nodes_done"])
     metrics.add_metric(name="ItemsPopulated", unit=MetricUnit.Count, value=out["items"])
     metrics.add_metric(name="BytesPopulated", unit=MetricUnit.Bytes, value=out["bytes"])
@@ -160,20 +184,11 @@ def check_progress(event: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-verify = _on_input(progress.verify)
-
-
 @_adapter
-def teardown(event: dict[str, Any]) -> dict[str, Any]:
+def teardown(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
     target = teardown_steps.teardown_target(event)
-    attempt = _attempt(event, "teardown")
-    out = teardown_steps.teardown(
-        target.warm_id, target.status_prefix, attempt, TEARDOWN_MAX_ATTEMPTS, get_deps(), target.mount_dir
-    )
+    previous = event.get("teardown")
+    out = teardown_steps.teardown(target, previous if isinstance(previous, dict) else {}, deps)
     left = out.get("volumes_left", 0) + out.get("instances_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out
-
-
-# Teardown polls (detaching/terminating takes minutes); with backoff capped at 60 s this is ~1 h.
-TEARDOWN_MAX_ATTEMPTS = 60

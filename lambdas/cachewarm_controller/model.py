@@ -111,16 +111,30 @@ class DumperSpec(_Strict):
 
 
 class PollingSpec(_Strict):
+    """How CheckProgress polls. Together with the waits, these bound the execution's history: input
+    whose worst case exceeds the budget is refused (cachewarm_controller.history)."""
+
     interval_seconds: int = Field(default=180, ge=5, le=3600)
     stale_after_seconds: int = Field(default=600, ge=60, le=86_400)
+    # A node whose items/bytes/files/keys have not moved for this long is stalled, even with fresh
+    # heartbeats: it is revived once, and fails the warm the second time.
+    stalled_after_seconds: int = Field(default=1800, ge=300, le=86_400)
     max_revives: int = Field(default=3, ge=0, le=50)
     deadline_hours: float = Field(default=24.0, gt=0, le=240)
-    # Bounded waits for volumes / instances / attachments / teardown (each try ~ backoff seconds).
+    # Bounded waits for the survey, volumes, instances, attachments, agent install and verify (each
+    # wait ~ a backoff of 5 .. 60 s).
     resource_wait_attempts: int = Field(default=40, ge=1, le=500)
 
 
 class VerifySpec(_Strict):
+    """Verify runs `cachewarm verify --sample` (through `cachewarm agent verify` on the populator)
+    for `sample_nodes` source nodes against the destination; a node fails when more than
+    `max_difference_ratio` of its checked keys differ (live traffic keeps writing both replicas, so a
+    few differences are expected). `require_item_match` also compares the agents' own counts."""
+
     sample_nodes: int = Field(default=16, ge=0, le=10_000)
+    sample_keys: int = Field(default=10_000, ge=1, le=inputs.SAMPLE_KEYS_MAX)
+    max_difference_ratio: float = Field(default=0.001, ge=0.0, le=1.0)
     require_item_match: bool = True
 
 
@@ -167,12 +181,24 @@ def volume_size_gib(data_bytes: int, headroom: float, iops: int) -> int:
 # ---- the plan: one row per source node, kept in S3 (300 rows would crowd the 256 KiB state) --------
 
 
+class Probe(BaseModel):
+    """One command sent to up to 50 instances with the same parameters (memcached stats, agent
+    install); an empty `command_id` is one about to be sent (recorded first, like RoleRun)."""
+
+    command_id: str
+    instance_ids: list[str]
+
+
 class RoleRun(BaseModel):
-    """The latest SSM command of one agent role on one node."""
+    """The latest SSM command of one agent role on one node. `sending_ms` is written to S3 before the
+    command is sent: a retried step that finds it without a command id looks the command up (by its
+    comment) instead of sending it twice."""
 
     command_id: str | None = None
     attempt: int = 0
     sent_ms: int = 0
+    sending_ms: int = 0
+    cancelled: bool = False
 
 
 class NodePlan(BaseModel):
@@ -183,23 +209,58 @@ class NodePlan(BaseModel):
     items: int
     bytes: int
     size_gib: int
+    private_ip: str = ""
     volume_id: str | None = None
     populator_id: str | None = None
     dump: RoleRun = Field(default_factory=RoleRun)
     populate: RoleRun = Field(default_factory=RoleRun)
+    verify: RoleRun = Field(default_factory=RoleRun)
     revives: int = 0
     done: bool = False
+    # Progress, not heartbeats: the last (items, bytes, files, keys) seen of both agents, when it last
+    # moved, and how often the node was revived for not moving.
+    progress_mark: list[int] = Field(default_factory=list)
+    progress_ms: int = 0
+    stall_revives: int = 0
 
 
 class WarmPlan(BaseModel):
     warm_id: str
+    execution_arn: str = ""
     source_replica: str | None
     started_ms: int
     destination_endpoints: list[str]
     nodes: list[NodePlan]
+    # InstallAgents: the install-agent commands (recorded before they are sent) and whether every
+    # instance reported this deployment's agent.
+    install_commands: list[Probe] = Field(default_factory=list)
+    install_sending_ms: int = 0
+    installed: bool = False
 
     def node(self, node_id: str) -> NodePlan:
         for n in self.nodes:
             if n.node_id == node_id:
                 return n
         raise KeyError(node_id)
+
+
+class Survey(BaseModel):
+    """What SurveyReplicas found: the candidate source nodes per replica, the stats probes it sent and
+    the stats they returned (kept in S3 between passes, beside the plan)."""
+
+    execution_arn: str
+    candidates: dict[str, list[str]]  # replica name (or "" when given by instance ids) -> node ids
+    probes: list[Probe] = Field(default_factory=list)
+    stats: dict[str, NodeStats] = Field(default_factory=dict)
+
+
+class TeardownState(BaseModel):
+    """What Teardown remembers between passes (in S3 beside the plan: 600 instances' unmount state
+    would crowd the execution's 256 KiB state)."""
+
+    cancelled: bool = False
+    unmount: dict[str, list[str]] = Field(default_factory=dict)  # command id -> instance ids
+    unmount_tries: dict[str, int] = Field(default_factory=dict)  # instance id -> unmount commands
+    # instance id -> "ok" or "failed (...): output" of its latest unmount that answered
+    unmount_results: dict[str, str] = Field(default_factory=dict)
+    stuck: dict[str, int] = Field(default_factory=dict)  # "<volume>/<instance>" -> passes detaching

@@ -6,6 +6,7 @@ what this reads).
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -15,15 +16,30 @@ from cachewarm.contract.status import (
     ROLES,
     NodeStatus,
     StatusFormatError,
+    VerifyResult,
+    claim_key,
     plan_key,
     role_prefix,
+    verify_key,
     warm_prefix,
 )
 
 from cachewarm_controller.awsutil import error_code
-from cachewarm_controller.model import WarmPlan
+from cachewarm_controller.budget import STATUS_READERS
+from cachewarm_controller.errors import TransientError
+from cachewarm_controller.model import Survey, TeardownState, WarmPlan
 
 StatusMap = dict[tuple[str, str], NodeStatus]  # (role, node_id) -> status
+
+
+def survey_key(prefix: str, warm_id: str) -> str:
+    """The controller's own survey of the source candidates (only the controller reads it)."""
+    return f"{warm_prefix(prefix, warm_id)}controller/survey.json"
+
+
+def teardown_key(prefix: str, warm_id: str) -> str:
+    """Teardown's memory between passes (deleted with the rest of the warm's objects)."""
+    return f"{warm_prefix(prefix, warm_id)}controller/teardown.json"
 
 
 class StatusReader(Protocol):
@@ -35,7 +51,7 @@ class S3Store:
     s3: Any
     bucket: str
     # Status objects are fetched in parallel: 600 GETs for 300 nodes every poll.
-    workers: int = 16
+    workers: int = STATUS_READERS
     corrupt: list[str] = field(default_factory=list)
 
     def save_plan(self, prefix: str, plan: WarmPlan) -> None:
@@ -47,13 +63,90 @@ class S3Store:
         )
 
     def load_plan(self, prefix: str, warm_id: str) -> WarmPlan | None:
+        body = self._get(plan_key(prefix, warm_id))
+        return None if body is None else WarmPlan.model_validate_json(body)
+
+    def _get(self, key: str) -> bytes | None:
         try:
-            obj = self.s3.get_object(Bucket=self.bucket, Key=plan_key(prefix, warm_id))
+            return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
         except ClientError as exc:
             if error_code(exc) in {"NoSuchKey", "404"}:
                 return None
             raise
-        return WarmPlan.model_validate_json(obj["Body"].read())
+
+    def save_survey(self, prefix: str, warm_id: str, survey: Survey) -> None:
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=survey_key(prefix, warm_id),
+            Body=survey.model_dump_json().encode(),
+            ContentType="application/json",
+        )
+
+    def load_survey(self, prefix: str, warm_id: str) -> Survey | None:
+        body = self._get(survey_key(prefix, warm_id))
+        return None if body is None else Survey.model_validate_json(body)
+
+    def save_teardown(self, prefix: str, warm_id: str, state: TeardownState) -> None:
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=teardown_key(prefix, warm_id),
+            Body=state.model_dump_json().encode(),
+            ContentType="application/json",
+        )
+
+    def load_teardown(self, prefix: str, warm_id: str) -> TeardownState:
+        body = self._get(teardown_key(prefix, warm_id))
+        return TeardownState() if body is None else TeardownState.model_validate_json(body)
+
+    def claim(self, prefix: str, warm_id: str, body: dict[str, Any]) -> bool:
+        """Create the warm id's claim unless it exists (S3 conditional write, If-None-Match: *).
+        True: this call created it. False: it already existed (read it to see whose it is)."""
+        try:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=claim_key(prefix, warm_id),
+                Body=json.dumps(body).encode(),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as exc:
+            if error_code(exc) in {"PreconditionFailed", "412"}:
+                return False
+            if error_code(exc) in {"ConditionalRequestConflict", "409"}:
+                # Two writers raced for the key; S3 asks the loser to retry (which then sees 412).
+                raise TransientError(f"claim of {warm_id} raced another writer: {exc}") from exc
+            raise
+        return True
+
+    def read_claim(self, prefix: str, warm_id: str) -> dict[str, Any] | None:
+        body = self._get(claim_key(prefix, warm_id))
+        if body is None:
+            return None
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def read_verify(self, prefix: str, warm_id: str, node_ids: list[str]) -> dict[str, VerifyResult]:
+        """The verify agents' results for these nodes (missing: not written yet; corrupt: recorded)."""
+
+        def get(node: str) -> VerifyResult | None:
+            body = self._get(verify_key(prefix, warm_id, node))
+            if body is None:
+                return None
+            try:
+                return VerifyResult.from_json(body)
+            except StatusFormatError:
+                self.corrupt.append(verify_key(prefix, warm_id, node))
+                return None
+
+        out: dict[str, VerifyResult] = {}
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(node_ids)))) as pool:
+            for node, res in zip(node_ids, pool.map(get, node_ids), strict=True):
+                if res is not None:
+                    out[node] = res
+        return out
 
     def _keys(self, prefix: str) -> list[str]:
         keys: list[str] = []

@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCUMENTS = {
     "dump": REPO / "infra/ssm_documents/dump-agent.json",
     "populate": REPO / "infra/ssm_documents/populate-agent.json",
+    "verify": REPO / "infra/ssm_documents/verify-agent.json",
 }
 
 # Agent flag -> the SSM document parameter it carries.
@@ -44,9 +45,13 @@ FLAG_PARAM = {
     "--mode": "mode",
     "--threads": "threads",
     "--max-items-per-second": "maxItemsPerSecond",
+    "--source": "source",
+    "--sample": "sampleKeys",
 }
-# Document parameters that are for SSM itself, not passed to the agent.
-SSM_ONLY = {"executionTimeout"}
+# Document parameters that are not passed to the agent: SSM's own run time limit, and the version
+# the document checks `cachewarm --version` against before it starts the agent (filled in by the stack).
+SSM_ONLY = {"executionTimeout", "agentVersion"}
+VERSION = "0.1.0"
 
 EBS_DEVICE = inputs.ebs_device_path("vol-0123456789abcdef0")
 HOST_MAX = "h" * 253
@@ -99,6 +104,11 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
         ["1000", "0", "04", "-1", str(inputs.THREADS_MAX + 1), ""],
     ),
     "maxItemsPerSecond": (["1", "250000", "9" * 9], ["1" + "0" * 9, "0", "-1", "1e6", "1_000", ""]),
+    "source": (
+        ["10.0.1.17:11211", "ip-10-0-0-1.ec2.internal:11211", f"{HOST_MAX}:65535"],
+        [f"h{HOST_MAX}:1", "10.0.1.17", "10.0.1.17:123456", ":11211", "a_b:1", ""],
+    ),
+    "sampleKeys": (["1", "10000", "9" * 7], ["0", "1" + "0" * 7, "-1", "01", "1e4", ""]),
 }
 
 
@@ -187,11 +197,15 @@ def test_agent_flag_accepts_what_the_contract_allows(name: str, flag: str, value
 # ---- the documents' command lines ----------------------------------------------------------------
 
 
-def run_document(name: str, tmp_path: Path, parameters: dict[str, str]) -> list[str]:
+def run_document(
+    name: str, tmp_path: Path, parameters: dict[str, str], extra_env: dict[str, str] | None = None
+) -> list[str]:
     """Run the document's shell lines as SSM would (parameters substituted, then bash); the final
     `cachewarm` is a stand-in that records its argv. Returns the argv after `cachewarm`."""
     doc = document(name)
-    values = {k: p.get("default") for k, p in doc["parameters"].items()} | parameters
+    values = (
+        {k: p.get("default") for k, p in doc["parameters"].items()} | {"agentVersion": VERSION} | parameters
+    )
     for k, v in values.items():  # what SSM checks before anything runs
         assert v is not None and re.fullmatch(doc["parameters"][k]["allowedPattern"], v), (k, v)
     script = "\n".join(line for step in doc["mainSteps"] for line in step["inputs"]["runCommand"])
@@ -199,9 +213,13 @@ def run_document(name: str, tmp_path: Path, parameters: dict[str, str]) -> list[
     bin_dir, out = tmp_path / "bin", tmp_path / "argv"
     bin_dir.mkdir(exist_ok=True)
     shim = bin_dir / "cachewarm"
-    shim.write_text('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$ARGV_OUT"\n')
+    shim.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = --version ]; then echo "cachewarm, version ${{SHIM_VERSION:-{VERSION}}}"; exit 0; fi\n'
+        'printf "%s\\0" "$@" > "$ARGV_OUT"\n'
+    )
     shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_OUT": str(out)}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_OUT": str(out), **(extra_env or {})}
     subprocess.run(["bash", "-c", script], env=env, check=True, timeout=60)
     argv = out.read_bytes().decode().split("\0")[:-1]
     assert argv[:2] == ["agent", name]
@@ -235,3 +253,12 @@ def test_unlimited_rate_leaves_the_flag_out(name: str, tmp_path: Path) -> None:
     argv = run_document(name, tmp_path, {**document_values(name, 0), "maxItemsPerSecond": "0"})
     assert "--max-items-per-second" not in argv
     assert parse(name, argv)["max_items_per_second"] is None
+
+
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_a_document_refuses_another_agent_version(name: str, tmp_path: Path) -> None:
+    """Exit 126 before the agent starts when `cachewarm --version` is not the stack's version."""
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        run_document(name, tmp_path, document_values(name, 0), {"SHIM_VERSION": "0.0.9"})
+    assert e.value.returncode == 126
+    assert not (tmp_path / "argv").exists()

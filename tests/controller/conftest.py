@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 from cachewarm_controller import handlers
-from cachewarm_controller.steps.common import Deps, Settings
+from cachewarm_controller.steps.common import Deps, Documents, Settings
 from cachewarm_controller.store import S3Store
 from moto import mock_aws
 
@@ -18,10 +18,15 @@ from tests.controller.support import (
     AMI,
     BUCKET,
     DOCS_DIR,
+    DOCUMENT_NAMES,
     DUMP_DOC,
+    INSTALL_DOC,
     MOTO_CONFIG,
     POPULATE_DOC,
     REGION,
+    STATS_DOC,
+    UNMOUNT_DOC,
+    VERIFY_DOC,
     AgentSim,
     FakeAttacher,
     FakeClock,
@@ -37,6 +42,10 @@ ENV = {
     "STATUS_BUCKET": BUCKET,
     "DUMP_DOCUMENT_NAME": DUMP_DOC,
     "POPULATE_DOCUMENT_NAME": POPULATE_DOC,
+    "VERIFY_DOCUMENT_NAME": VERIFY_DOC,
+    "INSTALL_DOCUMENT_NAME": INSTALL_DOC,
+    "UNMOUNT_DOCUMENT_NAME": UNMOUNT_DOC,
+    "MEMCACHED_STATS_DOCUMENT_NAME": STATS_DOC,
     "POWERTOOLS_SERVICE_NAME": "cachewarm",
     "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
     "POWERTOOLS_LOG_LEVEL": "WARNING",
@@ -85,10 +94,11 @@ def shared_world() -> Iterator[World]:
         s3 = boto3.client("s3", region_name=REGION)
         sfn = boto3.client("stepfunctions", region_name=REGION)
         s3.create_bucket(Bucket=BUCKET)
-        for name, path in ((DUMP_DOC, "dump-agent.json"), (POPULATE_DOC, "populate-agent.json")):
+        autoscaling = boto3.client("autoscaling", region_name=REGION)
+        for stem, name in DOCUMENT_NAMES.items():
             ssm.create_document(
                 Name=name,
-                Content=(DOCS_DIR / path).read_text(),
+                Content=(DOCS_DIR / f"{stem}.json").read_text(),
                 DocumentType="Command",
                 DocumentFormat="JSON",
             )
@@ -104,19 +114,34 @@ def shared_world() -> Iterator[World]:
         clock = FakeClock()
         store = S3Store(s3, BUCKET)
         # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.
-        agents = AgentSim(ssm, clock)
+        agents = AgentSim(ssm, clock, results=store)
         attacher = FakeAttacher()
+        documents = Documents(DUMP_DOC, POPULATE_DOC, VERIFY_DOC, INSTALL_DOC, UNMOUNT_DOC, STATS_DOC)
         deps = Deps(
             ec2=ec2,
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=Settings(BUCKET, DUMP_DOC, POPULATE_DOC),
+            settings=Settings(BUCKET, documents),
             statuses=agents,
+            autoscaling=autoscaling,
             clock=clock,
             sleep=lambda s: None,
         )
-        w = World(ec2, ssm, s3, sfn, clock, attacher, agents, deps, subnets, [], template_id)
+        w = World(
+            ec2,
+            ssm,
+            s3,
+            sfn,
+            clock,
+            attacher,
+            agents,
+            deps,
+            subnets,
+            [],
+            template_id,
+            autoscaling=autoscaling,
+        )
         w.source_ids = w.add_source_nodes("main-a", 3)
         w.add_source_nodes("main-b", 2)  # the destination replica: never a source
 

@@ -1,5 +1,5 @@
 """Support for the controller tests: an offline AWS world of moto (EC2/SSM/S3/Step Functions/Lambda) plus
-three fakes for what moto gets wrong (multi-attach, SSM command status/online, agents' heartbeats).
+fakes for what moto gets wrong (multi-attach here; SSM and the agents in agent_sim.py).
 
 The real ASL file runs under moto's Step Functions interpreter; its Lambda tasks are dispatched
 in-process to the real handlers (moto's Lambda only echoes); Wait states advance a fake clock
@@ -16,15 +16,53 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarm.contract.status import NodeStatus, Progress
 from cachewarm.contract.tags import REPLICA as TAG_REPLICA
 from cachewarm_controller import handlers
-from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Attachment
-from cachewarm_controller.model import NodeStats
 from cachewarm_controller.steps.common import Deps
-from cachewarm_controller.steps.inventory import Inventory, inventory
-from cachewarm_controller.store import S3Store, StatusMap
+from cachewarm_controller.steps.inventory import Inventory, tag_filter
+
+from tests.controller.agent_sim import AgentSim, SimCommand, SimNode
+from tests.controller.clock import FakeClock
+from tests.controller.names import (
+    DOCUMENT_NAMES,
+    DUMP_DOC,
+    INSTALL_DOC,
+    POPULATE_DOC,
+    STATS_DOC,
+    UNMOUNT_DOC,
+    VERIFY_DOC,
+)
+
+AMI = "ami-12c6146b"  # one of moto's built-in AMIs
+
+# What the tests import from here (the world and its parts, the names of the offline world).
+__all__ = [
+    "ACCOUNT",
+    "AMI",
+    "ASL_PATH",
+    "BUCKET",
+    "DOCS_DIR",
+    "DOCUMENT_NAMES",
+    "DUMP_DOC",
+    "INSTALL_DOC",
+    "MOTO_CONFIG",
+    "POPULATE_DOC",
+    "REGION",
+    "REPO",
+    "STATS_DOC",
+    "TEARDOWN_ASL_PATH",
+    "UNMOUNT_DOC",
+    "VERIFY_DOC",
+    "AgentSim",
+    "Execution",
+    "FakeAttacher",
+    "FakeClock",
+    "SimCommand",
+    "SimNode",
+    "World",
+    "dispatcher",
+]
 
 REPO = Path(__file__).resolve().parents[2]
 ASL_PATH = REPO / "statemachine" / "warm.asl.json"
@@ -33,24 +71,7 @@ DOCS_DIR = REPO / "infra" / "ssm_documents"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 BUCKET = "cachewarm-status-test"
-DUMP_DOC = "cachewarm-dump-agent"
-POPULATE_DOC = "cachewarm-populate-agent"
-AMI = "ami-12c6146b"  # one of moto's built-in AMIs
-# The simulated statuses name no warm (the controller keys them by role and node); the objects
-# written to S3 carry the warm id, as the agents' do.
-NO_WARM_ID = ""
 MOTO_CONFIG: Any = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
-
-
-class FakeClock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeAttacher:
@@ -75,133 +96,6 @@ class FakeAttacher:
 
 
 @dataclass
-class SimNode:
-    """How one node's agents behave in the simulation."""
-
-    finish_after_s: float = 600.0  # populate done this long after its command was sent
-    items: int = 1000
-    files: int = 10
-    silent_attempts: int = 0  # the first N populate attempts never heartbeat (go stale)
-    fail_attempts: int = 0  # the first N populate attempts report state=failed
-
-
-@dataclass
-class AgentSim:
-    """Stands in for SSM + the agents on the instances: SendCommand really goes to moto (so the
-    parameters are inspected there), command status is what the simulated agent is doing, and the
-    agents' status objects are synthesized from the fake clock (optionally written to moto's S3 and
-    read back through the real S3Store)."""
-
-    ssm: Any
-    clock: FakeClock
-    store: S3Store | None = None
-    default: SimNode = field(default_factory=SimNode)
-    nodes: dict[str, SimNode] = field(default_factory=dict)
-    # (role, node) -> list of (command id, attempt, sent_at)
-    sent: dict[tuple[str, str], list[tuple[str, int, float]]] = field(default_factory=dict)
-    cancelled: list[str] = field(default_factory=list)
-    offline: set[str] = field(default_factory=set)
-    command_params: list[dict[str, Any]] = field(default_factory=list)
-    unmounted: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-
-    use_ssm: bool = True  # False: command ids are made up here (the 300-node test)
-
-    def __post_init__(self) -> None:
-        self._real = SsmAgentRunner(self.ssm, sleep=lambda s: None)
-
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str:
-        if self.use_ssm:
-            cid = self._real.send(document, instance_id, parameters, comment)
-        else:
-            cid = f"cmd-{len(self.command_params):06d}"
-        role = "dump" if document == DUMP_DOC else "populate"
-        node = parameters["nodeId"]
-        runs = self.sent.setdefault((role, node), [])
-        runs.append((cid, len(runs) + 1, self.clock()))
-        self.command_params.append({"document": document, "instance": instance_id, **parameters})
-        return cid
-
-    def _node(self, node: str) -> SimNode:
-        return self.nodes.get(node, self.default)
-
-    def _status(self, role: str, node: str) -> NodeStatus | None:
-        runs = self.sent.get((role, node))
-        if not runs:
-            return None
-        _, attempt, sent_at = runs[-1]
-        sim = self._node(node)
-        now = self.clock()
-        progress = Progress(items=sim.items, bytes=sim.items * 1000, files=sim.files)
-        if role == "dump":
-            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
-        if attempt <= sim.silent_attempts:
-            return None
-        if attempt <= sim.silent_attempts + sim.fail_attempts:
-            return NodeStatus(
-                NO_WARM_ID,
-                node,
-                role,
-                "failed",
-                int(now * 1000),
-                Progress(),
-                "injected agent failure",
-                attempt,
-            )
-        if now - sent_at >= sim.finish_after_s:
-            return NodeStatus(NO_WARM_ID, node, role, "done", int(now * 1000), progress, None, attempt)
-        return NodeStatus(
-            NO_WARM_ID, node, role, "running", int(now * 1000), Progress(items=sim.items // 2), None, attempt
-        )
-
-    def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
-        out: StatusMap = {}
-        for role, node in self.sent:
-            st = self._status(role, node)
-            if st is not None:
-                out[(role, node)] = st
-        if self.store is None:
-            return out
-        for (role, node), st in out.items():  # the agents' side of the contract
-            body = {
-                "warm_id": warm_id,
-                "node_id": node,
-                "role": role,
-                "state": st.state,
-                "heartbeat_ms": st.heartbeat_ms,
-                "progress": st.progress.__dict__,
-                "error": st.error,
-                "attempt": st.attempt,
-            }
-            self.store.s3.put_object(
-                Bucket=self.store.bucket, Key=f"{prefix}/{warm_id}/{role}/{node}.json", Body=json.dumps(body)
-            )
-        return self.store.read_statuses(prefix, warm_id)
-
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for (role, node), runs in self.sent.items():
-            for cid, _, _ in runs:
-                if cid in self.cancelled:
-                    out[cid] = "Cancelled"
-                    continue
-                st = self._status(role, node) if cid == runs[-1][0] else None
-                out[cid] = "Success" if st is not None and st.state == "done" else "InProgress"
-        return {c: out.get(c, "Undeliverable") for c in command_ids}
-
-    def cancel(self, command_ids: Sequence[str]) -> None:
-        self.cancelled.extend(command_ids)
-
-    def online(self, instance_ids: Sequence[str]) -> set[str]:
-        return set(instance_ids) - self.offline
-
-    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
-        self.unmounted.append((tuple(instance_ids), mount_point))
-
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
-        return {i: NodeStats(items=1_000_000 + int(i[-4:], 16), bytes=5 * 1024**3) for i in instance_ids}
-
-
-@dataclass
 class World:
     ec2: Any
     ssm: Any
@@ -216,7 +110,10 @@ class World:
     template_id: str
     # PascalName -> "before" | "after" | "transient" | "transient-after"
     faults: dict[str, str] = field(default_factory=dict)
+    # PascalName -> called once, before the next invocation of that step (any execution)
+    before: dict[str, Callable[[], None]] = field(default_factory=dict)
     invocations: list[str] = field(default_factory=list)
+    autoscaling: Any = None
     warm_id: str = "warm-test-0"
     state_machine_arn: str = ""
     teardown_machine_arn: str = ""
@@ -227,9 +124,10 @@ class World:
         self.serial += 1
         self.warm_id = f"warm-test-{self.serial}"
         self.faults = {}
+        self.before = {}
         self.invocations = []
         self.attacher = FakeAttacher()
-        self.agents = AgentSim(self.ssm, self.clock)
+        self.agents = AgentSim(self.ssm, self.clock, results=self.deps.s3)
         self.deps = Deps(
             ec2=self.ec2,
             s3=self.deps.s3,
@@ -237,6 +135,7 @@ class World:
             attacher=self.attacher,
             settings=self.deps.settings,
             statuses=self.agents,
+            autoscaling=self.deps.autoscaling,
             clock=self.clock,
             sleep=lambda s: None,
         )
@@ -272,8 +171,17 @@ class World:
             ids.append(resp["Instances"][0]["InstanceId"])
         return ids
 
-    def inventory(self) -> Inventory:
-        return inventory(self.ec2, self.warm_id)
+    def inventory(self, warm_id: str | None = None) -> Inventory:
+        """Everything tagged with the warm id, whichever execution created it."""
+        inv = Inventory()
+        flt = [tag_filter("cachewarm:warm-id", warm_id or self.warm_id)]
+        inv.volumes = [
+            v for v in self.ec2.describe_volumes(Filters=flt)["Volumes"] if v["State"] != "deleted"
+        ]
+        live = {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]}
+        for res in self.ec2.describe_instances(Filters=[*flt, live])["Reservations"]:
+            inv.instances.extend(res["Instances"])
+        return inv
 
     def status_objects(self) -> list[str]:
         resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{self.warm_id}/")
@@ -287,9 +195,7 @@ class World:
             m: f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{m[: -len('FunctionArn')]}"
             for m in re.findall(r"\$\{(\w+FunctionArn)\}", definition)
         }
-        subs.update(
-            {"StatusBucket": BUCKET, "DumpDocumentName": DUMP_DOC, "PopulateDocumentName": POPULATE_DOC}
-        )
+        subs.update({"StatusBucket": BUCKET})
         for k, v in subs.items():
             definition = definition.replace("${" + k + "}", v)
         arn = self.sfn.create_state_machine(
@@ -308,12 +214,19 @@ class World:
             self.teardown_machine_arn = self.create_state_machine(TEARDOWN_ASL_PATH, "cachewarm-teardown")
         return self.execute(self.teardown_machine_arn, event, timeout_s)
 
-    def execute(self, arn: str, execution_input: Any, timeout_s: float) -> Execution:
-        raw = json.dumps(execution_input)
+    def start(self, arn: str, execution_input: Any) -> str:
         self.serial += 1
-        exec_arn = self.sfn.start_execution(stateMachineArn=arn, name=f"run-{self.serial}", input=raw)[
-            "executionArn"
-        ]
+        raw = json.dumps(execution_input)
+        return str(
+            self.sfn.start_execution(stateMachineArn=arn, name=f"run-{self.serial}", input=raw)[
+                "executionArn"
+            ]
+        )
+
+    def execute(self, arn: str, execution_input: Any, timeout_s: float) -> Execution:
+        return self.wait(self.start(arn, execution_input), timeout_s)
+
+    def wait(self, exec_arn: str, timeout_s: float = 90.0) -> Execution:
         deadline = time.monotonic() + timeout_s
         while True:
             desc = self.sfn.describe_execution(executionArn=exec_arn)
@@ -399,6 +312,9 @@ def dispatcher(world_ref: Callable[[], World]) -> Callable[..., bytes]:
         world.invocations.append(name)
         handler = getattr(handlers, _snake(name))
         event = json.loads(body) if body else {}
+        hook = world.before.pop(name, None)
+        if hook is not None:  # e.g. run another execution to its end before this step
+            hook()
         fault = world.faults.get(name)
         try:
             if fault == "transient":

@@ -111,6 +111,9 @@ def test_every_task_catches_into_teardown_and_retries_transient_errors() -> None
         assert catch and catch[0]["ErrorEquals"] == ["States.ALL"], name
         if name == "ValidateInput":
             assert catch[0]["Next"] == "InputRejected"  # nothing created yet: no teardown
+        elif name == "ClaimWarmId":
+            # Nothing created yet, and the warm id may be another execution's: no teardown.
+            assert catch[0]["Next"] == "ClaimFailed"
         elif name == "Teardown":
             assert catch[0]["Next"] == "TeardownFailed"
         else:
@@ -134,6 +137,38 @@ def test_polling_loop_is_replica_level() -> None:
     assert STATES["WaitForProgress"]["Next"] == "CheckProgress"
     assert STATES["CheckProgress"]["Next"] == "AllNodesDone?"
     assert STATES["AllNodesDone?"]["Default"] == "WaitForProgress"
+
+
+def test_the_claim_comes_first_and_only_the_owner_goes_on() -> None:
+    """Nothing is written before ClaimWarmId; a duplicate ends in a Succeed that touched nothing."""
+    assert ASL["StartAt"] == "ValidateInput" and STATES["ValidateInput"]["Next"] == "ClaimWarmId"
+    assert STATES["ValidateInput"]["Parameters"] == {"input.$": "$", "execution_arn.$": "$$.Execution.Id"}
+    choice = STATES["WarmIdClaimed?"]
+    assert choice["Choices"] == [
+        {"Variable": "$.claim.owned", "BooleanEquals": True, "Next": "SurveyReplicas"}
+    ]
+    assert STATES[choice["Default"]]["Type"] == "Succeed"
+
+
+def test_no_task_waits_inside_a_lambda() -> None:
+    """Every looping Task is followed by a Choice on its own `ready` (or done/complete) and loops back
+    to itself, through a Wait on its own `wait_seconds` unless it never needs to wait."""
+    loops = {
+        "SurveyReplicas": "survey",
+        "CreateVolumes": "volumes",
+        "LaunchPopulators": "populators",
+        "AttachVolumes": "attach",
+        "InstallAgents": "install",
+        "Verify": "verify",
+    }
+    for task, key in loops.items():
+        assert TASKS[task]["ResultPath"] == f"$.{key}"
+        choice = STATES[TASKS[task]["Next"]]
+        assert choice["Choices"][0]["Variable"] == f"$.{key}.ready", task
+        wait = STATES[choice["Default"]]
+        assert wait == {**wait, "Type": "Wait", "SecondsPath": f"$.{key}.wait_seconds", "Next": task}
+    started = STATES[TASKS["StartAgents"]["Next"]]
+    assert started["Choices"][0]["Variable"] == "$.agents.ready" and started["Default"] == "StartAgents"
 
 
 # ---- SSM documents ----------------------------------------------------------------------------------

@@ -9,18 +9,37 @@ from typing import Any
 
 import pytest
 
-from tests.controller.support import BUCKET, DOCS_DIR, DUMP_DOC, SimNode
+from tests.controller.support import (
+    BUCKET,
+    DOCS_DIR,
+    DOCUMENT_NAMES,
+    DUMP_DOC,
+    POPULATE_DOC,
+    STATS_DOC,
+    VERIFY_DOC,
+    SimNode,
+)
 
 TASKS_BEFORE_POLL = [
+    "SurveyReplicas",
     "Plan",
     "CreateVolumes",
-    "CheckVolumes",
     "LaunchPopulators",
-    "CheckPopulators",
     "AttachVolumes",
+    "InstallAgents",
     "StartAgents",
 ]
+# Every Task after the claim: a failure there tears down what this execution created.
 ALL_FAILABLE = [*TASKS_BEFORE_POLL, "CheckProgress", "Verify"]
+
+
+def first_entries(entered: list[str]) -> list[str]:
+    """States in the order they were first entered (loops collapsed)."""
+    seen: list[str] = []
+    for name in entered:
+        if name not in seen:
+            seen.append(name)
+    return seen
 
 
 def assert_nothing_left(world: Any) -> None:
@@ -35,22 +54,9 @@ def test_success_path(world: Any) -> None:
     ex = world.run(world.make_input())
     assert ex.status == "SUCCEEDED", ex.desc
     entered = ex.entered()
-    assert entered[:10] == [
-        "ValidateInput",
-        "Plan",
-        "CreateVolumes",
-        "CheckVolumes",
-        "VolumesAvailable?",
-        "LaunchPopulators",
-        "CheckPopulators",
-        "PopulatorsReady?",
-        "AttachVolumes",
-        "StartAgents",
-    ]
-    assert (
-        entered[-4:] == ["TeardownComplete?", "WarmOutcome", "WarmSucceeded"][-3:]
-        or entered[-1] == "WarmSucceeded"
-    )
+    tasks = [n for n in first_entries(entered) if n in (*TASKS_BEFORE_POLL, "ClaimWarmId", "ValidateInput")]
+    assert tasks == ["ValidateInput", "ClaimWarmId", *TASKS_BEFORE_POLL]
+    assert entered[-3:] == ["TeardownComplete?", "WarmOutcome", "WarmSucceeded"]
     assert entered.index("Verify") < entered.index("Teardown")
     assert "WarmFailed" not in entered and "InputRejected" not in entered
     # Polls at replica level: one CheckProgress per interval until every node is done (600 s / 120 s).
@@ -63,7 +69,8 @@ def test_success_path(world: Any) -> None:
     assert ex.outputs("CreateVolumes")[0]["volumes"]["created"] == 3
     assert ex.outputs("AttachVolumes")[0]["attach"]["attachments"] == 6
     assert ex.outputs("StartAgents")[0]["agents"]["commands"] == 6
-    assert ex.outputs("Verify")[0]["verify"]["sampled"] == 3
+    assert ex.outputs("Verify")[-1]["verify"]["sampled"] == 3
+    assert ex.outputs("Verify")[-1]["verify"]["checked_keys"] == 3 * 1000
     # Each volume went to its source node and its populator; everything is gone afterwards.
     attached = [(v, i) for op, v, i in world.attacher.calls if op == "attach"]
     assert {i for _, i in attached} >= set(world.source_ids)
@@ -71,33 +78,56 @@ def test_success_path(world: Any) -> None:
     assert ex.types()[-1] == "ExecutionSucceeded"
 
 
-def test_agent_commands_match_the_ssm_documents(world: Any) -> None:
+# Parameters the stack fills in as document defaults (infra/cachewarm_infra/compute.py), never sent.
+STACK_FILLED = {
+    "agentVersion",
+    "installScriptUrl",
+    "installScriptSha256",
+    "agentBundleUrl",
+    "agentBundleSha256",
+    "dumperTarballUrl",
+    "dumperTarballSha256",
+}
+
+
+def test_every_command_matches_its_ssm_document(world: Any) -> None:
     ex = world.run(world.make_input())
     assert ex.status == "SUCCEEDED"
-    docs = {n: json.loads((DOCS_DIR / f"{n}.json").read_text()) for n in ("dump-agent", "populate-agent")}
-    sent = world.agents.command_params
-    assert len(sent) == 6
-    for cmd in sent:
-        doc = docs["dump-agent" if cmd["document"] == DUMP_DOC else "populate-agent"]
-        params = {k: v for k, v in cmd.items() if k not in {"document", "instance"}}
+    by_name = {
+        name: json.loads((DOCS_DIR / f"{stem}.json").read_text()) for stem, name in DOCUMENT_NAMES.items()
+    }
+    sent = world.agents.commands
+    assert {c.document for c in sent.values()} == set(DOCUMENT_NAMES.values())
+    populators = {i["InstanceId"] for i in ex_instances(world, "populator")}
+    for cmd in sent.values():
+        doc = by_name[cmd.document]
         # Every parameter the controller sends exists in the document and passes its allowedPattern.
-        for key, value in params.items():
-            assert key in doc["parameters"], key
+        for key, value in cmd.parameters.items():
+            assert key in doc["parameters"], (cmd.document, key)
             assert re.fullmatch(doc["parameters"][key]["allowedPattern"], value), (key, value)
-        required = {k for k, p in doc["parameters"].items() if "default" not in p}
-        assert required <= params.keys()
+        required = {k for k, p in doc["parameters"].items() if "default" not in p} - STACK_FILLED
+        assert required <= cmd.parameters.keys(), cmd.document
+        targets = set(cmd.instance_ids)
+        if cmd.document in (DUMP_DOC, STATS_DOC):
+            assert targets <= set(world.source_ids), cmd.document
+        elif cmd.document in (POPULATE_DOC, VERIFY_DOC):
+            assert targets <= populators, cmd.document
+        if cmd.document == DUMP_DOC:
+            assert cmd.instance_ids == (cmd.parameters["nodeId"],)
     # The commands really reached SSM (moto) with those parameters.
     listed = [c for c in world.ssm.list_commands()["Commands"] if world.warm_id + " " in c["Comment"]]
-    assert len(listed) == 6
-    assert {c["DocumentName"] for c in listed} == {"cachewarm-dump-agent", "cachewarm-populate-agent"}
+    assert len(listed) == len(sent)
     dump = next(c for c in listed if c["DocumentName"] == DUMP_DOC)
     assert dump["Parameters"]["statusBucket"] == [BUCKET]
-    # (moto lists every instance under InstanceIds; the targets are checked on what was sent.)
-    for cmd in sent:
-        if cmd["document"] == DUMP_DOC:
-            assert cmd["instance"] == cmd["nodeId"] and cmd["instance"] in world.source_ids
-        else:
-            assert cmd["instance"] not in world.source_ids
+
+
+def ex_instances(world: Any, role: str) -> list[dict[str, Any]]:
+    """Every instance of this warm with the role tag, whatever its state (teardown terminated them)."""
+    flt = [
+        {"Name": "tag:cachewarm:warm-id", "Values": [world.warm_id]},
+        {"Name": "tag:cachewarm:role", "Values": [role]},
+    ]
+    return [i for r in world.ec2.describe_instances(Filters=flt)["Reservations"] for i in r["Instances"]]
 
 
 # "before": the step fails without doing anything; "after": it did its work (created, attached or
@@ -145,7 +175,7 @@ def test_a_retried_step_does_not_duplicate_its_work(world: Any, stage: str) -> N
     assert ex.outputs("CreateVolumes")[0]["volumes"]["volumes"] == 3
     assert [e["type"] for e in ex.events].count("LambdaFunctionFailed") == 1  # the lost response
     assert len([c for op, *c in world.attacher.calls if op == "attach"]) == 6
-    assert len(world.agents.command_params) == 6
+    assert len([c for c in world.agents.command_params if c["document"] != VERIFY_DOC]) == 6
     steps_out = {
         "CreateVolumes": ("volumes", "created"),
         "LaunchPopulators": ("populators", "launched"),
@@ -231,7 +261,15 @@ def snapshot(world: Any) -> tuple[int, int, int, int]:
     return vols, insts, cmds, objs
 
 
-def test_warm_id_in_use_is_rejected_and_its_resources_are_left_alone(world: Any) -> None:
+def test_a_warm_id_claimed_by_another_execution_ends_cleanly(world: Any) -> None:
+    """The claim, not a tag search, decides: a second execution for a claimed warm id ends as a
+    duplicate before it creates, writes or deletes anything — the owner's resources are untouched."""
+    other = "arn:aws:states:us-east-1:123456789012:execution:cachewarm:the-owner"
+    world.s3.put_object(
+        Bucket=BUCKET,
+        Key=f"warms/_claims/{world.warm_id}.json",
+        Body=json.dumps({"warm_id": world.warm_id, "execution_arn": other}),
+    )
     vol = world.ec2.create_volume(
         AvailabilityZone="us-east-1a",
         Size=4,
@@ -239,16 +277,20 @@ def test_warm_id_in_use_is_rejected_and_its_resources_are_left_alone(world: Any)
             {"ResourceType": "volume", "Tags": [{"Key": "cachewarm:warm-id", "Value": world.warm_id}]}
         ],
     )["VolumeId"]
+    before = snapshot(world)
     ex = world.run(world.make_input())
-    assert ex.status == "FAILED"
-    assert ex.failure()["error"] == "InvalidInputError"
-    assert "in use" in ex.failure()["cause"]
+    assert ex.status == "SUCCEEDED"
+    assert ex.entered() == ["ValidateInput", "ClaimWarmId", "WarmIdClaimed?", "AlreadyClaimed"]
+    assert ex.outputs("ClaimWarmId")[0]["claim"] == {"owned": False, "owner": other}
+    assert world.invocations == ["ValidateInput", "ClaimWarmId"]
+    assert snapshot(world) == before
     assert [v["VolumeId"] for v in world.inventory().volumes] == [vol]
     world.ec2.delete_volume(VolumeId=vol)
+    world.s3.delete_object(Bucket=BUCKET, Key=f"warms/_claims/{world.warm_id}.json")
 
 
 def test_non_nitro_source_fails_in_plan_before_creating_anything(world: Any) -> None:
-    old = world.add_source_nodes(None, 2, instance_type="t2.micro")
+    old = world.add_source_nodes("old-nodes", 2, instance_type="t2.micro")
     before = snapshot(world)
     ex = world.run(world.make_input(source={"instance_ids": old}))
     assert ex.status == "FAILED"
@@ -256,7 +298,7 @@ def test_non_nitro_source_fails_in_plan_before_creating_anything(world: Any) -> 
     assert failure["error"] == "NotNitroError"
     assert "t2.micro" in failure["cause"] and "Nitro" in failure["cause"]
     assert "CreateVolumes" not in world.invocations
-    assert snapshot(world)[:3] == before[:3]
+    assert snapshot(world)[:2] == before[:2]  # no volume, no instance (the survey asked for stats)
     assert_nothing_left(world)
 
 

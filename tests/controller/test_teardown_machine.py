@@ -1,5 +1,6 @@
-"""statemachine/teardown.asl.json under moto's interpreter: what a stopped (ABORTED) or timed-out
-(TIMED_OUT) warm execution leaves behind is torn down from the EventBridge event alone."""
+"""statemachine/teardown.asl.json under moto's interpreter: what a stopped (ABORTED), timed-out
+(TIMED_OUT) or failed (FAILED) warm execution leaves behind is torn down from the EventBridge event
+alone — and only what that execution created."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from tests.controller.support import ACCOUNT, REGION
 from tests.controller.test_state_machine import assert_nothing_left
 
 WARM_MACHINE_ARN = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:cachewarm"
+EXECUTION_PREFIX = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:cachewarm:"
 
 
-def status_change_event(execution_input: str, status: str = "ABORTED") -> dict[str, Any]:
+def status_change_event(
+    execution_input: str, status: str = "ABORTED", execution_arn: str = f"{EXECUTION_PREFIX}run-1"
+) -> dict[str, Any]:
     """An EventBridge 'Step Functions Execution Status Change' event as the rule delivers it."""
     return {
         "version": "0",
@@ -24,11 +28,11 @@ def status_change_event(execution_input: str, status: str = "ABORTED") -> dict[s
         "account": ACCOUNT,
         "time": "2026-11-22T07:00:00Z",
         "region": REGION,
-        "resources": [f"arn:aws:states:{REGION}:{ACCOUNT}:execution:cachewarm:run-1"],
+        "resources": [execution_arn],
         "detail": {
-            "executionArn": f"arn:aws:states:{REGION}:{ACCOUNT}:execution:cachewarm:run-1",
+            "executionArn": execution_arn,
             "stateMachineArn": WARM_MACHINE_ARN,
-            "name": "run-1",
+            "name": execution_arn.rsplit(":", 1)[-1],
             "status": status,
             "startDate": 1795330800000,
             "stopDate": 1795334400000,
@@ -42,7 +46,7 @@ def status_change_event(execution_input: str, status: str = "ABORTED") -> dict[s
     }
 
 
-def leave_a_running_warm_behind(world: Any) -> dict[str, Any]:
+def leave_a_running_warm_behind(world: Any) -> tuple[dict[str, Any], str]:
     """What a stopped execution leaves: volumes, populators, attachments, agent commands and status
     objects. A warm that fails after StartAgents and whose own Teardown fails gets there."""
     world.agents.store = world.deps.s3
@@ -51,6 +55,7 @@ def leave_a_running_warm_behind(world: Any) -> dict[str, Any]:
     body = world.make_input(status_prefix="warms", mount_dir="/mnt/cachewarm")
     ex = world.run(body)
     assert ex.status == "FAILED" and ex.entered()[-1] == "TeardownFailed", ex.entered()
+    execution_arn = ex.desc["executionArn"]
     inv = world.inventory()
     assert len(inv.instances) == 3, inv.describe()
     assert len([v for v in inv.volumes if v["VolumeType"] == "io2"]) == 3, inv.describe()
@@ -58,24 +63,24 @@ def leave_a_running_warm_behind(world: Any) -> dict[str, Any]:
     assert world.status_objects()  # at least the plan
     world.faults.clear()
     world.invocations.clear()
-    return body
+    return body, execution_arn
 
 
-@pytest.mark.parametrize("status", ["ABORTED", "TIMED_OUT"])
+@pytest.mark.parametrize("status", ["ABORTED", "TIMED_OUT", "FAILED"])
 def test_a_stopped_warm_is_torn_down_from_the_event(world: Any, status: str) -> None:
-    body = leave_a_running_warm_behind(world)
-    ex = world.run_teardown(status_change_event(json.dumps(body), status))
+    body, arn = leave_a_running_warm_behind(world)
+    ex = world.run_teardown(status_change_event(json.dumps(body), status, arn))
     assert ex.status == "SUCCEEDED", ex.desc
     entered = ex.entered()
     assert entered[:2] == ["WaitForInFlightSteps", "Teardown"] and entered[-1] == "TornDown"
     assert set(world.invocations) == {"Teardown"}
     passes = ex.outputs("Teardown")
-    assert [p["teardown"]["attempt"] for p in passes] == list(range(1, len(passes) + 1))
+    assert [p["teardown"]["passes"] for p in passes] == list(range(1, len(passes) + 1))
     assert passes[-1]["teardown"]["complete"] is True
     # The event reached every pass unchanged (the attempt counter rides beside it in $.teardown).
     assert all(p["detail"]["input"] == json.dumps(body) for p in passes)
-    # The running populate commands were cancelled (the simulated dumps had finished), the source
-    # nodes unmounted, everything else deleted.
+    # The running populate commands were cancelled (the simulated dumps had finished), the volume
+    # unmounted on both hosts before it was detached, everything else deleted.
     running = [
         cid for (role, _), runs in world.agents.sent.items() if role == "populate" for cid, _, _ in runs
     ]
@@ -83,14 +88,17 @@ def test_a_stopped_warm_is_torn_down_from_the_event(world: Any, status: str) -> 
     assert world.agents.unmounted and all(
         mp == f"/mnt/cachewarm/{world.warm_id}" for _, mp in world.agents.unmounted
     )
+    unmounted = {i for hosts, _ in world.agents.unmounted for i in hosts}
+    assert set(world.source_ids) <= unmounted  # the source nodes
+    assert len(unmounted - set(world.source_ids)) == 3  # and the populators
     assert_nothing_left(world)
 
 
 def test_a_repeated_event_is_harmless(world: Any) -> None:
     """EventBridge delivers at least once: a second event for the same warm finds nothing left,
     makes one pass and succeeds."""
-    body = leave_a_running_warm_behind(world)
-    event = status_change_event(json.dumps(body))
+    body, arn = leave_a_running_warm_behind(world)
+    event = status_change_event(json.dumps(body), execution_arn=arn)
     assert world.run_teardown(event).status == "SUCCEEDED"
     again = world.run_teardown(event)
     assert again.status == "SUCCEEDED"
@@ -98,23 +106,43 @@ def test_a_repeated_event_is_harmless(world: Any) -> None:
     assert_nothing_left(world)
 
 
+def test_a_failed_warm_that_tore_itself_down_is_harmless_to_tear_down_again(world: Any) -> None:
+    """The rule also fires for FAILED: a warm that failed through its own Catch and Teardown is
+    torn down once more, which finds nothing and succeeds."""
+    world.faults["StartAgents"] = "after"
+    body = world.make_input()
+    ex = world.run(body)
+    assert ex.status == "FAILED" and ex.entered()[-1] == "WarmFailed"
+    assert_nothing_left(world)
+    world.faults.clear()
+    world.invocations.clear()
+    again = world.run_teardown(status_change_event(json.dumps(body), "FAILED", ex.desc["executionArn"]))
+    assert again.status == "SUCCEEDED"
+    assert again.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownComplete?", "TornDown"]
+    assert world.invocations == ["Teardown"]
+    assert_nothing_left(world)
+
+
 @pytest.mark.parametrize(
-    ("execution_input", "named"),
-    [
-        (json.dumps({"warm_id": "Bad Id!"}), "'Bad Id!'"),
-        (json.dumps({"source": {"replica": "main-a"}}), "None"),
-        ("", "None"),
-    ],
+    "execution_input",
+    [json.dumps({"warm_id": "Bad Id!"}), json.dumps({"source": {"replica": "main-a"}}), ""],
 )
-def test_an_event_without_a_valid_warm_id_fails_naming_it(
-    world: Any, execution_input: str, named: str
-) -> None:
-    ex = world.run_teardown(status_change_event(execution_input))
+def test_an_event_whose_input_was_rejected_tears_down_nothing(world: Any, execution_input: str) -> None:
+    """A failed execution whose input ValidateInput rejected created nothing: its event (FAILED)
+    finds nothing tagged with its ARN and succeeds (no second alarm for a bad input)."""
+    ex = world.run_teardown(status_change_event(execution_input, "FAILED", f"{EXECUTION_PREFIX}rejected"))
+    assert ex.status == "SUCCEEDED", ex.desc
+    assert ex.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownComplete?", "TornDown"]
+
+
+def test_an_event_without_an_execution_arn_fails_naming_it(world: Any) -> None:
+    event = status_change_event(json.dumps({"warm_id": world.warm_id}))
+    del event["detail"]["executionArn"]
+    ex = world.run_teardown(event)
     assert ex.status == "FAILED"
     failure = ex.failure()
     assert failure["error"] == "InvalidInputError"
-    message = json.loads(failure["cause"])["errorMessage"]
-    assert "teardown needs a valid warm_id" in message and named in message
+    assert "teardown needs the execution's ARN" in json.loads(failure["cause"])["errorMessage"]
     assert ex.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownFailed"]
     assert world.invocations == ["Teardown"]  # bad input is not retried
 
@@ -122,7 +150,7 @@ def test_an_event_without_a_valid_warm_id_fails_naming_it(
 def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) -> None:
     """Stopping an execution does not stop a Lambda it invoked: a volume created after the stop
     (during the first wait) is still torn down."""
-    body = leave_a_running_warm_behind(world)
+    body, arn = leave_a_running_warm_behind(world)
     clock_at_start = world.clock()
     created: list[str] = []
 
@@ -140,6 +168,7 @@ def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) ->
                             "ResourceType": "volume",
                             "Tags": [
                                 {"Key": "cachewarm:warm-id", "Value": world.warm_id},
+                                {"Key": "cachewarm:execution", "Value": arn},
                                 {"Key": "cachewarm:managed", "Value": "true"},
                             ],
                         }
@@ -149,7 +178,7 @@ def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) ->
 
     world.clock.advance = advance
     try:
-        ex = world.run_teardown(status_change_event(json.dumps(body)))
+        ex = world.run_teardown(status_change_event(json.dumps(body), execution_arn=arn))
     finally:
         del world.clock.advance
     assert ex.status == "SUCCEEDED", ex.desc

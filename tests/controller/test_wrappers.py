@@ -11,9 +11,15 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
-from cachewarm_controller.agents import SsmAgentRunner, parse_stats
+from cachewarm_controller.agents import Invocation, SsmAgentRunner, parse_stats
 from cachewarm_controller.attach import Attachment, Ec2VolumeAttacher
-from cachewarm_controller.errors import AttachmentLimitError, NotNitroError, PlanError, TransientError
+from cachewarm_controller.errors import (
+    AttachmentLimitError,
+    NotNitroError,
+    PlanError,
+    ResourceFailedError,
+    TransientError,
+)
 
 VOL = "vol-0123456789abcdef0"
 SRC = "i-0aaaaaaaaaaaaaaa1"
@@ -84,11 +90,9 @@ def attach_params(iid: str) -> dict[str, str]:
 
 def test_attach_to_two_instances_keeps_both(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
-    stub.add_response("describe_volumes", volume(), {"VolumeIds": [VOL]})
     stub.add_response(
         "attach_volume", attach_response(SRC), {"VolumeId": VOL, "InstanceId": SRC, "Device": "/dev/sdf"}
     )
-    stub.add_response("describe_volumes", volume((SRC, "attached")), {"VolumeIds": [VOL]})
     stub.add_response(
         "attach_volume", attach_response(POP), {"VolumeId": VOL, "InstanceId": POP, "Device": "/dev/sdf"}
     )
@@ -103,22 +107,23 @@ def test_attach_to_two_instances_keeps_both(ec2: tuple[Any, Stubber]) -> None:
 
 
 def test_attach_is_idempotent(ec2: tuple[Any, Stubber]) -> None:
+    """A retried attach of an attachment that exists: EC2 refuses it, the wrapper finds it and is fine."""
     client, stub = ec2
+    stub.add_client_error("attach_volume", "VolumeInUse", f"{VOL} is already attached to an instance")
     stub.add_response("describe_volumes", volume((SRC, "attaching")), {"VolumeIds": [VOL]})
-    Ec2VolumeAttacher(client).attach(VOL, SRC, "/dev/sdf")  # no AttachVolume call queued: none made
+    Ec2VolumeAttacher(client).attach(VOL, SRC, "/dev/sdf")
 
 
-def test_sixteen_attachment_limit_is_named(ec2: tuple[Any, Stubber]) -> None:
+def test_volume_in_use_elsewhere_is_an_error(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
-    others = tuple((f"i-0{n:016x}", "attached") for n in range(16))
-    stub.add_response("describe_volumes", volume(*others), {"VolumeIds": [VOL]})
-    with pytest.raises(AttachmentLimitError, match="at most 16 Nitro instances"):
+    stub.add_client_error("attach_volume", "VolumeInUse", f"{VOL} is already attached to an instance")
+    stub.add_response("describe_volumes", volume((SRC, "attached")), {"VolumeIds": [VOL]})
+    with pytest.raises(ResourceFailedError, match="VolumeInUse"):
         Ec2VolumeAttacher(client).attach(VOL, POP, "/dev/sdf")
 
 
 def test_ec2_attachment_limit_error_is_named(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
-    stub.add_response("describe_volumes", volume(), {"VolumeIds": [VOL]})
     stub.add_client_error(
         "attach_volume", "AttachmentLimitExceeded", "The maximum number of attachments has been reached."
     )
@@ -128,7 +133,6 @@ def test_ec2_attachment_limit_error_is_named(ec2: tuple[Any, Stubber]) -> None:
 
 def test_non_nitro_error_is_named(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
-    stub.add_response("describe_volumes", volume(), {"VolumeIds": [VOL]})
     stub.add_client_error(
         "attach_volume",
         "UnsupportedOperation",
@@ -140,7 +144,6 @@ def test_non_nitro_error_is_named(ec2: tuple[Any, Stubber]) -> None:
 
 def test_throttled_attach_is_transient(ec2: tuple[Any, Stubber]) -> None:
     client, stub = ec2
-    stub.add_response("describe_volumes", volume(), {"VolumeIds": [VOL]})
     stub.add_client_error("attach_volume", "RequestLimitExceeded", "Request limit exceeded.")
     with pytest.raises(TransientError):
         Ec2VolumeAttacher(client).attach(VOL, POP, "/dev/sdf")
@@ -189,40 +192,52 @@ def command(cid: str, status: str) -> dict[str, Any]:
     }
 
 
-def test_command_statuses_from_one_listing_plus_lookups(ssm: tuple[Any, Stubber]) -> None:
+def test_command_states_look_up_only_the_given_commands(ssm: tuple[Any, Stubber]) -> None:
+    """One ListCommands per id: never a listing of the account's commands (other warms, other tools)."""
     client, stub = ssm
-    stub.add_response(
-        "list_commands",
-        {
-            "Commands": [
-                command(C1, "InProgress"),
-                command(C2, "Failed"),
-                command(COTHER, "Success"),
-            ]
-        },
-        {"Filters": [{"key": "InvokedAfter", "value": ANY}]},
-    )
-    stub.add_response(
-        "list_commands",
-        {"Commands": [command(C3, "TimedOut")]},
-        {"CommandId": C3},
-    )
+    stub.add_response("list_commands", {"Commands": [command(C1, "InProgress")]}, {"CommandId": C1})
+    stub.add_response("list_commands", {"Commands": [command(C3, "TimedOut")]}, {"CommandId": C3})
     stub.add_response("list_commands", {"Commands": []}, {"CommandId": C4})
-    got = SsmAgentRunner(client).statuses(
-        [
-            C1,
-            C2,
-            C3,
-            C4,
-        ],
-        since_ms=int(T0.timestamp() * 1000),
+    got = SsmAgentRunner(client).command_states([C1, C3, C4])
+    assert got == {C1: "InProgress", C3: "TimedOut", C4: "Undeliverable"}
+
+
+def test_find_sent_matches_instance_document_window_and_comment(ssm: tuple[Any, Stubber]) -> None:
+    client, stub = ssm
+    mine = {**command(C2, "InProgress"), "Comment": "cachewarm w-1 populate i-1 #2"}
+    stub.add_response(
+        "list_commands",
+        {"Commands": [command(C1, "Success"), mine]},
+        {
+            "InstanceId": POP,
+            "Filters": [
+                {"key": "InvokedAfter", "value": ANY},
+                {"key": "DocumentName", "value": "cachewarm-populate-agent"},
+            ],
+        },
     )
-    assert got == {
-        C1: "InProgress",
-        C2: "Failed",
-        C3: "TimedOut",
-        C4: "Undeliverable",
-    }
+    since = int(T0.timestamp() * 1000)
+    found = SsmAgentRunner(client).find_sent(
+        "cachewarm-populate-agent", POP, since, "cachewarm w-1 populate i-1 #2"
+    )
+    assert found == C2
+
+
+def test_invocations_give_each_instances_status_exit_and_output(ssm: tuple[Any, Stubber]) -> None:
+    client, stub = ssm
+
+    def inv(iid: str, status: str, code: int, out: str) -> dict[str, Any]:
+        plugin = {"Name": "installAgent", "Status": status, "ResponseCode": code, "Output": out}
+        return {"CommandId": C1, "InstanceId": iid, "Status": status, "CommandPlugins": [plugin]}
+
+    stub.add_response(
+        "list_command_invocations",
+        {"CommandInvocations": [inv(SRC, "Success", 0, "installed 0.1.0"), inv(POP, "Failed", 126, "wrong")]},
+        {"CommandId": C1, "Details": True},
+    )
+    got = SsmAgentRunner(client).invocations(C1)
+    assert got[SRC] == Invocation(SRC, "Success", 0, "installed 0.1.0")
+    assert got[POP] == Invocation(POP, "Failed", 126, "wrong")
 
 
 def test_cancel_ignores_finished_commands(ssm: tuple[Any, Stubber]) -> None:
@@ -232,81 +247,31 @@ def test_cancel_ignores_finished_commands(ssm: tuple[Any, Stubber]) -> None:
     SsmAgentRunner(client).cancel([C1, C2])
 
 
-def test_send_passes_each_parameter_as_a_list(ssm: tuple[Any, Stubber]) -> None:
+def test_send_passes_parameters_as_lists_and_output_to_the_stacks_log_group(ssm: tuple[Any, Stubber]) -> None:
     client, stub = ssm
     stub.add_response(
         "send_command",
         {"Command": command(C9, "Pending")},
         {
             "DocumentName": "doc",
-            "InstanceIds": [POP],
+            "InstanceIds": [SRC, POP],
             "Parameters": {"warmId": ["w-1"], "mode": ["add"]},
             "Comment": "cachewarm w-1",
             "TimeoutSeconds": 600,
+            "CloudWatchOutputConfig": {
+                "CloudWatchLogGroupName": "agent-logs",
+                "CloudWatchOutputEnabled": True,
+            },
         },
     )
-    assert SsmAgentRunner(client).send("doc", POP, {"warmId": "w-1", "mode": "add"}, "cachewarm w-1") == C9
+    runner = SsmAgentRunner(client, log_group="agent-logs")
+    assert runner.send("doc", [SRC, POP], {"warmId": "w-1", "mode": "add"}, "cachewarm w-1") == C9
+    with pytest.raises(ValueError, match=r"1\.\.50"):
+        runner.send("doc", [f"i-0{n:016x}" for n in range(51)], {}, "too many")
 
 
-STATS = "STAT pid 1\r\nSTAT curr_items 123456\r\nSTAT bytes 987654321\r\nSTAT limit_maxbytes 1\r\nEND\r\n"
-
-
-def test_memcached_stats_through_run_shell_script(ssm: tuple[Any, Stubber]) -> None:
-    client, stub = ssm
-    stub.add_response("send_command", {"Command": command(CS, "Pending")})
-    base = {
-        "CommandId": CS,
-        "InstanceId": SRC,
-        "DocumentName": "AWS-RunShellScript",
-    }
-    stub.add_client_error("get_command_invocation", "InvocationDoesNotExist", "")
-    stub.add_response("get_command_invocation", {**base, "Status": "InProgress", "StandardOutputContent": ""})
-    stub.add_response("get_command_invocation", {**base, "Status": "Success", "StandardOutputContent": STATS})
-    sleeps: list[float] = []
-    got = SsmAgentRunner(client, sleep=sleeps.append).memcached_stats([SRC], 11211)
-    assert got[SRC].items == 123456 and got[SRC].bytes == 987654321
-    assert len(sleeps) == 2
-
-
-def test_memcached_stats_failure_names_the_node(ssm: tuple[Any, Stubber]) -> None:
-    client, stub = ssm
-    stub.add_response("send_command", {"Command": command(CS, "Pending")})
-    stub.add_response(
-        "get_command_invocation",
-        {
-            "CommandId": CS,
-            "InstanceId": SRC,
-            "Status": "Failed",
-            "StandardErrorContent": "connection refused",
-        },
-    )
-    with pytest.raises(PlanError, match=f"{SRC}.*connection refused"):
-        SsmAgentRunner(client, sleep=lambda s: None).memcached_stats([SRC], 11211)
-
-
-def test_parse_stats_rejects_garbage() -> None:
+def test_parse_stats_reads_the_documents_output_and_rejects_garbage() -> None:
+    got = parse_stats(SRC, "curr_items 123456\nbytes 987654321\n")
+    assert (got.items, got.bytes) == (123456, 987654321)
     with pytest.raises(PlanError, match="no memcached stats"):
         parse_stats(SRC, "ERROR\r\n")
-
-
-def test_unmount_sends_a_fixed_script(ssm: tuple[Any, Stubber]) -> None:
-    client, stub = ssm
-    script = (
-        "if mountpoint -q '/mnt/cachewarm/w-1'; then umount -l '/mnt/cachewarm/w-1'; fi; "
-        "rmdir '/mnt/cachewarm/w-1' 2>/dev/null || true"
-    )
-    stub.add_response(
-        "send_command",
-        {"Command": command(C1, "Pending")},
-        {
-            "DocumentName": "AWS-RunShellScript",
-            "InstanceIds": [SRC],
-            "Parameters": {"commands": [script], "executionTimeout": ["120"]},
-            "Comment": "teardown",
-            "TimeoutSeconds": 600,
-        },
-    )
-    runner = SsmAgentRunner(client)
-    runner.unmount([SRC], "/mnt/cachewarm/w-1", "teardown")
-    with pytest.raises(ValueError, match="unsafe"):
-        runner.unmount([SRC], "/mnt/x'; reboot; '", "teardown")

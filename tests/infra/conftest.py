@@ -12,17 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir
+from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir, write_artifacts
 
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Small stand-ins for build/dist/cachewarm-dump.tar.gz and cachewarm-agent.tar.gz."""
-    d = tmp_path_factory.mktemp("dist")
-    dumper, agent = d / "cachewarm-dump.tar.gz", d / "cachewarm-agent.tar.gz"
-    dumper.write_bytes(b"stand-in dumper tarball")
-    agent.write_bytes(b"stand-in agent bundle")
-    return dumper, agent
+    return write_artifacts(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="session")

@@ -42,3 +42,82 @@ class Synth:
 
     def resources(self, cfn_type: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.template["Resources"].items() if v["Type"] == cfn_type}
+
+
+def write_artifacts(directory: Path, version: str = "0.1.0") -> tuple[Path, Path]:
+    """Small stand-ins for build/dist/cachewarm-dump.tar.gz and cachewarm-agent.tar.gz, shaped like
+    `make dist`'s (the construct reads the agent's version from the wheel's name in the bundle)."""
+    import io
+    import tarfile
+
+    def tarball(path: Path, members: dict[str, bytes]) -> Path:
+        with tarfile.open(path, "w:gz") as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(f"./{name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    dumper = tarball(directory / "cachewarm-dump.tar.gz", {"cachewarm-dump": b"stand-in dumper"})
+    agent = tarball(
+        directory / "cachewarm-agent.tar.gz",
+        {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"},
+    )
+    return dumper, agent
+
+
+# ---- reading the synthesized template ------------------------------------------------------------
+
+
+def _statements(synth: Synth) -> list[tuple[str, dict[str, Any]]]:
+    """Every IAM statement in the template: (resource logical id, statement)."""
+    out = []
+    for lid, res in synth.template["Resources"].items():
+        props = res.get("Properties", {})
+        docs = []
+        if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            docs.append(props["PolicyDocument"])
+        if res["Type"] == "AWS::IAM::Role":
+            docs.extend(p["PolicyDocument"] for p in props.get("Policies", []))
+        for doc in docs:
+            out.extend((lid, st) for st in doc["Statement"])
+    return out
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [v]
+
+
+def _machine(synth: Synth, prefix: str = "CacheWarmerStateMachine") -> tuple[str, dict[str, Any]]:
+    """(logical id, resource) of the warm state machine, or of the teardown machine with
+    prefix="CacheWarmerTeardownStateMachine"."""
+    [found] = [
+        (k, v) for k, v in synth.resources("AWS::StepFunctions::StateMachine").items() if k.startswith(prefix)
+    ]
+    return found
+
+
+def _definition(machine: dict[str, Any]) -> str:
+    definition = machine["Properties"]["DefinitionString"]
+    return definition if isinstance(definition, str) else "".join(str(p) for p in definition["Fn::Join"][1])
+
+
+def _controller_statements(synth: Synth) -> dict[str, dict[str, Any]]:
+    policies = synth.resources("AWS::IAM::Policy")
+    [(_, policy)] = [(k, v) for k, v in policies.items() if k.startswith("CacheWarmerControllerPolicy")]
+    return {st["Sid"]: st for st in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def _invoke_statements(synth: Synth) -> dict[str, dict[str, Any]]:
+    """The InvokeControllerFunctions statement of each state machine, by the machine's logical id."""
+    roles = {
+        sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]: lid
+        for lid, sm in synth.resources("AWS::StepFunctions::StateMachine").items()
+    }
+    out = {}
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if st.get("Sid") == "InvokeControllerFunctions":
+                [role] = policy["Properties"]["Roles"]
+                out[roles[role["Ref"]]] = st
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,10 +57,7 @@ def test_app_names_missing_artifacts(tmp_path: Path) -> None:
     """Without `make dist`, the app stops with an error naming the missing file."""
     env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
     proc = subprocess.run(
-        [
-            "python3",
-            "infra/app.py",
-        ],
+        [sys.executable, "infra/app.py"],
         cwd=REPO,
         env={
             **env,

@@ -13,13 +13,11 @@ from cachewarm_infra.asl import unsupported_integrations
 from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
 from cachewarm_infra.stack import StackSettings
 
-from tests.infra.support import REPO, asl_path, documents_dir, lambdas_dir
+from tests.infra.support import REPO, asl_path, documents_dir, lambdas_dir, write_artifacts
 
 
 def props(tmp_path: Path, **over: Any) -> CacheWarmerProps:
-    dumper, agent = tmp_path / "d.tar.gz", tmp_path / "a.tar.gz"
-    dumper.write_bytes(b"d")
-    agent.write_bytes(b"a")
+    dumper, agent = write_artifacts(tmp_path)
     stack = Stack(App(), "S")
     base: dict[str, Any] = {
         "asl_path": asl_path(),
@@ -167,3 +165,28 @@ def test_lambda_timeout_longer_than_the_teardown_grace_is_refused(tmp_path: Path
 
     with pytest.raises(ValueError, match=r"Wait longer than the Lambda timeout \(600 s\)"):
         build(props(tmp_path, lambda_timeout=Duration.minutes(10)))
+
+
+def test_the_agent_version_comes_from_the_bundle(tmp_path: Path) -> None:
+    """`make dist`'s bundle names the version (its wheel); the documents expect exactly that one."""
+    from aws_cdk import Stack as _Stack
+
+    bundle_dir = tmp_path / "v2"
+    bundle_dir.mkdir()
+    dumper, agent = write_artifacts(bundle_dir, version="2.3.4")
+    p = props(tmp_path, dumper_tarball=dumper, agent_bundle=agent)
+    warmer = CacheWarmer(_Stack.of(p.vpc), "W", p)
+    assert warmer.artifacts.version == "2.3.4"
+    for stem in ("dump-agent", "populate-agent", "verify-agent", "install-agent"):
+        assert warmer.documents[stem].content["parameters"]["agentVersion"]["default"] == "2.3.4"
+    install = warmer.documents["install-agent"].content["parameters"]
+    import hashlib
+
+    assert install["agentBundleSha256"]["default"] == hashlib.sha256(agent.read_bytes()).hexdigest()
+
+
+def test_a_bundle_without_a_wheel_is_refused(tmp_path: Path) -> None:
+    agent = tmp_path / "a.tar.gz"
+    agent.write_bytes(b"not a tarball")
+    with pytest.raises(ValueError, match="not a gzipped tarball"):
+        build(props(tmp_path, agent_bundle=agent))

@@ -45,7 +45,7 @@ def test_asset_holds_the_controller_and_only_the_contract_of_the_agent(synth: Sy
 def test_contract_imports_from_the_asset_with_the_standard_library_only(synth: Synth) -> None:
     code = _code_dir(synth)
     # -I: no PYTHON* variables, no user site; -S: no site-packages (so no installed cachewarm); -B: no
-    # __pycache__ written into the asset (other tests check it holds none); empty env.
+    # __pycache__ written into the staged asset (another test checks it holds none); empty env.
     script = (
         f"import sys; sys.path[:0] = [{str(code)!r}]\n"
         f"import {', '.join(CONTRACT_MODULES)}\n"

@@ -55,7 +55,26 @@ VALID = {
     "mode": "add",
     "dumperTarballUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "ab" * 32 + ".gz",
     "agentBundleUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "cd" * 32 + ".gz",
+    "installScriptUrl": "s3://cdk-hnb659fds-assets-123456789012-us-east-1/" + "ef" * 32 + ".sh",
+    "dumperTarballSha256": "ab" * 32,
+    "agentBundleSha256": "cd" * 32,
+    "installScriptSha256": "ef" * 32,
+    "agentVersion": "0.1.0",
+    "source": "10.0.1.17:11211",
+    "sampleKeys": "10000",
+    "port": "11211",
 }
+AGENT_LINE = re.compile(r"\bcachewarm agent (dump|populate|verify)\b")
+# The documents that run the agent (the others run fixed scripts: install, unmount, stats).
+AGENT_DOCS = [
+    p
+    for p in DOCS
+    if any(
+        AGENT_LINE.search(ln)
+        for st in json.loads(p.read_text())["mainSteps"]
+        for ln in st["inputs"]["runCommand"]
+    )
+]
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -67,7 +86,32 @@ def params(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_documents_exist() -> None:
-    assert {p.stem for p in DOCS} >= {"dump-agent", "populate-agent"}
+    assert {p.stem for p in DOCS} >= {
+        "dump-agent",
+        "populate-agent",
+        "verify-agent",
+        "install-agent",
+        "unmount",
+        "memcached-stats",
+    }
+    assert {p.stem for p in AGENT_DOCS} == {"dump-agent", "populate-agent", "verify-agent"}
+
+
+@pytest.mark.parametrize("path", AGENT_DOCS, ids=lambda p: p.stem)
+def test_agent_documents_check_the_agents_version_before_starting_it(path: Path) -> None:
+    """Not installed: exit 127; another version than the stack's: exit 126 (the controller fails the
+    node at once for either: a revive cannot help)."""
+    script = "\n".join(ln for st in load(path)["mainSteps"] for ln in st["inputs"]["runCommand"])
+    assert "exit 127" in script and "exit 126" in script and "cachewarm --version" in script
+    assert script.index("exit 126") < script.index("exec cachewarm agent")
+    assert "agentVersion" in dict(params(path))
+
+
+def test_unmount_never_unmounts_lazily() -> None:
+    """The device is detached right after: a lazy unmount would leave the file system open."""
+    [doc] = [p for p in DOCS if p.stem == "unmount"]
+    script = "\n".join(ln for st in load(doc)["mainSteps"] for ln in st["inputs"]["runCommand"])
+    assert "umount -l" not in script and 'umount "$M"' in script
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
@@ -125,12 +169,9 @@ def test_commands_use_only_declared_parameters_inside_single_quotes(path: Path) 
 def agent_argv(path: Path) -> list[str]:
     """The `cachewarm agent …` command line of a document, with valid values filled in."""
     [line] = [
-        ln
-        for step in load(path)["mainSteps"]
-        for ln in step["inputs"]["runCommand"]
-        if re.search(r"\bcachewarm agent (dump|populate)\b", ln)
+        ln for step in load(path)["mainSteps"] for ln in step["inputs"]["runCommand"] if AGENT_LINE.search(ln)
     ]
-    line = line[re.search(r"\bcachewarm agent (dump|populate)\b", line).start() :]  # type: ignore[union-attr]
+    line = line[AGENT_LINE.search(line).start() :]  # type: ignore[union-attr]
     values = {n: VALID.get(n, s.get("default", "")) for n, s in params(path)}
     line = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], line)
     argv = [a for a in shlex.split(line) if a != "${RATE[@]}"]
@@ -138,10 +179,11 @@ def agent_argv(path: Path) -> list[str]:
     return argv[2:]
 
 
-@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", AGENT_DOCS, ids=lambda p: p.stem)
 def test_document_command_parses_as_the_agent_cli(path: Path) -> None:
     argv = agent_argv(path)
     cmd = agent_group.commands[argv[0]]
     ctx = cmd.make_context(argv[0], argv[1:])  # raises click.UsageError on an unknown flag or bad value
     assert ctx.params["warm_id"] == VALID["warmId"]
-    assert ctx.params["device"] == VALID["device"]
+    if argv[0] != "verify":
+        assert ctx.params["device"] == VALID["device"]

@@ -5,58 +5,30 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
 from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
-from cachewarm_infra.orchestration import POWERTOOLS_VERSION, asg_launch_pattern
+from cachewarm_infra.orchestration import POWERTOOLS_VERSION
 
-from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir
+from tests.infra.support import (
+    REPO,
+    Synth,
+    _as_list,
+    _controller_statements,
+    _definition,
+    _invoke_statements,
+    _machine,
+    _statements,
+    asl_path,
+    documents_dir,
+    lambdas_dir,
+)
 
 
 @pytest.fixture(scope="module")
 def template(synth: Synth) -> Template:
     return Template.from_json(synth.template)
-
-
-def _statements(synth: Synth) -> list[tuple[str, dict[str, Any]]]:
-    """Every IAM statement in the template: (resource logical id, statement)."""
-    out = []
-    for lid, res in synth.template["Resources"].items():
-        props = res.get("Properties", {})
-        docs = []
-        if res["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
-            docs.append(props["PolicyDocument"])
-        if res["Type"] == "AWS::IAM::Role":
-            docs.extend(p["PolicyDocument"] for p in props.get("Policies", []))
-        for doc in docs:
-            out.extend((lid, st) for st in doc["Statement"])
-    return out
-
-
-def _as_list(v: Any) -> list[Any]:
-    return v if isinstance(v, list) else [v]
-
-
-def _machine(synth: Synth, prefix: str = "CacheWarmerStateMachine") -> tuple[str, dict[str, Any]]:
-    """(logical id, resource) of the warm state machine, or of the teardown machine with
-    prefix="CacheWarmerTeardownStateMachine"."""
-    [found] = [
-        (k, v) for k, v in synth.resources("AWS::StepFunctions::StateMachine").items() if k.startswith(prefix)
-    ]
-    return found
-
-
-def _definition(machine: dict[str, Any]) -> str:
-    definition = machine["Properties"]["DefinitionString"]
-    return definition if isinstance(definition, str) else "".join(str(p) for p in definition["Fn::Join"][1])
-
-
-def _controller_statements(synth: Synth) -> dict[str, dict[str, Any]]:
-    policies = synth.resources("AWS::IAM::Policy")
-    [(_, policy)] = [(k, v) for k, v in policies.items() if k.startswith("CacheWarmerControllerPolicy")]
-    return {st["Sid"]: st for st in policy["Properties"]["PolicyDocument"]["Statement"]}
 
 
 # ---- ASL discovery ------------------------------------------------------------------------------
@@ -119,8 +91,8 @@ def test_powertools_layer_pinned_like_pyproject(synth: Synth) -> None:
 
 def test_log_groups_have_retention(synth: Synth) -> None:
     groups = synth.resources("AWS::Logs::LogGroup")
-    # One per function and one per state machine (warm, teardown).
-    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 2
+    # One per function, one per state machine (warm, teardown), one for the agents' command output.
+    assert len(groups) == len(synth.resources("AWS::Lambda::Function")) + 3
     assert all(g["Properties"]["RetentionInDays"] == 30 for g in groups.values())
 
 
@@ -156,21 +128,6 @@ def test_asl_substitutions_complete(synth: Synth) -> None:
         ref = subs[task.placeholder]
         assert ref["Fn::GetAtt"][1] == "Arn"
         assert functions[ref["Fn::GetAtt"][0]]["Properties"]["Handler"] == task.handler
-
-
-def _invoke_statements(synth: Synth) -> dict[str, dict[str, Any]]:
-    """The InvokeControllerFunctions statement of each state machine, by the machine's logical id."""
-    roles = {
-        sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]: lid
-        for lid, sm in synth.resources("AWS::StepFunctions::StateMachine").items()
-    }
-    out = {}
-    for policy in synth.resources("AWS::IAM::Policy").values():
-        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
-            if st.get("Sid") == "InvokeControllerFunctions":
-                [role] = policy["Properties"]["Roles"]
-                out[roles[role["Ref"]]] = st
-    return out
 
 
 def test_state_machine_may_invoke_exactly_its_functions(synth: Synth) -> None:
@@ -254,7 +211,7 @@ def test_artifacts_are_assets_the_agents_may_read(synth: Synth) -> None:
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadArtifacts"
     )
     assert read["Action"] == "s3:GetObject"
-    assert len(read["Resource"]) == 2
+    assert len(read["Resource"]) == 3  # dumper, agent bundle, install script
 
 
 # ---- populators ---------------------------------------------------------------------------------
@@ -291,13 +248,30 @@ def _asset_key(synth: Synth, output: str) -> str:
 
 
 def test_populators_install_this_deployments_agent_at_boot(synth: Synth) -> None:
+    """User data runs the same install script as the install-agent document, checksum checked."""
     [lt] = synth.resources("AWS::EC2::LaunchTemplate").values()
     user_data = json.dumps(lt["Properties"]["LaunchTemplateData"]["UserData"])
     assert "dnf install -y -q python3.11 python3.11-pip xfsprogs" in user_data
-    assert "pip install --quiet --upgrade --find-links /opt/cachewarm/wheels cachewarm" in user_data
-    assert "ln -sf /opt/cachewarm/venv/bin/cachewarm /usr/local/bin/cachewarm" in user_data
+    assert "install-agent.sh" in user_data and "sha256sum -c" in user_data
     assert _asset_key(synth, "AgentBundleUrl") in user_data
     assert _asset_key(synth, "DumperTarballUrl") not in user_data  # populators never dump
+    warmer = synth.warmer
+    assert f"--version '{warmer.artifacts.version}'" in user_data
+    assert warmer.artifacts.agent_sha256 in user_data and warmer.artifacts.installer_sha256 in user_data
+
+
+def test_install_document_defaults_are_this_deployments_artifacts(synth: Synth) -> None:
+    [doc] = [
+        d for k, d in synth.resources("AWS::SSM::Document").items() if k.startswith("CacheWarmerInstallAgent")
+    ]
+    params = doc["Properties"]["Content"]["parameters"]
+    a = synth.warmer.artifacts
+    assert params["agentBundleSha256"]["default"] == a.agent_sha256
+    assert params["dumperTarballSha256"]["default"] == a.dumper_sha256
+    assert params["installScriptSha256"]["default"] == a.installer_sha256
+    assert params["agentVersion"]["default"] == a.version == "0.1.0"
+    for name in ("agentBundleUrl", "dumperTarballUrl", "installScriptUrl"):
+        assert "Fn::Sub" in json.dumps(params[name]["default"]), name
 
 
 def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
@@ -379,321 +353,59 @@ def test_run_instances_only_from_our_launch_template(synth: Synth) -> None:
     assert ":instance/" not in json.dumps(st["Resource"])
 
 
-def test_send_command_only_our_documents(synth: Synth) -> None:
-    st = _controller_statements(synth)["RunOurDocuments"]
-    text = json.dumps(st["Resource"])
+def test_send_command_only_our_documents_to_tagged_instances(synth: Synth) -> None:
+    """Documents: only this stack's (no AWS-RunShellScript). Instances: only populators it launched
+    (cachewarm:managed=true) and nodes the platform tagged cachewarm:replica — tags the controller
+    cannot set itself (CreateTags only inside its own Create/Run calls)."""
+    st = _controller_statements(synth)
+    docs = json.dumps(st["RunOurDocuments"]["Resource"])
     for lid in synth.resources("AWS::SSM::Document"):
-        assert lid in text
-    assert "document/*" not in text
+        assert lid in docs
+    assert "document/*" not in docs and "AWS-RunShellScript" not in json.dumps(synth.template)
+    assert ":instance/" not in docs
+    populators, replicas = st["CommandsToOurPopulators"], st["CommandsToReplicaNodes"]
+    assert populators["Condition"] == {"StringEquals": {"ssm:resourceTag/cachewarm:managed": "true"}}
+    assert replicas["Condition"] == {"Null": {"ssm:resourceTag/cachewarm:replica": "false"}}
+    for sendable in (populators, replicas):
+        assert sendable["Action"] == "ssm:SendCommand" and ":instance/" in json.dumps(sendable["Resource"])
+    sends = [s for _, s in _statements(synth) if "ssm:SendCommand" in _as_list(s["Action"])]
+    assert len(sends) == 3
+    tagging = st["TagOnCreateOnly"]["Condition"]["StringEquals"]["ec2:CreateAction"]
+    assert sorted(tagging) == ["CreateVolume", "RunInstances"]
 
 
-# ---- triggers -----------------------------------------------------------------------------------
-
-
-def _rules(synth: Synth) -> dict[str, dict[str, Any]]:
-    return synth.resources("AWS::Events::Rule")
-
-
-def render_transformer(target: dict[str, Any], event: dict[str, Any], lt_id: str) -> dict[str, Any]:
-    """What EventBridge would send the state machine for `event` (simple `$.a.b` paths)."""
-    tr = target["InputTransformer"]
-    template = "".join(p if isinstance(p, str) else lt_id for p in tr["InputTemplate"]["Fn::Join"][1])
-    for name, path in tr["InputPathsMap"].items():
-        value: Any = event
-        for part in path.removeprefix("$.").split("."):
-            value = value[part]
-        template = template.replace(f"<{name}>", json.dumps(value))
-    return dict(json.loads(template))
-
-
-def _rule(synth: Synth, prefix: str) -> dict[str, Any]:
-    [rule] = [r for k, r in _rules(synth).items() if k.startswith(prefix)]
-    return rule["Properties"]
-
-
-def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
-    # moto's EventBridge pattern matcher (its TestEventPattern API returns no result).
-    from moto.events.models import EventPattern
-
-    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
-
-
-def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
-    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
-    assert p["EventPattern"] == {
-        "source": ["cachewarm"],
-        "detail-type": ["Replica Deployed"],
-        "detail": {
-            "warm_id": [{"exists": True}],
-            "source": {"replica": [{"exists": True}]},
-            "destination": {"endpoints": [{"exists": True}]},
-        },
-    }
-    [target] = p["Targets"]
-    sm, _ = _machine(synth)
-    assert target["Arn"] == {"Ref": sm}
-    assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 4
-    assert target["InputTransformer"]["InputPathsMap"] == {
-        "detail-warm_id": "$.detail.warm_id",
-        "detail-source-replica": "$.detail.source.replica",
-        "detail-destination": "$.detail.destination",
-    }
-
-
-def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
-    """infra/examples/replica-deployed-event.json matches the rule, and the transformed input passes
-    the controller's own input validation."""
-    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
-    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
-    assert _matches(p["EventPattern"], event)
-    for missing in ("warm_id", "source", "destination"):
-        broken = {**event, "detail": {k: v for k, v in event["detail"].items() if k != missing}}
-        assert not _matches(p["EventPattern"], broken), missing
-    no_endpoints = {**event, "detail": {**event["detail"], "destination": {"replica": "users-v2"}}}
-    assert not _matches(p["EventPattern"], no_endpoints)
-    rendered = render_transformer(p["Targets"][0], event, "lt-0123456789abcdef0")
-    assert rendered == {
-        "warm_id": "users-v2-20261122",
-        "source": {"replica": "users-v1"},
-        "destination": event["detail"]["destination"],
-        "populator": {"launch_template_id": "lt-0123456789abcdef0"},
-    }
-    model = pytest.importorskip("cachewarm_controller.model")
-    assert model.parse_input(rendered).warm_id == "users-v2-20261122"
-
-
-def test_documented_console_input_is_valid() -> None:
-    model = pytest.importorskip("cachewarm_controller.model")
-    doc = json.loads((REPO / "infra" / "examples" / "start-input.json").read_text())
-    assert model.parse_input(doc).destination.endpoints[0] == "10.0.1.21:11211"
-
-
-def test_documented_put_events_entry_is_the_event() -> None:
-    [entry] = json.loads((REPO / "infra" / "examples" / "put-replica-deployed.json").read_text())
-    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
-    assert (entry["Source"], entry["DetailType"]) == (event["source"], event["detail-type"])
-    assert json.loads(entry["Detail"]) == event["detail"]
-
-
-def _start_execution_targets(synth: Synth) -> dict[str, set[str]]:
-    """Role logical id -> the state machines its policies may start."""
-    out: dict[str, set[str]] = {}
-    for policy in synth.resources("AWS::IAM::Policy").values():
-        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
-            if "states:StartExecution" in _as_list(st["Action"]):
-                for role in policy["Properties"]["Roles"]:
-                    out.setdefault(role["Ref"], set()).update(r["Ref"] for r in _as_list(st["Resource"]))
-    return out
-
-
-def _rule_roles(synth: Synth, prefix: str) -> set[str]:
-    return {t["RoleArn"]["Fn::GetAtt"][0] for t in _rule(synth, prefix)["Targets"]}
-
-
-def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
-    sm, _ = _machine(synth)
-    starts = _start_execution_targets(synth)
-    [role] = _rule_roles(synth, "CacheWarmerReplicaDeployedRule") | _rule_roles(
-        synth, "CacheWarmerAsgLaunchRule"
+def test_command_output_goes_to_a_log_group_of_the_stack(synth: Synth) -> None:
+    fns = synth.resources("AWS::Lambda::Function")
+    groups = synth.resources("AWS::Logs::LogGroup")
+    [agent_logs] = [k for k in groups if k.startswith("CacheWarmerAgentOutputLogs")]
+    for fn in fns.values():
+        assert fn["Properties"]["Environment"]["Variables"]["AGENT_LOG_GROUP"] == {"Ref": agent_logs}
+    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    output = next(
+        s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "CommandOutput"
     )
-    assert starts[role] == {sm}
-    # Nothing else may start the warm machine; only the stopped-warm rule's role the teardown machine.
-    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
-    [teardown_role] = _rule_roles(synth, "CacheWarmerStoppedWarmRule")
-    assert starts == {role: {sm}, teardown_role: {teardown}}
-    roles = synth.resources("AWS::IAM::Role")
-    for r in (role, teardown_role):
-        principal = roles[r]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
-        assert principal == {"Service": "events.amazonaws.com"}
-    stmts = [
-        st for lid, st in _statements(synth) if teardown_role in json.dumps(synth.template["Resources"][lid])
-    ]
-    assert [st["Action"] for st in stmts] == ["states:StartExecution"]
+    assert agent_logs in json.dumps(output["Resource"]) and "logs:PutLogEvents" in output["Action"]
 
 
-# ---- the teardown machine for stopped / timed-out warms ------------------------------------------
+def test_every_variable_the_handlers_require_is_set(synth: Synth) -> None:
+    from cachewarm_controller.handlers import REQUIRED_ENV
 
-TEARDOWN_ASL = REPO / "statemachine" / "teardown.asl.json"
-
-
-def test_teardown_machine_deploys_its_asl_logged_traced(synth: Synth) -> None:
-    _, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
-    props = sm["Properties"]
-    assert json.loads(_definition(sm)) == json.loads(TEARDOWN_ASL.read_text())
-    assert props["StateMachineType"] == "STANDARD"
-    assert props["TracingConfiguration"] == {"Enabled": True}
-    assert props["LoggingConfiguration"]["Level"] == "ALL"
-    [dest] = props["LoggingConfiguration"]["Destinations"]
-    log_group = dest["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
-    assert log_group.startswith("CacheWarmerTeardownStateMachineLogs")
-    # The same substitution mechanism: exactly the placeholders its ASL uses, the Teardown function.
-    subs = props["DefinitionSubstitutions"]
-    assert set(subs) == {"TeardownFunctionArn"}
-    functions = synth.resources("AWS::Lambda::Function")
-    fn = subs["TeardownFunctionArn"]["Fn::GetAtt"][0]
-    assert functions[fn]["Properties"]["Handler"] == "cachewarm_controller.handlers.teardown"
-    warm_subs = _machine(synth)[1]["Properties"]["DefinitionSubstitutions"]
-    assert warm_subs["TeardownFunctionArn"] == subs["TeardownFunctionArn"]  # one function, two machines
+    docs = synth.resources("AWS::SSM::Document")
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert set(REQUIRED_ENV) <= set(env), set(REQUIRED_ENV) - set(env)
+        for name in REQUIRED_ENV:
+            if name.endswith("_DOCUMENT_NAME"):
+                assert env[name]["Ref"] in docs, name
 
 
-def test_teardown_machine_may_invoke_only_the_teardown_function(synth: Synth) -> None:
-    lid, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
-    st = _invoke_statements(synth)[lid]
-    assert st["Action"] == "lambda:InvokeFunction"
-    [resource] = _as_list(st["Resource"])
-    fn = resource["Fn::GetAtt"][0]
-    assert synth.resources("AWS::Lambda::Function")[fn]["Properties"]["Handler"].endswith(".teardown")
-    # Its role can do nothing else but log and trace (what CDK adds for logging and X-Ray).
-    role = sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]
-    actions = {
-        a
-        for plid, policy in synth.resources("AWS::IAM::Policy").items()
-        if {"Ref": role} in policy["Properties"]["Roles"]
-        for st in policy["Properties"]["PolicyDocument"]["Statement"]
-        for a in _as_list(st["Action"])
-    }
-    assert {a.split(":")[0] for a in actions} <= {"lambda", "logs", "xray"}, actions
-    assert {a for a in actions if a.startswith("lambda:")} == {"lambda:InvokeFunction"}
-
-
-def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
-    p = _rule(synth, "CacheWarmerStoppedWarmRule")
-    sm, _ = _machine(synth)
-    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
-    assert p["EventPattern"] == {
-        "source": ["aws.states"],
-        "detail-type": ["Step Functions Execution Status Change"],
-        "detail": {"status": ["ABORTED", "TIMED_OUT"], "stateMachineArn": [{"Ref": sm}]},
-    }
-    [target] = p["Targets"]
-    assert target["Arn"] == {"Ref": teardown}
-    # The whole event is the input (the Teardown Lambda reads detail.input).
-    assert not {"Input", "InputPath", "InputTransformer"} & set(target)
-    replica = _rule(synth, "CacheWarmerReplicaDeployedRule")["Targets"][0]
-    assert target["DeadLetterConfig"] == replica["DeadLetterConfig"]
-    assert target["RetryPolicy"] == replica["RetryPolicy"]
-
-
-@pytest.mark.parametrize(
-    ("status", "matches"), [("ABORTED", True), ("TIMED_OUT", True), ("FAILED", False), ("SUCCEEDED", False)]
-)
-def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str, matches: bool) -> None:
-    p = _rule(synth, "CacheWarmerStoppedWarmRule")
-    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:cachewarm"
-    pattern = json.loads(
-        json.dumps(p["EventPattern"]).replace(
-            json.dumps(p["EventPattern"]["detail"]["stateMachineArn"][0]), json.dumps(arn)
-        )
-    )
-    event = {
-        "version": "0",
-        "source": "aws.states",
-        "detail-type": "Step Functions Execution Status Change",
-        "detail": {"status": status, "stateMachineArn": arn, "input": '{"warm_id": "w-1"}'},
-    }
-    assert _matches(pattern, event) is matches
-    other = {**event, "detail": {**event["detail"], "stateMachineArn": arn + "-other"}}
-    assert not _matches(pattern, other)
-
-
-def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:
-    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
-    assert synth.template["Outputs"]["TeardownStateMachineArn"]["Value"] == {"Ref": teardown}
-
-
-def test_asg_example_rule(synth: Synth) -> None:
-    [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerAsgLaunchRule")]
-    event = json.loads((REPO / "infra" / "examples" / "asg-launch-event.json").read_text())
-    assert _matches(rule["Properties"]["EventPattern"], event)
-    other = {**event, "detail": {**event["detail"], "AutoScalingGroupName": "web-frontend"}}
-    assert not _matches(rule["Properties"]["EventPattern"], other)
-    assert rule["Properties"]["EventPattern"] == {
-        "source": ["aws.autoscaling"],
-        "detail-type": ["EC2 Instance Launch Successful"],
-        "detail": {"AutoScalingGroupName": ["memcached-replica-b"]},
-    }
-
-
-def test_asg_pattern_helper_renders() -> None:
-    from aws_cdk import App, Stack
-    from aws_cdk import aws_events as events
-
-    stack = Stack(App(), "P")
-    events.Rule(stack, "R", event_pattern=asg_launch_pattern(["a", "b"]))
-    Template.from_stack(stack).has_resource_properties(
-        "AWS::Events::Rule",
-        {"EventPattern": Match.object_like({"detail": {"AutoScalingGroupName": ["a", "b"]}})},
-    )
-
-
-def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
-    [q] = synth.resources("AWS::SQS::Queue").values()
-    assert "KmsMasterKeyId" in q["Properties"]
-    [qp] = synth.resources("AWS::SQS::QueuePolicy").values()
-    assert "aws:SecureTransport" in json.dumps(qp)
-
-
-# ---- observability ------------------------------------------------------------------------------
-
-
-def test_alarms(synth: Synth) -> None:
-    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
-    [stopped] = [
-        a["Properties"]
-        for lid, a in synth.resources("AWS::CloudWatch::Alarm").items()
-        if lid.startswith("CacheWarmerStoppedWarmTeardownFailedAlarm")
-    ]
-    assert stopped["MetricName"] == "ExecutionsFailed"
-    assert stopped["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": teardown}}]
-    assert len(synth.resources("AWS::CloudWatch::Alarm")) == 6
-    alarms = {
-        a["Properties"]["MetricName"]: a["Properties"]
-        for lid, a in synth.resources("AWS::CloudWatch::Alarm").items()
-        if not lid.startswith("CacheWarmerStoppedWarmTeardownFailedAlarm")
-    }
-    assert set(alarms) == {
-        "ExecutionsFailed",
-        "ExecutionsTimedOut",
-        "ExecutionsAborted",
-        "Revives",
-        "TeardownLeftovers",
-    }
-    # The stale-heartbeat alarm watches what CheckProgress emits (Powertools: service + Step dimensions).
-    assert alarms["Revives"]["Namespace"] == "CacheWarm"
-    assert sorted(alarms["Revives"]["Dimensions"], key=lambda d: d["Name"]) == [
-        {"Name": "Step", "Value": "check_progress"},
-        {"Name": "service", "Value": "cachewarm"},
-    ]
-    for a in alarms.values():
-        assert a["Threshold"] == 1
-        assert a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-        assert a["TreatMissingData"] == "notBreaching"
-        assert "runbook" in a["AlarmDescription"]
-
-
-def test_alarm_metrics_are_emitted_by_the_handlers(synth: Synth) -> None:
-    """Every CacheWarm metric the alarms and dashboard use is one a handler adds (same name)."""
-    handlers = lambdas_dir() / "cachewarm_controller" / "handlers.py"
-    if not handlers.exists():
-        pytest.skip("handlers not written yet")
-    emitted = set(re.findall(r'add_metric\(\s*name="(\w+)"', handlers.read_text()))
-    [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dash["Properties"]["DashboardBody"])
-    used = set(re.findall(r'\\"CacheWarm\\",\\"(\w+)\\"', body))
-    used |= {
-        a["Properties"]["MetricName"]
-        for a in synth.resources("AWS::CloudWatch::Alarm").values()
-        if a["Properties"].get("Namespace") == "CacheWarm"
-    }
-    assert used, body[:500]
-    assert used <= emitted, f"not emitted by any handler: {used - emitted}"
-
-
-def test_dashboard_shows_rates_and_nodes(synth: Synth) -> None:
-    [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
-    body = json.dumps(dash["Properties"]["DashboardBody"])
-    for needle in ("ItemsPopulated", "BytesPopulated", "NodesDone", "SourceNodes", "RATE(items)", "node_id"):
-        assert needle in body, needle
+def test_subnet_ids_reach_the_controller(synth: Synth) -> None:
+    """The SubnetIds parameter is used: the controller's default populator subnet per AZ."""
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["POPULATOR_SUBNET_IDS"] == {"Fn::Join": [",", {"Ref": "SubnetIds"}]}
+    handlers = (lambdas_dir() / "cachewarm_controller" / "handlers.py").read_text()
+    assert "POPULATOR_SUBNET_IDS" in handlers
 
 
 # ---- outputs ------------------------------------------------------------------------------------
@@ -709,6 +421,10 @@ def test_outputs(synth: Synth) -> None:
         "DumperTarballUrl",
         "DumpDocumentName",
         "PopulateDocumentName",
+        "InstallDocumentName",
+        "AgentVersion",
+        "AgentOutputLogGroup",
+        "PopulatorSecurityGroupId",
     } <= set(synth.template["Outputs"])
     assert {"VpcId", "SubnetIds", "PopulatorInstanceType"} <= set(synth.template["Parameters"])
 

@@ -18,20 +18,29 @@ BUCKET = "cachewarm-status-test"
 
 @dataclass
 class FakeRunner:
-    """Answers commands from a script: `answers[argv[0]]` is a result or a list consumed in order."""
+    """Answers commands from a script: `answers[argv[0]]` is a result or a list consumed in order.
+    It remembers what it mounted: `findmnt` on such a mount point answers with it."""
 
     answers: dict[str, Any] = field(default_factory=dict)
     calls: list[list[str]] = field(default_factory=list)
     stream_lines: list[str] = field(default_factory=list)
     stream_effect: Callable[[], int] = lambda: 0
+    mounted: dict[str, str] = field(default_factory=dict)  # mount point -> "device xfs options"
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         self.calls.append(list(argv))
-        ans = self.answers.get(argv[0], (0, ""))
+        a = list(argv)
+        if a[0] == "findmnt" and a[-1] in self.mounted:
+            return CommandResult(tuple(a), 0, self.mounted[a[-1]] + "\n")
+        ans = self.answers.get(a[0], (0, ""))
         if isinstance(ans, list):
             ans = ans.pop(0) if len(ans) > 1 else ans[0]
         rc, out = ans
-        return CommandResult(tuple(argv), rc, out, "boom" if rc else "")
+        if rc == 0 and a[0] == "mount":
+            self.mounted[a[-1]] = f"{a[-2]} xfs {a[a.index('-o') + 1]}"
+        if rc == 0 and a[0] == "umount":
+            self.mounted.pop(a[-1], None)
+        return CommandResult(tuple(a), rc, out, "boom" if rc else "")
 
     def stream(self, argv: Sequence[str], on_line: Callable[[str], None]) -> CommandResult:
         self.calls.append(list(argv))
@@ -67,6 +76,7 @@ def volume(tmp_path: Path, runner: FakeRunner, clock: FakeClock | None = None) -
 NOT_MOUNTED = (1, "")
 BLANK = (2, "")  # blkid -p: no signature
 XFS = (0, "xfs\n")
+MOUNTED_RW = (0, "/dev/nvme1n1 xfs rw,noatime\n")
 
 
 def where(role: str = "dump", node: str = "i-0123456789abcdef0") -> StatusLocation:

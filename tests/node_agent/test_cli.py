@@ -51,3 +51,18 @@ def test_cli_patterns_accept_what_the_controller_sends() -> None:
     assert inputs.matches(inputs.DEVICE, BASE["--device"])
     assert inputs.matches(inputs.STATUS_PREFIX, "warms")
     assert inputs.matches(inputs.ENDPOINT, "ip-10-0-0-1.ec2.internal:11211")
+
+
+@pytest.mark.parametrize("bad", ["rw,norecovery", "ro", "ro,norecovery;id", "ro,norecovery,rw"])
+def test_cli_refuses_reader_mount_options_that_could_write(bad: str) -> None:
+    args = {**BASE, "--to": "10.0.0.1:11211", "--mount-options": bad}
+    res = CliRunner().invoke(agent_group, ["populate", *[x for kv in args.items() for x in kv]])
+    assert res.exit_code == ExitCode.USAGE and "--mount-options" in res.output, res.output
+
+
+def test_cli_defaults_for_the_shared_volume() -> None:
+    def default(cmd: str, opt: str) -> object:
+        return next(p.default for p in agent_group.commands[cmd].params if p.name == opt)
+
+    assert default("populate", "mount_options") == "ro,norecovery"
+    assert default("dump", "publish_interval") == 1.0

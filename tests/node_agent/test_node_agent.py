@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from cachewarm.contract.status import Progress
+from cachewarm.datapath.dumper import DumperProgress
 from cachewarm.node_agent.cli import execute
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
     DumpJob,
     PopulateJob,
+    Publication,
     dumper_node_id,
     progress_from_dumper,
     run_dump,
@@ -27,6 +29,7 @@ from cachewarm.node_agent.volume import Volume
 
 from tests.node_agent.support import (
     BLANK,
+    MOUNTED_RW,
     NOT_MOUNTED,
     XFS,
     FakeClock,
@@ -101,7 +104,12 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
         run_dump(job, pub, r, lambda m: None)
     assert e.value.code == ExitCode.WORK_FAILED and "exited 137" in str(e.value)
     assert pub.status.progress == Progress(items=20, bytes=200, files=2, keys_listed=100)
-    first = r.calls[-1]
+    # Made visible: dump/ before the dumper starts, its first batch at once (the rate limit then
+    # holds back the rest: no clock moves here), and what it published once it exits, failed or not.
+    dumper = "/opt/cachewarm/bin/cachewarm-dump"
+    publish = ["findmnt", "fsfreeze", "fsfreeze"]
+    assert r.commands()[-11:] == ["mount", *publish, dumper, *publish, *publish]
+    first = dumper_calls(r)[0]
     assert first == [
         "/opt/cachewarm/bin/cachewarm-dump",
         "--host",
@@ -116,6 +124,8 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
         "4",
         "--max-items-per-second",
         "1000",
+        "--progress-interval",
+        "0.1",
     ]
 
     # Re-run: the volume already holds the XFS; the dumper resumes from keys/META.
@@ -129,20 +139,55 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
     r2.stream_effect = dumper_finishes
     run_dump(job, pub, r2, lambda m: None)
     assert "mkfs.xfs" not in r2.commands()
-    assert r2.calls[-1][-1] == "--resume"
+    assert dumper_calls(r2)[0][-1] == "--resume"
     assert pub.status.progress == Progress(items=1234, bytes=999, files=3, keys_listed=100)
 
-    # Third run: DONE is there, the dumper is not started again.
+    # Third run: DONE is there, the dumper is not started again; a freeze left by a killed run is
+    # thawed, and DONE is made visible once more.
     r3 = FakeRunner({"findmnt": (0, f"{job.volume.device} xfs rw\n")})
     job.volume.runner = r3
     run_dump(job, pub, r3, lambda m: None)
-    assert r3.commands() == ["findmnt"]
+    frz = [["fsfreeze", f, str(job.volume.mount)] for f in ("-u", "-f", "-u")]
+    assert r3.calls == [r3.calls[0], frz[0], r3.calls[0], *frz[1:]]
+
+
+def dumper_calls(r: FakeRunner) -> list[list[str]]:
+    return [c for c in r.calls if c[0].endswith("cachewarm-dump")]
 
 
 def test_dump_exit_zero_without_done_is_a_failure(tmp_path: Path, s3: Any) -> None:
     r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
     with pytest.raises(AgentError, match="DONE is missing"):
         run_dump(dump_job(tmp_path, r), StatusPublisher(s3, where(), interval_s=3600), r, lambda m: None)
+
+
+def test_publication_after_each_batch_at_most_once_per_interval(tmp_path: Path) -> None:
+    clock = FakeClock()
+    r = FakeRunner({"findmnt": MOUNTED_RW})
+    pub = Publication(volume(tmp_path, r, clock), interval_s=1.0, log=lambda m: None)
+
+    def line(t: float, files: int) -> int:
+        clock.t = t
+        pub.on_progress(DumperProgress("progress", files=files))
+        return r.commands().count("findmnt")  # findmnt + freeze + thaw per publication
+
+    assert line(0.0, 0) == 0  # nothing published yet
+    assert line(0.5, 2) == 1  # a batch: visible at once
+    assert line(1.0, 3) == 1  # another within the interval: waits
+    assert line(1.2, 3) == 1
+    assert line(1.6, 3) == 2  # the interval has passed
+    assert line(9.0, 3) == 2  # nothing new: no freeze
+    pub.publish()  # after the dumper exits: always
+    assert (pub.count, pub.visible_files) == (3, 3)
+    assert "made files visible 3 times" in pub.summary()
+
+
+def test_dump_job_asks_for_progress_lines_often(tmp_path: Path) -> None:
+    job = dump_job(tmp_path, FakeRunner())
+    for interval, expect in [(1.0, "0.1"), (0.1, "0.05"), (30.0, "0.1")]:
+        job.publish_interval_s = interval
+        argv = job.argv(False)
+        assert argv[argv.index("--progress-interval") + 1] == expect
 
 
 def test_dumper_node_id_and_progress_parsing() -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from cachewarm.node_agent.errors import AgentError, ExitCode
-from cachewarm.node_agent.runner import SubprocessRunner
-from cachewarm.node_agent.volume import Volume
+from cachewarm.node_agent.runner import CommandResult, SubprocessRunner
+from cachewarm.node_agent.volume import Volume, reader_mount_options
 
-from tests.node_agent.support import BLANK, NOT_MOUNTED, XFS, FakeClock, FakeRunner, volume
+from tests.node_agent.support import BLANK, MOUNTED_RW, NOT_MOUNTED, XFS, FakeClock, FakeRunner, volume
 
 # ---- volume: source (read-write) ------------------------------------------------------------------
 
@@ -42,10 +43,13 @@ def test_source_reuses_its_xfs_on_rerun(tmp_path: Path) -> None:
     assert r.calls[-1][:5] == ["mount", "-t", "xfs", "-o", "rw,noatime"]
 
 
-def test_source_already_mounted_does_nothing(tmp_path: Path) -> None:
-    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs rw,noatime,attr2\n")})
-    volume(tmp_path, r).prepare_source()
-    assert r.commands() == ["findmnt"]
+def test_source_already_mounted_is_only_thawed(tmp_path: Path) -> None:
+    # A run killed between freeze and thaw leaves the file system frozen; thawing one that is not
+    # frozen fails, harmlessly.
+    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs rw,noatime,attr2\n"), "fsfreeze": (1, "")})
+    v = volume(tmp_path, r)
+    assert v.prepare_source() is False
+    assert r.calls[1:] == [["fsfreeze", "-u", str(v.mount)]]
 
 
 def test_source_refuses_a_foreign_file_system(tmp_path: Path) -> None:
@@ -79,7 +83,53 @@ def test_reader_waits_for_the_source_fs_then_mounts_ro_norecovery(tmp_path: Path
     v.prepare_reader(timeout_s=600)
     assert clock.sleeps == 2
     assert "mkfs.xfs" not in r.commands()
-    assert r.calls[-1] == ["mount", "-t", "xfs", "-o", "ro,norecovery", v.device, str(v.mount)]
+    # The device is read-only for the kernel before anything mounts it.
+    assert r.calls[-3:] == [
+        ["blockdev", "--setro", v.device],
+        ["mkdir", "-p", str(v.mount)],
+        ["mount", "-t", "xfs", "-o", "ro,norecovery", v.device, str(v.mount)],
+    ]
+
+
+def test_reader_mount_options_are_used_everywhere(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
+    v = volume(tmp_path, r)
+    v.reader_options = "ro,norecovery,nouuid"
+    v.prepare_reader(timeout_s=1)
+    v.remount_reader()
+    mounts = [c for c in r.calls if c[0] == "mount"]
+    assert len(mounts) == 2 and all(c[4] == "ro,norecovery,nouuid" for c in mounts)
+    assert v.reader_mount_template == "mount -t xfs -o ro,norecovery,nouuid {device} {mount}"
+
+
+@pytest.mark.parametrize("ok", ["ro,norecovery", "ro,norecovery,nouuid", "norecovery,ro,logbsize=32k"])
+def test_reader_mount_options_accepted(ok: str) -> None:
+    assert reader_mount_options(ok) == ok
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("ro", "lacks norecovery"),
+        ("norecovery", "lacks ro"),
+        ("rw,norecovery", "lacks ro"),
+        ("ro,norecovery,rw", "not rw"),
+        ("ro,norecovery;id", "not a mount option"),
+        ("ro, norecovery", "not a mount option"),
+        ("ro,,norecovery", "not a mount option"),
+        ("", "not a mount option"),
+    ],
+)
+def test_reader_mount_options_refused(bad: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        reader_mount_options(bad)
+
+
+def test_reader_already_mounted_read_only_is_set_read_only(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": (0, "/dev/nvme1n1 xfs ro,norecovery\n")})
+    v = volume(tmp_path, r)
+    v.prepare_reader(timeout_s=1)
+    assert r.calls[1:] == [["blockdev", "--setro", v.device]]
 
 
 def test_reader_times_out_without_a_file_system(tmp_path: Path) -> None:
@@ -105,6 +155,64 @@ def test_reader_remount(tmp_path: Path) -> None:
         ["mkdir", "-p", str(v.mount)],
         ["mount", "-t", "xfs", "-o", "ro,norecovery", v.device, str(v.mount)],
     ]
+
+
+# ---- volume: publishing (source) ------------------------------------------------------------------
+
+
+def test_publish_freezes_then_thaws(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": MOUNTED_RW})
+    v = volume(tmp_path, r)
+    assert v.publish().frozen_s == 0.0  # the fake clock does not move
+    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)], ["fsfreeze", "-u", str(v.mount)]]
+
+
+@pytest.mark.parametrize("mounted", [NOT_MOUNTED, (0, "/dev/nvme1n1 xfs ro,norecovery\n")])
+def test_publish_never_freezes_what_is_not_the_mounted_volume(tmp_path: Path, mounted: object) -> None:
+    # fsfreeze on a plain directory would freeze the file system holding it: the root's, say.
+    r = FakeRunner({"findmnt": mounted})
+    with pytest.raises(AgentError, match="refusing to freeze"):
+        volume(tmp_path, r).publish()
+    assert r.commands() == ["findmnt"]
+
+
+def test_publish_failed_freeze_is_a_volume_error_without_thaw(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": (1, "")})
+    v = volume(tmp_path, r)
+    with pytest.raises(AgentError) as e:
+        v.publish()
+    assert e.value.code == ExitCode.VOLUME and "cannot freeze" in str(e.value)
+    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)]]
+
+
+def test_publish_retries_the_thaw_then_says_the_volume_stays_frozen(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, ""), (1, ""), (0, "")]})
+    volume(tmp_path, r).publish()
+    assert r.commands() == ["findmnt"] + ["fsfreeze"] * 4
+    r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, "")]})
+    with pytest.raises(AgentError, match="stays frozen"):
+        volume(tmp_path, r).publish()
+    assert [c[1] for c in r.calls[1:]] == ["-f"] + ["-u"] * 5
+
+
+def test_publish_interrupted_mid_freeze_still_thaws(tmp_path: Path) -> None:
+    class Interrupted(BaseException):
+        pass
+
+    r = FakeRunner({"findmnt": MOUNTED_RW})
+    plain_run = r.run
+
+    def run(argv: Sequence[str]) -> CommandResult:
+        if list(argv[:2]) == ["fsfreeze", "-f"]:
+            r.calls.append(list(argv))
+            raise Interrupted  # SIGTERM while fsfreeze -f runs: it may have frozen
+        return plain_run(argv)
+
+    r.run = run  # type: ignore[method-assign]
+    v = volume(tmp_path, r)
+    with pytest.raises(Interrupted):
+        v.publish()
+    assert r.calls[-1] == ["fsfreeze", "-u", str(v.mount)]
 
 
 def test_missing_device_times_out(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ stood in for:
 
 - "127.0.0.1 on instance X" (the dump document's --memcached) is the local memcached serving as X;
 - each EBS volume is a local directory (one per volume id, shared by its source and its populator,
-  as multi-attach shares the device); mkfs/blkid/findmnt/mount/umount act on a per-device record;
+  as multi-attach shares the device); mkfs/blkid/findmnt/mount/umount act on a per-device record,
+  and fsfreeze/blockdev do nothing (a real fsfreeze on a directory freezes the file system holding
+  it: this machine's root);
 - the device node exists once attached (moto has no block devices);
 - the populator's state directory is a temporary directory instead of /var/lib/cachewarm;
 - agents run in threads, so SIGTERM handling (main thread only) is left out.
@@ -83,6 +85,8 @@ class LocalVolumeRunner:
                 return CommandResult(tuple(a), 0)
             if a[0] == "umount":
                 self.mounted.pop(a[-1], None)
+                return CommandResult(tuple(a), 0)
+            if a[0] in ("fsfreeze", "blockdev"):
                 return CommandResult(tuple(a), 0)
             if a[0] == "mkdir":
                 Path(a[-1]).mkdir(parents=True, exist_ok=True)

@@ -95,7 +95,13 @@ def _run_system(
     inp = world.make_input(
         source={"replica": replica},
         destination={"replica": "main-b", "endpoints": [d.address for d in dst]},
-        polling={"interval_seconds": 5, "stale_after_seconds": 120, "max_revives": 0},
+        polling={
+            "interval_seconds": 5,
+            "stale_after_seconds": 120,
+            "max_revives": 0,
+            # Short: a 5 s interval over the default 24 h could overflow the execution history.
+            "deadline_hours": 1,
+        },
     )
     with agent_patches(monkeypatch, agents):
         ex = world.run(inp, timeout_s=240)

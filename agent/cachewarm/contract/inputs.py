@@ -58,6 +58,25 @@ THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 EXECUTION_TIMEOUT_MAX_S = 172_800
 EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
 
+# ---- verification (`cachewarm agent verify`) -------------------------------------------------------
+SAMPLE_KEYS = r"^[1-9][0-9]{0,6}$"  # 1 .. 9,999,999 keys per node
+SAMPLE_KEYS_MAX = 1_000_000  # what the controller sends at most (the input model's limit)
+
+# ---- the agent's installation (install-agent document, populator user data) -----------------------
+# Artifacts are CDK assets: s3://<asset bucket>/<hash>.<ext>.
+S3_URL = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9/._-]{1,1024}$"
+SHA256 = r"^[0-9a-f]{64}$"
+# The cachewarm package's version (PEP 440 characters only: no shell metacharacters).
+VERSION = r"^[0-9][0-9A-Za-z.+-]{0,63}$"
+PORT = r"^[0-9]{1,5}$"
+
+# ---- scale ------------------------------------------------------------------------------------------
+# One execution warms at most this many source nodes (its Lambdas' work per call and its history are
+# sized for it: lambdas/cachewarm_controller/budget.py and history.py).
+MAX_SOURCE_NODES = 1000
+# SSM SendCommand takes at most this many instance ids per call.
+SSM_MAX_TARGETS = 50
+
 # ---- defaults -------------------------------------------------------------------------------------
 DEFAULT_STATUS_PREFIX = "warms"
 DEFAULT_MOUNT_DIR = "/mnt/cachewarm"
@@ -78,6 +97,16 @@ SSM_PARAMETERS: dict[str, str] = {
     "threads": THREADS,
     "to": ENDPOINT_LIST,
     "mode": MODE,
+    "source": ENDPOINT,
+    "sampleKeys": SAMPLE_KEYS,
+    "agentVersion": VERSION,
+    "port": PORT,
+    "installScriptUrl": S3_URL,
+    "installScriptSha256": SHA256,
+    "agentBundleUrl": S3_URL,
+    "agentBundleSha256": SHA256,
+    "dumperTarballUrl": S3_URL,
+    "dumperTarballSha256": SHA256,
 }
 
 

@@ -4,7 +4,11 @@
 node id = the source instance id for both roles. Written by the agents
 (`cachewarm.node_agent.status`), read by the controller (`cachewarm_controller.store`) and the
 operator CLI (`cachewarm status|watch`). Meaning of each field: docs/status-objects.md.
-The controller keeps its plan beside them at `<prefix>/<warm-id>/controller/plan.json`.
+The controller keeps its plan beside them at `<prefix>/<warm-id>/controller/plan.json`; the verify
+agent writes `<prefix>/<warm-id>/verify/<node-id>.json` (`VerifyResult`); the claim that makes one
+execution the owner of a warm id is `<prefix>/_claims/<warm-id>.json` (`_` is not allowed in a warm
+id, so no warm's prefix holds it; it outlives the warm's teardown so that a duplicate start of the
+same warm id ends as a duplicate until the bucket's lifecycle expires it).
 """
 
 from __future__ import annotations
@@ -113,6 +117,78 @@ def status_key(prefix: str, warm_id: str, role: Role, node_id: str) -> str:
 
 def plan_key(prefix: str, warm_id: str) -> str:
     return f"{warm_prefix(prefix, warm_id)}controller/plan.json"
+
+
+def verify_key(prefix: str, warm_id: str, node_id: str) -> str:
+    """The verify agent's result for one source node."""
+    return f"{warm_prefix(prefix, warm_id)}verify/{node_id}.json"
+
+
+def claim_key(prefix: str, warm_id: str) -> str:
+    """The warm id's claim (written once, with S3's If-None-Match: *)."""
+    return f"{prefix.strip('/')}/_claims/{warm_id}.json"
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What `cachewarm agent verify` found comparing a sample of one source node's keys with the
+    destination (the fields of `cachewarm verify --json`), or why it could not compare (`error`)."""
+
+    warm_id: str
+    node_id: str
+    finished_ms: int
+    source_keys: int = 0
+    checked: int = 0
+    gone_from_source: int = 0
+    missing: int = 0
+    value_mismatch: int = 0
+    flags_mismatch: int = 0
+    ttl_mismatch: int = 0
+    examples: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def differences(self) -> int:
+        return self.missing + self.value_mismatch + self.flags_mismatch + self.ttl_mismatch
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "examples": list(self.examples)}, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(body: Any) -> VerifyResult:
+        if isinstance(body, (bytes, str)):
+            try:
+                body = json.loads(body)
+            except ValueError as e:
+                raise StatusFormatError(f"not JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise StatusFormatError(f"not a JSON object: {type(body).__name__}")
+        try:
+            counts = {
+                k: int(body.get(k, 0))
+                for k in (
+                    "source_keys",
+                    "checked",
+                    "gone_from_source",
+                    "missing",
+                    "value_mismatch",
+                    "flags_mismatch",
+                    "ttl_mismatch",
+                )
+            }
+            error = body.get("error")
+            return VerifyResult(
+                warm_id=str(body.get("warm_id", "")),
+                node_id=str(body["node_id"]),
+                finished_ms=int(body["finished_ms"]),
+                examples=tuple(str(e) for e in body.get("examples", []) or [])[:10],
+                error=None if error is None else str(error)[:MAX_ERROR_CHARS],
+                **counts,
+            )
+        except KeyError as e:
+            raise StatusFormatError(f"missing field {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise StatusFormatError(f"bad field value: {e}") from None
 
 
 @dataclass(frozen=True)

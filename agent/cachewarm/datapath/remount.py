@@ -4,6 +4,11 @@ On AWS the populator reads an io2 multi-attach volume that another instance writ
 cluster file systems, so a read-only mount shows a frozen view until it is mounted again. Between
 rounds the populator calls `refresh()`: `umount` + `mount -o ro,norecovery` there, nothing on a plain
 directory (local warm, tests). The commands are templates so an operator can adapt them.
+
+A remount shows only what the writer has written in place: a `norecovery` mount never reads the
+writer's log, where XFS keeps recent changes for seconds to minutes. The writer must publish
+(`fsfreeze -f` + `-u`, as `cachewarm agent dump` does after each batch) for new files to show up
+promptly; see docs/architecture.md, "The node agent".
 """
 
 from __future__ import annotations

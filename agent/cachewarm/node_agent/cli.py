@@ -1,4 +1,4 @@
-"""`cachewarm agent dump` / `cachewarm agent populate`: the commands the SSM documents run.
+"""`cachewarm agent dump` / `populate` / `verify`: the commands the SSM documents run.
 
 Exit codes (ExitCode): 0 done; 1 the dumper/populator failed; 2 bad flags; 3 volume problem;
 4 status bucket not writable; 5 timed out waiting for the source; 130 interrupted. Whatever happens
@@ -21,9 +21,10 @@ from typing import Any, NoReturn
 import click
 
 from cachewarm.contract import inputs
-from cachewarm.contract.status import Role, StatusLocation
+from cachewarm.contract.status import Role, StatusLocation, VerifyResult, verify_key
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
+    DEFAULT_PUBLISH_INTERVAL_S,
     DEFAULT_STATE_DIR,
     DumpJob,
     PopulateJob,
@@ -33,7 +34,7 @@ from cachewarm.node_agent.jobs import (
 )
 from cachewarm.node_agent.runner import CommandRunner, SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
-from cachewarm.node_agent.volume import Volume
+from cachewarm.node_agent.volume import READER_MOUNT_OPTIONS, Volume, reader_mount_options
 
 
 class Matching(click.ParamType):
@@ -85,6 +86,13 @@ def _sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _checked(check: Callable[[str], str], value: str, param: click.Parameter) -> str:
+    try:
+        return check(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param=param) from e
 
 
 def _log(msg: str) -> None:
@@ -227,12 +235,20 @@ def agent_group() -> None:
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
+@click.option(
+    "--publish-interval",
+    type=click.FloatRange(min=0.1, max=3600),
+    default=DEFAULT_PUBLISH_INTERVAL_S,
+    show_default=True,
+    help="At most one freeze/thaw (makes new files visible to the populators) per this many seconds.",
+)
 def dump_cmd(
     flags: AgentFlags,
     memcached: str,
     threads: int | None,
     max_items_per_second: int | None,
     dumper: str | None,
+    publish_interval: float,
 ) -> None:
     """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump."""
     host, port = memcached.rsplit(":", 1)
@@ -245,6 +261,7 @@ def dump_cmd(
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
+            publish_interval_s=publish_interval,
         )
         run_dump(job, status, runner, _log)
 
@@ -276,6 +293,13 @@ def dump_cmd(
     show_default=True,
     help="Seconds to wait for the source to format the volume and start dumping.",
 )
+@click.option(
+    "--mount-options",
+    default=READER_MOUNT_OPTIONS,
+    show_default=True,
+    callback=lambda ctx, param, value: _checked(reader_mount_options, value, param),
+    help="Read-only mount options; must include ro,norecovery (tests add nouuid: two mounts, one kernel).",
+)
 def populate_cmd(
     flags: AgentFlags,
     to: str,
@@ -283,10 +307,12 @@ def populate_cmd(
     max_items_per_second: int | None,
     state_dir: Path,
     source_timeout: float,
+    mount_options: str,
 ) -> None:
     """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed."""
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
+        volume.reader_options = mount_options
         job = PopulateJob(
             **flags.job_fields(volume),
             destinations=to,
@@ -299,3 +325,100 @@ def populate_cmd(
         click.echo(summary.to_json())
 
     _run(flags, "populate", work)
+
+
+def _data_path_verify() -> tuple[Callable[..., Any], Callable[[str], list[Any]]]:
+    """`cachewarm verify`'s comparison and node parser (imported late: the other agent commands
+    do not need them)."""
+    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.verify import verify
+
+    return verify, parse_nodes
+
+
+def run_verify(
+    warm_id: str,
+    node_id: str,
+    source: str,
+    to: str,
+    sample: int,
+    ttl_tolerance: int,
+    now_ms: Callable[[], int],
+) -> VerifyResult:
+    """Compare `sample` of the source's keys with the destination; any failure to compare becomes
+    the result's `error` (the controller reports it), never an exception."""
+    try:
+        verify, parse_nodes = _data_path_verify()
+        (src,) = parse_nodes(source)
+        rep = verify(src, parse_nodes(to), sample, ttl_tolerance)
+    except (OSError, RuntimeError, ValueError) as e:
+        return VerifyResult(warm_id, node_id, now_ms(), error=f"{type(e).__name__}: {e}")
+    return VerifyResult(
+        warm_id=warm_id,
+        node_id=node_id,
+        finished_ms=now_ms(),
+        source_keys=rep.source_keys,
+        checked=rep.checked,
+        gone_from_source=rep.gone_from_source,
+        missing=rep.missing,
+        value_mismatch=rep.value_mismatch,
+        flags_mismatch=rep.flags_mismatch,
+        ttl_mismatch=rep.ttl_mismatch,
+        examples=tuple(rep.examples[:10]),
+    )
+
+
+@agent_group.command("verify")
+@click.option("--warm-id", required=True, type=Matching(inputs.WARM_ID))
+@click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
+@click.option("--source", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT.")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+@click.option(
+    "--sample",
+    required=True,
+    type=MatchingInt(inputs.SAMPLE_KEYS, 1),
+    help="How many of the source's keys to compare.",
+)
+@click.option("--status-bucket", required=True, type=Matching(inputs.STATUS_BUCKET))
+@click.option("--status-prefix", required=True, type=Matching(inputs.STATUS_PREFIX))
+@click.option("--ttl-tolerance", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+def verify_cmd(
+    warm_id: str,
+    node_id: str,
+    source: str,
+    to: str,
+    sample: int,
+    status_bucket: str,
+    status_prefix: str,
+    ttl_tolerance: int,
+    region: str | None,
+) -> None:
+    """Compare a sample of one source node's keys with the destination (`cachewarm verify --sample`)
+    and write the result to `<prefix>/<warm-id>/verify/<node-id>.json`; the controller judges it.
+    Exit 0 once the result is written (whatever it says), 4 if the status bucket is not writable."""
+    import time
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    result = run_verify(warm_id, node_id, source, to, sample, ttl_tolerance, lambda: int(time.time() * 1000))
+    key = verify_key(status_prefix, warm_id, node_id)
+    try:
+        boto3.client("s3", region_name=region).put_object(
+            Bucket=status_bucket, Key=key, Body=result.to_json().encode(), ContentType="application/json"
+        )
+    except (BotoCoreError, ClientError) as e:
+        _log(f"cannot write s3://{status_bucket}/{key}: {e}")
+        sys.exit(int(ExitCode.STATUS))
+    _log(
+        f"verify {node_id}: {result.checked} keys compared, {result.differences} differ"
+        + (f", error: {result.error}" if result.error else "")
+    )
+    click.echo(result.to_json())

@@ -21,6 +21,12 @@ from cachewarm.node_agent.volume import Volume
 DUMP_DIR = "dump"
 DEFAULT_DUMPER = "/opt/cachewarm/bin/cachewarm-dump"
 DEFAULT_STATE_DIR = Path("/var/lib/cachewarm")
+# At most one freeze/thaw of the source's volume per this many seconds (Publication).
+DEFAULT_PUBLISH_INTERVAL_S = 1.0
+# How often the populator remounts while it waits for new files (a remount is ~10 ms).
+DEFAULT_READER_POLL_S = 0.1
+# A freeze that stalls the dumper's writes longer than this is logged.
+SLOW_FREEZE_S = 1.0
 
 
 def find_dumper(explicit: str | None) -> str:
@@ -45,11 +51,18 @@ class DumpJob:
     threads: int | None = None
     max_items_per_second: int | None = None
     device_timeout_s: float = 600.0
+    publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S
     extra_args: list[str] = field(default_factory=list)
 
     @property
     def out_dir(self) -> Path:
         return self.volume.mount / DUMP_DIR
+
+    @property
+    def progress_interval_s(self) -> float:
+        # Progress lines are when we learn that files were published: a line costs nothing, so
+        # often (the first batch is published at once), within the dumper's bounds (0.05..3600 s).
+        return max(0.05, min(0.1, self.publish_interval_s / 2))
 
     def argv(self, resume: bool) -> list[str]:
         return DumperCommand(
@@ -60,17 +73,66 @@ class DumpJob:
             node_id=dumper_node_id(self.node_id),
             threads=self.threads,
             max_items_per_second=self.max_items_per_second,
+            progress_interval=self.progress_interval_s,
             resume=resume,
             extra_args=self.extra_args,
         ).argv()
 
 
+@dataclass
+class Publication:
+    """Makes the dumper's published files visible to the populators' `norecovery` mounts.
+
+    After each batch (a progress line whose `files` grew) the volume is frozen and thawed
+    (`Volume.publish`), at most once per `interval_s`: a freeze stalls the dumper's writes to the
+    volume while XFS writes its metadata in place. `publish()` also runs after the dumper exits, so
+    DONE is visible at once. Counts how long the writes were stalled.
+    """
+
+    volume: Volume
+    interval_s: float
+    log: Callable[[str], None]
+    seen_files: int = 0
+    visible_files: int = 0
+    last_at: float | None = None
+    count: int = 0
+    frozen_total_s: float = 0.0
+    frozen_max_s: float = 0.0
+
+    def on_progress(self, p: DumperProgress) -> None:
+        self.seen_files = max(self.seen_files, p.files)
+        if self.seen_files <= self.visible_files:
+            return
+        if self.last_at is None or self.volume.clock() - self.last_at >= self.interval_s:
+            self.publish()
+
+    def publish(self, paced: bool = True) -> None:
+        """Freeze/thaw now. `paced=False`: the dumper is not running, the next batch need not wait."""
+        files = self.seen_files
+        done = self.volume.publish()
+        self.last_at = self.volume.clock() if paced else None
+        self.visible_files = files
+        self.count += 1
+        self.frozen_total_s += done.frozen_s
+        self.frozen_max_s = max(self.frozen_max_s, done.frozen_s)
+        if done.frozen_s > SLOW_FREEZE_S:
+            self.log(f"publishing stalled writes to {self.volume.mount} for {done.frozen_s:.2f} s")
+
+    def summary(self) -> str:
+        return (
+            f"made files visible {self.count} times; writes stalled {self.frozen_max_s * 1000:.0f} ms "
+            f"at most, {self.frozen_total_s * 1000:.0f} ms in all"
+        )
+
+
+def progress_of(p: DumperProgress) -> Progress:
+    return Progress(items=p.items, bytes=p.bytes, files=p.files, keys_listed=p.keys_listed)
+
+
 def progress_from_dumper(line: str) -> Progress | None:
     """A `cachewarm-dump` JSON progress line, or None for anything else (kept out of the status)."""
     p = DumperProgress.parse(line)
-    if p is None:
-        return None
-    return Progress(items=p.items, bytes=p.bytes, files=p.files, keys_listed=p.keys_listed)
+    return None if p is None else progress_of(p)
 
 
 def manifest_progress(done_file: Path) -> Progress:
@@ -89,31 +151,45 @@ def manifest_progress(done_file: Path) -> Progress:
 
 def run_dump(
     job: DumpJob, status: StatusPublisher, runner: CommandRunner, log: Callable[[str], None]
-) -> None:
-    """Format/mount, run (or resume) the dumper, keep the status fresh. Raises AgentError on failure."""
+) -> Publication:
+    """Format/mount, run (or resume) the dumper, keep the status fresh and make what it publishes
+    visible to the populators. Raises AgentError on failure."""
     job.volume.wait_for_device(job.device_timeout_s)
     job.volume.prepare_source()
+    publication = Publication(job.volume, job.publish_interval_s, log)
     done = job.out_dir / df.MANIFEST_NAME
     if done.exists():
         log(f"{done} exists: the dump finished in an earlier run")
         status.update(manifest_progress(done))
-        return
+        publication.publish()  # the earlier run may have ended before it did
+        return publication
     job.out_dir.mkdir(parents=True, exist_ok=True)
+    publication.publish(paced=False)  # the populators wait for dump/ to appear
     # The published files and keys/META are the dumper's checkpoint (docs/data-format.md section 6).
     resume = (job.out_dir / "keys" / "META").exists()
     log(("resuming" if resume else "starting") + f" the dump of {job.memcached_host}:{job.memcached_port}")
 
     def on_line(line: str) -> None:
-        p = progress_from_dumper(line)
+        p = DumperProgress.parse(line)
         if p is not None:
-            status.update(p)
+            status.update(progress_of(p))
+            publication.on_progress(p)
 
     res = runner.stream(job.argv(resume), on_line)
+    try:
+        # Also after a failure: the populators can apply what was published while we are revived.
+        publication.publish()
+    except AgentError as e:
+        if res.ok:
+            raise
+        log(str(e))
+    log(publication.summary())
     if not res.ok:
         raise AgentError(ExitCode.WORK_FAILED, f"the dumper failed: {res.describe()}")
     if not done.exists():
         raise AgentError(ExitCode.WORK_FAILED, f"the dumper exited 0 but {done} is missing")
     status.update(manifest_progress(done))
+    return publication
 
 
 # ---- populate ------------------------------------------------------------------------------------
@@ -133,6 +209,8 @@ class PopulateJob:
     device_timeout_s: float = 600.0
     # How long to wait for the source to format the volume and create the dump directory.
     source_timeout_s: float = 3600.0
+    # Seconds between remounts while nothing new is visible (the populator's poll interval).
+    poll_s: float = DEFAULT_READER_POLL_S
 
     @property
     def source_dir(self) -> Path:
@@ -163,14 +241,17 @@ def run_populate(
     vol.wait_for_device(job.device_timeout_s)
     vol.prepare_reader(job.source_timeout_s)
     deadline = vol.clock() + job.source_timeout_s
+    next_log = vol.clock()
     while not job.source_dir.is_dir():
         # The dumper creates it after mounting; our read-only view only changes when we remount.
         if vol.clock() >= deadline:
             raise AgentError(
                 ExitCode.TIMEOUT, f"{job.source_dir} did not appear within {job.source_timeout_s:.0f} s"
             )
-        log(f"waiting for {job.source_dir}")
-        vol.sleep(vol.poll_s)
+        if vol.clock() >= next_log:
+            log(f"waiting for {job.source_dir}")
+            next_log = vol.clock() + 30
+        vol.sleep(job.poll_s)
         vol.remount_reader()
     try:
         destinations = parse_nodes(job.destinations)
@@ -183,6 +264,7 @@ def run_populate(
         state_file=job.state_file,
         mode=job.mode,
         max_items_per_second=job.max_items_per_second,
+        poll_interval=job.poll_s,
         remounter=CommandRemounter(
             vol.device, str(vol.mount), mount_cmd=vol.reader_mount_template, runner=_raising(vol.runner)
         ),

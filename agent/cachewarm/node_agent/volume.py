@@ -1,13 +1,19 @@
-"""The shared io2 volume: wait for the device, format it (source only), mount it.
+"""The shared io2 volume: wait for the device, format it (source only), mount it, publish.
 
 The source node owns the file system: it formats the device only when `blkid` finds nothing on it,
 reuses an existing XFS (a re-run resumes), and refuses anything else. A populator never writes: it
-waits for the XFS to appear and mounts it `ro,norecovery` (the writer is another host; replaying the
-log would write to the volume).
+waits for the XFS to appear, sets its block device read-only and mounts it `ro,norecovery` (the
+writer is another host; replaying the log would write to the volume).
+
+XFS is not a cluster file system. A `norecovery` reader sees only metadata written in place, not
+what sits in the writer's log: a file written and fsynced stays invisible to it, across remounts,
+until XFS covers its log (~13 s on an idle writer, longer on a busy one). `publish()` on the writer
+(`fsfreeze -f` + `fsfreeze -u`) writes everything in place, so the reader's next mount shows it.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +28,34 @@ SOURCE_MOUNT_OPTIONS = "rw,noatime"
 READER_MOUNT_OPTIONS = "ro,norecovery"
 # `blkid -p` exits 2 when it finds no file system signature on the device.
 BLKID_NOTHING_FOUND = 2
+# Options a reader must have: never write the volume (ro), never replay the writer's log.
+READER_REQUIRED = frozenset({"ro", "norecovery"})
+_OPTION = re.compile(r"[a-z0-9_]+(=[A-Za-z0-9_.:/-]+)?")
+# A thaw that fails leaves the writer's file system frozen: the dumper would hang. Try hard.
+THAW_ATTEMPTS = 5
+
+
+def reader_mount_options(options: str) -> str:
+    """`--mount-options` of a populator, checked: comma-separated mount options including `ro` and
+    `norecovery` (`nouuid` is for two mounts of one file system on one kernel, as in tests).
+    Raises ValueError naming the problem."""
+    parts = options.split(",")
+    bad = [p for p in parts if not _OPTION.fullmatch(p)]
+    if bad:
+        raise ValueError(f"{options!r}: not a mount option: {bad[0]!r}")
+    missing = sorted(READER_REQUIRED - set(parts))
+    if missing:
+        raise ValueError(f"{options!r} lacks {','.join(missing)}: a populator must never write the volume")
+    if "rw" in parts:
+        raise ValueError(f"{options!r}: a populator mounts read-only, not rw")
+    return options
+
+
+@dataclass(frozen=True)
+class Published:
+    """One `publish()`: how long the writer's file system was frozen (its writes stalled)."""
+
+    frozen_s: float
 
 
 @dataclass(frozen=True)
@@ -40,8 +74,9 @@ class Volume:
     runner: CommandRunner
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
-    poll_s: float = 5.0
+    poll_s: float = 1.0
     log: Callable[[str], None] = field(default=lambda msg: None)
+    reader_options: str = READER_MOUNT_OPTIONS
 
     # ---- inspection ---------------------------------------------------------------------------
     def wait_for_device(self, timeout_s: float) -> None:
@@ -93,6 +128,9 @@ class Volume:
                     ExitCode.VOLUME, f"{self.mount} is mounted read-only; the dumper needs it RW"
                 )
             self.log(f"{self.mount} already mounted ({current.source}); resuming")
+            # A run killed between freeze and thaw leaves the file system frozen: thaw it (a thaw
+            # of a file system that is not frozen fails harmlessly).
+            self.runner.run(["fsfreeze", "-u", str(self.mount)])
             return False
         fs = self.fstype()
         if fs is None:
@@ -118,6 +156,7 @@ class Volume:
                     ExitCode.VOLUME,
                     f"{self.mount} is mounted read-write; a populator must mount it read-only",
                 )
+            self._set_read_only()
             return
         deadline = self.clock() + timeout_s
         while (fs := self.fstype()) is None:
@@ -130,12 +169,49 @@ class Volume:
             self.sleep(self.poll_s)
         if fs != FS_TYPE:
             raise AgentError(ExitCode.VOLUME, f"{self.device} holds a {fs} file system, expected {FS_TYPE}")
-        self._mount(READER_MOUNT_OPTIONS)
+        self._set_read_only()
+        self._mount(self.reader_options)
+
+    def _set_read_only(self) -> None:
+        # The kernel then refuses any write to the device, whatever mounts it (belt and braces: a
+        # mount without norecovery would replay the writer's log, `ro` or not).
+        self._check(self.runner.run(["blockdev", "--setro", self.device]), "set read-only")
 
     def remount_reader(self) -> None:
         """A read-only mount shows a frozen view: mount again to see what the writer published."""
         self._check(self.runner.run(["umount", str(self.mount)]), "unmount")
-        self._mount(READER_MOUNT_OPTIONS)
+        self._mount(self.reader_options)
+
+    # ---- source node: make published files visible to the readers -------------------------------
+    def publish(self) -> Published:
+        """Freeze and thaw the writer's file system: every metadata change is then written in place
+        and a `norecovery` reader sees it at its next mount. Writes to the volume stall meanwhile."""
+        # FIFREEZE freezes whatever file system holds the path: never the root's, by mistake.
+        current = self.mounted()
+        if current is None or "rw" not in current.options:
+            raise AgentError(
+                ExitCode.VOLUME, f"{self.mount} is not mounted read-write: refusing to freeze what holds it"
+            )
+        start = self.clock()
+        frozen: CommandResult | None = None
+        try:
+            frozen = self.runner.run(["fsfreeze", "-f", str(self.mount)])
+        finally:
+            if frozen is None:  # interrupted mid-freeze: it may have frozen, never leave it so
+                self.runner.run(["fsfreeze", "-u", str(self.mount)])
+            elif frozen.ok:
+                self._thaw()
+        self._check(frozen, "freeze")
+        return Published(frozen_s=self.clock() - start)
+
+    def _thaw(self) -> None:
+        res = self.runner.run(["fsfreeze", "-u", str(self.mount)])
+        for _ in range(THAW_ATTEMPTS - 1):
+            if res.ok:
+                return
+            self.sleep(0.2)
+            res = self.runner.run(["fsfreeze", "-u", str(self.mount)])
+        self._check(res, "thaw (the volume stays frozen: run `fsfreeze -u` on it)")
 
     def _mount(self, options: str) -> None:
         self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
@@ -152,4 +228,4 @@ class Volume:
     @property
     def reader_mount_template(self) -> str:
         """The populator's remount command (`cachewarm populate --mount-cmd`)."""
-        return f"mount -t {FS_TYPE} -o {READER_MOUNT_OPTIONS} {{device}} {{mount}}"
+        return f"mount -t {FS_TYPE} -o {self.reader_options} {{device}} {{mount}}"

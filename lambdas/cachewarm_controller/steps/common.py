@@ -1,14 +1,16 @@
-"""What every step shares: its injected dependencies, the Lambdas' settings, the plan, backoff."""
+"""What every step shares: its injected dependencies, the Lambdas' settings, which execution runs it,
+the plan, and the shape of one pass of a loop."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from cachewarm_controller.agents import AgentRunner
 from cachewarm_controller.attach import VolumeAttacher
+from cachewarm_controller.budget import EC2_MUTATIONS_PER_S, Deadline, Pacer
 from cachewarm_controller.errors import PlanError, WaitTimedOutError
 from cachewarm_controller.model import WarmInput, WarmPlan
 from cachewarm_controller.store import S3Store, StatusReader
@@ -17,13 +19,26 @@ MAX_BACKOFF_S = 60
 
 
 @dataclass(frozen=True)
+class Documents:
+    """This stack's SSM documents (their deployed names), one per job on an instance."""
+
+    dump: str
+    populate: str
+    verify: str
+    install: str
+    unmount: str
+    stats: str
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the Lambdas read from their environment (set by the CDK stack)."""
 
     status_bucket: str
-    dump_document: str
-    populate_document: str
+    documents: Documents
     kms_key_id: str | None = None
+    # Deploy-time default populator subnets (parameter SubnetIds); the input's per-AZ choice wins.
+    populator_subnet_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -36,8 +51,10 @@ class Deps:
     attacher: VolumeAttacher
     settings: Settings
     statuses: StatusReader | None = None  # defaults to the S3 store
+    autoscaling: Any = None
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    deadline: Deadline = field(default_factory=Deadline)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -45,30 +62,76 @@ class Deps:
     def status_reader(self) -> StatusReader:
         return self.statuses if self.statuses is not None else self.s3
 
+    def ec2_pacer(self) -> Pacer:
+        return Pacer(EC2_MUTATIONS_PER_S, clock=self.clock, sleep=self.sleep)
+
+
+@dataclass(frozen=True)
+class Warm:
+    """The warm a step works on: its validated input and the execution that owns it (every resource
+    it creates is tagged with both; teardown touches only what carries this execution's tag)."""
+
+    inp: WarmInput
+    execution_arn: str
+
+    @property
+    def warm_id(self) -> str:
+        return self.inp.warm_id
+
+    @property
+    def prefix(self) -> str:
+        return self.inp.status_prefix
+
 
 def backoff_seconds(attempt: int, base: int = 5) -> int:
     return int(min(base * 2 ** min(attempt, 10), MAX_BACKOFF_S))
 
 
-def load_plan(inp: WarmInput, deps: Deps) -> WarmPlan:
+def load_plan(warm: Warm, deps: Deps) -> WarmPlan:
     """The plan Plan saved; every later step starts from it."""
-    warm = deps.s3.load_plan(inp.status_prefix, inp.warm_id)
-    if warm is None:
+    plan = deps.s3.load_plan(warm.prefix, warm.warm_id)
+    if plan is None:
         raise PlanError(
-            f"no plan for warm {inp.warm_id} in s3://{deps.settings.status_bucket} (Plan did not run?)"
+            f"no plan for warm {warm.warm_id} in s3://{deps.settings.status_bucket} (Plan did not run?)"
         )
-    return warm
+    if plan.execution_arn and plan.execution_arn != warm.execution_arn:
+        raise PlanError(
+            f"the plan of warm {warm.warm_id} belongs to {plan.execution_arn}, not this execution"
+        )
+    return plan
 
 
-def wait_result(ready: bool, attempt: int, limit: int, what: str, pending: Sequence[str]) -> dict[str, Any]:
-    """The output of one check of a bounded wait loop (the ASL waits `wait_seconds`, then checks again)."""
-    if not ready and attempt + 1 >= limit:
+def loop_state(event: Mapping[str, Any], key: str) -> dict[str, int]:
+    """The previous pass's counters of a loop (`event[key]`, the Task's own last output)."""
+    value = event.get(key) or {}
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: int(value.get(k, 0)) for k in ("passes", "waits")}
+
+
+def pass_result(
+    state: Mapping[str, int],
+    *,
+    ready: bool,
+    progressed: bool,
+    limit: int,
+    what: str,
+    pending: Sequence[str],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The output of one pass of a looping step: `ready`, or how long to wait before the next pass
+    (none after a pass that did work). At `limit` passes without being ready, WaitTimedOutError."""
+    passes = state.get("passes", 0) + 1
+    waits = state.get("waits", 0) + (0 if ready or progressed else 1)
+    if not ready and passes >= limit:
         raise WaitTimedOutError(
-            f"{what} not ready after {limit} checks; still waiting for: {', '.join(list(pending)[:10])}"
+            f"{what} not ready after {passes} passes; still waiting for: {', '.join(list(pending)[:10])}"
         )
     return {
         "ready": ready,
-        "attempt": attempt + 1,
-        "wait_seconds": backoff_seconds(attempt),
+        "passes": passes,
+        "waits": waits,
+        "wait_seconds": 0 if ready or progressed else backoff_seconds(waits - 1),
         "pending": len(pending),
+        **extra,
     }

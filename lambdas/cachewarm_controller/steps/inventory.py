@@ -9,10 +9,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 from cachewarm.contract import tags
 
-from cachewarm_controller.agents import AgentRunner
 from cachewarm_controller.awsutil import chunks, tag_value
 from cachewarm_controller.errors import PlanError
-from cachewarm_controller.model import NodeStats, WarmInput
+from cachewarm_controller.model import WarmInput
 
 LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 
@@ -39,10 +38,16 @@ class Inventory:
         return f"volumes: [{vols}] instances: [{insts}]"
 
 
-def inventory(ec2: Any, warm_id: str, volumes: bool = True, instances: bool = True) -> Inventory:
-    """Every live volume and instance tagged with the warm id (terminated instances do not count)."""
+def inventory(
+    ec2: Any, execution_arn: str, warm_id: str | None = None, volumes: bool = True, instances: bool = True
+) -> Inventory:
+    """Every live volume and instance this execution created (tagged with its ARN, and with the warm
+    id when given; terminated instances do not count). Another execution's resources never match,
+    even for the same warm id."""
     inv = Inventory()
-    flt = [tag_filter(tags.WARM_ID, warm_id)]
+    flt = [tag_filter(tags.EXECUTION, execution_arn)]
+    if warm_id is not None:
+        flt.append(tag_filter(tags.WARM_ID, warm_id))
     if volumes:
         for page in ec2.get_paginator("describe_volumes").paginate(Filters=flt):
             inv.volumes.extend(v for v in page["Volumes"] if v["State"] != "deleted")
@@ -55,9 +60,9 @@ def inventory(ec2: Any, warm_id: str, volumes: bool = True, instances: bool = Tr
     return inv
 
 
-def tagged(ec2: Any, kind: str, warm_id: str, role: str) -> dict[str, dict]:
-    """node id -> live tagged resource of `kind` (volume | instance) for this warm."""
-    inv = inventory(ec2, warm_id, volumes=kind == "volume", instances=kind == "instance")
+def tagged(ec2: Any, kind: str, execution_arn: str, warm_id: str, role: str) -> dict[str, dict]:
+    """node id -> live tagged resource of `kind` (volume | instance) of this execution."""
+    inv = inventory(ec2, execution_arn, warm_id, volumes=kind == "volume", instances=kind == "instance")
     items = inv.volumes if kind == "volume" else inv.instances
     out: dict[str, dict] = {}
     for r in items:
@@ -94,8 +99,10 @@ def running_instances(
     return found
 
 
-def source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | None, list[dict]]:
-    """The source replica's name (if known) and its running nodes, by the input's selector."""
+def candidate_sources(inp: WarmInput, ec2: Any) -> dict[str, list[dict[str, Any]]]:
+    """The running nodes that may be the source, per replica name, by the input's selector; with no
+    selector, every replica tagged cachewarm:replica except the destination (Plan picks the one with
+    the most items). A replica given by instance ids is named by `source.replica` or ""."""
     src = inp.source
     if src.instance_ids:
         try:
@@ -105,18 +112,17 @@ def source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | N
         missing = sorted(set(src.instance_ids) - {n["InstanceId"] for n in nodes})
         if missing:
             raise PlanError(f"source.instance_ids not found or not running: {', '.join(missing)}")
-        return src.replica, nodes
+        return {src.replica or "": nodes}
     if src.replica:
         nodes = running_instances(ec2, [tag_filter(tags.REPLICA, src.replica)])
         if not nodes:
             raise PlanError(f"source.replica {src.replica!r}: no running instance tagged {tags.REPLICA}")
-        return src.replica, nodes
+        return {src.replica: nodes}
     if src.asg_name:
         nodes = running_instances(ec2, [tag_filter(tags.ASG, src.asg_name)])
         if not nodes:
             raise PlanError(f"source.asg_name {src.asg_name!r}: no running instances")
-        return src.asg_name, nodes
-    # No source given: the replica (other than the destination) holding the most items.
+        return {src.asg_name: nodes}
     by_replica: dict[str, list[dict]] = {}
     dst = inp.destination
     for n in running_instances(ec2, [{"Name": "tag-key", "Values": [tags.REPLICA]}]):
@@ -130,12 +136,29 @@ def source_nodes(inp: WarmInput, ec2: Any, agents: AgentRunner) -> tuple[str | N
         raise PlanError(
             f"no source given and no running replica tagged {tags.REPLICA} (besides the destination)"
         )
-    totals = {}
-    for name, nodes in sorted(by_replica.items()):
-        stats = node_stats(inp, [n["InstanceId"] for n in nodes], agents)
-        totals[name] = sum(s.items for s in stats.values())
-    best = max(sorted(totals), key=lambda r: totals[r])
-    return best, by_replica[best]
+    return by_replica
+
+
+def destination_pending(inp: WarmInput, autoscaling: Any) -> list[str]:
+    """What the destination still lacks before it can be warmed: for a destination given as an Auto
+    Scaling group (the launch trigger fires at the first instance), the instances it is still
+    launching. Empty: ready."""
+    dst = inp.destination
+    if dst.endpoints or not dst.asg_name or autoscaling is None:
+        return []
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[dst.asg_name])[
+        "AutoScalingGroups"
+    ]
+    if not groups:
+        raise PlanError(f"destination.asg_name {dst.asg_name!r}: no such Auto Scaling group")
+    group = groups[0]
+    in_service = [i for i in group.get("Instances", []) if i.get("LifecycleState") == "InService"]
+    missing = int(group.get("DesiredCapacity", 0)) - len(in_service)
+    return (
+        [f"{dst.asg_name}: {missing} of {group.get('DesiredCapacity')} instances not InService"]
+        if missing > 0
+        else []
+    )
 
 
 def destination_endpoints(inp: WarmInput, ec2: Any, source_ids: set[str]) -> list[str]:
@@ -157,13 +180,3 @@ def destination_endpoints(inp: WarmInput, ec2: Any, source_ids: set[str]) -> lis
             f"{what} includes source nodes {', '.join(overlap[:5])}: a replica cannot warm itself"
         )
     return sorted(f"{n['PrivateIpAddress']}:{dst.port}" for n in nodes)
-
-
-def node_stats(inp: WarmInput, ids: Sequence[str], agents: AgentRunner) -> dict[str, NodeStats]:
-    """Items and bytes per source node: as supplied in the input, else asked of memcached via SSM."""
-    supplied = inp.source.node_stats or {}
-    out = {i: supplied[i] for i in ids if i in supplied}
-    missing = [i for i in ids if i not in out]
-    if missing:
-        out.update(agents.memcached_stats(missing, inp.source.memcached_port))
-    return out

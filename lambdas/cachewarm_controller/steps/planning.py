@@ -1,35 +1,171 @@
-"""ValidateInput and Plan: the states before anything is created."""
+"""ValidateInput, ClaimWarmId, SurveyReplicas and Plan: the states before anything is created in EC2.
+
+ClaimWarmId makes one execution the owner of a warm id, atomically (an S3 conditional write); every
+later step runs only in the owner. SurveyReplicas asks the candidate source nodes' memcached for its
+`stats` through an SSM document and returns at once: the state machine waits between its passes.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 from botocore.exceptions import ClientError
-from cachewarm.contract import tags
+from cachewarm.contract import inputs, tags
 
+from cachewarm_controller.agents import FAILED_COMMAND_STATES, RUNNING_COMMAND_STATES, parse_stats
 from cachewarm_controller.attach import require_nitro
+from cachewarm_controller.awsutil import chunks, tag_value
+from cachewarm_controller.budget import COMMANDS_PER_PASS
 from cachewarm_controller.errors import InvalidInputError, PlanError
-from cachewarm_controller.model import NodePlan, WarmInput, WarmPlan, parse_input, volume_size_gib
-from cachewarm_controller.steps.common import Deps
+from cachewarm_controller.history import history_problem, passes
+from cachewarm_controller.model import (
+    NodePlan,
+    Probe,
+    Survey,
+    WarmInput,
+    WarmPlan,
+    parse_input,
+    volume_size_gib,
+)
+from cachewarm_controller.steps.common import Deps, Warm, pass_result
 from cachewarm_controller.steps.inventory import (
+    candidate_sources,
+    describe_instances,
     destination_endpoints,
-    inventory,
-    node_stats,
-    source_nodes,
+    destination_pending,
 )
 
+# ---- ValidateInput --------------------------------------------------------------------------------
 
-def validate(raw: object, ec2: Any) -> WarmInput:
-    """Reject bad input before anything exists; also refuse a warm id that already owns resources
-    (another execution, or leftovers a teardown must clean first) — tearing those down would hurt it."""
-    inp = parse_input(raw)
-    inv = inventory(ec2, inp.warm_id)
-    if not inv.empty:
-        raise InvalidInputError(
-            f"warm_id {inp.warm_id!r} is in use: resources tagged {tags.WARM_ID}={inp.warm_id} exist "
-            f"({inv.describe()}); pick a new warm id or run the teardown for it"
+
+def asg_warm_id(asg_name: str, marker: str) -> str:
+    """The warm id of an Auto Scaling launch: one per group and deployment marker, so the launches of
+    one deployment (one event per instance) all name the same warm and the claim keeps one."""
+    slug = re.sub(r"[^a-z0-9]+", "-", asg_name.lower()).strip("-")[:30].strip("-") or "asg"
+    digest = hashlib.sha256(f"{asg_name}|{marker}".encode()).hexdigest()[:12]
+    return f"{slug}-{digest}"
+
+
+def deployment_marker(asg_name: str, autoscaling: Any) -> str:
+    """The group's `cachewarm:deployment` tag, else its creation time (a new group per deployment)."""
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"]
+    if not groups:
+        raise InvalidInputError(f"destination.asg_name {asg_name!r}: no such Auto Scaling group")
+    group = groups[0]
+    marker = tag_value(group, tags.DEPLOYMENT)
+    return marker if marker else str(group.get("CreatedTime", ""))
+
+
+def validate(raw: object, deps: Deps) -> WarmInput:
+    """Reject bad input before anything exists, naming the field. An input without `warm_id` whose
+    destination is an Auto Scaling group (the launch trigger's) gets one derived from the group."""
+    if isinstance(raw, dict) and "warm_id" not in raw:
+        asg = (
+            (raw.get("destination") or {}).get("asg_name")
+            if isinstance(raw.get("destination"), dict)
+            else None
         )
+        if isinstance(asg, str) and inputs.matches(inputs.ASG_NAME, asg) and deps.autoscaling is not None:
+            raw = {**raw, "warm_id": asg_warm_id(asg, deployment_marker(asg, deps.autoscaling))}
+    inp = parse_input(raw)
+    problem = history_problem(inp)
+    if problem:
+        raise InvalidInputError(f"invalid input: {problem}")
     return inp
+
+
+# ---- ClaimWarmId ----------------------------------------------------------------------------------
+
+
+def claim(warm: Warm, deps: Deps) -> dict[str, Any]:
+    """Make this execution the warm id's owner unless another execution already is. A retry of this
+    step after a lost response finds its own claim and is the owner still."""
+    body = {"warm_id": warm.warm_id, "execution_arn": warm.execution_arn, "claimed_ms": deps.now_ms()}
+    if deps.s3.claim(warm.prefix, warm.warm_id, body):
+        return {"owned": True, "owner": warm.execution_arn}
+    existing = deps.s3.read_claim(warm.prefix, warm.warm_id) or {}
+    owner = str(existing.get("execution_arn", ""))
+    return {"owned": owner == warm.execution_arn, "owner": owner}
+
+
+# ---- SurveyReplicas -------------------------------------------------------------------------------
+
+
+def _require_replica_tag(nodes: list[dict[str, Any]], what: str) -> None:
+    """The controller may run commands only on instances tagged cachewarm:replica (its IAM says so)."""
+    untagged = sorted(n["InstanceId"] for n in nodes if tag_value(n, tags.REPLICA) is None)
+    if untagged:
+        raise PlanError(
+            f"{what} {', '.join(untagged[:10])} lack the tag {tags.REPLICA}: the controller may send "
+            "commands only to instances the platform tagged as replica nodes (docs/runbook.md §4)"
+        )
+
+
+def survey(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
+    """First pass: find the candidate source nodes and ask the ones without supplied stats for their
+    memcached `stats` (one SSM command per 50 nodes). Later passes: collect the answers. Ready when
+    every candidate has stats and the destination is complete."""
+    inp = warm.inp
+    found = deps.s3.load_survey(warm.prefix, warm.warm_id)
+    if found is None:
+        candidates = candidate_sources(inp, deps.ec2)
+        supplied = inp.source.node_stats or {}
+        ask = [n for nodes in candidates.values() for n in nodes if n["InstanceId"] not in supplied]
+        _require_replica_tag(ask, "source candidates")
+        batches = list(chunks(sorted(n["InstanceId"] for n in ask), inputs.SSM_MAX_TARGETS))
+        if len(batches) > COMMANDS_PER_PASS:
+            raise PlanError(f"{len(ask)} source candidates to ask for stats: name the source replica")
+        found = Survey(
+            execution_arn=warm.execution_arn,
+            candidates={name: sorted(n["InstanceId"] for n in nodes) for name, nodes in candidates.items()},
+            stats={k: v for k, v in supplied.items()},
+        )
+        deps.s3.save_survey(warm.prefix, warm.warm_id, found)  # before sending: a retry sends nothing twice
+        for batch in batches:
+            cid = deps.agents.send(
+                deps.settings.documents.stats,
+                list(batch),
+                {"port": str(inp.source.memcached_port)},
+                f"cachewarm {warm.warm_id} stats",
+            )
+            found.probes.append(Probe(command_id=cid, instance_ids=list(batch)))
+        deps.s3.save_survey(warm.prefix, warm.warm_id, found)
+    pending = _collect_stats(found, deps)
+    if pending is None:
+        deps.s3.save_survey(warm.prefix, warm.warm_id, found)
+        pending = [i for p in found.probes for i in p.instance_ids if i not in found.stats]
+    pending += destination_pending(inp, deps.autoscaling)
+    return pass_result(
+        state,
+        ready=not pending,
+        progressed=False,
+        limit=passes("SurveyReplicas", inp),
+        what="source stats / destination",
+        pending=pending,
+        candidates=sum(len(v) for v in found.candidates.values()),
+    )
+
+
+def _collect_stats(found: Survey, deps: Deps) -> list[str] | None:
+    """Read the probes' answers into `found`; None when something was added (save it), else the
+    nodes still pending."""
+    added = False
+    for probe in found.probes:
+        if all(i in found.stats for i in probe.instance_ids):
+            continue
+        for iid, inv in deps.agents.invocations(probe.command_id).items():
+            if iid in found.stats or inv.status in RUNNING_COMMAND_STATES:
+                continue
+            if inv.status in FAILED_COMMAND_STATES or inv.status != "Success":
+                raise PlanError(f"memcached stats on {iid} failed ({inv.status}): {inv.output[:300]}")
+            found.stats[iid] = parse_stats(iid, inv.output)
+            added = True
+    return None if added else [i for p in found.probes for i in p.instance_ids if i not in found.stats]
+
+
+# ---- Plan -----------------------------------------------------------------------------------------
 
 
 def _check_launch_template(inp: WarmInput, ec2: Any) -> str:
@@ -54,32 +190,60 @@ def _check_launch_template(inp: WarmInput, ec2: Any) -> str:
     return str(itype)
 
 
-def plan(inp: WarmInput, deps: Deps) -> dict[str, Any]:
-    """One row per source node: AZ, subnet, data size, volume size. Saved to S3; a summary returned."""
-    replica, nodes = source_nodes(inp, deps.ec2, deps.agents)
-    require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
-    _check_launch_template(inp, deps.ec2)
-    subnets = inp.populator.subnet_ids
-    if subnets:
-        for sub in deps.ec2.describe_subnets(SubnetIds=sorted(set(subnets.values())))["Subnets"]:
-            for az, sid in subnets.items():
+def _populator_subnets(inp: WarmInput, deps: Deps) -> dict[str, str]:
+    """AZ -> populator subnet: the stack's SubnetIds (one per AZ), overridden by the input's."""
+    wanted = sorted(set(deps.settings.populator_subnet_ids) | set(inp.populator.subnet_ids.values()))
+    by_az: dict[str, str] = {}
+    if wanted:
+        for sub in deps.ec2.describe_subnets(SubnetIds=wanted)["Subnets"]:
+            if sub["SubnetId"] in deps.settings.populator_subnet_ids:
+                by_az.setdefault(sub["AvailabilityZone"], sub["SubnetId"])
+            for az, sid in inp.populator.subnet_ids.items():
                 if sid == sub["SubnetId"] and sub["AvailabilityZone"] != az:
                     raise PlanError(
                         f"populator.subnet_ids.{az}: {sid} is in {sub['AvailabilityZone']}, not {az} "
                         "(multi-attach volumes are single-AZ)"
                     )
-    endpoints = destination_endpoints(inp, deps.ec2, {n["InstanceId"] for n in nodes})
-    stats = node_stats(inp, [n["InstanceId"] for n in nodes], deps.agents)
+    return {**by_az, **inp.populator.subnet_ids}
+
+
+def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
+    """One row per source node: AZ, subnet, address, data size, volume size. Saved to S3."""
+    inp = warm.inp
+    found = deps.s3.load_survey(warm.prefix, warm.warm_id)
+    if found is None or found.execution_arn != warm.execution_arn:
+        raise PlanError(f"no survey of this execution for warm {warm.warm_id} (SurveyReplicas did not run?)")
+    totals = {
+        name: sum(found.stats[i].items for i in ids if i in found.stats)
+        for name, ids in sorted(found.candidates.items())
+    }
+    replica = max(sorted(totals), key=lambda r: totals[r])
+    ids = found.candidates[replica]
+    if len(ids) > inputs.MAX_SOURCE_NODES:
+        raise PlanError(f"{len(ids)} source nodes: one warm takes at most {inputs.MAX_SOURCE_NODES}")
+    described = describe_instances(deps.ec2, ids)
+    nodes = [described[i] for i in ids if i in described]
+    gone = sorted(set(ids) - described.keys())
+    if gone:
+        raise PlanError(f"source nodes gone since the survey: {', '.join(gone[:10])}")
+    _require_replica_tag(nodes, "source nodes")
+    require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
+    _check_launch_template(inp, deps.ec2)
+    subnets = _populator_subnets(inp, deps)
+    endpoints = destination_endpoints(inp, deps.ec2, set(ids))
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
         az = n["Placement"]["AvailabilityZone"]
-        st = stats[n["InstanceId"]]
+        st = found.stats.get(n["InstanceId"])
+        if st is None:
+            raise PlanError(f"no memcached stats for source node {n['InstanceId']}")
         rows.append(
             NodePlan(
                 node_id=n["InstanceId"],
                 az=az,
                 subnet_id=subnets.get(az, n.get("SubnetId", "")),
                 instance_type=n["InstanceType"],
+                private_ip=n.get("PrivateIpAddress", ""),
                 items=st.items,
                 bytes=st.bytes,
                 size_gib=volume_size_gib(st.bytes, inp.volume.headroom, inp.volume.iops),
@@ -87,16 +251,17 @@ def plan(inp: WarmInput, deps: Deps) -> dict[str, Any]:
         )
         if not rows[-1].subnet_id:
             raise PlanError(f"source node {n['InstanceId']} has no subnet; give populator.subnet_ids.{az}")
-    warm = WarmPlan(
+    result = WarmPlan(
         warm_id=inp.warm_id,
-        source_replica=replica,
+        execution_arn=warm.execution_arn,
+        source_replica=replica or None,
         started_ms=deps.now_ms(),
         destination_endpoints=endpoints,
         nodes=rows,
     )
-    deps.s3.save_plan(inp.status_prefix, warm)
+    deps.s3.save_plan(inp.status_prefix, result)
     return {
-        "source_replica": replica,
+        "source_replica": replica or None,
         "nodes": len(rows),
         "azs": sorted({r.az for r in rows}),
         "items": sum(r.items for r in rows),

@@ -1,20 +1,32 @@
-"""CheckProgress and Verify: read the agents' status objects and SSM command states; revive a stale
-or failed agent, fail a node past its revive budget or the warm past its deadline; verify the result."""
+"""CheckProgress: read the agents' status objects (and, for the agents whose objects say too little,
+their SSM command states); revive a stale, failed or stalled agent; fail a node past its revive budget
+or the warm past its deadline.
+
+Progress, not heartbeats: a node whose items/bytes/files/keys have not moved for
+`polling.stalled_after_seconds` is stalled even while its heartbeat is fresh — revived once, and the
+warm fails naming it the second time.
+"""
 
 from __future__ import annotations
 
-import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cachewarm.contract.status import ROLES, NodeStatus, Role
 
-from cachewarm_controller.agents import FAILED_COMMAND_STATES
-from cachewarm_controller.errors import NodeFailedError, VerifyFailedError, WarmTimedOutError
-from cachewarm_controller.model import NodePlan, RoleRun, WarmInput
-from cachewarm_controller.steps.agent_commands import send_agent
-from cachewarm_controller.steps.common import Deps, load_plan
+from cachewarm_controller.agents import FAILED_COMMAND_STATES, NOT_INSTALLED_EXIT, WRONG_VERSION_EXIT
+from cachewarm_controller.budget import COMMAND_LOOKUPS_PER_POLL, REVIVES_PER_POLL
+from cachewarm_controller.errors import NodeFailedError, WarmTimedOutError
+from cachewarm_controller.model import NodePlan, RoleRun
+from cachewarm_controller.steps.agent_commands import CommandRole, reconcile, send_roles
+from cachewarm_controller.steps.common import Deps, Warm, load_plan
 from cachewarm_controller.store import StatusMap
+
+# A status object this old makes the controller ask SSM about the agent's command (agents write
+# theirs every 30 s).
+QUIET_AFTER_MS = 90_000
+NodeLog = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -59,55 +71,121 @@ def assess_node(
     return NodeAssessment(done=False)
 
 
-def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
-    """One poll at replica level: aggregate every node's status objects and SSM command status, revive
-    stale/failed agents (resume), fail a node past its revive budget or the warm past its deadline."""
-    warm = load_plan(inp, deps)
+def progress_mark(mine: dict[str, NodeStatus | None]) -> list[int]:
+    """Everything that moves while a node makes progress: both agents' items, bytes, files, keys."""
+    mark: list[int] = []
+    for role in ROLES:
+        st = mine.get(role)
+        p = st.progress if st is not None else None
+        mark += [p.items, p.bytes, p.files, p.keys_listed] if p is not None else [0, 0, 0, 0]
+    return mark
+
+
+def _lookups(warm: Warm, rows: list[NodePlan], statuses: StatusMap, now: int) -> list[str]:
+    """The commands worth asking SSM about: agents not done whose status object is missing or quiet
+    (oldest first, at most COMMAND_LOOKUPS_PER_POLL): only this warm's commands, by id."""
+    quiet: list[tuple[int, str]] = []
+    for row in rows:
+        if row.done:
+            continue
+        for role in ROLES:
+            run: RoleRun = getattr(row, role)
+            st = statuses.get((role, row.node_id))
+            if not run.command_id or (st is not None and st.state == "done"):
+                continue
+            seen = st.heartbeat_ms if st is not None else 0
+            if now - seen > QUIET_AFTER_MS:
+                quiet.append((seen, run.command_id))
+    return [cid for _, cid in sorted(quiet)[:COMMAND_LOOKUPS_PER_POLL]]
+
+
+def _fatal_exit(deps: Deps, cid: str) -> str | None:
+    """A failed command whose document found no agent (127) or another version (126): not revivable."""
+    for inv in deps.agents.invocations(cid).values():
+        if inv.response_code in (NOT_INSTALLED_EXIT, WRONG_VERSION_EXIT):
+            return f"exit {inv.response_code} on {inv.instance_id}: {inv.output.strip()[-300:]}"
+    return None
+
+
+def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fields: None) -> dict[str, Any]:
+    """One poll at replica level (docs/status-objects.md has the rules)."""
+    inp = warm.inp
+    plan = load_plan(warm, deps)
     now = deps.now_ms()
+    changed = reconcile(warm, deps, plan, ROLES)
     statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
-    cmd_ids = [c for r in warm.nodes for c in (r.dump.command_id, r.populate.command_id) if c]
-    commands = deps.agents.statuses(cmd_ids, warm.started_ms)
+    commands = deps.agents.command_states(_lookups(warm, plan.nodes, statuses, now))
     stale_ms = inp.polling.stale_after_seconds * 1000
-    revived: list[dict[str, str]] = []
+    stalled_ms = inp.polling.stalled_after_seconds * 1000
+    revive: list[tuple[NodePlan, CommandRole, str]] = []
     failures: list[str] = []
     done = dumped = 0
     items = bytes_ = 0
-    changed = False
-    for row in warm.nodes:
+    for row in plan.nodes:
         mine = {role: statuses.get((role, row.node_id)) for role in ROLES}
-        pop = mine["populate"]
+        pop, dump = mine["populate"], mine["dump"]
         if pop is not None:
             items += pop.progress.items
             bytes_ += pop.progress.bytes
-        if mine["dump"] is not None and mine["dump"].state == "done":
-            dumped += 1
-        assessment = assess_node(row, mine, commands, now, stale_ms)
-        changed |= row.done != assessment.done
-        row.done = assessment.done
-        done += assessment.done
-        if assessment.revive is None:
+        dumped += dump is not None and dump.state == "done"
+        verdict = assess_node(row, mine, commands, now, stale_ms)
+        mark = progress_mark(mine)
+        if mark != row.progress_mark or not row.progress_ms:
+            row.progress_mark, row.progress_ms, changed = mark, now, True
+        still_s = (now - row.progress_ms) // 1000
+        if not verdict.done and verdict.revive is None and now - row.progress_ms > stalled_ms:
+            role: Role = "dump" if dump is None or dump.state != "done" else "populate"
+            if row.stall_revives >= 1:
+                failures.append(f"{row.node_id}: stalled, no progress for {still_s}s after a revive ({role})")
+            else:
+                verdict = NodeAssessment(False, role, f"stalled: no progress for {still_s}s")
+                row.stall_revives += 1
+        changed |= row.done != verdict.done
+        row.done = verdict.done
+        done += verdict.done
+        log(
+            {
+                "node_id": row.node_id,
+                "dump_state": dump.state if dump else "none",
+                "populate_state": pop.state if pop else "none",
+                "items": pop.progress.items if pop else 0,
+                "bytes": pop.progress.bytes if pop else 0,
+                "files": pop.progress.files if pop else 0,
+                "dump_items": dump.progress.items if dump else 0,
+                "still_s": still_s,
+                "revives": row.revives,
+            }
+        )
+        if verdict.revive is None:
             continue
-        if row.revives >= inp.polling.max_revives:
+        old = getattr(row, verdict.revive).command_id
+        fatal = _fatal_exit(deps, old) if old and commands.get(old) == "Failed" else None
+        if fatal:
+            failures.append(f"{row.node_id}: {verdict.revive} agent cannot run: {fatal}")
+        elif row.revives >= inp.polling.max_revives:
             failures.append(
-                f"{row.node_id}: {assessment.reason} "
+                f"{row.node_id}: {verdict.reason} "
                 f"(revived {row.revives}x, max_revives={inp.polling.max_revives})"
             )
-            continue
-        old = getattr(row, assessment.revive).command_id
+        else:
+            revive.append((row, verdict.revive, verdict.reason))
+    if failures:
+        if changed:
+            deps.s3.save_plan(inp.status_prefix, plan)
+        raise NodeFailedError(f"{len(failures)} node(s) failed: " + "; ".join(failures[:10]))
+    revive = revive[:REVIVES_PER_POLL]  # the rest are found again next poll
+    for row, role, _ in revive:
+        old = getattr(row, role).command_id
         if old and commands.get(old) not in FAILED_COMMAND_STATES | {"Success"}:
             deps.agents.cancel([old])  # hung but still "running": stop it before the resume
-        send_agent(inp, deps, warm, row, assessment.revive)
         row.revives += 1
-        revived.append({"node": row.node_id, "role": assessment.revive, "reason": assessment.reason})
-        # Record each revive at once: SendCommand has no idempotency token, so a crash between the
-        # send and this write is the only way a retried poll could start a second agent.
-        deps.s3.save_plan(inp.status_prefix, warm)
-    if changed:  # most polls change nothing: no plan write
-        deps.s3.save_plan(inp.status_prefix, warm)
-    if failures:
-        raise NodeFailedError(f"{len(failures)} node(s) failed: " + "; ".join(failures[:10]))
-    total = len(warm.nodes)
-    deadline = warm.started_ms + int(inp.polling.deadline_hours * 3600 * 1000)
+        row.progress_ms = now  # give the resumed agent a full stall window
+    if revive:
+        send_roles(warm, deps, plan, [(row, role) for row, role, _ in revive])  # saves the plan
+    elif changed:
+        deps.s3.save_plan(inp.status_prefix, plan)
+    total = len(plan.nodes)
+    deadline = plan.started_ms + int(inp.polling.deadline_hours * 3600 * 1000)
     if done < total and now > deadline:
         raise WarmTimedOutError(
             f"warm {inp.warm_id} passed its {inp.polling.deadline_hours} h deadline "
@@ -121,42 +199,7 @@ def check_progress(inp: WarmInput, poll: int, deps: Deps) -> dict[str, Any]:
         "nodes_dumped": dumped,
         "items": items,
         "bytes": bytes_,
-        "revived": revived[:20],
-        "revived_count": len(revived),
+        "revived": [{"node": r.node_id, "role": role, "reason": why} for r, role, why in revive][:20],
+        "revived_count": len(revive),
         "wait_seconds": inp.polling.interval_seconds,
-    }
-
-
-def verify(inp: WarmInput, deps: Deps) -> dict[str, Any]:
-    """Every node's populate is done; on a sample of nodes, the populate consumed exactly what the dump
-    wrote (files, and items unless disabled) with no error. Deterministic sample per warm id."""
-    warm = load_plan(inp, deps)
-    statuses = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
-    problems: list[str] = []
-    for row in warm.nodes:
-        pop = statuses.get(("populate", row.node_id))
-        if pop is None or pop.state != "done":
-            problems.append(f"{row.node_id}: populate not done")
-    k = min(inp.verify.sample_nodes, len(warm.nodes))
-    sample = random.Random(inp.warm_id).sample(warm.nodes, k)
-    for row in sample:
-        dump = statuses.get(("dump", row.node_id))
-        pop = statuses.get(("populate", row.node_id))
-        if dump is None or dump.state != "done":
-            problems.append(f"{row.node_id}: dump not done")
-            continue
-        if pop is None:
-            continue
-        if pop.error:
-            problems.append(f"{row.node_id}: populate error {pop.error}")
-        if pop.progress.files != dump.progress.files:
-            problems.append(f"{row.node_id}: populated {pop.progress.files} of {dump.progress.files} files")
-        if inp.verify.require_item_match and pop.progress.items != dump.progress.items:
-            problems.append(f"{row.node_id}: populated {pop.progress.items} of {dump.progress.items} items")
-    if problems:
-        raise VerifyFailedError(f"{len(problems)} problem(s): " + "; ".join(problems[:10]))
-    return {
-        "nodes": len(warm.nodes),
-        "sampled": k,
-        "items": sum(s.progress.items for (role, _), s in statuses.items() if role == "populate"),
     }

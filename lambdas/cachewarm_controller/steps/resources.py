@@ -1,5 +1,11 @@
-"""CreateVolumes, CheckVolumes, LaunchPopulators, CheckPopulators, AttachVolumes: one io2
-multi-attach volume and one populator instance per source node, the volume attached to both."""
+"""CreateVolumes, LaunchPopulators, AttachVolumes: one io2 multi-attach volume and one populator
+instance per source node, the volume attached to both.
+
+Each is a looping step: one pass creates (or attaches) at most a batch, paced under EC2's rate limits,
+then reports whether everything is ready; the state machine waits and runs the next pass. Resources
+are found again by their tags (execution + warm id + node) on every pass, so a retried or repeated
+pass adopts what an earlier one made instead of making it twice.
+"""
 
 from __future__ import annotations
 
@@ -9,37 +15,43 @@ from cachewarm.contract import tags
 
 from cachewarm_controller.attach import LIVE_STATES, require_nitro
 from cachewarm_controller.awsutil import chunks, client_token
-from cachewarm_controller.errors import (
-    AttachmentLimitError,
-    PlanError,
-    ResourceFailedError,
-    WaitTimedOutError,
-)
-from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmInput
-from cachewarm_controller.steps.common import Deps, load_plan, wait_result
+from cachewarm_controller.budget import ATTACHMENTS_PER_PASS, POPULATORS_PER_PASS, VOLUMES_PER_PASS
+from cachewarm_controller.errors import AttachmentLimitError, PlanError, ResourceFailedError
+from cachewarm_controller.history import passes
+from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmPlan
+from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
 from cachewarm_controller.steps.inventory import describe_instances, tagged
 
+FAILED_VOLUME_STATES = frozenset({"error", "deleting", "deleted"})
+FAILED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
-def _every_node_has(ids: list[str | None], what: str) -> list[str]:
-    """`ids` (one per node in the plan), each set: else the step that sets them has not finished."""
-    present = [i for i in ids if i]
-    if len(present) != len(ids):
-        raise PlanError(f"plan has nodes without {what}")
-    return present
+
+def _adopt(warm: Warm, plan: WarmPlan, deps: Deps, kind: str, role: str, attr: str, id_key: str) -> bool:
+    """Record in the plan what an earlier pass created but did not record (found by tags)."""
+    if all(getattr(r, attr) for r in plan.nodes):
+        return False
+    existing = tagged(deps.ec2, kind, warm.execution_arn, warm.warm_id, role)
+    adopted = False
+    for row in plan.nodes:
+        if getattr(row, attr) is None and row.node_id in existing:
+            setattr(row, attr, existing[row.node_id][id_key])
+            adopted = True
+    return adopted
 
 
 # ---- volumes ----------------------------------------------------------------------------------------
 
 
-def create_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
-    warm = load_plan(inp, deps)
-    existing = tagged(deps.ec2, "volume", inp.warm_id, "volume")
+def create_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
+    inp = warm.inp
+    plan = load_plan(warm, deps)
+    changed = _adopt(warm, plan, deps, "volume", "volume", "volume_id", "VolumeId")
     kms = inp.volume.kms_key_id or deps.settings.kms_key_id
+    pacer = deps.ec2_pacer()
     created = 0
-    for row in warm.nodes:
-        if row.node_id in existing:  # a retried step: adopt what the earlier try made
-            row.volume_id = existing[row.node_id]["VolumeId"]
-            continue
+    for row in [r for r in plan.nodes if r.volume_id is None][:VOLUMES_PER_PASS]:
+        if deps.deadline.running_out():
+            break
         kwargs: dict[str, Any] = {
             "AvailabilityZone": row.az,
             "Size": row.size_gib,
@@ -47,102 +59,117 @@ def create_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
             "Iops": inp.volume.iops,
             "MultiAttachEnabled": True,
             "Encrypted": True,
-            "ClientToken": client_token(inp.warm_id, row.node_id, "volume"),
+            "ClientToken": client_token(warm.execution_arn, row.node_id, "volume"),
             "TagSpecifications": [
-                {"ResourceType": "volume", "Tags": tags.resource_tags(inp.warm_id, row.node_id, "volume")}
+                {
+                    "ResourceType": "volume",
+                    "Tags": tags.resource_tags(warm.warm_id, row.node_id, "volume", warm.execution_arn),
+                }
             ],
         }
         if kms:
             kwargs["KmsKeyId"] = kms
+        pacer.wait()
         row.volume_id = deps.ec2.create_volume(**kwargs)["VolumeId"]
         created += 1
-        if created % 25 == 0:
-            deps.s3.save_plan(inp.status_prefix, warm)
-    deps.s3.save_plan(inp.status_prefix, warm)
-    return {"volumes": len(warm.nodes), "created": created, "gib": sum(r.size_gib for r in warm.nodes)}
-
-
-def check_volumes(inp: WarmInput, attempt: int, deps: Deps) -> dict[str, Any]:
-    warm = load_plan(inp, deps)
-    ids = _every_node_has([r.volume_id for r in warm.nodes], "a volume (CreateVolumes incomplete)")
-    pending: list[str] = []
+    if changed or created:
+        deps.s3.save_plan(warm.prefix, plan)
+    pending = [r.node_id for r in plan.nodes if r.volume_id is None]
+    ids = [str(r.volume_id) for r in plan.nodes if r.volume_id]
     for batch in chunks(ids, 200):
         for v in deps.ec2.describe_volumes(VolumeIds=list(batch))["Volumes"]:
-            if v["State"] in {"error", "deleting", "deleted"}:
+            if v["State"] in FAILED_VOLUME_STATES:
                 raise ResourceFailedError(f"volume {v['VolumeId']} is {v['State']}")
             if v["State"] != "available":
                 pending.append(v["VolumeId"])
-    return wait_result(not pending, attempt, inp.polling.resource_wait_attempts, "volumes", pending)
+    return pass_result(
+        state,
+        ready=not pending,
+        progressed=created > 0,
+        limit=passes("CreateVolumes", inp, len(plan.nodes)),
+        what="volumes",
+        pending=pending,
+        volumes=len(plan.nodes),
+        created=created,
+        gib=sum(r.size_gib for r in plan.nodes),
+    )
 
 
 # ---- populators -------------------------------------------------------------------------------------
 
 
-def launch_populators(inp: WarmInput, deps: Deps) -> dict[str, Any]:
-    warm = load_plan(inp, deps)
-    existing = tagged(deps.ec2, "instance", inp.warm_id, "populator")
+def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
+    """Launch at most a batch of populators (each in its source node's AZ); ready when all are running
+    and online in SSM."""
+    inp = warm.inp
+    plan = load_plan(warm, deps)
+    changed = _adopt(warm, plan, deps, "instance", "populator", "populator_id", "InstanceId")
     pop = inp.populator
     template: dict[str, str] = {"Version": pop.launch_template_version}
     if pop.launch_template_id:
         template["LaunchTemplateId"] = pop.launch_template_id
     else:
         template["LaunchTemplateName"] = str(pop.launch_template_name)
+    pacer = deps.ec2_pacer()
     launched = 0
-    for row in warm.nodes:
-        if row.node_id in existing:
-            row.populator_id = existing[row.node_id]["InstanceId"]
-            continue
-        node_tags = tags.resource_tags(inp.warm_id, row.node_id, "populator")
+    for row in [r for r in plan.nodes if r.populator_id is None][:POPULATORS_PER_PASS]:
+        if deps.deadline.running_out():
+            break
+        node_tags = tags.resource_tags(warm.warm_id, row.node_id, "populator", warm.execution_arn)
+        pacer.wait()
         resp = deps.ec2.run_instances(
             LaunchTemplate=template,
             MinCount=1,
             MaxCount=1,
             # The source node's AZ (via its subnet): a multi-attach volume is single-AZ.
             SubnetId=row.subnet_id,
-            ClientToken=client_token(inp.warm_id, row.node_id, "populator"),
+            ClientToken=client_token(warm.execution_arn, row.node_id, "populator"),
             TagSpecifications=[
                 {"ResourceType": "instance", "Tags": node_tags},
                 {"ResourceType": "volume", "Tags": node_tags},
             ],
         )
         inst = resp["Instances"][0]
-        got_az = inst.get("Placement", {}).get("AvailabilityZone")
         row.populator_id = inst["InstanceId"]
+        launched += 1
+        got_az = inst.get("Placement", {}).get("AvailabilityZone")
         if got_az and got_az != row.az:
+            deps.s3.save_plan(warm.prefix, plan)
             raise PlanError(
                 f"populator {inst['InstanceId']} for {row.node_id} landed in {got_az}, not {row.az}"
             )
-        launched += 1
-        if launched % 25 == 0:
-            deps.s3.save_plan(inp.status_prefix, warm)
-    deps.s3.save_plan(inp.status_prefix, warm)
-    return {"populators": len(warm.nodes), "launched": launched}
-
-
-def check_populators(inp: WarmInput, attempt: int, deps: Deps) -> dict[str, Any]:
-    """Running and SSM-online (the agent can receive commands)."""
-    warm = load_plan(inp, deps)
-    ids = _every_node_has([r.populator_id for r in warm.nodes], "a populator (LaunchPopulators incomplete)")
+    if changed or launched:
+        deps.s3.save_plan(warm.prefix, plan)
+    pending = [r.node_id for r in plan.nodes if r.populator_id is None]
     running: list[str] = []
-    pending: list[str] = []
+    ids = [str(r.populator_id) for r in plan.nodes if r.populator_id]
     for i in describe_instances(deps.ec2, ids).values():
-        state = i["State"]["Name"]
-        if state in {"shutting-down", "terminated", "stopping", "stopped"}:
+        st = i["State"]["Name"]
+        if st in FAILED_INSTANCE_STATES:
             reason = i.get("StateReason", {}).get("Message", "")
-            raise ResourceFailedError(f"populator {i['InstanceId']} is {state} {reason}".strip())
-        (running if state == "running" else pending).append(i["InstanceId"])
+            raise ResourceFailedError(f"populator {i['InstanceId']} is {st} {reason}".strip())
+        (running if st == "running" else pending).append(i["InstanceId"])
     if running:
         online = deps.agents.online(running)
         pending.extend(i for i in running if i not in online)
-    return wait_result(not pending, attempt, inp.polling.resource_wait_attempts, "populators", pending)
+    return pass_result(
+        state,
+        ready=not pending,
+        progressed=launched > 0,
+        limit=passes("LaunchPopulators", inp, len(plan.nodes)),
+        what="populators (running, SSM online)",
+        pending=pending,
+        populators=len(plan.nodes),
+        launched=launched,
+    )
 
 
 # ---- attachments ------------------------------------------------------------------------------------
 
 
-def _free_device(instance: dict[str, Any], preferred: str) -> str:
-    """A device name not used by the instance's own block devices (sdf..sdp)."""
-    used = {m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])}
+def _free_device(instance: dict[str, Any], preferred: str, taken: set[str]) -> str:
+    """A device name not used by the instance's block devices nor by an attachment of this pass."""
+    used = {m["DeviceName"] for m in instance.get("BlockDeviceMappings", [])} | taken
     prefix = preferred[:-1]
     candidates = [preferred] + [f"{prefix}{c}" for c in "fghijklmnop" if f"{prefix}{c}" != preferred]
     for dev in candidates:
@@ -153,43 +180,59 @@ def _free_device(instance: dict[str, Any], preferred: str) -> str:
     )
 
 
-def attach_volumes(inp: WarmInput, deps: Deps) -> dict[str, Any]:
-    """Attach each node's volume to its source node and its populator, then wait (bounded) until all
-    attachments are `attached`."""
-    warm = load_plan(inp, deps)
-    rows = [r for r in warm.nodes if r.volume_id and r.populator_id]
-    if len(rows) != len(warm.nodes):
+def attach_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
+    """Attach each node's volume to its source node and its populator, at most a batch per pass;
+    ready when every attachment is `attached`."""
+    inp = warm.inp
+    plan = load_plan(warm, deps)
+    rows = [r for r in plan.nodes if r.volume_id and r.populator_id]
+    if len(rows) != len(plan.nodes):
         raise PlanError("plan has nodes without volume or populator")
     pairs = [(str(r.volume_id), iid) for r in rows for iid in (r.node_id, str(r.populator_id))]
-    described = describe_instances(deps.ec2, sorted({i for _, i in pairs}))
-    gone = sorted({i for _, i in pairs} - described.keys())
-    if gone:
-        raise ResourceFailedError(f"instances not found: {', '.join(gone[:10])}")
-    require_nitro(
-        deps.ec2, {str(r.populator_id): described[str(r.populator_id)]["InstanceType"] for r in rows}
-    )
-    devices = {iid: _free_device(inst, inp.volume.device_name) for iid, inst in described.items()}
     volumes = [str(r.volume_id) for r in rows]
     current = deps.attacher.attachments(volumes)
-    for vol, iid in pairs:
-        live = [a for a in current.get(vol, []) if a.state in LIVE_STATES]
-        if any(a.instance_id == iid for a in live):
-            continue
-        if len(live) >= MULTI_ATTACH_LIMIT:
-            raise AttachmentLimitError(
-                f"volume {vol} already has {len(live)} attachments; io2 multi-attach allows at most "
-                f"{MULTI_ATTACH_LIMIT} Nitro instances"
-            )
-        deps.attacher.attach(vol, iid, devices[iid])
-    waiting: list[str] = []
-    for attempt in range(inp.polling.resource_wait_attempts):
+
+    def live(vol: str) -> list[Any]:
+        return [a for a in current.get(vol, []) if a.state in LIVE_STATES]
+
+    todo = [(v, i) for v, i in pairs if not any(a.instance_id == i for a in live(v))]
+    attached = 0
+    if todo:
+        batch = todo[:ATTACHMENTS_PER_PASS]
+        described = describe_instances(deps.ec2, sorted({i for _, i in batch}))
+        gone = sorted({i for _, i in batch} - described.keys())
+        if gone:
+            raise ResourceFailedError(f"instances not found: {', '.join(gone[:10])}")
+        populators = {str(r.populator_id) for r in rows}
+        require_nitro(deps.ec2, {i: d["InstanceType"] for i, d in described.items() if i in populators})
+        pacer = deps.ec2_pacer()
+        taken: dict[str, set[str]] = {}
+        for vol, iid in batch:
+            if deps.deadline.running_out():
+                break
+            if len(live(vol)) >= MULTI_ATTACH_LIMIT:
+                raise AttachmentLimitError(
+                    f"volume {vol} already has {len(live(vol))} attachments; io2 multi-attach allows at "
+                    f"most {MULTI_ATTACH_LIMIT} Nitro instances"
+                )
+            device = _free_device(described[iid], inp.volume.device_name, taken.setdefault(iid, set()))
+            taken[iid].add(device)
+            pacer.wait()
+            deps.attacher.attach(vol, iid, device)
+            attached += 1
         current = deps.attacher.attachments(volumes)
-        waiting = [
-            f"{vol}->{iid}"
-            for vol, iid in pairs
-            if not any(a.instance_id == iid and a.state == "attached" for a in current.get(vol, []))
-        ]
-        if not waiting:
-            return {"attachments": len(pairs)}
-        deps.sleep(min(2 + attempt, 10))
-    raise WaitTimedOutError(f"attachments not attached: {', '.join(waiting[:10])}")
+    pending = [
+        f"{vol}->{iid}"
+        for vol, iid in pairs
+        if not any(a.instance_id == iid and a.state == "attached" for a in current.get(vol, []))
+    ]
+    return pass_result(
+        state,
+        ready=not pending,
+        progressed=attached > 0,
+        limit=passes("AttachVolumes", inp, len(plan.nodes)),
+        what="attachments",
+        pending=pending,
+        attachments=len(pairs),
+        attached=attached,
+    )

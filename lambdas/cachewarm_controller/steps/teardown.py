@@ -1,109 +1,250 @@
-"""Teardown (both state machines): stop the agents, unmount, detach, terminate the populators,
-delete the volumes, then the warm's S3 objects — from any stage, found by the warm-id tag."""
+"""Teardown (both state machines): stop the agents, unmount on both hosts, detach, terminate the
+populators, delete the volumes, then the warm's S3 objects — from any stage, one bounded pass at a
+time, touching only what this execution created.
+
+- EC2 resources are found by the execution's tag (and the warm id's): another execution's resources,
+  even for the same warm id, never match.
+- S3 objects are deleted only by the warm id's owner (its claim names this execution); the claim
+  itself stays, so a late duplicate start ends as a duplicate.
+- A volume is detached from a source node only after the unmount command succeeded there; it is
+  never force-detached from a running source node that may still have it mounted read-write. If the
+  unmount keeps failing, teardown gives up naming the node (the alarm and the runbook take over).
+- Populators only ever mount read-only: they are unmounted too, then terminated (which detaches).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachewarm.contract import inputs
+from cachewarm.contract import inputs, tags
+from cachewarm.contract.status import ROLES
 
-from cachewarm_controller.agents import FAILED_COMMAND_STATES
+from cachewarm_controller.agents import RUNNING_COMMAND_STATES
 from cachewarm_controller.attach import LIVE_STATES
-from cachewarm_controller.awsutil import chunks
+from cachewarm_controller.awsutil import chunks, tag_value
+from cachewarm_controller.budget import TEARDOWN_CALLS_PER_PASS
 from cachewarm_controller.errors import InvalidInputError, WaitTimedOutError
+from cachewarm_controller.history import TEARDOWN_MAX_PASSES
+from cachewarm_controller.model import TeardownState, WarmPlan
 from cachewarm_controller.steps.common import Deps, backoff_seconds
-from cachewarm_controller.steps.inventory import inventory
+from cachewarm_controller.steps.inventory import describe_instances, inventory
 
-# Teardown force-detaches after this many polite tries (a hung mount must not keep a volume alive).
+# A detach stuck in `detaching` this many passes after a successful unmount is forced.
 FORCE_DETACH_AFTER = 3
-
-
-def teardown(
-    warm_id: str,
-    status_prefix: str,
-    attempt: int,
-    max_attempts: int,
-    deps: Deps,
-    mount_dir: str = inputs.DEFAULT_MOUNT_DIR,
-) -> dict[str, Any]:
-    """Idempotent, from any stage: stop agents, unmount on the source nodes, detach, terminate
-    populators, delete volumes, and (once nothing is left) the warm's S3 objects. Everything is found
-    by the warm-id tag; the plan (if any) only names the commands to cancel."""
-    warm = deps.s3.load_plan(status_prefix, warm_id)
-    if warm is not None:
-        live = [c for r in warm.nodes for c in (r.dump.command_id, r.populate.command_id) if c]
-        if live:
-            running = deps.agents.statuses(live, warm.started_ms)
-            deps.agents.cancel([c for c in live if running.get(c) not in FAILED_COMMAND_STATES | {"Success"}])
-    inv = inventory(deps.ec2, warm_id)
-    if inv.empty:
-        # Nothing (left) in EC2: the warm's S3 objects go last, so a crash before here retries cleanly.
-        objects = deps.s3.delete_warm(status_prefix, warm_id)
-        return {"complete": True, "attempt": attempt + 1, "wait_seconds": 0, "deleted_objects": objects}
-    if attempt + 1 >= max_attempts:
-        raise WaitTimedOutError(
-            f"teardown of {warm_id} incomplete after {max_attempts} tries; left: {inv.describe()}"
-        )
-    force = attempt >= FORCE_DETACH_AFTER
-    vol_ids = [v["VolumeId"] for v in inv.volumes]
-    atts = deps.attacher.attachments(vol_ids) if vol_ids else {}
-    if warm is not None and attempt == 0:
-        # The source nodes are production cache nodes: unmount there before the detach, so no dead
-        # mount is left behind (populators are terminated, nothing to clean on them).
-        sources = {r.node_id for r in warm.nodes}
-        mounted = sorted({a.instance_id for al in atts.values() for a in al if a.instance_id in sources})
-        if mounted:
-            deps.agents.unmount(
-                mounted, inputs.mount_point(mount_dir, warm_id), f"cachewarm {warm_id} teardown"
-            )
-    for vol, alist in atts.items():
-        for a in alist:
-            if a.state in LIVE_STATES or (force and a.state == "detaching"):
-                deps.attacher.detach(vol, a.instance_id, force)
-    to_terminate = [i["InstanceId"] for i in inv.instances if i["State"]["Name"] != "shutting-down"]
-    for batch in chunks(to_terminate, 500):
-        deps.ec2.terminate_instances(InstanceIds=list(batch))
-    deleted = 0
-    for v in inv.volumes:
-        if v["State"] == "available" and not atts.get(v["VolumeId"]):
-            deps.ec2.delete_volume(VolumeId=v["VolumeId"])
-            deleted += 1
-    # Not complete yet: the next pass (after a backoff) confirms nothing is left.
-    return {
-        "complete": False,
-        "attempt": attempt + 1,
-        "wait_seconds": backoff_seconds(attempt),
-        "deleted_volumes": deleted,
-        "terminated": len(to_terminate),
-        "volumes_left": len(inv.volumes) - deleted,
-        "instances_left": len(inv.instances),
-    }
+# Passes after which a populator is terminated even if its (read-only) unmount never answered.
+UNMOUNT_TRIES = 3
 
 
 @dataclass(frozen=True)
 class TeardownTarget:
-    warm_id: str
+    execution_arn: str
+    warm_id: str | None
     status_prefix: str
     mount_dir: str
 
 
-def teardown_target(event: dict[str, Any]) -> TeardownTarget:
-    """What to tear down, from the state machine's state or from an EventBridge 'Step Functions
-    Execution Status Change' event (whose detail.input is the execution input): a rule on ABORTED /
-    TIMED_OUT executions can run the same teardown, since no Catch runs for those. The values are
-    checked here too: that input may never have passed ValidateInput."""
-    body: Any = event
-    if "detail" in event and isinstance(event["detail"], dict) and "input" in event["detail"]:
-        body = json.loads(event["detail"]["input"] or "{}")
-    inp = body.get("input", body) if isinstance(body, dict) else {}
-    inp = inp if isinstance(inp, dict) else {}
+@dataclass
+class _Calls:
+    """The pass's budget of mutating calls."""
+
+    left: int = TEARDOWN_CALLS_PER_PASS
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def _owner_plan(target: TeardownTarget, deps: Deps) -> tuple[bool, WarmPlan | None]:
+    """(this execution owns the warm id's S3 objects, its plan if it has one)."""
+    if target.warm_id is None:
+        return False, None
+    claim = deps.s3.read_claim(target.status_prefix, target.warm_id) or {}
+    owns = claim.get("execution_arn") == target.execution_arn
+    plan = deps.s3.load_plan(target.status_prefix, target.warm_id) if owns else None
+    return owns, plan
+
+
+def _cancel_agents(plan: WarmPlan, target: TeardownTarget, deps: Deps, calls: _Calls) -> bool:
+    """Cancel every agent command of the plan not known to have finished; True when none is left."""
+    statuses = deps.status_reader().read_statuses(target.status_prefix, plan.warm_id)
+    changed = False
+    left = False
+    for row in plan.nodes:
+        for role in (*ROLES, "verify"):
+            run = getattr(row, role)
+            if not run.command_id or run.cancelled:
+                continue
+            st = statuses.get((role, row.node_id)) if role != "verify" else None
+            if st is not None and st.state in ("done", "failed") and st.heartbeat_ms >= run.sent_ms:
+                continue  # the agent said it ended
+            if not calls.take():
+                left = True
+                continue
+            deps.agents.cancel([run.command_id])
+            run.cancelled = True
+            changed = True
+    if changed:
+        deps.s3.save_plan(target.status_prefix, plan)
+    return not left
+
+
+def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> dict[str, Any]:
+    """One pass; `state` is the previous pass's output (counters only: the rest is in S3). Complete
+    when nothing this execution created is left."""
+    passes = int(state.get("passes", 0)) + 1
+    waits = int(state.get("waits", 0))
+    calls = _Calls()
+    owns, plan = _owner_plan(target, deps)
+    # Only the owner wrote anything to S3, so only the owner has a teardown memory there.
+    mem = deps.s3.load_teardown(target.status_prefix, str(target.warm_id)) if owns else TeardownState()
+    before = mem.model_dump_json()
+    if not mem.cancelled:
+        mem.cancelled = plan is None or _cancel_agents(plan, target, deps, calls)
+    inv = inventory(deps.ec2, target.execution_arn, target.warm_id)
+    warm_id = target.warm_id or next(
+        (w for r in inv.volumes + inv.instances if (w := tag_value(r, tags.WARM_ID))), None
+    )
+    if inv.empty:
+        objects = deps.s3.delete_warm(target.status_prefix, target.warm_id) if owns and target.warm_id else 0
+        return {
+            "complete": True,
+            "passes": passes,
+            "waits": waits,
+            "wait_seconds": 0,
+            "deleted_objects": objects,
+        }
+
+    ours = {i["InstanceId"]: i for i in inv.instances}
+    vol_ids = [v["VolumeId"] for v in inv.volumes]
+    atts = deps.attacher.attachments(vol_ids) if vol_ids else {}
+    live = [(v, a) for v, al in atts.items() for a in al if a.state in LIVE_STATES or a.state == "detaching"]
+    hosts = sorted({a.instance_id for _, a in live})
+    done = _unmount_results(mem, deps)
+    answered = dict(done)  # what the latest answers said, for the give-up message
+    sent_to = {i for iids in mem.unmount.values() for i in iids}
+    # Unmount once the agents are stopped (a running dumper keeps the file system busy); a failed
+    # unmount (each tries for 2 minutes on the node) is sent again, until teardown gives up.
+    resend = [i for i in hosts if i in done and done[i] != "ok"]
+    todo = [i for i in hosts if i not in sent_to] + resend
+    if mem.cancelled and todo and warm_id is not None:
+        mount = inputs.mount_point(target.mount_dir, warm_id)
+        for batch in chunks(todo, inputs.SSM_MAX_TARGETS):
+            if not calls.take():
+                break
+            cid = deps.agents.send(
+                deps.settings.documents.unmount, list(batch), {"mount": mount}, f"cachewarm {warm_id} unmount"
+            )
+            mem.unmount[cid] = list(batch)
+            for i in batch:
+                mem.unmount_tries[i] = mem.unmount_tries.get(i, 0) + 1
+                done.pop(i, None)
+                mem.unmount_results.pop(i, None)
+    sources = sorted({a.instance_id for _, a in live if a.instance_id not in ours})
+    source_state = (
+        {i: d["State"]["Name"] for i, d in describe_instances(deps.ec2, sources).items()} if sources else {}
+    )
+    blocked: list[str] = []
+    for vol, a in live:
+        iid = a.instance_id
+        if iid in ours:
+            continue  # populators are terminated below (which detaches)
+        running = source_state.get(iid, "terminated") in ("pending", "running", "stopping")
+        if running and done.get(iid) != "ok":
+            why = answered.get(iid) or ("unmount sent" if iid in sent_to else "unmount not sent yet")
+            blocked.append(f"{vol} on source {iid}: {why}")
+            continue  # never detach (let alone force) a volume a running source may have mounted
+        key = f"{vol}/{iid}"
+        if a.state == "detaching":
+            mem.stuck[key] = mem.stuck.get(key, 0) + 1
+            if mem.stuck[key] < FORCE_DETACH_AFTER:
+                continue
+        if calls.take():
+            # Forced only when stuck after a successful unmount, or when the node is not running.
+            deps.attacher.detach(vol, iid, force=a.state == "detaching" or not running)
+    # A populator only mounted read-only: once its unmount answered (or it holds no attachment),
+    # terminate it; after UNMOUNT_TRIES + 1 passes without an answer, terminate it anyway.
+    to_terminate = [
+        iid
+        for iid, i in ours.items()
+        if i["State"]["Name"] != "shutting-down"
+        and (iid not in hosts or iid in done or passes > UNMOUNT_TRIES + 1)
+    ]
+    for batch in chunks(to_terminate, 500):
+        if calls.take():
+            deps.ec2.terminate_instances(InstanceIds=list(batch))
+    deleted = 0
+    for v in inv.volumes:
+        if v["State"] == "available" and not atts.get(v["VolumeId"]) and calls.take():
+            deps.ec2.delete_volume(VolumeId=v["VolumeId"])
+            deleted += 1
+    if owns and mem.model_dump_json() != before:
+        deps.s3.save_teardown(target.status_prefix, str(target.warm_id), mem)
+    if passes >= TEARDOWN_MAX_PASSES:
+        raise WaitTimedOutError(
+            f"teardown of {warm_id or target.execution_arn} incomplete after {passes} passes; left: "
+            f"{inv.describe()}" + (f"; still mounted: {'; '.join(blocked[:5])}" if blocked else "")
+        )
+    progressed = calls.left < TEARDOWN_CALLS_PER_PASS
+    return {
+        "complete": False,
+        "passes": passes,
+        "waits": waits + (0 if progressed else 1),
+        "wait_seconds": backoff_seconds(0 if progressed else waits),
+        "deleted_volumes": deleted,
+        "terminated": len(to_terminate),
+        "volumes_left": len(inv.volumes) - deleted,
+        "instances_left": len(inv.instances),
+        "blocked": blocked[:3],
+    }
+
+
+def _unmount_results(mem: TeardownState, deps: Deps) -> dict[str, str]:
+    """Per instance whose latest unmount answered: "ok", or "failed (...): <output>". Only commands
+    with an instance still waiting for its answer are read again."""
+    latest = {i: cid for cid, iids in mem.unmount.items() for i in iids}  # later commands win
+    for cid, iids in mem.unmount.items():
+        waiting = [i for i in iids if latest[i] == cid and i not in mem.unmount_results]
+        if not waiting:
+            continue
+        for iid, inv in deps.agents.invocations(cid).items():
+            if iid in waiting and inv.status not in RUNNING_COMMAND_STATES:
+                ok = inv.status == "Success"
+                mem.unmount_results[iid] = "ok" if ok else f"failed ({inv.status}): {inv.output[-200:]}"
+    return dict(mem.unmount_results)
+
+
+def teardown_target(event: Mapping[str, Any]) -> TeardownTarget:
+    """What to tear down, from the state machine's state (`execution_arn`, `input`) or from an
+    EventBridge 'Step Functions Execution Status Change' event (`detail.executionArn`, and
+    `detail.input`, the execution's input): a rule on ABORTED / TIMED_OUT / FAILED executions runs the
+    same teardown, since no Catch runs for the first two and the third may have failed outside one.
+    The input is checked here too: it may never have passed ValidateInput; without a valid warm id,
+    the execution's resources are still found by its ARN."""
+    detail = event.get("detail")
+    if isinstance(detail, Mapping) and "executionArn" in detail:
+        execution_arn = detail.get("executionArn")
+        try:
+            body: Any = json.loads(detail.get("input") or "{}")
+        except (TypeError, ValueError):
+            body = {}
+        inp = body if isinstance(body, Mapping) else {}
+    else:
+        execution_arn = event.get("execution_arn")
+        inp = event.get("input") if isinstance(event.get("input"), Mapping) else {}
+    if not isinstance(execution_arn, str) or ":execution:" not in execution_arn:
+        raise InvalidInputError(f"teardown needs the execution's ARN, got {execution_arn!r}")
     warm_id = inp.get("warm_id")
     if not isinstance(warm_id, str) or not inputs.matches(inputs.WARM_ID, warm_id):
-        raise InvalidInputError(f"teardown needs a valid warm_id, got {warm_id!r}")
-    prefix = str(inp.get("status_prefix") or inputs.DEFAULT_STATUS_PREFIX)
-    mount_dir = inp.get("mount_dir") or inputs.DEFAULT_MOUNT_DIR
+        warm_id = None
+    prefix = inp.get("status_prefix")
+    if not isinstance(prefix, str) or not inputs.matches(inputs.STATUS_PREFIX, prefix):
+        prefix = inputs.DEFAULT_STATUS_PREFIX
+    mount_dir = inp.get("mount_dir")
     if not isinstance(mount_dir, str) or not inputs.matches(inputs.MOUNT_DIR, mount_dir):
         mount_dir = inputs.DEFAULT_MOUNT_DIR
-    return TeardownTarget(warm_id, prefix, mount_dir)
+    return TeardownTarget(execution_arn, warm_id, prefix, mount_dir)

@@ -1,0 +1,126 @@
+"""`cachewarm agent verify` (what the verify-agent document runs on a populator) against two real
+memcacheds on 127.0.0.1: its result object, written to S3, is what the controller's Verify reads and
+judges (`cachewarm.contract.status.VerifyResult`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from cachewarm.node_agent.cli import agent_group
+from click.testing import CliRunner
+from moto import mock_aws
+
+BUCKET = "cachewarm-status-verify"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def memcacheds() -> Iterator[tuple[str, str]]:
+    binary = shutil.which("memcached")
+    if binary is None:
+        pytest.skip("memcached is not installed here")
+    procs, addrs = [], []
+    for _ in range(2):
+        port = free_port()
+        argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64"]
+        if os.geteuid() == 0:  # memcached refuses to run as root without -u
+            argv += ["-u", "root"]
+        procs.append(subprocess.Popen(argv))
+        addrs.append(f"127.0.0.1:{port}")
+    try:
+        for addr in addrs:
+            host, port = addr.split(":")
+            for _ in range(100):
+                try:
+                    socket.create_connection((host, int(port)), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        yield addrs[0], addrs[1]
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=10)
+
+
+def store(addr: str, items: dict[str, bytes]) -> None:
+    host, port = addr.split(":")
+    with socket.create_connection((host, int(port))) as s:
+        for key, value in items.items():
+            s.sendall(f"set {key} 7 0 {len(value)}\r\n".encode() + value + b"\r\n")
+            assert s.recv(100).startswith(b"STORED")
+
+
+def run_verify(source: str, target: str, sample: int = 1000) -> tuple[int, Any]:
+    from cachewarm_controller.store import S3Store
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        args = [
+            "verify",
+            "--warm-id",
+            "warm-verify",
+            "--node-id",
+            "i-0123456789abcdef0",
+            "--source",
+            source,
+            "--to",
+            target,
+            "--sample",
+            str(sample),
+            "--status-bucket",
+            BUCKET,
+            "--status-prefix",
+            "warms",
+            "--region",
+            "us-east-1",
+        ]
+        result = CliRunner().invoke(agent_group, args)
+        found = S3Store(s3, BUCKET).read_verify("warms", "warm-verify", ["i-0123456789abcdef0"])
+    return result.exit_code, found.get("i-0123456789abcdef0")
+
+
+def test_the_agent_compares_source_and_destination_and_the_controller_judges_it(
+    memcacheds: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachewarm_controller.steps.verification import judge
+
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "testing")
+    source, target = memcacheds
+    items = {f"key-{i}": f"value-{i}".encode() * 3 for i in range(60)}
+    store(source, items)
+    store(target, {k: v for k, v in items.items() if k not in {"key-1", "key-2", "key-3"}})
+    code, result = run_verify(source, target)
+    assert code == 0 and result is not None, result
+    assert (result.source_keys, result.checked, result.missing) == (60, 60, 3)
+    assert result.error is None and result.warm_id == "warm-verify"
+    assert judge(result, 0.001) is not None and "3 of 60 sampled keys differ" in str(judge(result, 0.001))
+    assert judge(result, 0.1) is None
+    store(target, {k: items[k] for k in ("key-1", "key-2", "key-3")})
+    code, result = run_verify(source, target, sample=20)
+    assert code == 0 and result.checked == 20 and result.differences == 0
+
+
+def test_an_unreachable_source_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(var, "testing")
+    code, result = run_verify(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}")
+    assert code == 0 and result is not None and result.error
+    from cachewarm_controller.steps.verification import judge
+
+    assert "could not compare" in str(judge(result, 0.5))

@@ -1,0 +1,259 @@
+"""Template tests of the EventBridge rules and the teardown machine they start (one synth per
+session, see conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+from cachewarm_infra.orchestration import asg_launch_pattern
+
+from tests.infra.support import REPO, Synth, _as_list, _definition, _invoke_statements, _machine, _statements
+
+# ---- triggers -----------------------------------------------------------------------------------
+
+
+def _rules(synth: Synth) -> dict[str, dict[str, Any]]:
+    return synth.resources("AWS::Events::Rule")
+
+
+def render_transformer(target: dict[str, Any], event: dict[str, Any], lt_id: str) -> dict[str, Any]:
+    """What EventBridge would send the state machine for `event` (simple `$.a.b` paths)."""
+    tr = target["InputTransformer"]
+    template = "".join(p if isinstance(p, str) else lt_id for p in tr["InputTemplate"]["Fn::Join"][1])
+    for name, path in tr["InputPathsMap"].items():
+        value: Any = event
+        for part in path.removeprefix("$.").split("."):
+            value = value[part]
+        template = template.replace(f"<{name}>", json.dumps(value))
+    return dict(json.loads(template))
+
+
+def _rule(synth: Synth, prefix: str) -> dict[str, Any]:
+    [rule] = [r for k, r in _rules(synth).items() if k.startswith(prefix)]
+    return rule["Properties"]
+
+
+def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
+    # moto's EventBridge pattern matcher (its TestEventPattern API returns no result).
+    from moto.events.models import EventPattern
+
+    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+
+
+def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
+    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
+    assert p["EventPattern"] == {
+        "source": ["cachewarm"],
+        "detail-type": ["Replica Deployed"],
+        "detail": {
+            "warm_id": [{"exists": True}],
+            "source": {"replica": [{"exists": True}]},
+            "destination": {"endpoints": [{"exists": True}]},
+        },
+    }
+    [target] = p["Targets"]
+    sm, _ = _machine(synth)
+    assert target["Arn"] == {"Ref": sm}
+    assert "DeadLetterConfig" in target and target["RetryPolicy"]["MaximumRetryAttempts"] == 4
+    assert target["InputTransformer"]["InputPathsMap"] == {
+        "detail-warm_id": "$.detail.warm_id",
+        "detail-source-replica": "$.detail.source.replica",
+        "detail-destination": "$.detail.destination",
+    }
+
+
+def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
+    """infra/examples/replica-deployed-event.json matches the rule, and the transformed input passes
+    the controller's own input validation."""
+    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
+    p = _rule(synth, "CacheWarmerReplicaDeployedRule")
+    assert _matches(p["EventPattern"], event)
+    for missing in ("warm_id", "source", "destination"):
+        broken = {**event, "detail": {k: v for k, v in event["detail"].items() if k != missing}}
+        assert not _matches(p["EventPattern"], broken), missing
+    no_endpoints = {**event, "detail": {**event["detail"], "destination": {"replica": "users-v2"}}}
+    assert not _matches(p["EventPattern"], no_endpoints)
+    rendered = render_transformer(p["Targets"][0], event, "lt-0123456789abcdef0")
+    assert rendered == {
+        "warm_id": "users-v2-20261122",
+        "source": {"replica": "users-v1"},
+        "destination": event["detail"]["destination"],
+        "populator": {"launch_template_id": "lt-0123456789abcdef0"},
+    }
+    model = pytest.importorskip("cachewarm_controller.model")
+    assert model.parse_input(rendered).warm_id == "users-v2-20261122"
+
+
+def test_documented_console_input_is_valid() -> None:
+    model = pytest.importorskip("cachewarm_controller.model")
+    doc = json.loads((REPO / "infra" / "examples" / "start-input.json").read_text())
+    assert model.parse_input(doc).destination.endpoints[0] == "10.0.1.21:11211"
+
+
+def test_documented_put_events_entry_is_the_event() -> None:
+    [entry] = json.loads((REPO / "infra" / "examples" / "put-replica-deployed.json").read_text())
+    event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
+    assert (entry["Source"], entry["DetailType"]) == (event["source"], event["detail-type"])
+    assert json.loads(entry["Detail"]) == event["detail"]
+
+
+def _start_execution_targets(synth: Synth) -> dict[str, set[str]]:
+    """Role logical id -> the state machines its policies may start."""
+    out: dict[str, set[str]] = {}
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]:
+            if "states:StartExecution" in _as_list(st["Action"]):
+                for role in policy["Properties"]["Roles"]:
+                    out.setdefault(role["Ref"], set()).update(r["Ref"] for r in _as_list(st["Resource"]))
+    return out
+
+
+def _rule_roles(synth: Synth, prefix: str) -> set[str]:
+    return {t["RoleArn"]["Fn::GetAtt"][0] for t in _rule(synth, prefix)["Targets"]}
+
+
+def test_rule_role_may_only_start_this_machine(synth: Synth) -> None:
+    sm, _ = _machine(synth)
+    starts = _start_execution_targets(synth)
+    [role] = _rule_roles(synth, "CacheWarmerReplicaDeployedRule") | _rule_roles(
+        synth, "CacheWarmerAsgLaunchRule"
+    )
+    assert starts[role] == {sm}
+    # Nothing else may start the warm machine; only the stopped-warm rule's role the teardown machine.
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    [teardown_role] = _rule_roles(synth, "CacheWarmerStoppedWarmRule")
+    assert starts == {role: {sm}, teardown_role: {teardown}}
+    roles = synth.resources("AWS::IAM::Role")
+    for r in (role, teardown_role):
+        principal = roles[r]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        assert principal == {"Service": "events.amazonaws.com"}
+    stmts = [
+        st for lid, st in _statements(synth) if teardown_role in json.dumps(synth.template["Resources"][lid])
+    ]
+    assert [st["Action"] for st in stmts] == ["states:StartExecution"]
+
+
+# ---- the teardown machine for stopped / timed-out warms ------------------------------------------
+
+TEARDOWN_ASL = REPO / "statemachine" / "teardown.asl.json"
+
+
+def test_teardown_machine_deploys_its_asl_logged_traced(synth: Synth) -> None:
+    _, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
+    props = sm["Properties"]
+    assert json.loads(_definition(sm)) == json.loads(TEARDOWN_ASL.read_text())
+    assert props["StateMachineType"] == "STANDARD"
+    assert props["TracingConfiguration"] == {"Enabled": True}
+    assert props["LoggingConfiguration"]["Level"] == "ALL"
+    [dest] = props["LoggingConfiguration"]["Destinations"]
+    log_group = dest["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    assert log_group.startswith("CacheWarmerTeardownStateMachineLogs")
+    # The same substitution mechanism: exactly the placeholders its ASL uses, the Teardown function.
+    subs = props["DefinitionSubstitutions"]
+    assert set(subs) == {"TeardownFunctionArn"}
+    functions = synth.resources("AWS::Lambda::Function")
+    fn = subs["TeardownFunctionArn"]["Fn::GetAtt"][0]
+    assert functions[fn]["Properties"]["Handler"] == "cachewarm_controller.handlers.teardown"
+    warm_subs = _machine(synth)[1]["Properties"]["DefinitionSubstitutions"]
+    assert warm_subs["TeardownFunctionArn"] == subs["TeardownFunctionArn"]  # one function, two machines
+
+
+def test_teardown_machine_may_invoke_only_the_teardown_function(synth: Synth) -> None:
+    lid, sm = _machine(synth, "CacheWarmerTeardownStateMachine")
+    st = _invoke_statements(synth)[lid]
+    assert st["Action"] == "lambda:InvokeFunction"
+    [resource] = _as_list(st["Resource"])
+    fn = resource["Fn::GetAtt"][0]
+    assert synth.resources("AWS::Lambda::Function")[fn]["Properties"]["Handler"].endswith(".teardown")
+    # Its role can do nothing else but log and trace (what CDK adds for logging and X-Ray).
+    role = sm["Properties"]["RoleArn"]["Fn::GetAtt"][0]
+    actions = {
+        a
+        for plid, policy in synth.resources("AWS::IAM::Policy").items()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        for a in _as_list(st["Action"])
+    }
+    assert {a.split(":")[0] for a in actions} <= {"lambda", "logs", "xray"}, actions
+    assert {a for a in actions if a.startswith("lambda:")} == {"lambda:InvokeFunction"}
+
+
+def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
+    p = _rule(synth, "CacheWarmerStoppedWarmRule")
+    sm, _ = _machine(synth)
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    assert p["EventPattern"] == {
+        "source": ["aws.states"],
+        "detail-type": ["Step Functions Execution Status Change"],
+        "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": sm}]},
+    }
+    [target] = p["Targets"]
+    assert target["Arn"] == {"Ref": teardown}
+    # The whole event is the input (the Teardown Lambda reads detail.input).
+    assert not {"Input", "InputPath", "InputTransformer"} & set(target)
+    replica = _rule(synth, "CacheWarmerReplicaDeployedRule")["Targets"][0]
+    assert target["DeadLetterConfig"] == replica["DeadLetterConfig"]
+    assert target["RetryPolicy"] == replica["RetryPolicy"]
+
+
+@pytest.mark.parametrize(
+    ("status", "matches"),
+    [("ABORTED", True), ("TIMED_OUT", True), ("FAILED", True), ("SUCCEEDED", False), ("RUNNING", False)],
+)
+def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str, matches: bool) -> None:
+    p = _rule(synth, "CacheWarmerStoppedWarmRule")
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:cachewarm"
+    pattern = json.loads(
+        json.dumps(p["EventPattern"]).replace(
+            json.dumps(p["EventPattern"]["detail"]["stateMachineArn"][0]), json.dumps(arn)
+        )
+    )
+    event = {
+        "version": "0",
+        "source": "aws.states",
+        "detail-type": "Step Functions Execution Status Change",
+        "detail": {"status": status, "stateMachineArn": arn, "input": '{"warm_id": "w-1"}'},
+    }
+    assert _matches(pattern, event) is matches
+    other = {**event, "detail": {**event["detail"], "stateMachineArn": arn + "-other"}}
+    assert not _matches(pattern, other)
+
+
+def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:
+    teardown, _ = _machine(synth, "CacheWarmerTeardownStateMachine")
+    assert synth.template["Outputs"]["TeardownStateMachineArn"]["Value"] == {"Ref": teardown}
+
+
+def test_asg_example_rule(synth: Synth) -> None:
+    [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerAsgLaunchRule")]
+    event = json.loads((REPO / "infra" / "examples" / "asg-launch-event.json").read_text())
+    assert _matches(rule["Properties"]["EventPattern"], event)
+    other = {**event, "detail": {**event["detail"], "AutoScalingGroupName": "web-frontend"}}
+    assert not _matches(rule["Properties"]["EventPattern"], other)
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["aws.autoscaling"],
+        "detail-type": ["EC2 Instance Launch Successful"],
+        "detail": {"AutoScalingGroupName": ["memcached-replica-b"]},
+    }
+
+
+def test_asg_pattern_helper_renders() -> None:
+    from aws_cdk import App, Stack
+    from aws_cdk import aws_events as events
+
+    stack = Stack(App(), "P")
+    events.Rule(stack, "R", event_pattern=asg_launch_pattern(["a", "b"]))
+    Template.from_stack(stack).has_resource_properties(
+        "AWS::Events::Rule",
+        {"EventPattern": Match.object_like({"detail": {"AutoScalingGroupName": ["a", "b"]}})},
+    )
+
+
+def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
+    [q] = synth.resources("AWS::SQS::Queue").values()
+    assert "KmsMasterKeyId" in q["Properties"]
+    [qp] = synth.resources("AWS::SQS::QueuePolicy").values()
+    assert "aws:SecureTransport" in json.dumps(qp)
