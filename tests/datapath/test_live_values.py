@@ -49,7 +49,7 @@ def _populate_cli(src: Path, to: str, state: Path, *flags: str) -> subprocess.Co
 
 
 class _Writer:
-    """Live traffic: plain text sets, waiting for each reply."""
+    """Live traffic: one meta set at a time, each checked."""
 
     def __init__(self, srv: MemcachedServer) -> None:
         self.c = MetaConnection(srv.host, srv.port)
