@@ -1,263 +1,352 @@
 """SSM Run Command wired to this machine, for the one-machine system test.
 
-`LocalAgents` implements the controller's AgentRunner. `send()` renders the real SSM document
-(infra/ssm_documents/*.json) with the command's parameters and runs its shell lines with bash; the
-final `exec cachewarm agent ...` reaches a shim that records its argv, and that exact argv then runs
-the real agent command (click, in a thread of this process, so the agent's status objects land in
-the same moto S3 the controller reads). The agent really runs the dumper against a real source
-memcached and the populator against real destination memcacheds; only what needs an EC2 instance is
-stood in for:
+`LocalAgents` implements the controller's AgentRunner. `send()` checks the parameters as SSM does
+(declared, matching `allowedPattern`, required ones given or defaulted — with the defaults the stack
+fills in), sends the command to moto's SSM too (the real SendCommand call, for its id), and runs each
+instance's part in a thread, as the SSM agent would: the document's real shell lines with bash, on
+this machine's view of the instance (machine.py):
 
-- "127.0.0.1 on instance X" (the dump document's --memcached) is the local memcached serving as X;
-- each EBS volume is a local directory (one per volume id, shared by its source and its populator,
-  as multi-attach shares the device); mkfs/blkid/findmnt/mount/umount act on a per-device record,
-  and fsfreeze/blockdev do nothing (a real fsfreeze on a directory freezes the file system holding
-  it: this machine's root);
-- the device node exists once attached (moto has no block devices);
-- the populator's state directory is a temporary directory instead of /var/lib/cachewarm;
-- agents run in threads, so SIGTERM handling (main thread only) is left out.
+- memcached-stats: its script, with 127.0.0.1:<port> the local memcached serving as that node;
+- install-agent: stood in for (no bundle is built here): it puts a `cachewarm` reporting the
+  document's `agentVersion` on the instance, as install-agent.sh does; before it, the instance has
+  none and the agent documents' own check exits 127;
+- dump-agent, populate-agent, verify-agent: their script (the version check included) up to the final
+  `exec cachewarm agent ...`, which reaches the installed shim; that exact argv then runs the real
+  agent command (click, in this thread, so its status and verify objects land in the moto S3 the
+  controller reads) against real memcacheds and the volume's directory;
+- unmount: the local equivalent of its script on the host's mount table (busy while an agent of
+  that host still runs on the mount: it retries, then fails, as the script does).
+
+What an instance sees differently is mapped: 127.0.0.1:<port> on a source node is its local
+memcached; a source node's private IP:<port> (verify's --source) is that node's local memcached;
+`mount` is the volume's local directory; the populator's state directory is a temporary directory.
+Agents run in threads, so SIGTERM handling (main thread only) is left out and `cancel` stops nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shlex
 import subprocess
 import threading
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cachewarm.node_agent.runner import CommandResult, SubprocessRunner
-from cachewarm.testing.memcached import MemcachedServer
-from cachewarm_controller.model import NodeStats
+from cachewarm import __version__
+from cachewarm_controller.agents import Invocation, SsmAgentRunner
+
+from tests.controller.names import DOCUMENT_NAMES
+from tests.system.machine import Host, LocalVolumeRunner, Machine
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = {"cachewarm-dump-agent": "dump-agent.json", "cachewarm-populate-agent": "populate-agent.json"}
+DOCS_DIR = REPO / "infra" / "ssm_documents"
+INSTALL_SCRIPT = REPO / "infra" / "cachewarm_infra" / "install" / "install-agent.sh"
+STEMS = {name: stem for stem, name in DOCUMENT_NAMES.items()}
+NODE_PORT = 11211  # memcached's port on a node (the input's source.memcached_port)
+REFUSED = "1"  # a local port nobody listens on: "connection refused", as on a node without memcached
+UNMOUNT_TRIES, UNMOUNT_PAUSE_S = 12, 0.25  # the document's 12 tries, 10 s apart, scaled down
+_PLACEHOLDER = re.compile(r"\{\{ *(\w+) *\}\}")
+
+
+def stack_defaults() -> dict[str, str]:
+    """What the stack fills in (infra/cachewarm_infra/compute.py, Artifacts.parameter_defaults): the
+    artifacts' places and checksums, and the agent version this checkout is."""
+    assets = "s3://cdk-assets-local"
+    return {
+        "installScriptUrl": f"{assets}/install-agent.sh",
+        "installScriptSha256": hashlib.sha256(INSTALL_SCRIPT.read_bytes()).hexdigest(),
+        # No bundle or tarball is built for the system test: the install is stood in for.
+        "agentBundleUrl": f"{assets}/cachewarm-agent.tar.gz",
+        "agentBundleSha256": "0" * 64,
+        "dumperTarballUrl": f"{assets}/cachewarm-dump.tar.gz",
+        "dumperTarballSha256": "0" * 64,
+        "agentVersion": __version__,
+    }
 
 
 @dataclass
-class Device:
-    """What the kernel would know about one EBS volume on this machine."""
+class Run:
+    """One instance's part of a command."""
 
-    directory: Path
-    fstype: str | None = None
-    mounts: list[str] = field(default_factory=list)  # mount options of each mount, in order
-    source_unmounted: bool = False  # the controller's teardown unmounted it on the source node
-
-
-@dataclass
-class LocalVolumeRunner:
-    """The node agent's CommandRunner: volume commands act on `Device` records; everything else (the
-    dumper) really runs."""
-
-    devices: dict[str, Device]
-    lock: threading.Lock
-    mounted: dict[str, str] = field(default_factory=dict)  # mount point -> options
-    real: SubprocessRunner = field(default_factory=SubprocessRunner)
-
-    def _device(self, path: str) -> Device:
-        return self.devices[path]
-
-    def run(self, argv: Sequence[str]) -> CommandResult:
-        a = list(argv)
-        with self.lock:
-            if a[0] == "blkid":
-                fs = self._device(a[-1]).fstype
-                return CommandResult(tuple(a), 0 if fs else 2, f"{fs}\n" if fs else "")
-            if a[0] == "mkfs.xfs":
-                self._device(a[-1]).fstype = "xfs"
-                return CommandResult(tuple(a), 0)
-            if a[0] == "findmnt":
-                mp = a[a.index("--mountpoint") + 1]
-                opts = self.mounted.get(mp)
-                return CommandResult(tuple(a), 0 if opts else 1, f"dev xfs {opts}\n" if opts else "")
-            if a[0] == "mount":
-                opts = a[a.index("-o") + 1]
-                dev, mp = a[-2], a[-1]
-                self._device(dev).mounts.append(opts)
-                self.mounted[mp] = opts
-                return CommandResult(tuple(a), 0)
-            if a[0] == "umount":
-                self.mounted.pop(a[-1], None)
-                return CommandResult(tuple(a), 0)
-            if a[0] in ("fsfreeze", "blockdev"):
-                return CommandResult(tuple(a), 0)
-            if a[0] == "mkdir":
-                Path(a[-1]).mkdir(parents=True, exist_ok=True)
-                return CommandResult(tuple(a), 0)
-        return self.real.run(a)
-
-    def stream(self, argv: Sequence[str], on_line: Callable[[str], None]) -> CommandResult:
-        return self.real.stream(argv, on_line)
+    instance_id: str
+    exit_code: int | None = None
+    output: str = ""
+    argv: list[str] = field(default_factory=list)  # what the document exec'd (agent documents)
+    thread: threading.Thread | None = None
 
 
 @dataclass
 class Command:
     id: str
-    document: str
-    instance_id: str
-    parameters: dict[str, str]
-    argv: list[str] = field(default_factory=list)
-    exit_code: int | None = None
-    error: str = ""
-    thread: threading.Thread | None = None
+    document: str  # the document's stem (infra/ssm_documents/<stem>.json)
+    parameters: dict[str, str]  # as sent, defaults filled in
+    comment: str
+    sent_ms: int
+    runs: dict[str, Run] = field(default_factory=dict)
+
+
+def _load(stem: str) -> dict[str, Any]:
+    return dict(json.loads((DOCS_DIR / f"{stem}.json").read_text()))
+
+
+def checked_parameters(stem: str, sent: Mapping[str, str]) -> dict[str, str]:
+    """SSM's checks before anything runs; returns every parameter's value (defaults filled in)."""
+    spec = _load(stem)["parameters"]
+    defaults = stack_defaults()
+    out: dict[str, str] = {}
+    for k, p in spec.items():
+        if k in sent:
+            out[k] = sent[k]
+        elif k in defaults:
+            out[k] = defaults[k]
+        elif "default" in p:
+            out[k] = p["default"]
+        else:
+            raise AssertionError(f"{stem}: required parameter {k} not given")
+    for k, v in out.items():
+        if k not in spec or not re.fullmatch(spec[k]["allowedPattern"], v):
+            raise AssertionError(f"{stem}: parameter {k}={v!r} rejected by the document")
+    unknown = sorted(set(sent) - set(spec))
+    if unknown:
+        raise AssertionError(f"{stem}: undeclared parameters {unknown}")
+    return out
 
 
 @dataclass
 class LocalAgents:
-    """The controller's AgentRunner, running the agents on this machine (see the module doc)."""
+    """The controller's AgentRunner, running the documents on this machine (see the module doc)."""
 
-    work: Path
-    sources: dict[str, MemcachedServer]  # instance id -> its memcached
-    volume_of: Callable[[str], str]  # device path -> volume id (from the controller's naming)
+    machine: Machine
+    ssm: Any = None  # moto's SSM: each command is really sent there too
     commands: dict[str, Command] = field(default_factory=dict)
-    devices: dict[str, Device] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
     unmounts: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.bin = self.work / "bin"
-        self.bin.mkdir(parents=True, exist_ok=True)
-        shim = self.bin / "cachewarm"
-        # Stands in for the installed agent at the end of the document: records the argv it got.
-        shim.write_text('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$CACHEWARM_ARGV_OUT"\n')
-        shim.chmod(0o755)
+    cancelled: list[str] = field(default_factory=list)
 
     # ---- AgentRunner ----------------------------------------------------------------------------
-    def send(self, document: str, instance_id: str, parameters: dict[str, str], comment: str) -> str:
-        cmd = Command(str(uuid.uuid4()), document, instance_id, dict(parameters))
-        cmd.argv = self._render(cmd)
-        cmd.thread = threading.Thread(target=self._run, args=(cmd,), name=f"agent-{cmd.id[:8]}", daemon=True)
-        self.commands[cmd.id] = cmd
-        cmd.thread.start()
-        return cmd.id
+    def send(
+        self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
+    ) -> str:
+        stem = STEMS[document]
+        params = checked_parameters(stem, parameters)
+        if self.ssm is not None:
+            cid = SsmAgentRunner(self.ssm).send(document, instance_ids, parameters, comment)
+        else:
+            cid = str(uuid.uuid4())
+        cmd = Command(cid, stem, params, comment[:100], int(time.time() * 1000))
+        if stem == "unmount":
+            self.unmounts.append((tuple(instance_ids), params["mount"]))
+        self.commands[cid] = cmd
+        for iid in instance_ids:
+            run = Run(iid)
+            run.thread = threading.Thread(
+                target=self._invoke, args=(cmd, run), name=f"ssm-{cid[:8]}-{iid}", daemon=True
+            )
+            cmd.runs[iid] = run
+        for run in cmd.runs.values():
+            assert run.thread is not None
+            run.thread.start()
+        return cid
 
-    def statuses(self, command_ids: Sequence[str], since_ms: int) -> dict[str, str]:
+    def find_sent(self, document: str, instance_id: str, since_ms: int, comment: str) -> str | None:
+        for cid, cmd in self.commands.items():
+            if (
+                cmd.document == STEMS[document]
+                and instance_id in cmd.runs
+                and cmd.sent_ms >= since_ms - 60_000
+                and cmd.comment == comment[:100]
+            ):
+                return cid
+        return None
+
+    def command_states(self, command_ids: Sequence[str]) -> dict[str, str]:
         out = {}
         for c in command_ids:
             cmd = self.commands.get(c)
+            codes = [r.exit_code for r in cmd.runs.values()] if cmd else []
             if cmd is None:
                 out[c] = "Undeliverable"
-            elif cmd.exit_code is None:
+            elif None in codes:
                 out[c] = "InProgress"
             else:
-                out[c] = "Success" if cmd.exit_code == 0 else "Failed"
+                out[c] = "Success" if all(code == 0 for code in codes) else "Failed"
+        return out
+
+    def invocations(self, command_id: str) -> dict[str, Invocation]:
+        out = {}
+        for iid, r in self.commands[command_id].runs.items():
+            if r.exit_code is None:
+                out[iid] = Invocation(iid, "InProgress")
+            else:
+                status = "Success" if r.exit_code == 0 else "Failed"
+                out[iid] = Invocation(iid, status, r.exit_code, r.output[-24_000:])
         return out
 
     def cancel(self, command_ids: Sequence[str]) -> None:
-        # Agents here are threads: nothing to signal. A test that ends with a command still running
-        # fails in `join_all`.
-        pass
-
-    def unmount(self, instance_ids: Sequence[str], mount_point: str, comment: str) -> None:
-        """Teardown's lazy unmount on source nodes: here, the devices those nodes' dumps mounted."""
-        self.unmounts.append((tuple(instance_ids), mount_point))
-        for cmd in self.commands.values():
-            if cmd.instance_id in instance_ids and "memcached" in cmd.parameters:
-                self.device(cmd.parameters["device"]).source_unmounted = True
+        # Agents here are threads: nothing to signal. One still running when the test ends fails it
+        # in `join_all`.
+        self.cancelled.extend(command_ids)
 
     def online(self, instance_ids: Sequence[str]) -> set[str]:
         return set(instance_ids)
 
-    def memcached_stats(self, instance_ids: Sequence[str], port: int) -> dict[str, NodeStats]:
-        out = {}
-        for i in instance_ids:
-            srv = self.sources.get(i)
-            if srv is None:
-                out[i] = NodeStats(items=0, bytes=0)
+    # ---- one instance's part ----------------------------------------------------------------------
+    def _invoke(self, cmd: Command, run: Run) -> None:
+        host = self.machine.host(run.instance_id)
+        self.machine.current.host = host
+        try:
+            if cmd.document == "install-agent":
+                # What install-agent.sh does, minus the download: the version it was told.
+                host.install(cmd.parameters["agentVersion"])
+                run.output = f"install-agent: cachewarm {host.agent_version} ready\n"
+                run.exit_code = 0
+            elif cmd.document == "unmount":
+                run.exit_code, run.output = self._unmount(host, cmd.parameters["mount"])
             else:
-                st = srv.stats()
-                out[i] = NodeStats(items=int(st["curr_items"]), bytes=int(st["bytes"]))
-        return out
+                self._script(cmd, run, host)
+        except BaseException as e:  # a bug here or in the agent: the command failed, visibly
+            run.output += f"\n{e!r}"
+            run.exit_code = 2
 
-    # ---- the machine ----------------------------------------------------------------------------
-    def device(self, path: str) -> Device:
-        with self.lock:
-            if path not in self.devices:
-                d = self.work / "volumes" / self.volume_of(path)
-                d.mkdir(parents=True, exist_ok=True)
-                self.devices[path] = Device(d)
-            return self.devices[path]
+    def _local_view(self, cmd: Command, host: Host) -> dict[str, str]:
+        """The parameters as this machine must see them (see the module doc)."""
+        p = dict(cmd.parameters)
+        if cmd.document == "memcached-stats":
+            mc = host.memcached
+            p["port"] = str(mc.port) if mc and p["port"] == str(NODE_PORT) else REFUSED
+        if cmd.document == "dump-agent":
+            _, port = p["memcached"].rsplit(":", 1)
+            mc = host.memcached
+            p["memcached"] = mc.address if mc and port == str(NODE_PORT) else f"127.0.0.1:{REFUSED}"
+        if cmd.document == "verify-agent":
+            ip, port = p["source"].rsplit(":", 1)
+            node = self.machine.at_ip(ip)
+            mc = node.memcached if node else None
+            p["source"] = mc.address if mc and port == str(NODE_PORT) else f"127.0.0.1:{REFUSED}"
+        if "device" in p:
+            local = str(self.machine.device(p["device"]).directory)
+            host.aliases[p["mount"]] = local
+            p["mount"] = local
+        return p
 
-    def _render(self, cmd: Command) -> list[str]:
-        """Run the document's shell lines (parameters substituted) up to the agent's argv."""
-        doc = json.loads((REPO / "infra" / "ssm_documents" / DOCS[cmd.document]).read_text())
-        # What SSM checks before anything runs: every parameter declared and matching its pattern.
-        for k, v in cmd.parameters.items():
-            spec = doc["parameters"].get(k)
-            if spec is None or not re.fullmatch(spec["allowedPattern"], v):
-                raise AssertionError(f"{cmd.document}: parameter {k}={v!r} rejected by the document")
-        params = {k: p.get("default") for k, p in doc["parameters"].items()}
-        params.update(cmd.parameters)
-        # This machine's view of the instance: its memcached, the volume's directory.
-        if "memcached" in params:
-            params["memcached"] = self.sources[cmd.instance_id].address
-        params["mount"] = str(self.device(params["device"]).directory)
-        lines: list[str] = []
+    def _script(self, cmd: Command, run: Run, host: Host) -> None:
+        """Run the document's shell lines; if they exec the agent, run that argv in-process."""
+        doc = _load(cmd.document)
+        params = self._local_view(cmd, host)
+        lines = []
         for step in doc["mainSteps"]:
             for line in step["inputs"]["runCommand"]:
-                for k, v in params.items():
-                    line = line.replace("{{ " + k + " }}", str(v))
-                lines.append(line)
-        out = self.work / f"argv-{cmd.id}"
-        env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "CACHEWARM_ARGV_OUT": str(out)}
-        r = subprocess.run(
-            ["bash", "-c", "\n".join(lines)], env=env, capture_output=True, text=True, check=False
+                lines.append(_PLACEHOLDER.sub(lambda m: params[m.group(1)], line))
+        timeout = int(
+            _PLACEHOLDER.sub(lambda m: params[m.group(1)], doc["mainSteps"][0]["inputs"]["timeoutSeconds"])
         )
+        out = host.home / f"argv-{cmd.id}"
+        env = host.env({**os.environ, "CACHEWARM_ARGV_OUT": str(out)})
+        r = subprocess.run(
+            ["bash", "-c", "\n".join(lines)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=timeout,
+        )
+        run.output = r.stdout + r.stderr
         if r.returncode != 0 or not out.exists():
-            raise AssertionError(f"{cmd.document} script failed ({r.returncode}): {r.stderr}")
-        argv = out.read_bytes().split(b"\0")[:-1]
-        return [a.decode() for a in argv]
+            run.exit_code = r.returncode
+            return
+        run.argv = [a.decode() for a in out.read_bytes().split(b"\0")[:-1]]
+        run.exit_code = self._agent(run.argv, host)
 
-    def _run(self, cmd: Command) -> None:
+    def _agent(self, argv: list[str], host: Host) -> int:
         from cachewarm.cli import main
 
-        argv = list(cmd.argv)
         if argv[:2] == ["agent", "populate"]:
-            argv += ["--state-dir", str(self.work / "state" / cmd.instance_id)]
+            argv = [*argv, "--state-dir", str(host.home / "state")]
         try:
             main.main(args=argv, prog_name="cachewarm", standalone_mode=False)
-            cmd.exit_code = 0
         except SystemExit as e:
-            cmd.exit_code = int(e.code or 0)
-        except BaseException as e:  # a click usage error or a bug: the command failed
-            cmd.exit_code = 2
-            cmd.error = repr(e)
+            return int(e.code or 0)
+        return 0
 
+    def _unmount(self, host: Host, mount: str) -> tuple[int, str]:
+        """unmount.json on this machine: not mounted → exit 0; busy → retry, then exit 1."""
+        local = host.aliases.get(mount)
+        out = ""
+        for attempt in range(1, UNMOUNT_TRIES + 1):
+            with self.machine.lock:
+                if local is None or local not in host.mounts:
+                    return 0, out + f"not mounted: {mount}\n"
+                busy = self._holders(host, local)
+                if not busy:
+                    device, _ = host.mounts.pop(local)
+                    self.machine.devices[device].unmounted_on.append(host.instance_id)
+                    return 0, out + f"unmounted {mount}\n"
+            out += f"try {attempt}: {mount} is busy: {', '.join(busy)}\n"
+            time.sleep(UNMOUNT_PAUSE_S)
+        return 1, out + f"cannot unmount {mount}: still busy after {UNMOUNT_TRIES} tries\n"
+
+    def _holders(self, host: Host, local: str) -> list[str]:
+        """The agents of `host` still running on the mount point `local`."""
+        return [
+            f"{c.document} {c.id}"
+            for c in list(self.commands.values())  # other threads send meanwhile
+            for r in c.runs.values()
+            if r.instance_id == host.instance_id and r.exit_code is None and local in r.argv
+        ]
+
+    # ---- for the test ---------------------------------------------------------------------------
     def join_all(self, timeout: float = 60.0) -> list[str]:
-        """Wait for every agent thread; returns the ones still running (a leak)."""
+        """Wait for every command's threads; returns the ones still running (a leak)."""
         alive = []
         for cmd in self.commands.values():
-            assert cmd.thread is not None
-            cmd.thread.join(timeout)
-            if cmd.thread.is_alive():
-                alive.append(f"{cmd.document} on {cmd.instance_id}")
+            for r in cmd.runs.values():
+                assert r.thread is not None
+                r.thread.join(timeout)
+                if r.thread.is_alive():
+                    alive.append(f"{cmd.document} on {r.instance_id}")
         return alive
+
+    def runs(self, document: str) -> list[Run]:
+        """Every instance's part of every command of one document (by stem)."""
+        return [r for c in self.commands.values() if c.document == document for r in c.runs.values()]
 
     def describe(self) -> str:
         return "\n".join(
-            f"{c.document} {c.instance_id}: exit {c.exit_code} {c.error} argv={shlex.join(c.argv)}"
+            f"{c.document} {r.instance_id}: exit {r.exit_code} argv={shlex.join(r.argv)} "
+            f"output={r.output.strip()[-500:]!r}"
             for c in self.commands.values()
+            for r in c.runs.values()
         )
 
 
 @contextlib.contextmanager
-def agent_patches(monkeypatch: Any, agents: LocalAgents) -> Any:
-    """Point the real node-agent code at this machine (see the module doc for each stand-in)."""
+def agent_patches(monkeypatch: Any, machine: Machine) -> Any:
+    """Point the real node-agent code at this machine (see machine.py for each stand-in)."""
     from cachewarm.node_agent import cli as agent_cli
+    from cachewarm.node_agent.errors import AgentError, ExitCode
     from cachewarm.node_agent.volume import Volume
 
     monkeypatch.setattr(agent_cli, "_sigterm_raises", contextlib.nullcontext)
-    monkeypatch.setattr(agent_cli, "SubprocessRunner", lambda: LocalVolumeRunner(agents.devices, agents.lock))
+    # The agent builds its runner in the thread running its command: on that command's host.
+    monkeypatch.setattr(
+        agent_cli, "SubprocessRunner", lambda: LocalVolumeRunner(machine, machine.current.host)
+    )
 
     def wait_for_device(self: Volume, timeout_s: float) -> None:
-        agents.device(self.device)
+        host: Host = machine.current.host
+        deadline = time.monotonic() + timeout_s
+        while not machine.device_present(self.device, host.instance_id):
+            if time.monotonic() >= deadline:
+                raise AgentError(ExitCode.VOLUME, f"device {self.device} not attached to {host.instance_id}")
+            time.sleep(0.05)
+        machine.device(self.device)
 
     monkeypatch.setattr(Volume, "wait_for_device", wait_for_device)
     yield

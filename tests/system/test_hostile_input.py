@@ -114,7 +114,7 @@ def test_shell_metacharacters_in_every_string_field(world: World) -> None:
             problems.append(f"{_field(path)}={HOSTILE[0]!r} (state machine): {why}")
         for v in HOSTILE[1:]:
             try:
-                validate(put(base, path, v), world.ec2)
+                validate(put(base, path, v), world.deps)
                 problems.append(f"{_field(path)}={v!r}: accepted by ValidateInput")
             except Exception as e:
                 if type(e).__name__ != "InvalidInputError" or path[0] not in str(e):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cachewarm import __version__
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.datapath.meta import list_keys
 from cachewarm.testing.memcached import MemcachedServer
@@ -22,7 +23,8 @@ from cachewarm_controller.steps.common import Deps
 from tests.controller.support import World
 from tests.dumper.dumputil import Item, load
 from tests.faults.harness import fetch_all
-from tests.system.localssm import LocalAgents, agent_patches
+from tests.system.localssm import STEMS, LocalAgents, agent_patches
+from tests.system.machine import Machine
 
 ITEMS_PER_SOURCE = 1500
 WAIT_S = 0.2  # a Wait state's real sleep here (the ASL says interval_seconds)
@@ -76,7 +78,11 @@ def _run_system(
         load(src[i], _items(n, now))
     # Distinct loopback addresses, so EVCache's node key (host/ip:11211) tells the nodes apart.
     dst = [memcached(memory_mb=64, host=f"127.0.0.{k + 1}") for k in range(dests)]
-    agents = LocalAgents(tmp_path / "machine", src, _volume_of)
+    machine = Machine(tmp_path / "machine", _volume_of, attached=lambda v, i: _attached(world, v, i))
+    for res in world.ec2.describe_instances(InstanceIds=ids)["Reservations"]:
+        for inst in res["Instances"]:
+            machine.add_source(inst["InstanceId"], inst["PrivateIpAddress"], src[inst["InstanceId"]])
+    agents = LocalAgents(machine, ssm=world.ssm)
     world.deps = Deps(
         ec2=world.ec2,
         s3=world.deps.s3,
@@ -103,15 +109,19 @@ def _run_system(
             "deadline_hours": 1,
         },
     )
-    with agent_patches(monkeypatch, agents):
+    with agent_patches(monkeypatch, machine):
         ex = world.run(inp, timeout_s=240)
         leaked_agents = agents.join_all(timeout=30)
     assert ex.status == "SUCCEEDED", f"{ex.desc}\n{agents.describe()}"
     assert leaked_agents == [], leaked_agents
-    assert all(c.exit_code == 0 for c in agents.commands.values()), agents.describe()
-    assert len(agents.commands) == 2 * sources
+    assert all(r.exit_code == 0 for c in agents.commands.values() for r in c.runs.values()), agents.describe()
+    _check_commands(agents, machine, ids)
+    # The verify agents compared every live item of every source node with the destination.
+    verified = ex.outputs("Verify")[-1]["verify"]
+    assert verified["ready"] and verified["sampled"] == sources, verified
+    assert (verified["checked_keys"], verified["differences"]) == (sources * ITEMS_PER_SOURCE, 0), verified
     # Every volume was written by its source node and read only with ro,norecovery by its populator.
-    for dev in agents.devices.values():
+    for dev in machine.devices.values():
         assert dev.fstype == "xfs" and dev.mounts[0] == "rw,noatime"
         assert all(m == "ro,norecovery" for m in dev.mounts[1:]) and len(dev.mounts) >= 2
     # The destination holds exactly the live items, each on its ketama node, value/flags intact.
@@ -128,14 +138,42 @@ def _run_system(
         g = got[k]
         assert (g.value, g.flags) == (it.value, it.flags), k
         assert (g.ttl == -1) == (it.ttl == -1), k
-    # Teardown unmounted the volume on every source node (production cache nodes) before detaching.
-    assert all(dev.source_unmounted for dev in agents.devices.values()), agents.unmounts
+    # Teardown's unmount document unmounted each volume on its source node (a production cache node):
+    # nothing of the warm stays mounted there.
+    for dev in machine.devices.values():
+        assert len(dev.writers) == 1 and dev.writers <= set(dev.unmounted_on), (dev, agents.unmounts)
+    assert all(not machine.hosts[i].mounts for i in ids), {i: machine.hosts[i].mounts for i in ids}
     assert {m for _, m in agents.unmounts} == {f"/mnt/cachewarm/{world.warm_id}"}
     # Nothing tagged left: volumes, instances, status objects, attachments.
     inv = world.inventory()
     assert inv.empty, inv.describe()
     assert world.status_objects() == []
     assert all(not a for a in world.attacher.table.values()), world.attacher.table
+
+
+def _attached(world: World, volume_id: str, instance_id: str) -> bool:
+    atts = world.attacher.attachments([volume_id])[volume_id]
+    return any(a.instance_id == instance_id and a.state == "attached" for a in atts)
+
+
+def _check_commands(agents: LocalAgents, machine: Machine, sources: list[str]) -> None:
+    """One command per job, none repeated: the stats survey and the install each in one command; a
+    dump and a populate per source node (no revive), each node verified on its populator against
+    its own memcached; the unmount on every host of a volume."""
+    on = {doc: sorted(r.instance_id for r in agents.runs(doc)) for doc in STEMS.values()}
+    populators = on["populate-agent"]
+    assert on["dump-agent"] == sorted(sources), agents.describe()
+    assert len(set(populators)) == len(sources) and not set(populators) & set(sources), populators
+    assert on["memcached-stats"] == sorted(sources)
+    assert on["install-agent"] == sorted(sources + populators)
+    assert sum(c.document in ("memcached-stats", "install-agent") for c in agents.commands.values()) == 2
+    assert on["verify-agent"] == populators
+    for r in agents.runs("verify-agent"):
+        node = r.argv[r.argv.index("--node-id") + 1]
+        source = machine.hosts[node].memcached
+        assert source is not None and r.argv[r.argv.index("--source") + 1] == source.address, r.argv
+    assert sorted(set(on["unmount"])) == sorted(sources + populators), agents.unmounts
+    assert all(machine.hosts[i].agent_version == __version__ for i in sources + populators)
 
 
 def test_one_source_node_to_one_destination_node(

@@ -20,6 +20,8 @@ from cachewarm_controller.model import NodePlan, WarmPlan
 from cachewarm_controller.steps.agent_commands import reconcile, send_roles
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
 
+ENDED = FAILED_COMMAND_STATES | {"Success"}  # command states of an agent that runs no more
+
 
 def sample_nodes(warm: Warm, plan: WarmPlan) -> list[NodePlan]:
     """The nodes verified: a deterministic sample per warm id."""
@@ -96,9 +98,15 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     waiting = [r for r in sample if r.node_id not in results]
     ask = [str(r.verify.command_id) for r in waiting if r.verify.command_id][:COMMAND_LOOKUPS_PER_POLL]
     commands = deps.agents.command_states(ask) if ask and not sent else {}
+    ended = [r for r in waiting if commands.get(str(r.verify.command_id)) in ENDED]
+    if ended:
+        # The agent writes its result before its command ends: one that ended after the read above
+        # has it written now (unread, it looks like "ended without a result").
+        results.update(deps.s3.read_verify(warm.prefix, warm.warm_id, [r.node_id for r in ended]))
+        waiting = [r for r in sample if r.node_id not in results]
     for row in waiting:
         status = commands.get(str(row.verify.command_id))
-        if status in FAILED_COMMAND_STATES or status == "Success":
+        if status in ENDED:
             problems.append(
                 f"{row.node_id}: the verify command on {row.populator_id} ended {status} without a result"
             )

@@ -1,0 +1,58 @@
+"""An agent writes its final S3 object (done status, verify result) and then its SSM command ends.
+A step that reads the S3 objects first and the command states second can see an agent that ends in
+between as "ended without writing": these tests end the agent exactly there (when the step asks SSM)
+and expect the step to read the S3 objects again instead of reviving or failing a finished agent.
+(tests/system hit this: an agent ending between the reads failed ~1 run in 3 before b7d8680.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cachewarm.contract.status import VerifyResult, verify_key
+from cachewarm_controller.steps.progress import check_progress
+from cachewarm_controller.steps.verification import verify
+
+from tests.controller.steps_support import finish, loop, through_agents
+from tests.controller.support import SimNode
+
+
+def test_check_progress_rereads_the_status_of_an_agent_that_ended_after_the_first_read(world: Any) -> None:
+    w = through_agents(world)
+    node = world.source_ids[0]
+    world.agents.nodes[node] = SimNode(silent_attempts=1)  # no status object yet: its command is asked about
+    real = world.agents.command_states
+
+    def ending(ids: Sequence[str]) -> dict[str, str]:
+        # The agent writes `done` and its command ends now: after CheckProgress read the statuses.
+        world.agents.nodes[node] = SimNode(finish_after_s=0)
+        return dict(real(ids))
+
+    world.agents.command_states = ending
+    out = check_progress(w, 0, world.deps)
+    assert out["revived"] == [], out["revived"]
+    assert world.deps.s3.load_plan(w.prefix, w.warm_id).node(node).done
+    world.agents.command_states = real
+    finish(world, w)
+
+
+def test_verify_rereads_the_result_of_an_agent_that_ended_after_the_first_read(world: Any) -> None:
+    w = through_agents(world)
+    world.clock.advance(601)  # every populate done
+    store, world.agents.results = world.agents.results, None  # the verify agents write nothing yet
+
+    def ending(ids: Sequence[str]) -> dict[str, str]:
+        # Each verify agent asked about writes its result and ends now: after Verify read the results.
+        for cid in ids:
+            p = world.agents.commands[cid].parameters
+            result = VerifyResult(
+                p["warmId"], p["nodeId"], world.deps.now_ms(), source_keys=1000, checked=1000
+            )
+            key = verify_key(p["statusPrefix"], p["warmId"], p["nodeId"])
+            store.s3.put_object(Bucket=store.bucket, Key=key, Body=result.to_json())
+        return {cid: "Success" for cid in ids}
+
+    world.agents.command_states = ending
+    out = loop(verify, w, world.deps)[-1]
+    assert out["ready"] and out["checked_keys"] == 3000 and out["differences"] == 0, out
+    finish(world, w)
