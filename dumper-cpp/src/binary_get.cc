@@ -134,7 +134,7 @@ Status BinaryGetter::Open() {
     unavailable_ = "memcached at " + host_ + ":" + std::to_string(port_) +
                    " does not answer the binary protocol (started with -B ascii?)" +
                    (s.ok() ? std::string(": unexpected answer to a NOOP") : ": " + s.message()) +
-                   "; a key longer than 187 bytes with bytes outside 0x21..0x7E has no other way to be read";
+                   "; a binary key of 187 bytes or more has no other way to be read";
     conn_.Close();
   }
   return Status::OK();

@@ -1,6 +1,6 @@
 // Fetching keys that no meta text command can name. `mg` takes a key token of at most 250 bytes; a
-// key with bytes outside 0x21..0x7E must go base64-encoded, so a binary key longer than 187 bytes
-// (base64: more than 250 characters) cannot be requested that way. memcached 1.6 still speaks the
+// key with bytes outside 0x21..0x7E must go base64-encoded, so a binary key of 187 bytes or more
+// (base64: 252 characters or more) cannot be requested that way. memcached 1.6 still speaks the
 // binary protocol on the same port (it tells the protocols apart by a connection's first byte), whose
 // keys are raw bytes: such keys are fetched with pipelined GETKQ + NOOP on a connection of their own,
 // opened on first use and probed with a NOOP (a server started with `-B ascii` does not answer it).
