@@ -118,6 +118,7 @@ std::string CrawlStatsJson(const CrawlStats& st) {
     if (c == '"' || c == '\\' || uint8_t(c) < 0x20) c = '\'';
   return ", \"modes\": \"" + modes + "\", \"fallback\": \"" + fallback + "\", \"busy_retries\": " +
          std::to_string(st.busy_retries) + ", \"busy_wait_ms\": " + std::to_string(int64_t(st.busy_wait_s * 1000)) +
+         ", \"answer_wait_ms\": " + std::to_string(int64_t(st.answer_wait_s * 1000)) +
          ", \"duplicates\": " + std::to_string(st.duplicates) + ", \"peak_buffered\": " +
          std::to_string(st.peak_buffered) + ", \"spilled\": " + std::to_string(st.spilled);
 }
@@ -136,6 +137,7 @@ void ReadCrawlStats(const std::string& json, CrawlStats* st) {
   int64_t v = 0;
   if (JsonGetInt(json, "busy_retries", &v)) st->busy_retries = uint64_t(v);
   if (JsonGetInt(json, "busy_wait_ms", &v)) st->busy_wait_s = double(v) / 1000;
+  if (JsonGetInt(json, "answer_wait_ms", &v)) st->answer_wait_s = double(v) / 1000;
   if (JsonGetInt(json, "duplicates", &v)) st->duplicates = uint64_t(v);
   if (JsonGetInt(json, "peak_buffered", &v)) st->peak_buffered = uint64_t(v);
   if (JsonGetInt(json, "spilled", &v)) st->spilled = uint64_t(v);
@@ -315,6 +317,7 @@ Status Checkpoint::FillManifest(uint64_t crawl_chunks, Manifest* m) {
     if (m->crawl_fallback.empty()) m->crawl_fallback = st->fallback;
     m->busy_retries += st->busy_retries;
     m->busy_wait_s += st->busy_wait_s;
+    m->answer_wait_s += st->answer_wait_s;
     m->duplicates += st->duplicates;
     m->crawl_peak_buffered = std::max(m->crawl_peak_buffered, st->peak_buffered);
     m->crawl_spilled += st->spilled;

@@ -38,6 +38,7 @@ struct CrawlStats {
   std::string fallback;            // why `hash` fell back to `all` ("" if it did not)
   uint64_t busy_retries = 0;       // crawl requests answered BUSY / "ERROR locked try again later"
   double busy_wait_s = 0;          // time spent waiting before retrying them
+  double answer_wait_s = 0;        // time crawl requests waited for their answer's first byte
   uint64_t duplicates = 0;         // keys a crawl listed more than once (each is in one key list)
   uint64_t peak_buffered = 0;      // most crawl bytes read and not yet parsed (crawl_stream.h)
   uint64_t spilled = 0;            // crawl bytes that went through the spill file

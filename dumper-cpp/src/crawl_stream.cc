@@ -18,8 +18,9 @@
 
 namespace cachewarm {
 
-CrawlStream::CrawlStream(size_t ring_bytes, std::string spill_dir)
-    : cap_(std::max<size_t>(ring_bytes, 4096)), spill_dir_(std::move(spill_dir)), ring_(new char[cap_]),
+CrawlStream::CrawlStream(size_t ring_bytes, std::string spill_dir, int first_byte_timeout_ms)
+    : cap_(std::max<size_t>(ring_bytes, 4096)), spill_dir_(std::move(spill_dir)),
+      first_byte_timeout_ms_(first_byte_timeout_ms), ring_(new char[cap_]),
       staging_(new char[kCrawlStreamPiece]), spill_read_(new char[kCrawlStreamPiece]) {}
 
 CrawlStream::~CrawlStream() {
@@ -96,7 +97,8 @@ Status CrawlStream::Spill(const char* p, size_t n) {
 void CrawlStream::Loop() {
   const int fd = raw_fd_ >= 0 ? raw_fd_ : conn_.fd();
   const std::string peer = raw_fd_ >= 0 ? std::string("the crawl socket") : conn_.peer();
-  auto last_rx = std::chrono::steady_clock::now();
+  const auto started = std::chrono::steady_clock::now();
+  auto last_rx = started;
   Status s;
   while (!stop_ && received_ < end_at_) {
     // Where the next bytes go: the ring's free contiguous space, or the spill file.
@@ -130,7 +132,17 @@ void CrawlStream::Loop() {
       break;
     }
     if (pr <= 0) {
-      if (std::chrono::steady_clock::now() - last_rx > std::chrono::milliseconds(kIoTimeoutMs)) {
+      const auto idle = std::chrono::steady_clock::now() - last_rx;
+      if (received_ == 0 && idle > std::chrono::milliseconds(first_byte_timeout_ms_)) {
+        s = Status::IOError(peer + " answered nothing to lru_crawler metadump for " +
+                            std::to_string(first_byte_timeout_ms_ / 1000) +
+                            " s: its crawler is held by another client's crawl that is not being read (memcached "
+                            "then leaves a new crawl request, and its thread, waiting), or is stuck (seen on "
+                            "1.6.18 when a crawl's client hung up while another crawl request waited; only a "
+                            "restart of memcached ends that); see --crawl-busy-timeout");
+        break;
+      }
+      if (received_ > 0 && idle > std::chrono::milliseconds(kIoTimeoutMs)) {
         s = Status::IOError("timed out: " + peer + " sent nothing of the crawl for " +
                             std::to_string(kIoTimeoutMs / 1000) + " s");
         break;
@@ -148,6 +160,10 @@ void CrawlStream::Loop() {
       break;
     }
     last_rx = std::chrono::steady_clock::now();
+    if (received_ == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      stats_.first_byte_wait_s = std::chrono::duration<double>(last_rx - started).count();
+    }
     const size_t n = size_t(r);
     Scan(dst, n, received_);
     received_ += n;

@@ -39,9 +39,13 @@ class CrawlStream {
     uint64_t bytes = 0;          // received
     uint64_t peak_buffered = 0;  // most bytes received and not yet consumed (ring + spill)
     uint64_t spilled = 0;        // bytes that went through the spill file
+    double first_byte_wait_s = 0;  // from the request to the answer's first byte
   };
 
-  CrawlStream(size_t ring_bytes, std::string spill_dir);
+  // `first_byte_timeout_ms`: how long the answer's first byte may take. A crawl request made while
+  // another client's crawl is stuck (its client not reading) gets no answer at all until that crawl
+  // ends: memcached's thread waits on the crawler's lock (seen on 1.6.18, 1.6.38 and 1.6.45).
+  CrawlStream(size_t ring_bytes, std::string spill_dir, int first_byte_timeout_ms = kIoTimeoutMs);
   ~CrawlStream();
   CrawlStream(const CrawlStream&) = delete;
   CrawlStream& operator=(const CrawlStream&) = delete;
@@ -67,6 +71,7 @@ class CrawlStream {
 
   const size_t cap_;
   const std::string spill_dir_;
+  const int first_byte_timeout_ms_;
   std::unique_ptr<char[]> ring_;
   std::unique_ptr<char[]> staging_, spill_read_;
   Conn conn_;

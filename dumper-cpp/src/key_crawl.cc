@@ -41,7 +41,9 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
   for (;;) {
     const std::string mode = by_hash_ ? "hash" : "all";
     // The socket is read on the stream's own thread; this thread parses and writes key lists.
-    CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir);
+    // Waiting for the first byte is waiting for the crawler too (see CrawlStream): as long as for BUSY.
+    const int first_byte_ms = int(std::max<double>(kIoTimeoutMs, o_.crawl_busy_timeout_s * 1000));
+    CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
     CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
     CrawlReader reader(fn);
     Status s;
@@ -63,6 +65,7 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
     const CrawlStream::Stats st = stream.stats();
     stats_.peak_buffered = std::max(stats_.peak_buffered, st.peak_buffered);
     stats_.spilled += st.spilled;
+    stats_.answer_wait_s += st.first_byte_wait_s;
     if (!s.ok()) {
       if (reader.unsupported_mode() && by_hash_) {
         stats_.fallback = "hash -> all: " + s.message();

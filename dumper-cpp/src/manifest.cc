@@ -71,6 +71,7 @@ std::string RenderManifest(const Manifest& m) {
   for (const std::string& mode : m.crawl_modes) modes += (modes.empty() ? "" : ", ") + JsonQuote(mode);
   o += "  \"crawl\": {\"modes\": [" + modes + "], \"fallback\": " + StringOrNull(m.crawl_fallback) +
        ", \"busy_retries\": " + std::to_string(m.busy_retries) + ", \"busy_wait_s\": " + JsonDouble(m.busy_wait_s) +
+       ", \"answer_wait_s\": " + JsonDouble(m.answer_wait_s) +
        ", \"reader_buffer_bytes\": " + std::to_string(m.crawl_buffer) +
        ", \"reader_peak_buffered_bytes\": " + std::to_string(m.crawl_peak_buffered) +
        ", \"reader_spilled_bytes\": " + std::to_string(m.crawl_spilled) + "},\n";

@@ -42,6 +42,7 @@ struct Manifest {
   std::string crawl_fallback;  // "" when there was none
   uint64_t busy_retries = 0;
   double busy_wait_s = 0;
+  double answer_wait_s = 0;  // crawl requests' wait for their answer's first byte
   uint64_t crawl_buffer = 0, crawl_peak_buffered = 0, crawl_spilled = 0;
 };
 

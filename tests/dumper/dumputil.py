@@ -145,6 +145,18 @@ def read_dump(out: Path, require_done: bool = True) -> Dump:
     return Dump(manifest, records, names)
 
 
+def assert_accounted(manifest: dataformat.Manifest) -> dict[str, object]:
+    """DONE's completeness numbers add up (docs/data-format.md section 5); returns them."""
+    comp = manifest.raw["completeness"]
+    totals = manifest.totals
+    explained = comp["misses_expired"] + comp["misses_gone"] + comp["skipped_min_ttl"] + comp["undumped"]
+    assert comp["records"] == totals["records"] and comp["keys_listed"] == totals["keys_listed"]
+    assert explained == totals["misses"], comp
+    assert comp["records"] + explained == comp["keys_listed"], comp
+    assert manifest.raw["complete"] is (manifest.raw["incomplete_reason"] is None)
+    return dict(comp)
+
+
 def progress_lines(stdout: str) -> list[dict[str, object]]:
     return [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
 
