@@ -73,7 +73,9 @@ def load_binary_protocol(server: MemcachedServer, items: Iterable[Item]) -> None
             while len(resp) < 24 + total:
                 resp += s.recv(4096)
             status = struct.unpack(">H", resp[6:8])[0]
-            assert status == 0, f"binary SET of a {len(it.key)}-byte key failed: status {status:#x} {resp[24:]!r}"
+            assert status == 0, (
+                f"binary SET of a {len(it.key)}-byte key failed: status {status:#x} {resp[24:]!r}"
+            )
 
 
 def load_numbered(server: MemcachedServer, n: int, value_size: int = 10, prefix: str = "k") -> None:

@@ -167,7 +167,7 @@ class FakeMemcached:
 
     def _binary(self, conn: socket.socket, buf: bytes) -> bytes:
         while len(buf) >= 24:
-            magic, op, keylen, extlen, _, _, body, opaque, _ = _BIN_HEADER.unpack(buf[:24])
+            _, op, keylen, extlen, _, _, body, opaque, _ = _BIN_HEADER.unpack(buf[:24])
             if len(buf) < 24 + body:
                 break
             key = buf[24 + extlen : 24 + extlen + keylen]

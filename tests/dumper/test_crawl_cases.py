@@ -123,7 +123,9 @@ def test_key_without_any_protocol_is_named_and_dump_is_incomplete(dumper_bin: Pa
     assert long_key not in read_dump(tmp_path / "o").by_key()
 
 
-def test_long_binary_key_fetched_with_binary_protocol_keeps_listing_ttl(dumper_bin: Path, tmp_path: Path) -> None:
+def test_long_binary_key_fetched_with_binary_protocol_keeps_listing_ttl(
+    dumper_bin: Path, tmp_path: Path
+) -> None:
     exp = int(time.time()) + 5000
     its = {bytes([0, 0x20, 0x0D, 0x0A, 0xFF]) * 40: FakeItem(b"x" * 70000, 4294967295, exp)}
     with FakeMemcached(items=its) as fake:

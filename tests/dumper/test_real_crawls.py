@@ -14,7 +14,15 @@ from pathlib import Path
 
 from cachewarm.testing.memcached import MemcachedServer
 
-from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, load_numbered, read_dump, run_dump
+from tests.dumper.dumputil import (
+    Item,
+    dump_cmd,
+    load,
+    load_binary_protocol,
+    load_numbered,
+    read_dump,
+    run_dump,
+)
 
 SPECIAL = bytes([0x00, 0x20, 0x0D, 0x0A, 0xFF])
 
@@ -73,7 +81,9 @@ def test_lru_crawl_under_touches_lists_every_item_once(dumper_bin: Path, memcach
         with socket.create_connection((srv.host, srv.port), timeout=30) as s:
             i = seed
             while not stop.is_set():
-                s.sendall(b"".join(b"mg k%d v\r\n" % ((i * 7919 + j * 104729) % n) for j in range(200)) + b"mn\r\n")
+                s.sendall(
+                    b"".join(b"mg k%d v\r\n" % ((i * 7919 + j * 104729) % n) for j in range(200)) + b"mn\r\n"
+                )
                 buf = b""
                 while not buf.endswith(b"MN\r\n"):
                     buf += s.recv(1 << 20)
@@ -129,7 +139,9 @@ def test_crawler_busy_with_another_client_is_waited_for(dumper_bin: Path, memcac
     reader.start()
     time.sleep(0.2)
     out = tmp_path / "o"
-    proc = subprocess.Popen(dump_cmd(dumper_bin, srv, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        dump_cmd(dumper_bin, srv, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     reader.join()
     blocker.close()
     _, stderr = proc.communicate(timeout=120)
