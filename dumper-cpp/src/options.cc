@@ -40,7 +40,8 @@ Exit status 0 only when OUT/DONE has been published.
   --crawl-busy-timeout SECONDS
                               while memcached answers a crawl request with BUSY or "ERROR locked
                               try again later" (another crawl is running), retry with exponential
-                              backoff for up to this long, then fail; 0..86400 (default 60)
+                              backoff for up to this long, then fail; an unanswered request waits
+                              as long (at least 60 s); 0..86400 (default 60)
   --crawl-buffer BYTES        memory between the crawl socket and the key lists (the socket is
                               always read at once; past this, bytes spill to --spill-dir),
                               1M..64G (default: 64M, or what --memory-limit leaves)
