@@ -1,6 +1,9 @@
 #include "checkpoint.h"
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <set>
 
 #include "clock.h"
 #include "format.h"
@@ -103,22 +106,107 @@ bool Checkpoint::ReadCrawled(uint64_t* chunks, bool* by_hash) {
   return true;
 }
 
-Status Checkpoint::WriteCrawled(uint64_t chunks, uint64_t keys, bool by_hash, double crawl_s) {
+namespace {
+
+// A flat JSON rendering of CrawlStats for keys/CRAWLED and keys/RECONCILED (read back for DONE).
+std::string CrawlStatsJson(const CrawlStats& st) {
+  std::string modes;
+  for (const std::string& m : st.modes) modes += (modes.empty() ? "" : ",") + m;
+  // JsonGetString reads strings without escapes: keep quotes and backslashes out of the message.
+  std::string fallback = st.fallback;
+  for (char& c : fallback)
+    if (c == '"' || c == '\\' || uint8_t(c) < 0x20) c = '\'';
+  return ", \"modes\": \"" + modes + "\", \"fallback\": \"" + fallback + "\", \"busy_retries\": " +
+         std::to_string(st.busy_retries) + ", \"busy_wait_ms\": " + std::to_string(int64_t(st.busy_wait_s * 1000)) +
+         ", \"answer_wait_ms\": " + std::to_string(int64_t(st.answer_wait_s * 1000)) +
+         ", \"duplicates\": " + std::to_string(st.duplicates) + ", \"peak_buffered\": " +
+         std::to_string(st.peak_buffered) + ", \"spilled\": " + std::to_string(st.spilled);
+}
+
+void ReadCrawlStats(const std::string& json, CrawlStats* st) {
+  std::string modes;
+  if (JsonGetString(json, "modes", &modes)) {
+    for (size_t p = 0; p < modes.size();) {
+      size_t e = modes.find(',', p);
+      if (e == std::string::npos) e = modes.size();
+      if (e > p) st->modes.push_back(modes.substr(p, e - p));
+      p = e + 1;
+    }
+  }
+  JsonGetString(json, "fallback", &st->fallback);
+  int64_t v = 0;
+  if (JsonGetInt(json, "busy_retries", &v)) st->busy_retries = uint64_t(v);
+  if (JsonGetInt(json, "busy_wait_ms", &v)) st->busy_wait_s = double(v) / 1000;
+  if (JsonGetInt(json, "answer_wait_ms", &v)) st->answer_wait_s = double(v) / 1000;
+  if (JsonGetInt(json, "duplicates", &v)) st->duplicates = uint64_t(v);
+  if (JsonGetInt(json, "peak_buffered", &v)) st->peak_buffered = uint64_t(v);
+  if (JsonGetInt(json, "spilled", &v)) st->spilled = uint64_t(v);
+}
+
+}  // namespace
+
+Status Checkpoint::WriteCrawled(uint64_t chunks, uint64_t keys, bool by_hash, double crawl_s, const CrawlStats& st) {
   return WriteFileAtomically(env_, keys_dir_, ".tmp-CRAWLED", "CRAWLED",
                              "{\"chunks\": " + std::to_string(chunks) + ", \"keys\": " + std::to_string(keys) +
                                  ", \"mode\": \"" + (by_hash ? "hash" : "all") + "\", \"crawl_s\": " +
-                                 JsonDouble(crawl_s) + "}\n");
+                                 JsonDouble(crawl_s) + CrawlStatsJson(st) + "}\n");
 }
 
 bool Checkpoint::Reconciled() { return env_->FileExists(keys_dir_ + "/RECONCILED"); }
 
-Status Checkpoint::WriteReconciled(uint64_t chunks, const std::string& skipped) {
+Status Checkpoint::WriteReconciled(uint64_t chunks, const std::string& skipped, int passes, bool converged,
+                                   uint64_t last_new_keys, const CrawlStats& st) {
   std::string r = "{\"chunks\": " + std::to_string(chunks);
   if (!skipped.empty()) r += ", \"skipped\": " + JsonQuote(skipped);
+  r += ", \"passes\": " + std::to_string(passes) + ", \"converged\": " + (converged ? "1" : "0") +
+       ", \"last_new_keys\": " + std::to_string(last_new_keys) + CrawlStatsJson(st);
   return WriteFileAtomically(env_, keys_dir_, ".tmp-RECONCILED", "RECONCILED", r + "}\n");
 }
 
+Status Checkpoint::Append(std::unique_ptr<WritableFile>* f, const char* name, const std::string& text) {
+  if (!*f) CW_RETURN_IF_ERROR(env_->NewAppendableFile(keys_dir_ + "/" + name, f));
+  CW_RETURN_IF_ERROR((*f)->Append(text));
+  return (*f)->Sync();
+}
+
+Status Checkpoint::RecordPart(const PublishedFile& f, const PartStats& ps, const std::string& undumped_lines) {
+  std::lock_guard<std::mutex> l(log_mu_);
+  if (!undumped_lines.empty()) CW_RETURN_IF_ERROR(Append(&undumped_log_, kUndumpedName, undumped_lines));
+  char b[160];
+  std::snprintf(b, sizeof b, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", ps.expired, ps.gone,
+                ps.skipped_min_ttl, ps.undumped, ps.binary);
+  return Append(&parts_log_, kPartsName, f.name + b);
+}
+
+Status Checkpoint::ReadParts(std::map<std::string, PartStats>* parts) {
+  std::string text;
+  Status s = env_->ReadFileToString(keys_dir_ + "/" + kPartsName, &text);
+  if (s.IsNotFound()) return Status::OK();
+  CW_RETURN_IF_ERROR(s);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string::npos) break;  // a torn last line: its file was never published
+    const std::string line = text.substr(pos, e - pos);
+    pos = e + 1;
+    char name[256];
+    PartStats ps;
+    unsigned long long v[5];
+    if (std::sscanf(line.c_str(), "%255s %llu %llu %llu %llu %llu", name, &v[0], &v[1], &v[2], &v[3], &v[4]) != 6)
+      return Status::Corruption(keys_dir_ + "/" + kPartsName + ": malformed line: " + line.substr(0, 200));
+    ps.expired = v[0];
+    ps.gone = v[1];
+    ps.skipped_min_ttl = v[2];
+    ps.undumped = v[3];
+    ps.binary = v[4];
+    (*parts)[name] = ps;  // a later line for the same name wins
+  }
+  return Status::OK();
+}
+
 Status Checkpoint::Scan(Progress* p, std::vector<ChunkTask>* todo) {
+  std::map<std::string, PartStats> parts;
+  CW_RETURN_IF_ERROR(ReadParts(&parts));
   std::vector<std::string> names;
   CW_RETURN_IF_ERROR(env_->GetChildren(keys_dir_, &names));
   std::string contents;
@@ -156,7 +244,16 @@ Status Checkpoint::Scan(Progress* p, std::vector<ChunkTask>* todo) {
       if (fs[i].part != i || fs[i].first_key_index != end || fs[i].end_key_index > keys)
         return Status::Corruption("published parts of chunk " + std::to_string(chunk) + " are not contiguous at " + fs[i].name);
       end = fs[i].end_key_index;
-      AddFile(fs[i]);
+      // A file without a keys/PARTS line (written by an older dumper): its misses count as gone.
+      PartStats ps;
+      auto it = parts.find(fs[i].name);
+      if (it != parts.end()) {
+        ps = it->second;
+      } else {
+        ps.gone = fs[i].misses;
+      }
+      AddFile(fs[i], ps);
+      p->skipped_min_ttl += ps.skipped_min_ttl;
       p->files++;
       p->items += fs[i].records;
       p->misses += fs[i].misses;
@@ -172,9 +269,10 @@ void Checkpoint::AddKeyChunk(uint64_t chunk, uint64_t keys) {
   chunk_keys_[chunk] = keys;
 }
 
-void Checkpoint::AddFile(const PublishedFile& f) {
+void Checkpoint::AddFile(const PublishedFile& f, const PartStats& ps) {
   std::lock_guard<std::mutex> l(mu_);
   files_.push_back(f);
+  file_stats_.push_back(ps);
 }
 
 std::map<uint64_t, uint64_t> Checkpoint::KeyChunks() {
@@ -182,16 +280,74 @@ std::map<uint64_t, uint64_t> Checkpoint::KeyChunks() {
   return chunk_keys_;
 }
 
-void Checkpoint::FillManifest(uint64_t crawl_chunks, Manifest* m) {
-  std::lock_guard<std::mutex> l(mu_);
-  m->curr_items_before = meta_.curr_items_before;
-  m->dump_start_ms = meta_.dump_start_ms;
-  m->resumes = meta_.resumes;
-  m->files = files_;
-  for (auto& [c, k] : chunk_keys_) {
-    m->keys_listed += k;
-    if (c >= crawl_chunks) m->reconciled_keys += k;
+Status Checkpoint::FillManifest(uint64_t crawl_chunks, Manifest* m) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    m->curr_items_before = meta_.curr_items_before;
+    m->dump_start_ms = meta_.dump_start_ms;
+    m->resumes = meta_.resumes;
+    m->files = files_;
+    for (auto& [c, k] : chunk_keys_) {
+      m->keys_listed += k;
+      if (c >= crawl_chunks) m->reconciled_keys += k;
+    }
+    PartStats sum;
+    for (const PartStats& ps : file_stats_) sum.Add(ps);
+    m->misses_expired = sum.expired;
+    m->misses_gone = sum.gone;
+    m->skipped_min_ttl = sum.skipped_min_ttl;
+    m->undumped = sum.undumped;
+    m->binary_records = sum.binary;
   }
+  // What the crawls did: keys/CRAWLED (first crawl) and keys/RECONCILED, whichever run wrote them.
+  std::string text;
+  CrawlStats first, rec;
+  if (env_->ReadFileToString(keys_dir_ + "/CRAWLED", &text).ok()) ReadCrawlStats(text, &first);
+  if (env_->ReadFileToString(keys_dir_ + "/RECONCILED", &text).ok()) {
+    ReadCrawlStats(text, &rec);
+    int64_t v = 0;
+    if (JsonGetInt(text, "passes", &v)) m->reconcile_passes = int(v);
+    if (JsonGetInt(text, "converged", &v)) m->reconcile_converged = v != 0;
+    if (JsonGetInt(text, "last_new_keys", &v)) m->reconcile_last_new_keys = uint64_t(v);
+  }
+  for (const CrawlStats* st : {&first, &rec}) {
+    for (const std::string& mode : st->modes)
+      if (std::find(m->crawl_modes.begin(), m->crawl_modes.end(), mode) == m->crawl_modes.end())
+        m->crawl_modes.push_back(mode);
+    if (m->crawl_fallback.empty()) m->crawl_fallback = st->fallback;
+    m->busy_retries += st->busy_retries;
+    m->busy_wait_s += st->busy_wait_s;
+    m->answer_wait_s += st->answer_wait_s;
+    m->duplicates += st->duplicates;
+    m->crawl_peak_buffered = std::max(m->crawl_peak_buffered, st->peak_buffered);
+    m->crawl_spilled += st->spilled;
+  }
+  // keys/UNDUMPED: one line per key (a part redone after a crash may have named a key twice).
+  {
+    std::lock_guard<std::mutex> l(log_mu_);
+    parts_log_.reset();
+    undumped_log_.reset();
+  }
+  Status s = env_->ReadFileToString(keys_dir_ + "/" + kUndumpedName, &text);
+  if (s.ok()) {
+    std::set<std::string> seen;
+    std::string out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t e = text.find('\n', pos);
+      if (e == std::string::npos) e = text.size();
+      const std::string line = text.substr(pos, e - pos);
+      pos = e + 1;
+      if (line.empty() || !seen.insert(line.substr(0, line.find(' '))).second) continue;
+      out += line + "\n";
+    }
+    if (out != text)
+      CW_RETURN_IF_ERROR(WriteFileAtomically(env_, keys_dir_, std::string(".tmp-") + kUndumpedName, kUndumpedName, out));
+    if (!out.empty()) m->undumped_report = std::string("keys/") + kUndumpedName;
+  } else if (!s.IsNotFound()) {
+    return s;
+  }
+  return Status::OK();
 }
 
 }  // namespace cachewarm

@@ -37,6 +37,8 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
 }
 
 Status CrawlReader::Line(const char* p, size_t n) {
+  const bool first = !saw_line_;
+  saw_line_ = true;
   if (n >= 4 && std::memcmp(p, "key=", 4) == 0) {
     Slice key;
     int64_t exp;
@@ -46,20 +48,28 @@ Status CrawlReader::Line(const char* p, size_t n) {
   }
   if (n > 0 && p[n - 1] == '\r') n--;
   std::string line(p, n);
+  // memcached >= 1.6.43 acknowledges the request before the dump.
+  if (line == "OK" && first) return Status::OK();
   if (line == "END") {
     done_ = true;
     return Status::OK();
   }
-  if (line.rfind("BUSY", 0) == 0) {
+  const bool busy = line.rfind("BUSY", 0) == 0 || line.rfind("ERROR locked", 0) == 0;
+  if (busy && keys_ == 0) {
     busy_ = true;
+    busy_line_ = line.substr(0, 200);
     done_ = true;
     return Status::OK();
   }
+  if (busy)
+    return Status::Server("lru_crawler metadump answered '" + line.substr(0, 200) + "' after " +
+                          std::to_string(keys_) + " keys");
   // BADCLASS: a memcached without `metadump hash` reads "hash" as a class id (the caller then
-  // falls back to `metadump all`).
+  // falls back to `metadump all`, and says so).
+  if (line.rfind("BADCLASS", 0) == 0 && keys_ == 0) unsupported_mode_ = true;
   if (line.rfind("ERROR", 0) == 0 || line.rfind("CLIENT_ERROR", 0) == 0 || line.rfind("SERVER_ERROR", 0) == 0 ||
-      line.rfind("BADCLASS", 0) == 0)
-    return Status::Server("lru_crawler metadump answered: " + line);
+      line.rfind("BADCLASS", 0) == 0 || line.rfind("NOTSTARTED", 0) == 0)
+    return Status::Server("lru_crawler metadump answered: " + line.substr(0, 200));
   return Status::Protocol("unexpected line from lru_crawler metadump: " + line.substr(0, 200));
 }
 

@@ -1,6 +1,9 @@
-// Reads the output of `lru_crawler metadump hash` (or `all`): key lines, then END / BUSY / an error.
+// Parses the output of `lru_crawler metadump hash` (or `all`): key lines, then END / BUSY / an error.
+//   OK                                     (memcached >= 1.6.43: a line of its own before the keys)
 //   key=<URL-encoded key> exp=<absolute unix time, -1 = never> la=... cas=... fetch=... cls=... size=...
-// and a final "END\r\n". Fed in arbitrary pieces.
+//        (1.6.38+ add flags=..., 1.6.45 a trailing space; unknown fields are ignored)
+//   END\r\n
+// Key lines end in a bare "\n"; every other line in "\r\n". Fed in arbitrary pieces.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,15 +21,22 @@ class CrawlReader {
 
   Status Feed(const char* data, size_t n);
   bool done() const { return done_; }
-  // The crawler answered "BUSY ..." (another crawl is running): retry later.
+  // The crawler could not start now and asks to be asked again: "BUSY ..." (another crawl is
+  // running, possibly memcached's own background crawler) or "ERROR locked try again later" (the
+  // hash table is being expanded). Only before any key; busy_line() is what it answered.
   bool busy() const { return busy_; }
+  const std::string& busy_line() const { return busy_line_; }
+  // The server does not know the crawl mode ("BADCLASS ...": a memcached without `metadump hash`
+  // reads "hash" as a slab class id). Feed returned a server error naming the line.
+  bool unsupported_mode() const { return unsupported_mode_; }
   uint64_t keys() const { return keys_; }
 
  private:
   Status Line(const char* p, size_t n);
   KeyFn fn_;
   std::string partial_;
-  bool done_ = false, busy_ = false;
+  bool done_ = false, busy_ = false, unsupported_mode_ = false, saw_line_ = false;
+  std::string busy_line_;
   uint64_t keys_ = 0;
 };
 

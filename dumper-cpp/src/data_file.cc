@@ -138,7 +138,8 @@ Status DataFileWriter::AddRecord(const Slice& key, uint32_t flags, int64_t expti
   return AppendRaw(iov, 3, 1);
 }
 
-Status DataFileWriter::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out) {
+Status DataFileWriter::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out,
+                              const std::function<Status(const PublishedFile&)>& before_publish) {
   if (!file_) return Status::InvalidArgument("data file not open");
   char t[kTrailerSize];
   std::memcpy(t, kTrailerMagic, kMagicSize);
@@ -166,7 +167,8 @@ Status DataFileWriter::Finish(uint64_t end_key_index, uint64_t misses, Published
   f.bytes = header_len_ + records_bytes_ + kTrailerSize;
   f.first_key_index = first_key_index_;
   f.end_key_index = end_key_index;
-  s = PublishFile(env_, dir_, tmp_name_, f.name);
+  if (before_publish) s = before_publish(f);
+  if (s.ok()) s = PublishFile(env_, dir_, tmp_name_, f.name);
   if (!s.ok()) {
     env_->RemoveFile(dir_ + "/" + tmp_name_);
     return s;

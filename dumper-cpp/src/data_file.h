@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +62,10 @@ class DataFileWriter {
   Status AppendRaw(const struct iovec* iov, int iovcnt, uint64_t records);
   // Convenience for tests and small files: one whole record.
   Status AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value);
-  Status Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out);
+  // Writes the trailer, syncs, and publishes under the final name. `before_publish` (optional) runs
+  // after the file is durable under its temporary name and before the rename (out's fields are set).
+  Status Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out,
+                const std::function<Status(const PublishedFile&)>& before_publish = nullptr);
   // Closes and deletes the temporary file (on error paths).
   void Abandon();
 

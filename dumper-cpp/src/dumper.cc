@@ -75,6 +75,8 @@ Status Dumper::CrawlPhase(double* crawl_s) {
   }
   progress_.phase = kCrawl;
   const auto tc = std::chrono::steady_clock::now();
+  crawl_.set_expected_keys(uint64_t(std::max<int64_t>(0, stats_before_.curr_items)));
+  crawl_.ResetStats();
   if (checkpoint_.KeyChunks().empty()) {
     CW_RETURN_IF_ERROR(crawl_.First());
   } else {
@@ -83,38 +85,46 @@ Status Dumper::CrawlPhase(double* crawl_s) {
   }
   *crawl_s = Since(tc);
   crawl_chunks_ = checkpoint_.next_chunk();
-  return checkpoint_.WriteCrawled(crawl_chunks_, progress_.keys_listed.load(), crawl_.by_hash(), *crawl_s);
+  return checkpoint_.WriteCrawled(crawl_chunks_, progress_.keys_listed.load(), crawl_.by_hash(), *crawl_s,
+                                  crawl_.stats());
 }
 
 // Reconciliation runs after every chunk of the first crawl is dumped (so nothing fetches values while
 // the crawler walks and it can lock every item). A `metadump hash` crawl takes each hash bucket's lock
 // (blocking, never trylock) with table expansion held off, so it lists every item that exists
 // throughout; then a reconciliation crawl is needed only if fewer keys were listed than the server
-// holds. An LRU crawl (`all`) skips busy items: always reconcile.
+// holds. An LRU crawl (`all`) skips busy items: always reconcile. Reconciliation has converged when a
+// pass lists no key that no earlier crawl listed, or the keys listed reach the server's curr_items;
+// if it has not after kMaxReconcilePasses, the dump is incomplete (DONE says so and why).
 Status Dumper::ReconcilePhase(double* reconcile_s) {
+  if (checkpoint_.Reconciled()) return Status::OK();
   ServerStats now;
   CW_RETURN_IF_ERROR(GetStats(&control_, &now));
   const bool short_count = progress_.keys_listed.load() < uint64_t(std::max<int64_t>(0, now.curr_items));
-  if (!checkpoint_.Reconciled() && (o_.reconcile_always || !crawl_.by_hash() || short_count)) {
-    progress_.phase = kReconcile;
-    const auto tr = std::chrono::steady_clock::now();
-    // The reconciliation crawl itself may skip a locked item (rarely: seen once in 1M on an idle
-    // server), so crawl again while fewer keys are listed than the server holds, a few times at most.
-    for (int pass = 0; pass < kMaxReconcilePasses; pass++) {
-      uint64_t n = 0;
-      CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
-      CW_RETURN_IF_ERROR(queue_.WaitDrained());
-      CW_RETURN_IF_ERROR(GetStats(&control_, &now));
-      std::fprintf(stderr, "cachewarm-dump: reconciliation pass %d listed %" PRIu64 " new keys (%" PRIu64
-                   " listed, server holds %" PRId64 ")\n", pass + 1, n, progress_.keys_listed.load(), now.curr_items);
-      if (progress_.keys_listed.load() >= uint64_t(std::max<int64_t>(0, now.curr_items))) break;
-    }
-    *reconcile_s = Since(tr);
-    CW_RETURN_IF_ERROR(checkpoint_.WriteReconciled(checkpoint_.next_chunk(), ""));
+  crawl_.ResetStats();
+  if (!(o_.reconcile_always || !crawl_.by_hash() || short_count))
+    return checkpoint_.WriteReconciled(checkpoint_.next_chunk(), "hash crawl listed every item", 0, true, 0,
+                                       crawl_.stats());
+  progress_.phase = kReconcile;
+  const auto tr = std::chrono::steady_clock::now();
+  crawl_.set_expected_keys(uint64_t(std::max<int64_t>(0, now.curr_items)));
+  int passes = 0;
+  bool converged = false;
+  uint64_t n = 0;
+  // The reconciliation crawl itself may skip a locked item (rarely: seen once in 1M on an idle
+  // server), so crawl again while it still finds keys and fewer are listed than the server holds.
+  while (passes < kMaxReconcilePasses && !converged) {
+    n = 0;
+    CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
+    CW_RETURN_IF_ERROR(queue_.WaitDrained());
+    CW_RETURN_IF_ERROR(GetStats(&control_, &now));
+    passes++;
+    std::fprintf(stderr, "cachewarm-dump: reconciliation pass %d listed %" PRIu64 " new keys (%" PRIu64
+                 " listed, server holds %" PRId64 ")\n", passes, n, progress_.keys_listed.load(), now.curr_items);
+    converged = n == 0 || progress_.keys_listed.load() >= uint64_t(std::max<int64_t>(0, now.curr_items));
   }
-  if (!checkpoint_.Reconciled())
-    CW_RETURN_IF_ERROR(checkpoint_.WriteReconciled(checkpoint_.next_chunk(), "hash crawl listed every item"));
-  return Status::OK();
+  *reconcile_s = Since(tr);
+  return checkpoint_.WriteReconciled(checkpoint_.next_chunk(), "", passes, converged, n, crawl_.stats());
 }
 
 Status Dumper::CheckServer(const char* when) {
@@ -136,12 +146,16 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.host = o_.host;
   m.port = o_.port;
   m.curr_items_after = after.curr_items;
-  checkpoint_.FillManifest(crawl_chunks_, &m);
-  m.skipped_min_ttl = progress_.skipped_min_ttl;
+  CW_RETURN_IF_ERROR(checkpoint_.FillManifest(crawl_chunks_, &m));
+  m.crawl_buffer = o_.crawl_buffer;
   m.crawl_s = crawl_s;
   m.reconcile_s = reconcile_s;
   m.total_s = Since(t0);
+  DecideCompleteness(&m);
   CW_RETURN_IF_ERROR(WriteManifest(env_, o_.out, m));
+  if (!m.complete)
+    std::fprintf(stderr, "cachewarm-dump: DONE written, but the dump is INCOMPLETE (\"complete\": false): %s\n",
+                 m.incomplete_reason.c_str());
   progress_.phase = kDone;
   reporter_.Print("done");
   return Status::OK();

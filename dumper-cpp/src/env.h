@@ -32,6 +32,8 @@ class Env {
   static Env* Default();
 
   virtual Status NewWritableFile(const std::string& path, std::unique_ptr<WritableFile>* out) = 0;
+  // Opens (creating if missing) a file to append to; what it holds stays.
+  virtual Status NewAppendableFile(const std::string& path, std::unique_ptr<WritableFile>* out) = 0;
   virtual Status ReadFileToString(const std::string& path, std::string* out) = 0;
   // Reads exactly n bytes at offset (Corruption if the file is shorter).
   virtual Status ReadAt(const std::string& path, uint64_t offset, size_t n, std::string* out) = 0;
@@ -59,6 +61,7 @@ class PosixEnv : public Env {
   explicit PosixEnv(WritevFn writev_fn) : writev_fn_(std::move(writev_fn)) {}
 
   Status NewWritableFile(const std::string& path, std::unique_ptr<WritableFile>* out) override;
+  Status NewAppendableFile(const std::string& path, std::unique_ptr<WritableFile>* out) override;
   Status ReadFileToString(const std::string& path, std::string* out) override;
   Status ReadAt(const std::string& path, uint64_t offset, size_t n, std::string* out) override;
   Status GetFileSize(const std::string& path, uint64_t* size) override;

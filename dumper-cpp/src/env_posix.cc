@@ -129,6 +129,13 @@ Status PosixEnv::NewWritableFile(const std::string& path, std::unique_ptr<Writab
   return Status::OK();
 }
 
+Status PosixEnv::NewAppendableFile(const std::string& path, std::unique_ptr<WritableFile>* out) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::IOError(ErrnoMessage("open " + path, errno));
+  out->reset(new PosixWritableFile(path, fd, &writev_fn_));
+  return Status::OK();
+}
+
 Status PosixEnv::ReadFileToString(const std::string& path, std::string* out) {
   out->clear();
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -1,11 +1,17 @@
 #include "key_crawl.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 
+#include "clock.h"
 #include "codec.h"
+#include "crawl_stream.h"
+#include "json.h"
 #include "key_chunks.h"
 #include "key_set_diff.h"
 #include "net.h"
@@ -15,7 +21,9 @@ namespace cachewarm {
 namespace {
 // Key chunks waiting for their fsync while the first crawl goes on (counted in PlannedMemory).
 constexpr int kPublishQueueDepth = kKeyChunksInFlight;
-constexpr size_t kRecvBytes = 1 << 18;
+// Backoff while the crawler is busy: first wait, growth, longest wait.
+constexpr int64_t kBusyFirstWaitMs = 100;
+constexpr int64_t kBusyMaxWaitMs = 5000;
 }  // namespace
 
 KeyCrawl::KeyCrawl(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, Progress* progress)
@@ -26,48 +34,99 @@ void KeyCrawl::Published(uint64_t chunk, uint64_t keys) {
   queue_->Push(ChunkTask{chunk, 0, 0});
 }
 
-Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn) {
-  for (int attempt = 0;; attempt++) {
-    Conn c;
-    CW_RETURN_IF_ERROR(c.Connect(o_.host, o_.port, kConnectTimeoutMs));
-    // `metadump hash` walks the hash table and, measured on 1.6.18, lists every item even while
-    // values are fetched (`all` walks the LRUs and skips items it cannot lock). Older servers
-    // without it answer an error: fall back to `all` (reconciliation catches what it skips).
-    CW_RETURN_IF_ERROR(c.SendAll(std::string("lru_crawler metadump ") + (by_hash_ ? "hash" : "all") + "\r\n",
-                                 kIoTimeoutMs));
+Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
+  *fell_back = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t wait_ms = kBusyFirstWaitMs;
+  for (;;) {
+    const std::string mode = by_hash_ ? "hash" : "all";
+    // The socket is read on the stream's own thread; this thread parses and writes key lists.
+    // Waiting for the first byte is waiting for the crawler too (see CrawlStream): as long as for BUSY.
+    const int first_byte_ms = int(std::max<double>(kIoTimeoutMs, o_.crawl_busy_timeout_s * 1000));
+    CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
+    CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
     CrawlReader reader(fn);
-    std::unique_ptr<char[]> buf(new char[kRecvBytes]);
-    while (!reader.done()) {
-      if (queue_->aborted()) return Status::IOError("aborted");
-      size_t n = 0;
-      Status s = c.Recv(buf.get(), kRecvBytes, &n, kIoTimeoutMs);
-      if (!s.ok()) return Status::IOError("lru_crawler metadump: " + s.message());
-      Status fs = reader.Feed(buf.get(), n);
-      if (!fs.ok() && by_hash_ && reader.keys() == 0 && fs.code() == Status::kServer) {
-        by_hash_ = false;
+    Status s;
+    while (s.ok() && !reader.done()) {
+      if (queue_->aborted()) {
+        s = Status::IOError("aborted");
         break;
       }
-      CW_RETURN_IF_ERROR(fs);
+      const char* data = nullptr;
+      size_t n = 0;
+      s = stream.Read(&data, &n);
+      if (s.ok() && n == 0) s = Status::Protocol("lru_crawler metadump " + mode + " ended without END");
+      if (s.ok()) {
+        s = reader.Feed(data, n);
+        stream.Consumed();
+      }
     }
-    if (!reader.done()) continue;  // retry with `metadump all`
-    if (!reader.busy()) return Status::OK();
-    if (attempt >= 300) return Status::Server("lru_crawler stayed busy for 60 s (another crawl is running?)");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    stream.Stop();
+    const CrawlStream::Stats st = stream.stats();
+    stats_.peak_buffered = std::max(stats_.peak_buffered, st.peak_buffered);
+    stats_.spilled += st.spilled;
+    stats_.answer_wait_s += st.first_byte_wait_s;
+    if (!s.ok()) {
+      if (reader.unsupported_mode() && by_hash_) {
+        stats_.fallback = "hash -> all: " + s.message();
+        std::fprintf(stderr, "cachewarm-dump: this memcached has no `lru_crawler metadump hash` (%s): crawling "
+                             "the LRUs instead (`metadump all`); reconciliation will list what that skips\n",
+                     s.message().c_str());
+        by_hash_ = false;
+        *fell_back = true;
+        return Status::OK();
+      }
+      return s;
+    }
+    if (!reader.busy()) {
+      if (stats_.modes.empty() || stats_.modes.back() != mode) stats_.modes.push_back(mode);
+      return Status::OK();
+    }
+    // Busy: another crawl is running. Wait and ask again; never switch mode.
+    const double waited = Since(t0);
+    if (waited >= o_.crawl_busy_timeout_s)
+      return Status::Server("lru_crawler metadump " + mode + " stayed busy for " + JsonDouble(waited) + " s (" +
+                            std::to_string(stats_.busy_retries) + " retries; last answer: '" + reader.busy_line() +
+                            "'): another crawl is running on the server (an operator's, another dump, or memcached's "
+                            "own background crawler, which runs after bulk loads); try again later or raise "
+                            "--crawl-busy-timeout");
+    const int64_t wait = std::min<int64_t>(wait_ms, int64_t((o_.crawl_busy_timeout_s - waited) * 1000) + 1);
+    std::fprintf(stderr, "cachewarm-dump: lru_crawler metadump %s answered '%s' (another crawl is running); "
+                         "retrying in %.1f s\n", mode.c_str(), reader.busy_line().c_str(), double(wait) / 1000);
+    stats_.busy_retries++;
+    const auto tw = std::chrono::steady_clock::now();
+    const auto until = tw + std::chrono::milliseconds(wait);
+    while (std::chrono::steady_clock::now() < until) {
+      if (queue_->aborted()) return Status::IOError("aborted");
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(wait, 50)));
+    }
+    stats_.busy_wait_s += Since(tw);
+    wait_ms = std::min(wait_ms * 2, kBusyMaxWaitMs);
   }
 }
 
 Status KeyCrawl::First() {
-  KeyChunkWriter w(
-      env_, checkpoint_->keys_dir(), o_.key_file_size, checkpoint_->next_chunk(),
-      [this](uint64_t chunk, uint64_t keys) { Published(chunk, keys); }, kPublishQueueDepth);
   by_hash_ = o_.crawl_mode == "hash";
-  CW_RETURN_IF_ERROR(Metadump([&](const Slice& k, int64_t exp) {
-    progress_->keys_listed++;
-    return w.Add(k, exp);
-  }));
-  CW_RETURN_IF_ERROR(w.Flush());
-  checkpoint_->set_next_chunk(w.next_chunk());
-  return Status::OK();
+  if (by_hash_) {
+    KeyChunkWriter w(
+        env_, checkpoint_->keys_dir(), o_.key_file_size, checkpoint_->next_chunk(),
+        [this](uint64_t chunk, uint64_t keys) { Published(chunk, keys); }, kPublishQueueDepth);
+    bool fell_back = false;
+    CW_RETURN_IF_ERROR(Metadump(
+        [&](const Slice& k, int64_t exp) {
+          progress_->keys_listed++;
+          return w.Add(k, exp);
+        },
+        &fell_back));
+    if (!fell_back) {
+      CW_RETURN_IF_ERROR(w.Flush());
+      checkpoint_->set_next_chunk(w.next_chunk());
+      return Status::OK();
+    }
+  }
+  // The LRU crawl: every key once, through the key-set difference (no key list exists yet).
+  uint64_t n = 0;
+  return Filtered(&n);
 }
 
 Status KeyCrawl::Filtered(uint64_t* new_keys) {
@@ -75,7 +134,7 @@ Status KeyCrawl::Filtered(uint64_t* new_keys) {
   const std::map<uint64_t, uint64_t> chunks = checkpoint_->KeyChunks();
   uint64_t total = 0;
   for (auto& [c, k] : chunks) total += k;
-  KeySetDiff diff(keys_dir + "/" + kDiffScratchDir, total);
+  KeySetDiff diff(keys_dir + "/" + kDiffScratchDir, std::max(total, expected_keys_));
   std::string contents, raw;
   for (auto& [chunk, k] : chunks) {
     // A named copy: C++17 lambdas cannot capture a structured binding (GCC allows it, clang does not).
@@ -86,10 +145,13 @@ Status KeyCrawl::Filtered(uint64_t* new_keys) {
       return diff.AddExisting(raw);
     }));
   }
-  CW_RETURN_IF_ERROR(Metadump([&](const Slice& url, int64_t exp) {
+  const CrawlReader::KeyFn add = [&](const Slice& url, int64_t exp) {
     if (!UrlDecode(url, &raw)) return Status::Protocol("bad URL-encoded key from the crawler: " + url.ToString());
     return diff.AddCandidate(raw, url, exp);
-  }));
+  };
+  bool fell_back = false;
+  CW_RETURN_IF_ERROR(Metadump(add, &fell_back));
+  if (fell_back) CW_RETURN_IF_ERROR(Metadump(add, &fell_back));
   KeyChunkWriter w(env_, keys_dir, o_.key_file_size, checkpoint_->next_chunk(),
                    [this](uint64_t chunk, uint64_t keys) { Published(chunk, keys); });
   uint64_t n = 0;
@@ -99,6 +161,7 @@ Status KeyCrawl::Filtered(uint64_t* new_keys) {
     return w.Add(url, exp);
   }));
   CW_RETURN_IF_ERROR(w.Flush());
+  stats_.duplicates += diff.duplicates();
   checkpoint_->set_next_chunk(w.next_chunk());
   *new_keys = n;
   return Status::OK();

@@ -132,7 +132,10 @@ Status KeySetDiff::Emit(const std::function<Status(const Slice& url_key, int64_t
       if (!UrlDecode(url_key, &raw)) return Status::Corruption("bad URL-encoded key in scratch file");
       H128 h = HashKey(raw);
       if (std::binary_search(seen.begin(), seen.begin() + long(existing), h)) return Status::OK();
-      if (!emitted.insert(h).second) return Status::OK();
+      if (!emitted.insert(h).second) {
+        duplicates_++;
+        return Status::OK();
+      }
       return fn(url_key, exp);
     }));
     ::unlink(PartPath("ex", p).c_str());

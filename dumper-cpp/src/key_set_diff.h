@@ -29,6 +29,8 @@ class KeySetDiff {
   // Phase 3: calls fn once for every candidate key that is not an existing key.
   Status Emit(const std::function<Status(const Slice& url_key, int64_t exptime)>& fn);
   int partitions() const { return nparts_; }
+  // After Emit: candidates dropped because the crawl had already listed them (a key it saw twice).
+  uint64_t duplicates() const { return duplicates_; }
 
  private:
   Status OpenAll(const char* prefix);
@@ -41,6 +43,7 @@ class KeySetDiff {
   int bits_;
   int nparts_;
   int phase_ = 1;
+  uint64_t duplicates_ = 0;
   std::vector<FILE*> files_;
 };
 

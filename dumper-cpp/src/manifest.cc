@@ -6,6 +6,24 @@
 
 namespace cachewarm {
 
+void DecideCompleteness(Manifest* m) {
+  std::string why;
+  if (!m->reconcile_converged)
+    why = "reconciliation did not converge after " + std::to_string(m->reconcile_passes) + " passes (the last listed " +
+          std::to_string(m->reconcile_last_new_keys) + " keys no earlier crawl had; " + std::to_string(m->keys_listed) +
+          " keys listed, the server holds " + std::to_string(m->curr_items_after) +
+          "): keys kept appearing (live writes) or the LRU crawl kept skipping busy items";
+  if (m->undumped)
+    why += std::string(why.empty() ? "" : "; ") + std::to_string(m->undumped) + " keys could not be dumped (named in " +
+           (m->undumped_report.empty() ? std::string("keys/UNDUMPED") : m->undumped_report) + ")";
+  m->complete = why.empty();
+  m->incomplete_reason = why;
+}
+
+namespace {
+std::string StringOrNull(const std::string& s) { return s.empty() ? "null" : JsonQuote(s); }
+}  // namespace
+
 std::string RenderManifest(const Manifest& m) {
   std::vector<PublishedFile> files = m.files;
   std::sort(files.begin(), files.end(), [](const PublishedFile& a, const PublishedFile& b) {
@@ -14,6 +32,8 @@ std::string RenderManifest(const Manifest& m) {
   uint64_t records = 0, bytes = 0, misses = 0;
   std::string o = "{\n  \"format\": \"cachewarm-dump\",\n  \"version\": 1,\n";
   o += "  \"node\": " + JsonQuote(m.node) + ",\n";
+  o += std::string("  \"complete\": ") + (m.complete ? "true" : "false") + ",\n";
+  o += "  \"incomplete_reason\": " + StringOrNull(m.incomplete_reason) + ",\n";
   o += "  \"source\": {\"host\": " + JsonQuote(m.host) + ", \"port\": " + std::to_string(m.port) +
        ", \"curr_items_before\": " + std::to_string(m.curr_items_before) +
        ", \"curr_items_after\": " + std::to_string(m.curr_items_after) + "},\n";
@@ -36,6 +56,25 @@ std::string RenderManifest(const Manifest& m) {
        ", \"misses\": " + std::to_string(misses) + ", \"skipped_min_ttl\": " + std::to_string(m.skipped_min_ttl) +
        ", \"reconciled_keys\": " + std::to_string(m.reconciled_keys) +
        ", \"resumes\": " + std::to_string(m.resumes) + "},\n";
+  o += "  \"completeness\": {\"keys_listed\": " + std::to_string(m.keys_listed) +
+       ", \"records\": " + std::to_string(records) + ", \"misses_expired\": " + std::to_string(m.misses_expired) +
+       ", \"misses_gone\": " + std::to_string(m.misses_gone) + ", \"skipped_min_ttl\": " +
+       std::to_string(m.skipped_min_ttl) + ", \"undumped\": " + std::to_string(m.undumped) +
+       ", \"undumped_report\": " + StringOrNull(m.undumped_report) +
+       ", \"binary_protocol_records\": " + std::to_string(m.binary_records) +
+       ", \"duplicates_dropped\": " + std::to_string(m.duplicates) +
+       ", \"reconcile_passes\": " + std::to_string(m.reconcile_passes) +
+       ", \"reconcile_converged\": " + (m.reconcile_converged ? "true" : "false") +
+       ", \"curr_items_before\": " + std::to_string(m.curr_items_before) +
+       ", \"curr_items_after\": " + std::to_string(m.curr_items_after) + "},\n";
+  std::string modes;
+  for (const std::string& mode : m.crawl_modes) modes += (modes.empty() ? "" : ", ") + JsonQuote(mode);
+  o += "  \"crawl\": {\"modes\": [" + modes + "], \"fallback\": " + StringOrNull(m.crawl_fallback) +
+       ", \"busy_retries\": " + std::to_string(m.busy_retries) + ", \"busy_wait_s\": " + JsonDouble(m.busy_wait_s) +
+       ", \"answer_wait_s\": " + JsonDouble(m.answer_wait_s) +
+       ", \"reader_buffer_bytes\": " + std::to_string(m.crawl_buffer) +
+       ", \"reader_peak_buffered_bytes\": " + std::to_string(m.crawl_peak_buffered) +
+       ", \"reader_spilled_bytes\": " + std::to_string(m.crawl_spilled) + "},\n";
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";
   return o;

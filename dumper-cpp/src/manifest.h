@@ -22,8 +22,32 @@ struct Manifest {
   uint64_t reconciled_keys = 0;
   uint64_t resumes = 0;
   double crawl_s = 0, reconcile_s = 0, total_s = 0;
+
+  // Completeness: every key listed is a record, or a miss explained (expired / gone), or skipped by
+  // --min-ttl, or undumped (named in undumped_report).
+  bool complete = true;
+  std::string incomplete_reason;  // "" when complete
+  uint64_t misses_expired = 0;    // mg miss after the listing's exp
+  uint64_t misses_gone = 0;       // mg miss before it: deleted, evicted or flushed since the crawl
+  uint64_t undumped = 0;
+  std::string undumped_report;    // "keys/UNDUMPED" when it names keys
+  uint64_t binary_records = 0;    // records fetched with the binary protocol
+  uint64_t duplicates = 0;        // keys a crawl listed twice (kept once)
+  int reconcile_passes = 0;
+  bool reconcile_converged = true;
+  uint64_t reconcile_last_new_keys = 0;
+
+  // The crawls.
+  std::vector<std::string> crawl_modes;
+  std::string crawl_fallback;  // "" when there was none
+  uint64_t busy_retries = 0;
+  double busy_wait_s = 0;
+  double answer_wait_s = 0;  // crawl requests' wait for their answer's first byte
+  uint64_t crawl_buffer = 0, crawl_peak_buffered = 0, crawl_spilled = 0;
 };
 
+// Sets complete / incomplete_reason from the counts.
+void DecideCompleteness(Manifest* m);
 std::string RenderManifest(const Manifest& m);
 // Publishes OUT/DONE atomically (.tmp-DONE -> DONE).
 Status WriteManifest(Env* env, const std::string& dir, const Manifest& m);

@@ -3,10 +3,12 @@
 #include <getopt.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 
 #include "data_file.h"
+#include "crawl_stream.h"
 #include "format.h"
 
 namespace cachewarm {
@@ -35,7 +37,21 @@ Exit status 0 only when OUT/DONE has been published.
   --crawl hash|all            first crawl walks the hash table (default; lists every item) or the
                               LRUs (skips busy items; reconciliation then always runs)
   --reconcile auto|always     reconciliation crawl only when needed (default) or always
+  --crawl-busy-timeout SECONDS
+                              while memcached answers a crawl request with BUSY or "ERROR locked
+                              try again later" (another crawl is running), retry with exponential
+                              backoff for up to this long, then fail; an unanswered request waits
+                              as long (at least 60 s); 0..86400 (default 60)
+  --crawl-buffer BYTES        memory between the crawl socket and the key lists (the socket is
+                              always read at once; past this, bytes spill to --spill-dir),
+                              1M..64G (default: 64M, or what --memory-limit leaves)
+  --spill-dir DIR             where the crawl reader spills when its buffer is full: an unlinked,
+                              never-fsynced file (default $TMPDIR, else /tmp)
   --help                      this text
+
+Testing only (a deliberately slow output):
+  --debug-write-delay-us N    sleep N microseconds before every write to an output file
+  --debug-sync-delay-us N     sleep N microseconds before every fsync (file or directory)
 
 Sizes accept k, M, G suffixes (powers of 1024).
 )";
@@ -102,15 +118,26 @@ Status NonEmptyFlag(const char* flag, const char* arg, std::string* out) {
 
 }  // namespace
 
-uint64_t PlannedMemory(const Options& o) {
-  const uint64_t per_worker = 2 * o.buffer_size + o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16);
-  return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size + kFixedOverhead;
+namespace {
+// Everything but the crawl reader's buffer.
+uint64_t PlannedMemoryBeforeCrawlBuffer(const Options& o) {
+  // Per worker: 2 receive buffers, one key list (+ its exptimes and index), the send buffer, the
+  // binary-protocol receive buffer.
+  const uint64_t per_worker = 2 * o.buffer_size + 2 * o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16) +
+                              kBinaryRecvBytes;
+  // The crawl: key chunks in flight, and the reader's two fixed pieces.
+  return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size +
+         2 * kCrawlStreamPiece + kFixedOverhead;
 }
+}  // namespace
+
+uint64_t PlannedMemory(const Options& o) { return PlannedMemoryBeforeCrawlBuffer(o) + o.crawl_buffer; }
 
 Status ParseOptions(int argc, char** argv, Options* o) {
   enum {
     kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
-    kRate, kNode, kProgress, kCrawl, kReconcile, kHelp
+    kRate, kNode, kProgress, kCrawl, kReconcile, kBusyTimeout, kCrawlBuffer, kSpillDir, kWriteDelay, kSyncDelay,
+    kHelp
   };
   static const struct option longopts[] = {
       {"host", required_argument, nullptr, kHost},
@@ -129,6 +156,11 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"progress-interval", required_argument, nullptr, kProgress},
       {"crawl", required_argument, nullptr, kCrawl},
       {"reconcile", required_argument, nullptr, kReconcile},
+      {"crawl-busy-timeout", required_argument, nullptr, kBusyTimeout},
+      {"crawl-buffer", required_argument, nullptr, kCrawlBuffer},
+      {"spill-dir", required_argument, nullptr, kSpillDir},
+      {"debug-write-delay-us", required_argument, nullptr, kWriteDelay},
+      {"debug-sync-delay-us", required_argument, nullptr, kSyncDelay},
       {"help", no_argument, nullptr, kHelp},
       {nullptr, 0, nullptr, 0},
   };
@@ -175,6 +207,18 @@ Status ParseOptions(int argc, char** argv, Options* o) {
           return Status::InvalidArgument(std::string("--reconcile must be auto or always, not '") + a + "'");
         o->reconcile_always = std::string(a) == "always";
         break;
+      case kBusyTimeout: {
+        char* end = nullptr;
+        double d = std::strtod(a, &end);
+        if (end == a || *end || !(d >= 0 && d <= 86400))
+          return Status::InvalidArgument(std::string("--crawl-busy-timeout ") + a + " is out of range 0..86400");
+        o->crawl_busy_timeout_s = d;
+        break;
+      }
+      case kCrawlBuffer: CW_RETURN_IF_ERROR(SizeFlag("crawl-buffer", a, kMinCrawlBuffer, 64ULL << 30, &o->crawl_buffer)); break;
+      case kSpillDir: CW_RETURN_IF_ERROR(NonEmptyFlag("spill-dir", a, &o->spill_dir)); break;
+      case kWriteDelay: CW_RETURN_IF_ERROR(IntFlag("debug-write-delay-us", a, 0, 10000000, &o->debug_write_delay_us)); break;
+      case kSyncDelay: CW_RETURN_IF_ERROR(IntFlag("debug-sync-delay-us", a, 0, 10000000, &o->debug_sync_delay_us)); break;
       case kHelp: o->help = true; return Status::OK();
       case ':': return Status::InvalidArgument(std::string(argv[optind - 1]) + " needs a value");
       default: return Status::InvalidArgument(std::string("unknown option ") + argv[optind - 1]);
@@ -189,13 +233,23 @@ Status ParseOptions(int argc, char** argv, Options* o) {
     if (n.size() > kMaxNodeIdLen) n.resize(kMaxNodeIdLen);
     o->node_id = n;
   }
-  const uint64_t need = PlannedMemory(*o);
+  if (o->spill_dir.empty()) {
+    const char* t = std::getenv("TMPDIR");
+    o->spill_dir = t && *t ? t : "/tmp";
+  }
+  const uint64_t rest = PlannedMemoryBeforeCrawlBuffer(*o);
+  const bool auto_buffer = o->crawl_buffer == 0;
+  if (auto_buffer && rest + kMinCrawlBuffer <= o->memory_limit)
+    o->crawl_buffer = std::min<uint64_t>(kDefaultCrawlBuffer, o->memory_limit - rest);
+  const uint64_t need = rest + std::max<uint64_t>(o->crawl_buffer, kMinCrawlBuffer);
   if (need > o->memory_limit)
     return Status::InvalidArgument(
         "--memory-limit " + std::to_string(o->memory_limit) + " is too small: --threads " +
         std::to_string(o->threads) + " x (2 x --buffer-size " + std::to_string(o->buffer_size) +
-        " + --key-file-size " + std::to_string(o->key_file_size) + " + --batch " + std::to_string(o->batch) + " x " +
-        std::to_string(kSendBytesPerKey + 16) + ") + fixed overhead needs " + std::to_string(need) + " bytes");
+        " + 2 x --key-file-size " + std::to_string(o->key_file_size) + " + --batch " + std::to_string(o->batch) +
+        " x " + std::to_string(kSendBytesPerKey + 16) + " + " + std::to_string(kBinaryRecvBytes) +
+        ") + --crawl-buffer " + std::to_string(std::max<uint64_t>(o->crawl_buffer, kMinCrawlBuffer)) +
+        " + fixed overhead needs " + std::to_string(need) + " bytes");
   return Status::OK();
 }
 

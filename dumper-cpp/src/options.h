@@ -25,16 +25,28 @@ struct Options {
   double progress_interval_s = 1.0;
   std::string crawl_mode = "hash";  // first crawl: `lru_crawler metadump hash` or `all`
   bool reconcile_always = false;    // run the reconciliation crawl even after a complete hash crawl
+  double crawl_busy_timeout_s = 60;  // how long to keep retrying a crawl the server says is busy
+  uint64_t crawl_buffer = 0;        // the crawl reader's memory; 0 = auto (ParseOptions sets it)
+  std::string spill_dir;            // where the crawl reader spills when its buffer is full
+  uint64_t debug_write_delay_us = 0;  // testing: sleep before every write to an output file
+  uint64_t debug_sync_delay_us = 0;   // testing: sleep before every fsync (file or directory)
   bool help = false;
 };
 
 std::string Usage();
 // Parses argv; InvalidArgument names the offending flag and its allowed range.
 Status ParseOptions(int argc, char** argv, Options* o);
-// Bytes the dumper allocates up front for `o` (buffers, key lists, send buffers, fixed overhead).
+// Bytes the dumper allocates up front for `o` (buffers, key lists, send buffers, the crawl reader's
+// buffer, fixed overhead).
 uint64_t PlannedMemory(const Options& o);
-// Per-key bytes reserved in a worker's send buffer (the longest `mg` line for a 250-byte key).
-constexpr uint64_t kSendBytesPerKey = 400;
+// The crawl reader's default buffer: as much of this as --memory-limit leaves.
+constexpr uint64_t kDefaultCrawlBuffer = 64ULL << 20;
+constexpr uint64_t kMinCrawlBuffer = 1ULL << 20;
+// Per-worker receive buffer of the binary-protocol connection (keys too long for a meta command).
+constexpr uint64_t kBinaryRecvBytes = 64ULL << 10;
+// Per-key bytes of a worker's batch: the longest `mg` line for a 250-byte key in the send buffer
+// (~300) and the raw key kept for its record (250).
+constexpr uint64_t kSendBytesPerKey = 600;
 // Key chunks the crawl may have queued for publishing (each --key-file-size bytes).
 constexpr int kKeyChunksInFlight = 4;
 // Fixed allowance for code, stacks, the crawl buffer and small tables.

@@ -29,15 +29,19 @@ Status ResponseStream::Flush(RecordSink* sink) {
 
 // Validates a VA header line, decodes a base64 key in place, decides --min-ttl, and encodes the
 // record header into the next slot of hdrs_ (the caller adds the iovecs).
-Status ResponseStream::StartRecord(const MetaResponse& r, char* line, bool* skip, size_t* key_len) {
-  if (!r.has_key || !r.has_flags || !r.has_ttl)
-    return Status::Protocol("VA response without the k, f and t flags requested");
-  char* key = line + r.key_offset;
-  size_t klen = r.key_len;
-  if (r.key_base64) {
-    long d = Base64DecodeInPlace(key, klen, key);
-    if (d < 0) return Status::Protocol("malformed base64 key in response");
-    klen = size_t(d);
+Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key_io, bool* skip, size_t* key_len) {
+  if (!r.has_flags || !r.has_ttl) return Status::Protocol("VA response without the f and t flags requested");
+  size_t klen = key_io->size();
+  if (key_io->empty()) {  // the sink does not know the key: the response's `k` token
+    if (!r.has_key) return Status::Protocol("VA response without the k flag requested");
+    char* key = line + r.key_offset;
+    klen = r.key_len;
+    if (r.key_base64) {
+      long d = Base64DecodeInPlace(key, klen, key);
+      if (d < 0) return Status::Protocol("malformed base64 key in response");
+      klen = size_t(d);
+    }
+    *key_io = Slice(key, klen);
   }
   if (klen == 0 || klen > kMaxKeyLen) return Status::Protocol("key length out of range in response");
   hits_++;
@@ -92,14 +96,16 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
         char* line = cur_ + pos_;
         bool skip = false;
         size_t klen = 0;
-        CW_RETURN_IF_ERROR(StartRecord(r, line, &skip, &klen));
+        Slice key;
+        CW_RETURN_IF_ERROR(sink->OnValue(r, &key));
+        CW_RETURN_IF_ERROR(StartRecord(r, line, &key, &skip, &klen));
         char* value = line + r.header_len;
         if (complete) {
           if (value[r.value_len] != '\r' || value[r.value_len + 1] != '\n')
             return Status::Protocol("value not followed by \\r\\n");
           if (!skip) {
             iov_[niov_++] = {hdrs_[nrec_], kRecordHeaderSize};
-            iov_[niov_++] = {line + r.key_offset, klen};
+            iov_[niov_++] = {const_cast<char*>(key.data()), klen};
             iov_[niov_++] = {value, r.value_len};
             nrec_++;
           }
@@ -107,7 +113,7 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
         } else {
           // Larger than a buffer: write header, key and the value bytes we have, stream the rest.
           if (!skip) {
-            struct iovec v[2] = {{hdrs_[0], kRecordHeaderSize}, {line + r.key_offset, klen}};
+            struct iovec v[2] = {{hdrs_[0], kRecordHeaderSize}, {const_cast<char*>(key.data()), klen}};
             CW_RETURN_IF_ERROR(sink->Write(v, 2, 1));
           }
           stream_skip_ = skip;

@@ -1,5 +1,8 @@
-// The receive side of a worker: turns the byte stream of pipelined `mg <key> v f t k q u` / `mn`
-// responses into data-file records without copying values.
+// The receive side of a worker: turns the byte stream of pipelined `mg <key> v f t q u O<i>` / `mn`
+// responses into data-file records without copying values. The record's key is the one the sink
+// names for the response (the worker knows it by the opaque), or else the response's `k` token:
+// memcached echoes a key raw when the item was stored through the binary protocol, and such a key
+// may hold "\r\n" or spaces, which would break the response's framing.
 //
 // Two fixed buffers of `buffer_size` bytes are allocated up front. Bytes are received into the
 // current buffer; each complete VA response becomes three iovecs (a 20-byte record header from a
@@ -24,6 +27,10 @@ class RecordSink {
   virtual ~RecordSink() = default;
   // Record bytes; `records` = records begun in these bytes.
   virtual Status Write(const struct iovec* iov, int iovcnt, uint64_t records) = 0;
+  // A VA response's header, before its record's bytes go to Write (whether kept or skipped). The
+  // sink may name the item's key (*key: raw bytes that stay valid until the batch's OnBatchEnd);
+  // if it leaves *key empty, the response's own `k` token is the key.
+  virtual Status OnValue(const MetaResponse&, Slice* /*key*/) { return Status::OK(); }
   // An `MN` arrived: the batch sent before it is complete. `hits` = VA responses in the batch
   // (written or skipped), `skipped` = those dropped by --min-ttl.
   virtual Status OnBatchEnd(uint64_t hits, uint64_t skipped) = 0;
@@ -50,7 +57,7 @@ class ResponseStream {
  private:
   static constexpr int kMaxPending = 256;  // records per writev
   Status Flush(RecordSink* sink);
-  Status StartRecord(const MetaResponse& r, char* line, bool* skip, size_t* key_len);
+  Status StartRecord(const MetaResponse& r, char* line, Slice* key, bool* skip, size_t* key_len);
 
   size_t cap_;
   int64_t min_ttl_;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cinttypes>
+#include <cstdio>
 #include <ctime>
 
 #include "clock.h"
@@ -32,7 +34,8 @@ constexpr uint64_t kTargetBatchBytes = 1ULL << 20;
 Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
                Progress* progress)
     : o_(o), env_(env), checkpoint_(checkpoint), queue_(queue), limiter_(limiter), progress_(progress),
-      stream_(o.buffer_size, o.min_ttl), writer_(env, o.out, o.node_id, checkpoint->meta().dump_start_ms) {
+      stream_(o.buffer_size, o.min_ttl), writer_(env, o.out, o.node_id, checkpoint->meta().dump_start_ms),
+      binary_(o.host, o.port, kBinaryRecvBytes) {
   keys_.reserve(o.key_file_size + 8192);
   send_.reserve(size_t(o.batch) * kSendBytesPerKey);
   // Effective batch: small enough that a low --max-items-per-second is not bursty.
@@ -40,6 +43,7 @@ Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* qu
   const uint64_t rate = o.max_items_per_second;
   if (rate) batch_ = int(std::max<uint64_t>(1, std::min<uint64_t>(uint64_t(batch_), rate / 10 / uint64_t(o.threads))));
   adaptive_batch_ = batch_;
+  state_.assign(size_t(batch_), uint8_t(kMissed));
 }
 
 void Worker::Run() {
@@ -62,35 +66,141 @@ Status Worker::Write(const struct iovec* iov, int iovcnt, uint64_t records) {
   return writer_.AppendRaw(iov, iovcnt, records);
 }
 
+// Responses come in request order and a batch ends with its MN: every VA before the MN belongs to
+// the front batch.
+Status Worker::OnValue(const MetaResponse& r, Slice* key) {
+  if (inflight_.empty()) return Status::Protocol("a value without a batch in flight");
+  const Batch& b = inflight_.front();
+  if (!r.has_opaque || r.opaque < b.start || r.opaque >= b.end)
+    return Status::Protocol("a value whose opaque (O) is not a key index of the batch in flight");
+  const size_t k = size_t(r.opaque - b.start);
+  uint8_t& st = state_[k];
+  if (st != kMissed) return Status::Protocol("two values for one key of a batch");
+  st = kGot;
+  const uint32_t begin = k ? b.raw_end[k - 1] : 0;
+  *key = Slice(b.raw.data() + begin, b.raw_end[k] - begin);
+  return Status::OK();
+}
+
 Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   if (inflight_.empty()) return Status::Protocol("MN without a batch in flight");
-  const Batch b = inflight_.front();
-  inflight_.pop_front();
-  if (hits > b.size) return Status::Protocol("more values than keys requested in a batch");
-  const uint64_t m = (b.size - hits) + skipped;
+  const Batch& b = inflight_.front();
+  if (hits > b.mg_keys) return Status::Protocol("more values than keys requested in a batch");
   // Size the next batch so its response is about kTargetBatchBytes (large values: fewer keys).
   if (hits > skipped) {
     const uint64_t per_item = std::max<uint64_t>(1, batch_bytes_ / (hits - skipped));
     adaptive_batch_ = int(std::clamp<uint64_t>(kTargetBatchBytes / per_item, 8, uint64_t(batch_)));
   }
   batch_bytes_ = 0;
+  part_stats_.skipped_min_ttl += skipped;
+  progress_->skipped_min_ttl += skipped;
+  if (!b.binary.empty()) CW_RETURN_IF_ERROR(FetchBinary(b));
+  // Every key of the batch that is not a record is explained: skipped (--min-ttl), undumped, or a
+  // miss, expired or gone by the listing's exp.
+  const int64_t now = int64_t(std::time(nullptr));
+  uint64_t got = 0;
+  for (uint64_t i = b.start; i < b.end; i++) {
+    uint8_t& st = state_[i - b.start];
+    if (st == kGot) got++;
+    if (st == kMissed) {
+      const int64_t exp = lines_[i].exptime;
+      // memcached's clock moves once a second: an item within a second of its exp may be gone.
+      if (exp > 0 && exp <= now + 1) {
+        part_stats_.expired++;
+      } else {
+        part_stats_.gone++;
+      }
+    }
+    st = kMissed;
+  }
+  // `got` counts values received, kept or skipped by --min-ttl (binary-protocol skips are counted
+  // as misses where they happen).
+  const uint64_t m = (b.end - b.start) - got + skipped;
+  const uint64_t end = b.end;
+  inflight_.pop_front();
   file_misses_ += m;
   progress_->misses += m;
-  progress_->skipped_min_ttl += skipped;
   // Cut a new part at this batch boundary once the file is big enough.
-  if (writer_.file_bytes() >= o_.data_file_size && b.end < nkeys_) {
-    CW_RETURN_IF_ERROR(FinishPart(b.end));
-    CW_RETURN_IF_ERROR(writer_.Open(chunk_, part_, b.end));
+  if (writer_.file_bytes() >= o_.data_file_size && end < nkeys_) {
+    CW_RETURN_IF_ERROR(FinishPart(end));
+    CW_RETURN_IF_ERROR(writer_.Open(chunk_, part_, end));
   }
+  return Status::OK();
+}
+
+void Worker::Undumped(uint64_t i, const std::string& why) {
+  state_[i - inflight_.front().start] = kUndumped;
+  part_stats_.undumped++;
+  char exp[24];
+  std::snprintf(exp, sizeof exp, " %" PRId64 " ", lines_[i].exptime);
+  undumped_lines_.append(keys_.data() + lines_[i].offset, lines_[i].length);
+  undumped_lines_ += exp + why + "\n";
+  std::fprintf(stderr, "cachewarm-dump: cannot dump key %.*s: %s\n", int(std::min<uint32_t>(lines_[i].length, 120)),
+               keys_.data() + lines_[i].offset, why.c_str());
+}
+
+// The batch's keys no meta command can name, fetched with the binary protocol's GETKQ. Their TTL is
+// the listing's exp (the binary protocol cannot read one).
+Status Worker::FetchBinary(const Batch& b) {
+  std::vector<std::string> raw(b.binary.size());
+  for (size_t k = 0; k < b.binary.size(); k++) {
+    const Key& key = lines_[b.binary[k]];
+    if (!UrlDecode(Slice(keys_.data() + key.offset, key.length), &raw[k]))
+      return Status::Corruption("bad URL-encoded key in key list");
+  }
+  const int64_t now = int64_t(std::time(nullptr));
+  bool skip = false;
+  char hdr[kRecordHeaderSize];
+  std::string unavailable;
+  CW_RETURN_IF_ERROR(binary_.Get(
+      raw,
+      [&](size_t k, uint32_t flags, uint32_t value_len) -> Status {
+        const uint64_t i = b.binary[k];
+        state_[i - b.start] = kGot;
+        const int64_t exp = lines_[i].exptime > 0 ? lines_[i].exptime : kNeverExpires;
+        skip = o_.min_ttl > 0 && exp != kNeverExpires && exp - now < o_.min_ttl;
+        if (skip) {
+          part_stats_.skipped_min_ttl++;
+          progress_->skipped_min_ttl++;
+          file_misses_++;
+          progress_->misses++;
+          return Status::OK();
+        }
+        part_stats_.binary++;
+        EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
+        struct iovec v[2] = {{hdr, sizeof hdr}, {const_cast<char*>(raw[k].data()), raw[k].size()}};
+        progress_->items++;
+        progress_->bytes += sizeof hdr + raw[k].size();
+        return writer_.AppendRaw(v, 2, 1);
+      },
+      [&](const Slice& piece) -> Status {
+        if (skip) return Status::OK();
+        struct iovec v = {const_cast<char*>(piece.data()), piece.size()};
+        progress_->bytes += piece.size();
+        return writer_.AppendRaw(&v, 1, 0);
+      },
+      [&](size_t k, const std::string& why) -> Status {
+        Undumped(b.binary[k], why);
+        return Status::OK();
+      },
+      &unavailable));
+  if (!unavailable.empty())
+    for (uint64_t i : b.binary) Undumped(i, unavailable);
   return Status::OK();
 }
 
 Status Worker::FinishPart(uint64_t end) {
   PublishedFile f;
-  CW_RETURN_IF_ERROR(writer_.Finish(end, file_misses_, &f));
-  checkpoint_->AddFile(f);
+  // Undumped keys count as misses in the trailer (they are in the key range and not records).
+  const uint64_t misses = file_misses_;
+  CW_RETURN_IF_ERROR(writer_.Finish(end, misses, &f, [&](const PublishedFile& pf) {
+    return checkpoint_->RecordPart(pf, part_stats_, undumped_lines_);
+  }));
+  checkpoint_->AddFile(f, part_stats_);
   progress_->files++;
   file_misses_ = 0;
+  part_stats_ = PartStats();
+  undumped_lines_.clear();
   part_++;
   return Status::OK();
 }
@@ -98,29 +208,36 @@ Status Worker::FinishPart(uint64_t end) {
 Status Worker::LoadKeys(uint64_t chunk) {
   CW_RETURN_IF_ERROR(env_->ReadFileToString(checkpoint_->keys_dir() + "/" + KeyChunkName(chunk), &keys_));
   lines_.clear();
-  return ForEachKeyLine(keys_, [&](const Slice& k, int64_t) {
-    lines_.push_back({uint32_t(k.data() - keys_.data()), uint32_t(k.size())});
+  return ForEachKeyLine(keys_, [&](const Slice& k, int64_t exp) {
+    lines_.push_back({uint32_t(k.data() - keys_.data()), uint32_t(k.size()), exp});
     return Status::OK();
   });
 }
 
-// Appends "mg <key> [b] v f t k q u\r\n" for key index i.
-Status Worker::AppendGet(uint64_t i) {
-  const Slice url(keys_.data() + lines_[i].first, lines_[i].second);
+Status Worker::AppendGet(uint64_t i, Batch* b) {
+  const Slice url(keys_.data() + lines_[i].offset, lines_[i].length);
   if (!UrlDecode(url, &raw_)) return Status::Corruption("bad URL-encoded key in key list: " + url.ToString());
   if (raw_.empty() || raw_.size() > kMaxKeyLen) return Status::Corruption("key length out of range: " + url.ToString());
-  send_ += "mg ";
+  b->raw += raw_;
+  b->raw_end.push_back(uint32_t(b->raw.size()));
+  char opaque[32];
+  std::snprintf(opaque, sizeof opaque, " v f t q u O%" PRIu64 "\r\n", i);
   if (IsPlainKey(raw_)) {
+    send_ += "mg ";
     send_ += raw_;
-    send_ += " v f t k q u\r\n";
+    send_ += opaque;
   } else {
     Base64Encode(raw_, &b64_);
-    if (b64_.size() > kMaxKeyLen)
-      return Status::InvalidArgument("binary key too long to request in base64 (" + std::to_string(raw_.size()) +
-                                     " bytes): " + url.ToString());
+    if (b64_.size() > kMaxKeyLen) {  // no meta command takes it: the binary protocol at the batch's end
+      b->binary.push_back(i);
+      return Status::OK();
+    }
+    send_ += "mg ";
     send_ += b64_;
-    send_ += " b v f t k q u\r\n";
+    send_ += " b";
+    send_ += opaque;
   }
+  b->mg_keys++;
   return Status::OK();
 }
 
@@ -130,6 +247,8 @@ Status Worker::DoChunk(const ChunkTask& t) {
   part_ = t.next_part;
   nkeys_ = lines_.size();
   file_misses_ = 0;
+  part_stats_ = PartStats();
+  undumped_lines_.clear();
   inflight_.clear();
   send_.clear();
   stream_.Reset();
@@ -145,10 +264,14 @@ Status Worker::DoChunk(const ChunkTask& t) {
       limiter_->Acquire(n);
       send_.clear();
       send_off = 0;
-      for (uint64_t i = next; i < next + n; i++) CW_RETURN_IF_ERROR(AppendGet(i));
+      Batch b{next, next + n, 0, {}, {}, {}};
+      b.raw.reserve(size_t(n) * 64);
+      b.raw_end.reserve(size_t(n));
+      for (uint64_t i = next; i < next + n; i++) CW_RETURN_IF_ERROR(AppendGet(i, &b));
       send_ += "mn\r\n";
       next += n;
-      inflight_.push_back({next, n});
+      if (state_.size() < n) state_.assign(size_t(n), uint8_t(kMissed));
+      inflight_.push_back(std::move(b));
     }
     if (send_off == send_.size() && next >= nkeys_ && inflight_.empty()) break;
     struct pollfd p = {conn_.fd(), short(POLLIN | (send_off < send_.size() ? POLLOUT : 0)), 0};

@@ -1,6 +1,11 @@
 // A worker: one connection to the source, pipelined `mg` batches for the keys of one chunk at a
 // time, the responses written to data files by the receive stream without copies. Two receive
 // buffers, one key list and one data file open at a time: its memory is fixed at start.
+// Each `mg` carries its key's index as opaque (`O<i>`): a record's key is taken from the key list
+// (never from memcached's echo, which is raw for items stored through the binary protocol), and a
+// batch's misses are known by key and explained: expired (the listing's exp has passed) or gone. Keys no meta
+// command can name (binary, 187 bytes or more) are fetched with the binary protocol (binary_get.h) at
+// the batch's end; a key that cannot be fetched at all is named in keys/UNDUMPED, never an abort.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -8,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "binary_get.h"
 #include "checkpoint.h"
 #include "data_file.h"
 #include "env.h"
@@ -32,17 +38,32 @@ class Worker : public RecordSink {
 
   // RecordSink: the receive stream's records and batch ends.
   Status Write(const struct iovec* iov, int iovcnt, uint64_t records) override;
+  Status OnValue(const MetaResponse& r, Slice* key) override;
   Status OnBatchEnd(uint64_t hits, uint64_t skipped) override;
 
  private:
   struct Batch {
-    uint64_t end;   // one past the last key index of the batch
-    uint64_t size;  // keys in the batch
+    uint64_t start;                // first key index of the batch
+    uint64_t end;                  // one past the last key index of the batch
+    uint64_t mg_keys;              // keys asked with `mg`
+    std::vector<uint64_t> binary;  // keys to fetch with the binary protocol at the batch's end
+    std::string raw;               // the batch's raw keys, back to back (records point into it)
+    std::vector<uint32_t> raw_end; // end of key i - start in raw
   };
+  struct Key {
+    uint32_t offset, length;  // of the URL-encoded key in keys_
+    int64_t exptime;          // the listing's
+  };
+  // What became of a key of the batch in flight.
+  enum KeyState : uint8_t { kMissed = 0, kGot = 1, kUndumped = 2 };
 
   Status DoChunk(const ChunkTask& t);
   Status LoadKeys(uint64_t chunk);
-  Status AppendGet(uint64_t i);
+  // Appends "mg <key> [b] v f t q u O<i>\r\n" for key index i (no `k`: the key is known by the
+  // opaque), or queues it for the binary protocol; keeps the raw key for the record.
+  Status AppendGet(uint64_t i, Batch* b);
+  Status FetchBinary(const Batch& b);
+  void Undumped(uint64_t i, const std::string& why);
   Status FinishPart(uint64_t end);
 
   const Options& o_;
@@ -54,14 +75,18 @@ class Worker : public RecordSink {
   Conn conn_;
   ResponseStream stream_;
   DataFileWriter writer_;
+  BinaryGetter binary_;
   std::string keys_, send_, raw_, b64_;
-  std::vector<std::pair<uint32_t, uint32_t>> lines_;  // (offset, length) of each key in keys_
+  std::vector<Key> lines_;
   std::deque<Batch> inflight_;
+  std::vector<uint8_t> state_;  // KeyState of each key of the front batch
   int batch_;
   int adaptive_batch_ = 0;  // set from batch_ in the constructor, then from the values' sizes
   uint64_t batch_bytes_ = 0;
   uint64_t chunk_ = 0, nkeys_ = 0, file_misses_ = 0;
   uint32_t part_ = 0;
+  PartStats part_stats_;       // the open part's explained misses
+  std::string undumped_lines_;  // the open part's keys/UNDUMPED lines
 };
 
 }  // namespace cachewarm

@@ -48,6 +48,65 @@ TEST(Crawler, BareNewlineLinesAndFinalEnd) {
   }
 }
 
+// memcached >= 1.6.43 answers "OK" on a line of its own first; 1.6.38+ add flags=, 1.6.45 a
+// trailing space. All as sent by the real servers (tests/dumper runs them too).
+TEST(Crawler, OkLineAndNewerFields) {
+  const std::string dump =
+      "OK\r\n"
+      "key=a exp=-1 la=1795436829 cas=2 fetch=no cls=1 size=65 flags=5 \n"
+      "key=%00%20%0D%0A%FF exp=1795440000 la=1795436829 cas=3 fetch=no cls=1 size=69 flags=7 \n"
+      "END\r\n";
+  for (size_t piece = 1; piece <= dump.size(); piece++) {
+    std::vector<std::pair<std::string, int64_t>> got;
+    CrawlReader r([&](const Slice& k, int64_t e) {
+      got.push_back({k.ToString(), e});
+      return Status::OK();
+    });
+    ASSERT_TRUE(FeedPieces(&r, dump, piece).ok()) << piece;
+    ASSERT_TRUE(r.done());
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0], (std::pair<std::string, int64_t>{"a", -1}));
+    EXPECT_EQ(got[1], (std::pair<std::string, int64_t>{"%00%20%0D%0A%FF", 1795440000}));
+  }
+  // An empty server on 1.6.45.
+  CrawlReader empty([](const Slice&, int64_t) { return Status::OK(); });
+  ASSERT_TRUE(empty.Feed("OK\r\nEND\r\n", 9).ok());
+  EXPECT_TRUE(empty.done());
+  EXPECT_EQ(empty.keys(), 0u);
+  // OK anywhere but first is not the acknowledgement.
+  CrawlReader late([](const Slice&, int64_t) { return Status::OK(); });
+  const std::string s = "key=a exp=-1\nOK\r\nEND\r\n";
+  EXPECT_EQ(late.Feed(s.data(), s.size()).code(), Status::kProtocol);
+}
+
+// Retryable answers: BUSY (another crawl runs, possibly memcached's own background crawler) and
+// "ERROR locked try again later" (hash table expansion), also after 1.6.43's OK. Never after keys.
+TEST(Crawler, BusyAndLockedAreRetryable) {
+  for (const std::string& s : {std::string("BUSY currently processing crawler request\r\n"),
+                               std::string("ERROR locked try again later\r\n"),
+                               std::string("OK\r\nERROR locked try again later\r\n")}) {
+    CrawlReader r([](const Slice&, int64_t) { return Status::OK(); });
+    ASSERT_TRUE(r.Feed(s.data(), s.size()).ok()) << s;
+    EXPECT_TRUE(r.done());
+    EXPECT_TRUE(r.busy());
+    EXPECT_EQ(r.busy_line().rfind(s.substr(0, 2) == "OK" ? "ERROR locked" : s.substr(0, 4), 0), 0u);
+  }
+  CrawlReader after([](const Slice&, int64_t) { return Status::OK(); });
+  const std::string s = "key=a exp=-1\nERROR locked try again later\r\n";
+  Status st = after.Feed(s.data(), s.size());
+  EXPECT_EQ(st.code(), Status::kServer);
+  EXPECT_NE(st.message().find("after 1 keys"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(after.busy());
+  // A server without `metadump hash`: the one answer that makes the dumper fall back to `all`.
+  CrawlReader bad([](const Slice&, int64_t) { return Status::OK(); });
+  EXPECT_EQ(bad.Feed("BADCLASS invalid class id\r\n", 27).code(), Status::kServer);
+  EXPECT_TRUE(bad.unsupported_mode());
+  CrawlReader disabled([](const Slice&, int64_t) { return Status::OK(); });
+  const std::string d = "CLIENT_ERROR lru crawler disabled\r\n";
+  EXPECT_EQ(disabled.Feed(d.data(), d.size()).code(), Status::kServer);
+  EXPECT_FALSE(disabled.unsupported_mode());
+}
+
 TEST(Crawler, BusyErrorsAndGarbage) {
   auto run = [](const std::string& s, CrawlReader** keep = nullptr) {
     static CrawlReader* r = nullptr;
@@ -156,6 +215,26 @@ TEST(KeySetDiff, EmitsExactlyTheNewKeysOnce) {
                     return Status::OK();
                   }).ok());
   EXPECT_EQ(got, std::multiset<std::string>(fresh.begin(), fresh.end()));
+  EXPECT_EQ(diff.duplicates(), fresh.size());  // the fresh keys were listed twice, emitted once
+}
+
+// `--crawl all` lists an item twice when it moves between LRUs mid-crawl: the first crawl goes
+// through the difference with nothing existing, which keeps each key once and counts the repeats.
+TEST(KeySetDiff, FirstLruCrawlKeepsEachKeyOnce) {
+  TempDir t;
+  KeySetDiff diff(t.path() + "/diff", 10000);
+  for (int i = 0; i < 10000; i++) ASSERT_TRUE(diff.AddCandidate("k" + std::to_string(i), "k" + std::to_string(i), -1).ok());
+  for (int i = 0; i < 10000; i += 7) ASSERT_TRUE(diff.AddCandidate("k" + std::to_string(i), "k" + std::to_string(i), -1).ok());
+  std::set<std::string> got;
+  uint64_t n = 0;
+  ASSERT_TRUE(diff.Emit([&](const Slice& url, int64_t) {
+                    got.insert(url.ToString());
+                    n++;
+                    return Status::OK();
+                  }).ok());
+  EXPECT_EQ(n, 10000u);
+  EXPECT_EQ(got.size(), 10000u);
+  EXPECT_EQ(diff.duplicates(), 1429u);
 }
 
 TEST(KeySetDiff, NothingExistingOrNothingCrawled) {

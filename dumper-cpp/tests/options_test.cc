@@ -1,6 +1,7 @@
 // CLI validation: every out-of-range flag is named in the error.
 #include <gtest/gtest.h>
 
+#include "crawl_stream.h"
 #include "options.h"
 
 namespace cachewarm {
@@ -77,15 +78,49 @@ TEST(Options, ErrorsNameTheFlag) {
   }
 }
 
+// The crawl reader's buffer: 64M by default, less when --memory-limit leaves less, refused below 1M.
+TEST(Options, CrawlBufferAndBusyFlags) {
+  Options d;
+  ASSERT_TRUE(Parse({"--out", "/x"}, &d).ok());
+  EXPECT_EQ(d.crawl_buffer, kDefaultCrawlBuffer);
+  EXPECT_EQ(d.crawl_busy_timeout_s, 60);
+  EXPECT_FALSE(d.spill_dir.empty());
+  EXPECT_LE(PlannedMemory(d), d.memory_limit);
+  Options small;
+  ASSERT_TRUE(Parse({"--out", "/x", "--memory-limit", "48M"}, &small).ok());
+  EXPECT_LT(small.crawl_buffer, kDefaultCrawlBuffer);
+  EXPECT_GE(small.crawl_buffer, kMinCrawlBuffer);
+  EXPECT_LE(PlannedMemory(small), small.memory_limit);
+  Options o;
+  ASSERT_TRUE(Parse({"--out", "/x", "--crawl-buffer", "8M", "--crawl-busy-timeout", "2.5", "--spill-dir", "/s",
+                     "--debug-write-delay-us", "10", "--debug-sync-delay-us", "20000"},
+                    &o)
+                  .ok());
+  EXPECT_EQ(o.crawl_buffer, 8u << 20);
+  EXPECT_EQ(o.crawl_busy_timeout_s, 2.5);
+  EXPECT_EQ(o.spill_dir, "/s");
+  EXPECT_EQ(o.debug_write_delay_us, 10u);
+  EXPECT_EQ(o.debug_sync_delay_us, 20000u);
+  Options bad;
+  Status s = Parse({"--out", "/x", "--crawl-buffer", "512k"}, &bad);
+  EXPECT_NE(s.message().find("--crawl-buffer 512k is out of range"), std::string::npos) << s.ToString();
+  s = Parse({"--out", "/x", "--crawl-buffer", "300M"}, &bad);
+  EXPECT_NE(s.message().find("--memory-limit 268435456 is too small"), std::string::npos) << s.ToString();
+  s = Parse({"--out", "/x", "--crawl-busy-timeout", "-1"}, &bad);
+  EXPECT_NE(s.message().find("--crawl-busy-timeout -1 is out of range"), std::string::npos) << s.ToString();
+}
+
 TEST(Options, MemoryPlanCountsEveryBuffer) {
   Options o;
   o.threads = 4;
   o.buffer_size = 8 << 20;
   o.key_file_size = 1 << 20;
   o.batch = 1000;
+  o.crawl_buffer = 32 << 20;
   const uint64_t need = PlannedMemory(o);
-  EXPECT_GE(need, 4ULL * 2 * (8 << 20));
-  EXPECT_LE(need, 4ULL * 2 * (8 << 20) + 4 * (1 << 20) + (2 + kKeyChunksInFlight) * (1 << 20) + 4 * 1000 * 416 +
+  EXPECT_GE(need, 4ULL * 2 * (8 << 20) + (32 << 20));
+  EXPECT_LE(need, 4ULL * 2 * (8 << 20) + 4 * 2 * (1 << 20) + (2 + kKeyChunksInFlight) * (1 << 20) +
+                      4 * 1000 * (kSendBytesPerKey + 16) + 4 * kBinaryRecvBytes + (32 << 20) + 2 * kCrawlStreamPiece +
                       kFixedOverhead);
   Options help;
   ASSERT_TRUE(Parse({"--help"}, &help).ok());

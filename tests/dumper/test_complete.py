@@ -46,4 +46,5 @@ def test_million_items_none_missing(dumper_bin: Path, memcached, tmp_path: Path,
     missing = N - len(keys & {b"k%d" % i for i in range(N)})
     assert missing == 0, f"{missing} keys missing (reconciled {manifest.totals['reconciled_keys']})"
     assert manifest.totals["records"] == N and manifest.totals["misses"] == 0
+    assert manifest.raw["complete"] is True, manifest.raw["incomplete_reason"]
     print(f"{args}: reconciled_keys={manifest.totals['reconciled_keys']}")

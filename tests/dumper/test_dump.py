@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from cachewarm.testing.memcached import MemcachedServer
 
-from tests.dumper.dumputil import Item, leftovers, load, load_numbered, progress_lines, read_dump, run_dump
+from tests.dumper.dumputil import (
+    Item,
+    assert_accounted,
+    leftovers,
+    load,
+    load_numbered,
+    progress_lines,
+    read_dump,
+    run_dump,
+)
 
 
 def test_every_kind_of_item_roundtrips(dumper_bin: Path, memcached, tmp_path: Path) -> None:
@@ -70,6 +79,10 @@ def test_every_kind_of_item_roundtrips(dumper_bin: Path, memcached, tmp_path: Pa
     assert m.totals["misses"] == 0 and m.totals["keys_listed"] == len(items)
     assert m.source["curr_items_before"] == len(items)
     assert all(f.name.startswith("src.1-") for f in m.files)
+    assert m.raw["complete"] is True and m.raw["incomplete_reason"] is None
+    comp = assert_accounted(m)
+    assert comp["records"] == len(items) and comp["duplicates_dropped"] == 0 and comp["undumped"] == 0
+    assert m.raw["crawl"]["modes"] == ["hash"] and m.raw["crawl"]["busy_retries"] == 0
     lines = progress_lines(r.stdout)
     assert lines[-1]["event"] == "done" and lines[-1]["items"] == len(items)
     assert leftovers(out) == []
@@ -86,6 +99,8 @@ def test_min_ttl_skips_short_lived_items(dumper_bin: Path, memcached, tmp_path: 
     keys = {k.decode() for k in dump.by_key()}
     assert keys == {f"long{i}" for i in range(50)} | {f"never{i}" for i in range(50)}
     assert dump.manifest is not None and dump.manifest.totals["skipped_min_ttl"] == 50
+    comp = assert_accounted(dump.manifest)
+    assert comp["skipped_min_ttl"] == 50 and dump.manifest.raw["complete"] is True
 
 
 def test_rate_limit_still_dumps_everything(dumper_bin: Path, memcached, tmp_path: Path) -> None:
@@ -211,6 +226,10 @@ def test_items_expiring_mid_dump_are_counted_as_misses(dumper_bin: Path, memcach
     assert m is not None
     assert m.totals["misses"] > 0, "expected some items to expire before they were fetched"
     assert m.totals["records"] + m.totals["misses"] == m.totals["keys_listed"]
+    # Each miss is explained by the listing's exp: these items expired, none was deleted.
+    comp = assert_accounted(m)
+    assert comp["misses_expired"] == m.totals["misses"] and comp["misses_gone"] == 0
+    assert m.raw["complete"] is True
 
 
 def test_crawler_disabled_fails_loudly(dumper_bin: Path, memcached, tmp_path: Path) -> None:

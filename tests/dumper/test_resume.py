@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.dumper.dumputil import dump_cmd, leftovers, load_numbered, read_dump, run_dump
+from tests.dumper.dumputil import assert_accounted, dump_cmd, leftovers, load_numbered, read_dump, run_dump
 
 N_ITEMS = 20000
 # Slow enough (rate-limited, small chunks and parts) that kills land in every phase:
@@ -52,6 +52,9 @@ def test_kill9_then_resume_dumps_every_item_exactly_once(
     assert set(keys) == {b"k%d" % i for i in range(N_ITEMS)}
     assert dump.manifest is not None
     assert finished_before or dump.manifest.totals["resumes"] >= 1
+    # The explanation of every published file's misses survives the kill (keys/PARTS).
+    comp = assert_accounted(dump.manifest)
+    assert dump.manifest.raw["complete"] is True and comp["records"] == N_ITEMS
     # Published files are the checkpoint: never rewritten.
     for name, ino in published_before.items():
         assert (out / name).stat().st_ino == ino

@@ -1,5 +1,6 @@
 """The real dumper under faults: `kill -9` at random moments then `--resume`; the source memcached
-restarted mid-dump (the dump fails loudly, a re-run succeeds)."""
+restarted mid-dump (the dump fails loudly, a re-run succeeds); a deliberately slow output while the
+crawl reader buffers and spills, killed and resumed."""
 
 from __future__ import annotations
 
@@ -160,4 +161,60 @@ def test_source_restart_mid_dump_fails_loudly_then_rerun_succeeds(
             t.note(f"trial {trial}: re-run failed: {r.stderr.strip()[-300:]}")
             continue
         audit_dump(again, t, trial, expect_done=True)
+    t.check()
+
+
+def test_slow_output_spill_kill9_then_resume(dumper_bin: Path, memcached, tmp_path: Path, tally) -> None:
+    """Every fsync of the output takes 20 ms and the crawl reader has 1 MiB: it spills the rest of the
+    crawl to --spill-dir (never the output). Killed at a random moment, resumed at full speed: every
+    key once, DONE complete, no spill file or temporary file left anywhere."""
+    t = tally("slow output, crawl reader spilling, kill -9 → --resume")
+    srv: MemcachedServer = memcached()
+    n = 40_000
+    load_numbered(srv, n, value_size=VALUE_SIZE)
+    slow = [
+        *("--key-file-size", "16k", "--crawl-buffer", "1M"),
+        *("--debug-sync-delay-us", "20000", "--debug-write-delay-us", "200"),
+    ]
+    for trial in range(trials()):
+        rng = random.Random(9000 + trial)
+        out = tmp_path / f"t{trial}"
+        spill = tmp_path / f"spill{trial}"
+        spill.mkdir()
+        proc = subprocess.Popen(
+            dump_cmd(dumper_bin, srv, out, *slow, "--spill-dir", str(spill)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.05, 1.5))
+        t.leaked += len(survivors(kill9(proc), grace=2.0))
+        resume = (out / "keys" / "META").exists()
+        r = run_dump(dumper_bin, srv, out, *(["--resume"] if resume else []), "--spill-dir", str(spill))
+        t.trials += 1
+        if r.returncode != 0:
+            t.lost += n
+            t.note(f"trial {trial}: resume exited {r.returncode}: {r.stderr.strip()[-300:]}")
+            continue
+        seen: dict[bytes, int] = {}
+        for f in df.read_manifest(out / "DONE").files:
+            v = df.check_file(out / f.name)
+            if not v.ok or v.data is None:
+                t.corrupt += 1
+                t.note(f"trial {trial}: {f.name} does not verify")
+                continue
+            for rec in df.iter_records(v.data):
+                seen[rec.key] = seen.get(rec.key, 0) + 1
+        t.corrupt += sum(c - 1 for c in seen.values() if c > 1)
+        missing = {b"k%d" % i for i in range(n)} - set(seen)
+        t.lost += len(missing)
+        if missing:
+            t.note(f"trial {trial}: {len(missing)} keys missing")
+        done = json.loads((out / "DONE").read_text())
+        if done.get("complete") is not True:
+            t.corrupt += 1
+            t.note(f"trial {trial}: DONE not complete: {done.get('incomplete_reason')}")
+        left = tmp_leftovers(out) + [p.name for p in spill.iterdir()]
+        t.leaked += len(left)
+        if left:
+            t.note(f"trial {trial}: left behind: {left[:3]}")
     t.check()
