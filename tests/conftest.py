@@ -15,7 +15,6 @@ The matrix's items carry the `memcached_matrix` mark: `make test-matrix` runs th
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,24 +30,6 @@ VECTORS = REPO / "tests" / "vectors"
 MATRIX = ("1.6.18", "1.6.38", "1.6.45")
 DEFAULT_VERSION = "1.6.18"
 MATRIX_DIRS = ("datapath", "dumper", "faults")
-# Releases the dumper on main cannot dump from, with why: an xfail(strict=True) for every matrix test
-# that uses the dumper on them. Empty this when the fix (branch i12-dumper) is merged.
-DUMPER_FAILS_ON = {
-    "1.6.45": "memcached >= 1.6.43 answers OK before lru_crawler metadump output; the dumper "
-    "accepts it from issue 12 section 2 (branch i12-dumper)",
-}
-# The dumper on main cannot fetch a binary key of 187+ bytes (its base64 form is too long for `mg`):
-# an xfail(strict=True) for the tests that need it. Remove those marks when the fix is merged.
-DUMPER_LONG_KEYS = (
-    "the dumper fetches keys of 187..250 bytes with the binary protocol from issue 12 section 2 "
-    "(branch i12-dumper)"
-)
-# Tests that run the dumper on those releases and pass anyway (they never get to a crawl), and ones
-# whose outcome there depends on timing (xfail, not strict).
-DUMPER_PASSES_ANYWAY = frozenset(
-    {"test_crawler_disabled_fails_loudly", "test_resume_refuses_a_restarted_source"}
-)
-DUMPER_FLAKY = frozenset({"test_source_restart_mid_dump_fails_loudly_then_rerun_succeeds"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,17 +59,12 @@ def _versions(metafunc: pytest.Metafunc) -> tuple[list[str], bool]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "memcached_version" not in metafunc.fixturenames:
         return
-    # Only a test that runs the dumper itself (a fixture may dump from a default-release server).
-    uses_dumper = "dumper_bin" in inspect.signature(metafunc.function).parameters
-    name = metafunc.definition.originalname
     params = []
     versions, matrix = _versions(metafunc)
     for v in versions:
         marks: list[pytest.MarkDecorator] = []
         if matrix:
             marks.append(pytest.mark.memcached_matrix)
-        if uses_dumper and v in DUMPER_FAILS_ON and name not in DUMPER_PASSES_ANYWAY:
-            marks.append(pytest.mark.xfail(strict=name not in DUMPER_FLAKY, reason=DUMPER_FAILS_ON[v]))
         params.append(pytest.param(v, marks=marks, id=v))
     if not params:  # CACHEWARM_MEMCACHED_VERSIONS excludes every release this test needs
         params = [pytest.param(None, marks=pytest.mark.skip(reason="release not selected"), id="none")]

@@ -11,14 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.encode import meta_expressible
 from cachewarm.datapath.meta import list_keys
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import expiries, fetch
 
-from tests.conftest import DUMPER_LONG_KEYS
 from tests.datapath.test_warm import put
 
 CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
@@ -101,7 +99,6 @@ def test_a_mixed_data_set_warms_exactly(memcached, dumper_bin: Path, tmp_path: P
     check_exact(src, dst, items)
 
 
-@pytest.mark.xfail(strict=True, reason=DUMPER_LONG_KEYS)
 def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
     memcached, dumper_bin: Path, tmp_path: Path
 ) -> None:
