@@ -16,10 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
-from cachewarm.contract import tags
 from constructs import Construct
 
 from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
+from cachewarm_infra.contract import tags
 from cachewarm_infra.lambda_code import lambda_code
 from cachewarm_infra.props import CacheWarmerProps
 
