@@ -129,7 +129,9 @@ fuzz: deps build
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
-# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI).
+# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI);
+# build/dist/cachewarm_cdk-<version>-py3-none-any.whl: the CacheWarmer construct for other CDK apps,
+# with both tarballs, the ASL, the SSM documents and the Lambda code inside (infra/setup.py).
 DIST := $(BUILD)/dist
 dist: dumper venv
 	@mkdir -p $(DIST)
@@ -143,12 +145,14 @@ dist: dumper venv
 	    --python-version 3.11 --implementation cp -d $(DIST)/agent -r $(DIST)/agent/requirements.txt; \
 	fi
 	tar -C $(DIST)/agent -czf $(DIST)/cachewarm-agent.tar.gz .
+	rm -f $(DIST)/cachewarm_cdk-*.whl
+	CACHEWARM_DIST_DIR=$(CURDIR)/$(DIST) $(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) ./infra
 
 synth: deps-infra deps-node dist
 	$(IN_VENV) JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
 
 clean:
-	rm -rf $(BUILD) infra/cdk.out
+	rm -rf $(BUILD) infra/cdk.out infra/build
 # Also what the dependency steps installed into the checkout (.venv, infra/node_modules).
 distclean: clean
 	rm -rf $(VENV) infra/node_modules
