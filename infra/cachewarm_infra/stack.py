@@ -14,6 +14,11 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
 | `alarmTopicArn` | — | SNS topic for the alarms |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
+| `aslPath`, `lambdasDir`, `ssmDocumentsDir` | — | files to deploy (default: see below) |
+| `dumperTarball`, `agentBundle` | — | artifacts to deploy (default: see below) |
+
+Paths not given: the checkout's (`from_context(node, repo)`, as infra/app.py runs it), else the
+installed package's (CacheWarmerProps' defaults).
 """
 
 from __future__ import annotations
