@@ -10,14 +10,27 @@ exit code of its kind, never a traceback.
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Routing, parse_nodes
+from cachewarm.datapath.cli_options import (
+    DESTINATION_TIMEOUT_HELP,
+    JSON_PROGRESS_HELP,
+    WORKERS_DEFAULT,
+    WORKERS_HELP,
+    accept_options,
+    fail,
+    interrupted,
+    mode_option,
+    nodes,
+    routing_of,
+    routing_options,
+    unreachable,
+)
+from cachewarm.datapath.ketama import parse_nodes
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
@@ -28,104 +41,9 @@ from cachewarm.datapath.populate import (
 )
 from cachewarm.datapath.progress import JsonDisplay, make_display, populate_summary_text
 from cachewarm.datapath.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
-from cachewarm.exitcodes import ExitCode, code_of, epilog
+from cachewarm.exitcodes import ExitCode, epilog
 
 E = ExitCode
-
-
-def _fail(e: BaseException, code: ExitCode | None = None) -> NoReturn:
-    """One line on stderr and the exit code of the error's kind."""
-    click.echo(f"error: {e}", err=True)
-    sys.exit(int(code if code is not None else code_of(e)))
-
-
-def _interrupted() -> NoReturn:
-    click.echo("error: interrupted; run the same command again to resume", err=True)
-    sys.exit(int(ExitCode.INTERRUPTED))
-
-
-def _unreachable(e: BaseException) -> bool:
-    return isinstance(e, (ConnectionError, TimeoutError, socket.gaierror))
-
-
-def _nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # type: ignore[type-arg]
-    try:
-        return parse_nodes(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e), ctx, param) from e
-
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default="add",
-    show_default=True,
-    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
-)
-
-
-def routing_options(f):  # type: ignore[no-untyped-def]
-    """How keys spread over several destinations: the same for populate, warm and verify."""
-    f = click.option(
-        "--node-key-format",
-        default=EVCACHE_NODE_KEY,
-        show_default=True,
-        help="Ketama node key: {host} as given, {ip} its resolved address, {port} (EVCache's default; "
-        "'{host}:{port}' or '{ip}:{port}' for several nodes on one host).",
-    )(f)
-    f = click.option(
-        "--ketama-reps",
-        type=click.IntRange(min=4),
-        default=160,
-        show_default=True,
-        help="Ring points per node (EVCache's bucket.size).",
-    )(f)
-    f = click.option(
-        "--hash-delimiter",
-        default=None,
-        callback=lambda ctx, param, value: value.encode() if value else None,
-        help="Hash only the key part before this string (EVCache's hash.on.partial.key). "
-        "[default: the whole key]",
-    )(f)
-    return f
-
-
-def accept_options(f):  # type: ignore[no-untyped-def]
-    """What a user may accept instead of a non-zero exit (docs/populator.md, "Exit codes")."""
-    for flag, text in reversed(
-        [
-            (
-                "--accept-oversize",
-                "Exit 0, not 8, although items too large for a destination were skipped (named "
-                "in the oversize report; never sent: a failed store deletes the key's live value).",
-            ),
-            ("--accept-evictions", "Exit 0, not 8, although the destinations evicted items during the run."),
-            ("--accept-incomplete-dump", "Exit 0, not 8, although DONE says the dump is incomplete."),
-            (
-                "--accept-no-evictions",
-                "Write to destinations running with evictions off (-M): when one "
-                "fills up, its failed stores delete the live values of their keys.",
-            ),
-        ]
-    ):
-        f = click.option(flag, is_flag=True, help=text)(f)
-    return f
-
-
-def _routing(tuning: dict[str, Any]) -> Routing:
-    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"])
-
-
-WORKERS_HELP = "Populator worker processes, each writing one data file at a time."
-WORKERS_DEFAULT = "cores, 2..8"
-DESTINATION_TIMEOUT_HELP = (
-    "Seconds a destination may refuse connections or stay silent before the run fails (exit 6); "
-    "meanwhile it says which one it waits for, and retries."
-)
-JSON_PROGRESS_HELP = (
-    "Machine output: progress events and the summary as JSON lines on stdout, instead of the progress "
-    "display (stderr) and the text summary."
-)
 
 
 @click.command(
@@ -145,7 +63,7 @@ JSON_PROGRESS_HELP = (
     "--to",
     "to",
     required=True,
-    callback=_nodes,
+    callback=nodes,
     help="Destination memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
 )
 @click.option(
@@ -171,9 +89,18 @@ JSON_PROGRESS_HELP = (
 )
 @routing_options
 @click.option(
-    "--device", default=None, help="Block device to remount read-only between rounds (with --mount)."
+    "--device",
+    default=None,
+    help="Block device to remount read-only between rounds (with --mount).",
+    show_default="none: --from is a plain directory",
 )
-@click.option("--mount", "mount_dir", default=None, help="Mount point of --device (and --from is under it).")
+@click.option(
+    "--mount",
+    "mount_dir",
+    default=None,
+    help="Mount point of --device (and --from is under it).",
+    show_default="none",
+)
 @click.option(
     "--mount-cmd",
     default=DEFAULT_MOUNT_CMD,
@@ -257,11 +184,11 @@ def populate_cmd(
     except PopulateIncomplete as e:
         s = e.summary
         click.echo(s.to_json() if as_json else populate_summary_text(s))  # type: ignore[attr-defined]
-        _fail(e)
+        fail(e)
     except PopulateError as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
-        _interrupted()
+        interrupted()
     click.echo(summary.to_json() if as_json else populate_summary_text(summary))
 
 
@@ -272,7 +199,7 @@ def populate_cmd(
 @click.option(
     "--target",
     required=True,
-    callback=_nodes,
+    callback=nodes,
     help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
 )
 @click.option(
@@ -393,7 +320,7 @@ def warm_cmd(
             source_max_items_per_second=source_max_items_per_second,
             target_max_items_per_second=target_max_items_per_second,
             destination_timeout=destination_timeout,
-            routing=_routing(options),
+            routing=routing_of(options),
             accept={k: v for k, v in options.items() if k.startswith("accept_")},
             data_file_size=data_file_size,
             resume=resume,
@@ -403,9 +330,9 @@ def warm_cmd(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)
         )
     except (WarmError, PopulateError) as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
-        _interrupted()
+        interrupted()
     click.echo(summary.to_json() if as_json else summary.text())
     if not summary.ok:
         for problem in summary.problems:
@@ -431,7 +358,7 @@ def warm_cmd(
 @click.option(
     "--target",
     required=True,
-    callback=_nodes,
+    callback=nodes,
     help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
 )
 @click.option(
@@ -471,13 +398,13 @@ def verify_cmd(
         check_reachable(src, "source")
         for t in target:
             check_reachable(t, "target")
-        rep = verify(src, target, sample, ttl_tolerance, _routing(routing))
+        rep = verify(src, target, sample, ttl_tolerance, routing_of(routing))
     except WarmError as e:
-        _fail(e)
+        fail(e)
     except (OSError, RuntimeError, ValueError) as e:
-        _fail(e, ExitCode.UNREACHABLE if _unreachable(e) else ExitCode.FAILED)
+        fail(e, ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
     except KeyboardInterrupt:
-        _interrupted()
+        interrupted()
     click.echo(rep.to_json() if as_json else rep.text())
     if not rep.ok:
         sys.exit(int(ExitCode.INCOMPLETE))
@@ -518,7 +445,7 @@ def demo_cmd(items: int, sample: int | None) -> None:
     try:
         ok = run_demo(items, sample=sample)
     except (WarmError, PopulateError) as e:
-        _fail(e)
+        fail(e)
     except KeyboardInterrupt:
-        _interrupted()
+        interrupted()
     sys.exit(0 if ok else int(ExitCode.INCOMPLETE))

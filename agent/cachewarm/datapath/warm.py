@@ -36,6 +36,7 @@ from cachewarm.datapath.populate import (
     default_workers,
     populate,
 )
+from cachewarm.datapath.populate.destinations import reason
 from cachewarm.datapath.progress import Display, make_display, speed_line
 from cachewarm.exitcodes import ExitCode
 
@@ -58,8 +59,7 @@ def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> N
         with MetaConnection(node.connect_host, node.port, timeout) as c:
             c.version()
     except (OSError, ValueError) as e:  # DestinationUnavailable, a timeout, a name that does not resolve
-        why = str(e).removeprefix(f"{node.connect_host}:{node.port}: ")
-        raise Unreachable(f"{role} {node.address} unreachable: {why}") from e
+        raise Unreachable(f"{role} {node.address} unreachable: {reason(e)}") from e
 
 
 def find_dumper(explicit: str | None = None) -> Path:

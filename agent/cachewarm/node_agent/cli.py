@@ -257,7 +257,8 @@ def agent_group() -> None:
     "--threads",
     type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
     default=None,
-    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+    help=f"Dumper worker threads (connections to memcached), 1..{inputs.THREADS_MAX}.",
+    show_default="the dumper's: 2",
 )
 @_RATE_OPTION
 @click.option(
