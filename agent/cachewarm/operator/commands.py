@@ -183,8 +183,11 @@ def watch_cmd(
     clients = _clients(obj, region)
     sfn, s3 = clients.get("stepfunctions"), clients.get("s3")
 
+    # The first look before any bar is drawn: a warm that cannot be read fails with its line alone.
+    first = [load_view(sfn, s3, execution_arn, status_bucket)]
+
     def load() -> WarmView:
-        return load_view(sfn, s3, execution_arn, status_bucket)
+        return first.pop() if first else load_view(sfn, s3, execution_arn, status_bucket)
 
     view = watch_loop(load, interval, max_bars)
     click.echo(render(view))
