@@ -18,7 +18,9 @@ is off, so the populator's process pool may still fork.
 from __future__ import annotations
 
 import functools
+import io
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,8 @@ OutputMode = Literal["auto", "live", "plain", "json"]
 NOTICES = ("destination_unavailable", "destination_restarted", "evictions", "warning", "remount_failed")
 # A destination that keeps not answering is reported at once, then at most this often.
 NOTICE_REPEAT_S = 5.0
+# The live display's width on a terminal that does not tell its own.
+DEFAULT_COLUMNS = 100
 
 
 class Display(Protocol):
@@ -225,6 +229,9 @@ class LiveDisplay(_Human):
         bar = _bar_class()
         self._write: Callable[[str], None] = lambda s: bar.write(s, file=stream)
         names = (["dumped"] if dumper else []) + ["published", "populated"]
+        # A terminal that tells its width is followed when resized; one that says 0 (a bare pty) gets
+        # a fixed width: tqdm would trim every line to nothing.
+        sized = _columns(stream) > 0
         self.bars: dict[str, Any] = {
             name: bar(
                 total=None,
@@ -232,7 +239,8 @@ class LiveDisplay(_Human):
                 file=stream,
                 position=i,
                 leave=True,
-                dynamic_ncols=True,
+                dynamic_ncols=sized,
+                ncols=None if sized else DEFAULT_COLUMNS,
                 bar_format="{desc}",
             )
             for i, name in enumerate(names)
@@ -277,6 +285,14 @@ class LiveDisplay(_Human):
     def _closed(self) -> None:
         for b in self.bars.values():
             b.close()
+
+
+def _columns(stream: IO[str]) -> int:
+    """The terminal's width, 0 when it does not say."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
 
 
 def _si(x: float) -> str:
