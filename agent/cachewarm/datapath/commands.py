@@ -264,6 +264,7 @@ def populate_cmd(
 @click.option(
     "--dumper",
     default=None,
+    type=click.Path(exists=True, dir_okay=False),
     metavar="PATH",
     help="cachewarm-dump binary.",
     show_default="$CACHEWARM_DUMP, build/release/, PATH",
@@ -446,6 +447,8 @@ def demo_cmd(items: int, sample: int | None) -> None:
         ok = run_demo(items, sample=sample)
     except (WarmError, PopulateError) as e:
         fail(e)
+    except (OSError, LookupError, RuntimeError) as e:  # no memcached to start, a failed load
+        fail(e, ExitCode.FAILED)
     except KeyboardInterrupt:
         interrupted()
     sys.exit(0 if ok else int(ExitCode.INCOMPLETE))

@@ -111,7 +111,10 @@ class DestinationProbe:
         Raises DestinationUnreachable when one stays unavailable for `timeout`."""
         seen: dict[str, tuple[int, int]] = {}
         for n in self.nodes:
-            retrying = retry_while_unavailable(self.timeout)
+            # Give up when the next backoff would pass the timeout (not up to one backoff after it).
+            retrying = retry_while_unavailable(self.timeout).copy(
+                stop=tenacity.stop_before_delay(self.timeout)
+            )
             if self.on_wait is not None:
                 retrying = retrying.copy(before_sleep=self._waiting(n.address))
             try:
