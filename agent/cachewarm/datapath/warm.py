@@ -131,7 +131,7 @@ class WarmSummary:
     # Why the target does not hold every item (empty when ok): the populator's reasons the user did
     # not accept, and keys the target check did not find.
     problems: list[str] = field(default_factory=list)
-    # Items dumped per second of the whole warm.
+    # Items dumped per second of dump + populate (overlapped; the target check not counted), like mb_per_s.
     items_per_s: float = 0.0
 
     def to_json(self) -> str:
