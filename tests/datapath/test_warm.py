@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from cachewarm.testing.populating import expiries, fetch
 
@@ -108,7 +109,7 @@ def test_warm_keeps_fresher_target_values_and_reports(memcached, dumper_bin: Pat
     assert fetch(dst, [b"k7"])[b"k7"].value == b"fresher, written by live traffic"
     # verify sees the difference the add mode kept on purpose and says so.
     v = run(["verify", "--source", src.address, "--target", dst.address], dumper_bin)
-    assert v.returncode == 1 and "value differs: b'k7'" in v.stdout
+    assert v.returncode == ExitCode.INCOMPLETE and "value differs: b'k7'" in v.stdout
 
 
 def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path) -> None:
@@ -144,8 +145,9 @@ def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached,
         dumper_bin,
         timeout=120,
     )
-    assert r.returncode != 0
-    assert "error: cachewarm-dump failed" in r.stderr
+    # Checked before the dumper starts: one line naming the source, the exit code of "unreachable".
+    assert r.returncode == ExitCode.UNREACHABLE
+    assert r.stderr.startswith("error: source 127.0.0.1:") and "unreachable" in r.stderr, r.stderr
 
 
 @pytest.mark.memcached_versions(DEFAULT_VERSION)  # refused before any server is asked
@@ -183,7 +185,7 @@ def test_warm_fails_when_the_target_cannot_hold_everything(
         ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
         dumper_bin,
     )
-    assert r.returncode == 1
+    assert r.returncode == ExitCode.INCOMPLETE
     assert "warm FAILED" in r.stdout and "evicted" in r.stdout
     assert "error: the target is missing" in r.stderr
 

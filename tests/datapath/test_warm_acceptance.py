@@ -14,6 +14,7 @@ from pathlib import Path
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.encode import meta_expressible
 from cachewarm.datapath.meta import list_keys
+from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import expiries, fetch
 
@@ -121,7 +122,7 @@ def test_oversize_into_a_smaller_target_keeps_the_live_value(
     put(src, [(b"big", 1, 0, b"b" * (2 * MIB)), *[(b"k%d" % i, 0, 0, b"v") for i in range(500)]])
     put(dst, [(b"big", 2, 0, b"live value, written by live traffic")])
     r = warm(dumper_bin, src, dst, tmp_path / "w")
-    assert r.returncode == 1
+    assert r.returncode == ExitCode.INCOMPLETE
     assert "never sent" in r.stderr and "--accept-oversize" in r.stderr
     s = json.loads(r.stdout.splitlines()[-1])
     assert (s["copied"], s["populate"]["oversize"], s["missing_in_target"], s["ok"]) == (500, 1, 0, False)

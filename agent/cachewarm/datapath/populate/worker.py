@@ -19,6 +19,8 @@ from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
+# The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
+DEST_UNAVAILABLE = "dest_unavailable"
 
 
 @dataclass(frozen=True)
@@ -187,7 +189,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                 out.oversize.clear()
                 write_records(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
     except DestinationUnavailable as e:
-        out.status = DEST_ERROR
+        out.status = DEST_UNAVAILABLE
         out.reason = (
             f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
         )
