@@ -166,6 +166,9 @@ def populate_cmd(
 @click.option("--check/--no-check", default=True, show_default=True, help="Look up every key in the target.")
 @click.option("--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, build/).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--stream", is_flag=True, help="No data files: the dumper writes each item straight to its target."
+)
 def warm_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
@@ -179,6 +182,7 @@ def warm_cmd(
     check: bool,
     dumper: str | None,
     as_json: bool,
+    stream: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -204,6 +208,7 @@ def warm_cmd(
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            stream=stream,
         )
         summary = run_warm(cfg)
     except (WarmError, PopulateError) as e:

@@ -72,6 +72,8 @@ class WarmConfig:
     check: bool = True
     dumper_args: list[str] = field(default_factory=list)
     poll_interval: float = 0.1
+    # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
+    stream: bool = False
 
 
 @dataclass
@@ -254,6 +256,10 @@ class _Display:
 
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
+    if cfg.stream:
+        from cachewarm.datapath.stream import run_stream_warm
+
+        return run_stream_warm(cfg, stream)
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)
