@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "clock.h"
 #include "codec.h"
@@ -238,7 +239,8 @@ void Stream::StopMonitor() {
 
 bool Stream::IsResend(uint64_t chunk, uint32_t part) {
   std::lock_guard<std::mutex> l(mu_);
-  return resend_.count({chunk, part}) > 0;
+  auto it = resend_.find(chunk);
+  return it != resend_.end() && part >= it->second;
 }
 
 std::unique_ptr<PartWriter> Stream::NewSink() { return std::unique_ptr<PartWriter>(new StreamSink(this)); }
@@ -363,7 +365,7 @@ Status Stream::Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo)
     }
     if (parts.empty() || end < keys) {
       left.push_back(ChunkTask{t.chunk, end, uint32_t(parts.size())});
-      resend_.insert({t.chunk, uint32_t(parts.size())});
+      resend_[t.chunk] = uint32_t(parts.size());
     }
   }
   *todo = left;

@@ -17,9 +17,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -96,6 +96,8 @@ class Stream {
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
   size_t Route(const Slice& key) const { return ring_ ? ring_->Index(key) : 0; }
   bool add_mode() const { return !o_.stream.set_mode; }
+  // Whether the part may hold items an earlier run sent: a resumed chunk's parts from where it
+  // resumes (an earlier run may have cut its parts elsewhere).
   bool IsResend(uint64_t chunk, uint32_t part);
   std::string PartName(uint64_t chunk, uint32_t part) const;
   RateLimiter* item_limiter() { return &items_; }
@@ -126,7 +128,7 @@ class Stream {
   RateLimiter items_, bytes_;
 
   std::mutex mu_;
-  std::set<std::pair<uint64_t, uint32_t>> resend_;  // (chunk, part) a resumed run redoes
+  std::map<uint64_t, uint32_t> resend_;  // chunk -> the first part a resumed run redoes
   std::vector<StreamCounts> totals_;
   uint64_t records_ = 0, bytes_total_ = 0;
   std::unique_ptr<WritableFile> streamed_log_, oversize_log_;

@@ -97,6 +97,7 @@ Status DestConn::Connect(const std::string& host, int port) {
       Status s = c.Recv(head + have, sizeof head - have, &n, kProbeTimeoutMs);
       if (!s.ok()) return have ? s : refused;
       have += n;
+      if (uint8_t(head[0]) != 0x81) return refused;  // e.g. the text protocol's ERROR
     }
     if (uint8_t(head[0]) != 0x81 || uint8_t(head[1]) != binstore::kNoop || Be32(head + 8) != 0) return refused;
   }

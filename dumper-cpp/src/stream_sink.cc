@@ -97,8 +97,8 @@ Status StreamSink::Open(uint64_t chunk, uint32_t part, uint64_t first_key_index)
   chunk_ = chunk;
   part_ = part;
   first_ = first_key_index;
-  tagged_ = retry_ || s_->IsResend(chunk, part);
-  retry_ = false;
+  // The attempt that failed may have got further than the redo's part ends: tag to the chunk's end.
+  tagged_ = chunk == retry_chunk_ || s_->IsResend(chunk, part);
   ResetPart();
   return Connect();
 }
@@ -470,7 +470,7 @@ bool StreamSink::Recover(Status* s, ChunkTask* again) {
   }
   *again = ChunkTask{chunk_, first_, part_};
   open_ = false;
-  retry_ = true;
+  retry_chunk_ = chunk_;
   ResetPart();
   return true;
 }

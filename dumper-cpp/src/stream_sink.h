@@ -84,7 +84,8 @@ class StreamSink : public PartWriter {
   int64_t now_ = 0;
 
   // The open part.
-  bool open_ = false, tagged_ = false, retry_ = false;
+  bool open_ = false, tagged_ = false;
+  uint64_t retry_chunk_ = UINT64_MAX;  // after a reconnect: the rest of this chunk is tagged
   uint64_t chunk_ = 0, first_ = 0, records_ = 0, bytes_ = 0;
   uint32_t part_ = 0;
   std::vector<OversizeItem> oversize_;

@@ -264,6 +264,7 @@ Status Worker::DoChunk(const ChunkTask& t) {
   part_stats_ = PartStats();
   undumped_lines_.clear();
   inflight_.clear();
+  std::fill(state_.begin(), state_.end(), uint8_t(kMissed));  // a redone part (stream mode) starts clean
   send_.clear();
   stream_.Reset();
   if (t.start_index > nkeys_) return Status::Corruption("published parts go past the end of key list " + KeyChunkName(t.chunk));
