@@ -11,10 +11,7 @@
 
 namespace cachewarm {
 
-std::string Endpoint::address() const {
-  const bool v6 = host.find(':') != std::string::npos;
-  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
-}
+std::string Endpoint::address() const { return host + ":" + std::to_string(port); }
 
 namespace {
 

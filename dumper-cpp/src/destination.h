@@ -23,7 +23,7 @@ struct Endpoint {
   std::string host;  // as given
   int port = 0;
   std::string ip;    // what `host` resolved to (the node key's {ip}; where we connect)
-  std::string address() const;  // HOST:PORT as given ([v6]:port for IPv6 literals)
+  std::string address() const;  // HOST:PORT as given (ketama.py's Node.address: no brackets)
   const std::string& connect_host() const { return ip.empty() ? host : ip; }
 };
 
