@@ -154,7 +154,7 @@ Status Stream::CheckMeta(const std::string& text) {
 
 // One look at every destination. The first refuses what the populator refuses; later ones count
 // evictions and fail on a restart.
-Status Stream::Probe(bool first) {
+Status Stream::Probe(bool first, bool retry) {
   std::lock_guard<std::mutex> l(probe_mu_);
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < eps_.size(); i++) {
@@ -165,7 +165,7 @@ Status Stream::Probe(bool first) {
       if (s.ok()) s = ReadDestinationInfo(control_[i].get(), &info);
       if (s.ok()) break;
       control_[i]->Close();
-      if (s.code() == Status::kServer || Since(t0) + wait > o_.stream.destination_timeout_s)
+      if (!retry || s.code() == Status::kServer || Since(t0) + wait > o_.stream.destination_timeout_s)
         return Status::IOError("destination " + eps_[i].address() + " unavailable for " +
                                std::to_string(int(Since(t0))) + " s: " + s.ToString());
       std::this_thread::sleep_for(std::chrono::duration<double>(wait));
@@ -219,7 +219,7 @@ void Stream::StartMonitor(WorkQueue* queue) {
     std::unique_lock<std::mutex> l(stop_mu_);
     while (!stop_cv_.wait_for(l, every, [this] { return stop_; })) {
       l.unlock();
-      Status s = Probe(false);
+      Status s = Probe(false, false);
       // An unreachable destination is the sinks' business (they reconnect or fail); a restart is not
       // seen by a connection that stays up to the new process.
       if (!s.ok() && s.code() == Status::kServer) queue->Fail(s);

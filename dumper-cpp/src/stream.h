@@ -109,7 +109,9 @@ class Stream {
                     const std::vector<OversizeItem>& oversize);
 
  private:
-  Status Probe(bool first);
+  // One look at every destination; `retry`: keep trying an unreachable one for
+  // --destination-timeout (the monitor does not: the sinks see a lost destination themselves).
+  Status Probe(bool first, bool retry = true);
   Status WriteMeta();
   Status CheckMeta(const std::string& text);
   std::string Routing() const;

@@ -106,6 +106,10 @@ Status StreamSink::Open(uint64_t chunk, uint32_t part, uint64_t first_key_index)
 void StreamSink::Abandon() {
   open_ = false;
   ResetPart();
+  for (auto& d : d_) {  // a connection may hold half a command (and iovecs into freed buffers)
+    d->meta.Close();
+    d->bin.Close();
+  }
 }
 
 uint64_t StreamSink::file_bytes() const {
@@ -282,10 +286,10 @@ Status StreamSink::CheckTagged(const std::vector<std::vector<uint64_t>>& tags) {
     uint64_t ours = 0;
     const Endpoint& ep = s_->endpoint(i);
     // Meta-expressible keys: pipelined `mg <key> v f` groups ended by `mn`.
+    Conn c;
+    if (!meta.empty()) CW_RETURN_IF_ERROR(c.Connect(ep.connect_host(), ep.port, kConnectTimeoutMs));
     for (size_t g = 0; g < meta.size(); g += kCheckGroup) {
       const size_t end = std::min(meta.size(), g + kCheckGroup);
-      Conn c;
-      CW_RETURN_IF_ERROR(c.Connect(ep.connect_host(), ep.port, kConnectTimeoutMs));
       std::string req;
       for (size_t k = g; k < end; k++) {
         const std::string& key = meta[k]->key;
