@@ -10,7 +10,7 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
 # even then —, memcached, Python headers for the populator's C loop), and what only the tests add
 # (xfsprogs: the shared-volume tests on loop devices).
-APT_RUN := memcached cmake g++ make libxxhash-dev libgtest-dev python3-dev
+APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev libgtest-dev python3-dev
 APT_DEV := $(APT_RUN) googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps

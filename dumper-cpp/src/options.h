@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "status.h"
+#include "stream_options.h"
 
 namespace cachewarm {
 
@@ -30,6 +31,7 @@ struct Options {
   std::string spill_dir;            // where the crawl reader spills when its buffer is full
   uint64_t debug_write_delay_us = 0;  // testing: sleep before every write to an output file
   uint64_t debug_sync_delay_us = 0;   // testing: sleep before every fsync (file or directory)
+  StreamOptions stream;               // --to and the rest of the stream mode
   bool help = false;
 };
 

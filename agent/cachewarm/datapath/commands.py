@@ -277,6 +277,11 @@ def populate_cmd(
     help=DESTINATION_TIMEOUT_HELP,
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
+)
 def warm_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
@@ -293,6 +298,7 @@ def warm_cmd(
     dumper: str | None,
     destination_timeout: float,
     as_json: bool,
+    stream: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -326,6 +332,7 @@ def warm_cmd(
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            stream=stream,
         )
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)

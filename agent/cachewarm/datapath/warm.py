@@ -109,6 +109,9 @@ class WarmConfig:
             return self.target_max_items_per_second
         return self.max_items_per_second
 
+    # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
+    stream: bool = False
+
 
 @dataclass
 class WarmSummary:
@@ -299,6 +302,10 @@ def populate_config(
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
+    if cfg.stream:
+        from cachewarm.datapath.stream import run_stream_warm
+
+        return run_stream_warm(cfg, stream)
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)

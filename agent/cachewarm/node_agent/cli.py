@@ -10,6 +10,7 @@ command again resumes.
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 import traceback
@@ -374,6 +375,101 @@ def populate_cmd(
         click.echo(summary.to_json())
 
     _run(flags, "populate", work)
+
+
+@agent_group.command(
+    "stream",
+    epilog=epilog(ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.STATUS, ExitCode.INTERRUPTED),
+)
+@WARM_ID_OPTION
+@click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
+@click.option(
+    "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
+)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default=inputs.DEFAULT_MODE,
+    show_default=True,
+    help="add: never overwrite a value the destination holds (live writes win); set: overwrite.",
+)
+@click.option(
+    "--threads",
+    type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
+    default=None,
+    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+    show_default="the dumper's default",
+)
+@_RATE_OPTION
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Where the stream keeps its key lists and checkpoint (a re-run resumes).",
+)
+@click.option(
+    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
+)
+@STATUS_BUCKET_OPTION
+@STATUS_PREFIX_OPTION
+@click.option(
+    "--heartbeat-seconds",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Seconds between status uploads (heartbeats) while the job runs.",
+)
+@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+def stream_cmd(
+    warm_id: str,
+    node_id: str,
+    memcached: str,
+    to: str,
+    mode: str,
+    threads: int | None,
+    max_items_per_second: int | None,
+    state_dir: Path,
+    dumper: str | None,
+    status_bucket: str,
+    status_prefix: str,
+    heartbeat_seconds: float,
+    region: str | None,
+) -> None:
+    """Stream the source straight into the destination(s): no volume, no populator (same-AZ warms).
+    The status is published as this node's `populate` object."""
+    from cachewarm.node_agent.stream import StreamJob, publisher_factory, run_stream
+
+    host, port = memcached.rsplit(":", 1)
+
+    def work(status: StatusPublisher) -> None:
+        job = StreamJob(
+            warm_id=warm_id,
+            node_id=node_id,
+            memcached_host=host,
+            memcached_port=int(port),
+            destinations=to,
+            dumper=find_dumper(dumper),
+            mode=mode,  # type: ignore[arg-type]
+            threads=threads,
+            max_items_per_second=max_items_per_second,
+            state_dir=state_dir,
+        )
+        click.echo(json.dumps(run_stream(job, status, SubprocessRunner(), _log)))
+
+    factory = publisher_factory(
+        status_bucket, status_prefix, warm_id, node_id, heartbeat_seconds, region, _log
+    )
+    with _sigterm_raises():
+        code = execute(factory, work)
+    sys.exit(code)
 
 
 def _data_path_verify() -> tuple[Callable[..., Any], Callable[[str], list[Any]]]:
