@@ -68,12 +68,12 @@ $(STAMPS)/node: infra/package.json | $(STAMPS)
 deps-node: $(STAMPS)/node
 
 # ---- the dumper (C++) -------------------------------------------------------------------------
-# Release build for use (the dumper and its tools for `vectors` and `bench`; not the GoogleTest binary),
+# Release build for use (the dumper and its tools for `vectors`, `bench` and the routing test; not the GoogleTest binary),
 # and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
 build: dumper dumper-asan
 dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader
+	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
