@@ -78,9 +78,11 @@ dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
 
-# Regenerate the golden vectors (tests/vectors/) with the real writer; a GoogleTest checks they match.
+# Regenerate the golden vectors with the real writer (data format v1 in tests/vectors/, v2 in
+# tests/vectors/v2/); a GoogleTest and tests/datapath/test_vectors.py check they match.
 vectors: dumper
 	rm -f tests/vectors/*.cwd tests/vectors/DONE tests/vectors/vectors.json
+	rm -f tests/vectors/v2/*.cwd tests/vectors/v2/DONE tests/vectors/v2/vectors.json
 	$(BUILD)/release/write_vectors tests/vectors
 
 # ---- memcached releases for the version matrix --------------------------------------------------

@@ -14,6 +14,7 @@
 #include "codec.h"
 #include "format.h"
 #include "key_chunks.h"
+#include "record_v2.h"
 
 namespace cachewarm {
 
@@ -34,7 +35,8 @@ constexpr uint64_t kTargetBatchBytes = 1ULL << 20;
 Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
                Progress* progress)
     : o_(o), env_(env), checkpoint_(checkpoint), queue_(queue), limiter_(limiter), progress_(progress),
-      stream_(o.buffer_size, o.min_ttl), writer_(env, o.out, o.node_id, checkpoint->meta().dump_start_ms),
+      stream_(o.buffer_size, o.min_ttl, checkpoint->meta().format),
+      writer_(env, o.out, o.node_id, checkpoint->meta().dump_start_ms, checkpoint->meta().format),
       binary_(o.host, o.port, kBinaryRecvBytes) {
   keys_.reserve(o.key_file_size + 8192);
   send_.reserve(size_t(o.batch) * kSendBytesPerKey);
@@ -151,6 +153,7 @@ Status Worker::FetchBinary(const Batch& b) {
   const int64_t now = int64_t(std::time(nullptr));
   bool skip = false;
   char hdr[kRecordHeaderSize];
+  char head_v2[kBinaryHeadV2];
   std::string unavailable;
   CW_RETURN_IF_ERROR(binary_.Get(
       raw,
@@ -167,10 +170,16 @@ Status Worker::FetchBinary(const Batch& b) {
           return Status::OK();
         }
         part_stats_.binary++;
-        EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
         struct iovec v[2] = {{hdr, sizeof hdr}, {const_cast<char*>(raw[k].data()), raw[k].size()}};
+        if (writer_.version() == kFormatVersion2) {  // the binary-protocol ADDQ that stores it
+          CW_RETURN_IF_ERROR(CheckRecordV2(raw[k], exp));
+          EncodeBinaryHeadV2(head_v2, raw[k].size(), value_len, flags, exp);
+          v[0] = {head_v2, sizeof head_v2};
+        } else {
+          EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
+        }
         progress_->items++;
-        progress_->bytes += sizeof hdr + raw[k].size();
+        progress_->bytes += v[0].iov_len + raw[k].size();
         return writer_.AppendRaw(v, 2, 1);
       },
       [&](const Slice& piece) -> Status {

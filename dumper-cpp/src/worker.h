@@ -40,6 +40,7 @@ class Worker : public RecordSink {
   Status Write(const struct iovec* iov, int iovcnt, uint64_t records) override;
   Status OnValue(const MetaResponse& r, Slice* key) override;
   Status OnBatchEnd(uint64_t hits, uint64_t skipped) override;
+  uint64_t NextRecordOffset() override { return writer_.file_bytes(); }
 
  private:
   struct Batch {
