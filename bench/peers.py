@@ -70,6 +70,18 @@ def load(srv: MemcachedServer, n: int, size: int) -> None:
         raise RuntimeError(f"loading the source failed: {t.first_error}")
 
 
+def settle(srv: MemcachedServer, timeout: float = 120.0) -> None:
+    """Wait until the source's hash table has finished growing and its own crawler is idle: right after
+    a bulk load a crawl answers `ERROR locked try again later` (mcdumpload then exits 1)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = srv.stats()
+        if st.get("hash_is_expanding", "0") == "0" and st.get("lru_crawler_running", "0") == "0":
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{srv.address}: still expanding its hash table or crawling after {timeout:g} s")
+
+
 def completeness(src: MemcachedServer, dst: MemcachedServer, n: int, size: int, sample: int) -> dict[str, Any]:
     """The destination's item count against the source's, and `sample` random keys read back."""
     filler = bytes(range(97, 123)) * (size // 26 + 1)
@@ -143,9 +155,11 @@ def bench_set(n: int, size: int, modes: list[str], runs: int, args: argparse.Nam
     runs_by_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as src:
         load(src, n, size)
+        settle(src)
         for t in range(runs):
             order = modes[t % len(modes) :] + modes[: t % len(modes)]
             for mode in order:
+                settle(src)
                 with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
                     r = run_mode(mode, src, dst, tmp / "work", args.mcdumpload)
                     r["completeness"] = completeness(src, dst, n, size, args.sample)

@@ -191,4 +191,8 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
         out.reason = (
             f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
         )
+    if os.environ.get("CW_DROP") and out.status == "ok":
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
     return out
