@@ -62,7 +62,8 @@ def load(srv: MemcachedServer, n: int, size: int) -> None:
         buf = bytearray()
         for i in range(s, min(n, s + step)):
             t = TTL if i & 1 else 0
-            buf += b"ms key:%d %d T%d F%d q\r\n" % (i, size, t, flags_of(i)) + value_of(i, size, filler) + b"\r\n"
+            head = b"ms key:%d %d T%d F%d q\r\n" % (i, size, t, flags_of(i))
+            buf += head + value_of(i, size, filler) + b"\r\n"
         c.send_batch(buf, min(n, s + step) - s)
     t = c.flush()
     c.close()
@@ -82,7 +83,9 @@ def settle(srv: MemcachedServer, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{srv.address}: still expanding its hash table or crawling after {timeout:g} s")
 
 
-def completeness(src: MemcachedServer, dst: MemcachedServer, n: int, size: int, sample: int) -> dict[str, Any]:
+def completeness(
+    src: MemcachedServer, dst: MemcachedServer, n: int, size: int, sample: int
+) -> dict[str, Any]:
     """The destination's item count against the source's, and `sample` random keys read back."""
     filler = bytes(range(97, 123)) * (size // 26 + 1)
     src_items = int(src.stats()["curr_items"])
@@ -116,12 +119,14 @@ def has_stream() -> bool:
     return "--stream" in out.stdout
 
 
-def run_mode(mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, peer: str | None) -> dict[str, Any]:
+def run_mode(
+    mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, peer: str | None
+) -> dict[str, Any]:
     env = {**os.environ, "CACHEWARM_DUMP": str(DUMPER)}
     if mode == "mcdumpload":
         assert peer is not None
-        argv = [peer, f"--srcip={src.host}", f"--srcport={src.port}", f"--dstip={dst.host}", f"--dstport={dst.port}"]
-        argv.append("--add")
+        argv = [peer, f"--srcip={src.host}", f"--srcport={src.port}"]
+        argv += [f"--dstip={dst.host}", f"--dstport={dst.port}", "--add"]
     else:
         shutil.rmtree(work, ignore_errors=True)
         argv = [*cachewarm_argv(), "warm", "--source", src.address, "--target", dst.address]
@@ -150,7 +155,9 @@ def run_mode(mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, 
     return out
 
 
-def bench_set(n: int, size: int, modes: list[str], runs: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def bench_set(
+    n: int, size: int, modes: list[str], runs: int, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
     binary = memcached_binary(args.memcached)
     runs_by_mode: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as src:
@@ -171,7 +178,9 @@ def bench_set(n: int, size: int, modes: list[str], runs: int, args: argparse.Nam
                     flush=True,
                 )
     result: dict[str, Any] = {"items": n, "value_bytes": size, "modes": {}}
-    base = statistics.median(r["seconds"] for r in runs_by_mode["mcdumpload"]) if "mcdumpload" in modes else None
+    base = None
+    if "mcdumpload" in modes:
+        base = statistics.median(r["seconds"] for r in runs_by_mode["mcdumpload"])
     for mode, rs in runs_by_mode.items():
         med = statistics.median(r["seconds"] for r in rs)
         entry: dict[str, Any] = {
@@ -188,7 +197,8 @@ def bench_set(n: int, size: int, modes: list[str], runs: int, args: argparse.Nam
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
-    mem_kb = next(int(ln.split()[1]) for ln in open("/proc/meminfo") if ln.startswith("MemTotal:"))
+    with open("/proc/meminfo") as f:
+        mem_kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
     return {
         "nproc": os.cpu_count(),
         "memory_gb": round(mem_kb / 1e6, 1),
@@ -235,7 +245,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cachewarm-peers-") as d:
         for name in args.sets.split(","):
             n, size = sets[name]
-            result[f"set_{name}"] = bench_set(max(1, int(n * args.scale)), size, modes, args.runs, args, Path(d))
+            n = max(1, int(n * args.scale))
+            result[f"set_{name}"] = bench_set(n, size, modes, args.runs, args, Path(d))
     result["machine"]["loadavg_end"] = os.getloadavg()
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")

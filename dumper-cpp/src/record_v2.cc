@@ -70,7 +70,8 @@ bool NeedsBinaryRecord(const Slice& raw_key) { return !IsPlainKey(raw_key) && ra
 
 Status CheckRecordV2(const Slice& raw_key, int64_t exptime) {
   if (raw_key.empty() || raw_key.size() > kMaxKeyLen) return Status::InvalidArgument("key length out of range");
-  if (exptime != kNeverExpires && !ValidExpiry(ExpiryToSend(exptime)))
+  // Not 0 either: that would read back as "never expires".
+  if (exptime != kNeverExpires && (ExpiryToSend(exptime) == 0 || !ValidExpiry(ExpiryToSend(exptime))))
     return Status::InvalidArgument("exptime " + std::to_string(exptime) + " has no absolute T in 2592001..2147483647");
   return Status::OK();
 }
