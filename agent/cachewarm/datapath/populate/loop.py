@@ -63,6 +63,9 @@ class Populator:
     _destinations: DestinationProbe = field(init=False)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
+    _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
+    # DONE as last parsed, and the (inode, size, mtime) it was parsed at: parsed again only on change.
+    _manifest: tuple[tuple[int, int, int], df.Manifest] | None = field(init=False, default=None)
 
     def _totals(self) -> NodeCounts:
         t = NodeCounts()
@@ -145,11 +148,11 @@ class Populator:
                 "evictions", detail=f"destinations evicted items: {self._destinations.evictions_by_node()}"
             )
 
-    def _file_job(self, name: str) -> FileJob:
+    def _file_job(self, name: str, started_before: bool) -> FileJob:
         redo = self.state.redo.get(name) if name in self.state.consumed else None
         only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
         # A file that may have been started before resends with tagged sets (worker._ours).
-        return FileJob(self._destinations.budgets(), only, tagged=self._journal.add(name))
+        return FileJob(self._destinations.budgets(), only, tagged=started_before)
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
         names: dict[str, df.DataFileName] = {}
@@ -162,7 +165,8 @@ class Populator:
             if e == df.MANIFEST_NAME:
                 done = True
             elif not e.startswith("."):
-                p = df.parse_name(e)
+                # Names never change meaning: parse each once (the loop lists the directory often).
+                p = self._names.get(e) or self._names.setdefault(e, df.parse_name(e))
                 if p is not None:
                     names[e] = p
         return names, done
@@ -234,8 +238,10 @@ class Populator:
                         self._probe_destinations()
                     # Bounded queue so files are applied roughly in publish order.
                     room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
+                    # Journaled with one fsync for all the files handed out this round.
+                    started = self._journal.add_many(todo[:room])
                     for n in todo[:room]:
-                        job = self._file_job(n)
+                        job = self._file_job(n, n in started)
                         inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
                     progressed = False
                     if inflight:
@@ -310,8 +316,13 @@ class Populator:
     def _read_manifest(self, done_exists: bool, bad_since: dict[str, float]) -> df.Manifest | None:
         if not done_exists:
             return None
+        path = self.config.source_dir / df.MANIFEST_NAME
         try:
-            m = df.read_manifest(self.config.source_dir / df.MANIFEST_NAME)
+            st = os.stat(path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._manifest is not None and self._manifest[0] == key:
+                return self._manifest[1]
+            m = df.read_manifest(path)
         except (df.ManifestNotReadable, OSError) as e:
             # On a ro,norecovery mount DONE may be visible before its bytes are.
             first = bad_since.setdefault(df.MANIFEST_NAME, time.monotonic())
@@ -322,6 +333,7 @@ class Populator:
             # Whole JSON that breaks the format is a lie, not a half-visible file: stop now.
             raise PopulateError(f"DONE is invalid: {e}") from e
         bad_since.pop(df.MANIFEST_NAME, None)
+        self._manifest = (key, m)
         return m
 
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:

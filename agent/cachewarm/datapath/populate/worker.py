@@ -319,6 +319,6 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                 f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
             )
         del verdict, data
-    if out.status == "ok":
+    if out.status == "ok" and not os.environ.get("CW_NO_DROP"):
         _drop_cached(path)
     return out
