@@ -64,6 +64,8 @@ class Populator:
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
     _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
+    # The data format version of each file this run verified (DONE's `version` must agree).
+    _versions: dict[str, int] = field(init=False, default_factory=dict)
     # DONE as last parsed, and the (inode, size, mtime) it was parsed at: parsed again only on change.
     _manifest: tuple[tuple[int, int, int], df.Manifest] | None = field(init=False, default=None)
 
@@ -339,6 +341,7 @@ class Populator:
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
         c = self.config
         if out.status == "ok":
+            self._versions[out.name] = out.version
             dead = self._check_identities(out.identities)
             known = self.state.consumed.get(out.name)
             cf = known or ConsumedFile(out.records, out.bytes)
@@ -379,6 +382,11 @@ class Populator:
     def _finish(self, manifest: df.Manifest) -> PopulateSummary:
         c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
+        if lying := sorted(n for n, v in self._versions.items() if v != manifest.version):
+            raise PopulateError(
+                f"DONE says data format version {manifest.version}, but {lying[0]} is version "
+                f"{self._versions[lying[0]]} ({len(lying)} files)"
+            )
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
                 raise PopulateError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")

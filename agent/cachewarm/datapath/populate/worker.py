@@ -49,6 +49,7 @@ class FileOutcome:
     name: str
     status: str  # "ok", a df.Status value, or DEST_ERROR
     reason: str = ""
+    version: int = 0  # the file's data format version, once it verified
     records: int = 0
     bytes: int = 0
     attempts: int = 0
@@ -304,6 +305,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
             return out
         out.bytes = len(data)
         assert verdict.header is not None
+        out.version = verdict.header.version
         write = write_records_v2 if verdict.header.version == df.VERSION_2 else write_records
         try:
             for attempt in retry_while_unavailable(params.destination_timeout):
