@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import FileJob
@@ -68,6 +68,7 @@ class Populator:
     _versions: dict[str, int] = field(init=False, default_factory=dict)
     # DONE as last parsed, and the (inode, size, mtime) it was parsed at: parsed again only on change.
     _manifest: tuple[tuple[int, int, int], df.Manifest] | None = field(init=False, default=None)
+    _sums: tuple[int, int, NodeCounts] | None = field(init=False, default=None)
 
     def _totals(self) -> NodeCounts:
         t = NodeCounts()
@@ -75,10 +76,16 @@ class Populator:
             t.add(f.total())
         return t
 
+    def _tally(self) -> tuple[int, int, NodeCounts]:
+        """(items, bytes, counts) of the consumed files, kept up to date by _handle (a progress event
+        per file must not cost a walk over every file: O(files^2) on a large dump)."""
+        if self._sums is None:
+            s = self.state.consumed.values()
+            self._sums = (sum(f.records for f in s), sum(f.bytes for f in s), self._totals())
+        return self._sums
+
     def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:
-        s = self.state.consumed.values()
-        items = sum(f.records for f in s)
-        t = self._totals()
+        items, nbytes, t = self._tally()
         elapsed = time.monotonic() - self._start
         self.on_progress(
             Progress(
@@ -90,7 +97,7 @@ class Populator:
                 stored=t.stored,
                 already_present=t.present,
                 expired=t.expired,
-                bytes=sum(f.bytes for f in s),
+                bytes=nbytes,
                 elapsed_s=round(elapsed, 3),
                 items_per_s=round(items / elapsed, 1) if elapsed > 0 else 0.0,
                 detail=detail,
@@ -345,9 +352,16 @@ class Populator:
             dead = self._check_identities(out.identities)
             known = self.state.consumed.get(out.name)
             cf = known or ConsumedFile(out.records, out.bytes)
+            items, nbytes, sums = self._tally()
+            if known:  # its counts change: take them out of the running sums, then add them back
+                items, nbytes = items - known.records, nbytes - known.bytes
+                for k, v in asdict(known.total()).items():
+                    setattr(sums, k, getattr(sums, k) - v)
             for addr, counts in out.nodes.items():
                 if addr not in dead:
                     cf.nodes[addr] = counts
+            sums.add(cf.total())
+            self._sums = (items + cf.records, nbytes + cf.bytes, sums)
             info = self._destinations.info
             self._report.add(
                 out.name,
