@@ -118,7 +118,7 @@ void Send(const char* host, int port, const std::vector<Batch>& batches, Result*
       int n = 0;
       if (off < len) iov[n++] = {const_cast<char*>(files[b.file].data() + b.begin + off), len - off};
       const size_t mn_done = off > len ? off - len : 0;
-      iov[n++] = {const_cast<char*>("mn\r\n" + mn_done), 4 - mn_done};
+      iov[n++] = {const_cast<char*>(&"mn\r\n"[mn_done]), 4 - mn_done};
       const ssize_t w = ::writev(c.fd(), iov, n);
       if (w < 0 && errno != EAGAIN && errno != EINTR) Die("send failed");
       if (w > 0) off += size_t(w);

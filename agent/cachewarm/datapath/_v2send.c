@@ -149,8 +149,8 @@ static void write_some(Conn *c, const unsigned char *data) {
   for (; i < c->n_pieces && n < MAX_IOV; i++) {
     const int64_t off = c->pieces[2 * i], len = c->pieces[2 * i + 1];
     if (off >= 0) iov[n].iov_base = (void *)(data + off + skip), iov[n].iov_len = (size_t)((uint64_t)len - skip);
-    else if (off == -1) iov[n].iov_base = (void *)("mn\r\n" + skip), iov[n].iov_len = 4 - skip;
-    else iov[n].iov_base = (void *)("S" + skip), iov[n].iov_len = 1 - skip;
+    else if (off == -1) iov[n].iov_base = (void *)&"mn\r\n"[skip], iov[n].iov_len = 4 - skip;
+    else iov[n].iov_base = (void *)&"S"[skip], iov[n].iov_len = 1 - skip;
     skip = 0;
     n++;
     if (off == -1) break; /* the batch ends here: the next one waits for its turn */
