@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +27,7 @@ from cachewarm.datapath.dumper import DumperCommand, DumperProgress
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection
-from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
     Mode,
     PopulateConfig,
@@ -196,7 +197,7 @@ def _check_file(
 
 
 def _check_target(
-    cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary
+    cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
 ) -> tuple[int, int, list[bytes]]:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
     processes. Returns (checked, missing, examples)."""
@@ -208,11 +209,10 @@ def _check_target(
         for d in (summary.destinations[t.address] for t in targets)
     ]
     check = functools.partial(_check_file, targets=targets, routing=cfg.routing, limits=limits)
-    with process_pool(cfg.workers) as pool:
-        for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
-            checked += n
-            missing += len(gone)
-            examples.extend(gone[: max(0, 5 - len(examples))])
+    for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
+        checked += n
+        missing += len(gone)
+        examples.extend(gone[: max(0, 5 - len(examples))])
     return checked, missing, examples
 
 
@@ -254,6 +254,13 @@ class _Display:
 
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
+    # The worker processes (populate, then the target check) start before this process has threads
+    # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
+    with started_pool(cfg.workers) as pool:
+        return _run_warm(cfg, stream, pool)
+
+
+def _run_warm(cfg: WarmConfig, stream: IO[str], pool: Executor) -> WarmSummary:
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +300,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
         hash_delimiter=cfg.routing.hash_delimiter,
         poll_interval=cfg.poll_interval,
         should_abort=dumper.failure,
+        pool=pool,
         **cfg.accept,  # type: ignore[arg-type]
     )
     problems: list[str] = []
@@ -322,7 +330,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
     checked = missing = 0
     if cfg.check:
-        checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary)
+        checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary, pool)
         if missing:
             stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
             # Accepted evictions explain as many missing keys as were evicted, no more.

@@ -21,6 +21,7 @@ unless the user accepted those reasons.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -219,7 +220,7 @@ class Populator:
         inflight: dict[Future[FileOutcome], str] = {}
         retry_at: dict[str, float] = {}
         last_round_event = 0.0
-        with process_pool(c.workers) as pool:
+        with contextlib.nullcontext(c.pool) if c.pool is not None else process_pool(c.workers) as pool:
             try:
                 while True:
                     if quiesce and self._round > 0 and not self._refresh(bad_since):

@@ -252,8 +252,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
 
 @contextlib.contextmanager
 def _mapped(path: str) -> Iterator[memoryview]:
-    """The file's bytes, mapped read-only (no copy); empty for an empty file. The pages are dropped
-    from the page cache afterwards only if the caller says the file was consumed (`drop`)."""
+    """The file's bytes, mapped read-only (no copy); empty for an empty file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
@@ -321,6 +320,6 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                 f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
             )
         del verdict, data
-    if out.status == "ok" and not os.environ.get("CW_NO_DROP"):
+    if out.status == "ok":
         _drop_cached(path)
     return out
