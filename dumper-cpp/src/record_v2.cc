@@ -19,6 +19,27 @@ size_t PutU64(char* d, uint64_t v) {
   return n;
 }
 
+// Standard base64 with padding, straight into d (the key token of a meta line).
+size_t PutBase64(char* d, const unsigned char* s, size_t n) {
+  static const char k[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  size_t o = 0, i = 0;
+  for (; i + 2 < n; i += 3) {
+    const uint32_t v = uint32_t(s[i]) << 16 | uint32_t(s[i + 1]) << 8 | s[i + 2];
+    d[o++] = k[v >> 18];
+    d[o++] = k[(v >> 12) & 63];
+    d[o++] = k[(v >> 6) & 63];
+    d[o++] = k[v & 63];
+  }
+  if (i < n) {
+    const uint32_t v = uint32_t(s[i]) << 16 | (i + 1 < n ? uint32_t(s[i + 1]) << 8 : 0);
+    d[o++] = k[v >> 18];
+    d[o++] = k[(v >> 12) & 63];
+    d[o++] = i + 1 < n ? k[(v >> 6) & 63] : '=';
+    d[o++] = '=';
+  }
+  return o;
+}
+
 void PutBE16(char* d, uint16_t v) {
   d[0] = char(v >> 8);
   d[1] = char(v);
@@ -86,10 +107,7 @@ size_t EncodeMetaLineV2(char* dst, const Slice& raw_key, uint32_t value_len, uin
     std::memcpy(d, raw_key.data(), raw_key.size());
     d += raw_key.size();
   } else {
-    std::string b64;
-    Base64Encode(raw_key, &b64);
-    std::memcpy(d, b64.data(), b64.size());
-    d += b64.size();
+    d += PutBase64(d, reinterpret_cast<const unsigned char*>(raw_key.data()), raw_key.size());
   }
   *d++ = ' ';
   d += PutU64(d, value_len);
