@@ -10,7 +10,7 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
 # even then —, memcached, Python headers for the populator's C loop), and what only the tests add
 # (xfsprogs: the shared-volume tests on loop devices).
-APT_RUN := memcached cmake g++ make libxxhash-dev libgtest-dev python3-dev
+APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev libgtest-dev python3-dev
 APT_DEV := $(APT_RUN) googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
@@ -68,12 +68,12 @@ $(STAMPS)/node: infra/package.json | $(STAMPS)
 deps-node: $(STAMPS)/node
 
 # ---- the dumper (C++) -------------------------------------------------------------------------
-# Release build for use (the dumper and its tools for `vectors` and `bench`; not the GoogleTest binary),
+# Release build for use (the dumper and its tools for `vectors`, `bench` and the routing test; not the GoogleTest binary),
 # and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
 build: dumper dumper-asan
 dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ceiling_writer
+	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ceiling_writer ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
@@ -142,7 +142,9 @@ fuzz: deps build
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
-# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI).
+# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI);
+# build/dist/cachewarm_cdk-<version>-py3-none-any.whl: the CacheWarmer construct for other CDK apps,
+# with both tarballs, the ASL, the SSM documents and the Lambda code inside (infra/setup.py).
 DIST := $(BUILD)/dist
 dist: dumper venv
 	@mkdir -p $(DIST)
@@ -156,12 +158,14 @@ dist: dumper venv
 	    --python-version 3.11 --implementation cp -d $(DIST)/agent -r $(DIST)/agent/requirements.txt; \
 	fi
 	tar -C $(DIST)/agent -czf $(DIST)/cachewarm-agent.tar.gz .
+	rm -f $(DIST)/cachewarm_cdk-*.whl
+	CACHEWARM_DIST_DIR=$(CURDIR)/$(DIST) $(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) ./infra
 
 synth: deps-infra deps-node dist
 	$(IN_VENV) JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
 
 clean:
-	rm -rf $(BUILD) infra/cdk.out
+	rm -rf $(BUILD) infra/cdk.out infra/build
 # Also what the dependency steps installed into the checkout (.venv, infra/node_modules).
 distclean: clean
 	rm -rf $(VENV) infra/node_modules

@@ -8,9 +8,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# cachewarm_infra is deployed as a directory, not installed; it imports the contract package from this
-# checkout's agent/ (also what the Lambda asset bundles), ahead of any installed cachewarm.
-sys.path[:0] = [str(HERE), str(HERE.parent / "agent")]
+# This checkout's cachewarm_infra (ahead of an installed cachewarm-cdk), with the checkout's files: the
+# ASL, lambdas/, the SSM documents and `make dist`'s tarballs (StackSettings.from_context with `repo`).
+# Another CDK app installs the cachewarm-cdk wheel instead: see infra/examples/my-app/.
+sys.path[:0] = [str(HERE)]
 
 from aws_cdk import App, Environment, Validations  # noqa: E402
 from cachewarm_infra.stack import CacheWarmStack, StackSettings  # noqa: E402

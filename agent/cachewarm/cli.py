@@ -5,9 +5,13 @@ from __future__ import annotations
 import click
 
 from cachewarm import __version__
+from cachewarm.exitcodes import ExitCode, epilog
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=epilog(*ExitCode) + "\n\nEach command's --help lists its own; docs/exit-codes.md.",
+)
 @click.version_option(__version__, prog_name="cachewarm")
 def main() -> None:
     """Warm a new memcached replica from an existing one."""

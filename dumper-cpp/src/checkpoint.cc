@@ -41,7 +41,8 @@ Status Checkpoint::Open(const ServerStats& source) {
       return Status::InvalidArgument("--out " + o_.out + "/keys is not empty: use --resume to continue that dump");
     meta_.dump_start_ms = NowMs();
     meta_.curr_items_before = source.curr_items;
-    meta_.format = uint16_t(o_.format ? o_.format : kDefaultFormatVersion);
+    // The stream mode writes no data files; its sink reads version 1 records.
+    meta_.format = uint16_t(o_.format ? o_.format : o_.stream.to.empty() ? kDefaultFormatVersion : kFormatVersion);
   } else {
     meta_.curr_items_before = source.curr_items;  // unless META remembers the first run's
     if (!have_meta) return Status::InvalidArgument("--resume: no dump to resume in " + o_.out + " (keys/META missing)");

@@ -22,7 +22,8 @@ constexpr size_t kMaxKeyLen = 250;
 constexpr int64_t kNeverExpires = -1;
 // Version 2 (section 7.1): a record's T is its expiry less this margin (the dumper's exptime can be up
 // to 1 s late; docs/populator.md "Expiry"), absolute: memcached reads a T above 30 days as a unix time,
-// and parses it as a signed 32-bit number.
+// and parses it as a signed 32-bit number. The stream mode's sink sends the same (encode.py
+// EXPIRY_MARGIN): the destination's expiry stays within [source's - 2 s, source's].
 constexpr int64_t kExpiryMargin = 1;
 constexpr int64_t kMaxRelativeTtl = 30 * 24 * 3600;
 constexpr int64_t kMaxExpiry = 2147483647;

@@ -30,7 +30,7 @@ std::string RenderManifest(const Manifest& m) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.part < b.part;
   });
   uint64_t records = 0, bytes = 0, misses = 0;
-  std::string o = "{\n  \"format\": \"cachewarm-dump\",\n  \"version\": " + std::to_string(m.version) + ",\n";
+  std::string o = "{\n  \"format\": " + JsonQuote(m.format) + ",\n  \"version\": " + std::to_string(m.version) + ",\n";
   o += "  \"node\": " + JsonQuote(m.node) + ",\n";
   o += std::string("  \"complete\": ") + (m.complete ? "true" : "false") + ",\n";
   o += "  \"incomplete_reason\": " + StringOrNull(m.incomplete_reason) + ",\n";
@@ -75,6 +75,7 @@ std::string RenderManifest(const Manifest& m) {
        ", \"reader_buffer_bytes\": " + std::to_string(m.crawl_buffer) +
        ", \"reader_peak_buffered_bytes\": " + std::to_string(m.crawl_peak_buffered) +
        ", \"reader_spilled_bytes\": " + std::to_string(m.crawl_spilled) + "},\n";
+  o += m.extra;
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";
   return o;

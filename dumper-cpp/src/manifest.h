@@ -46,6 +46,10 @@ struct Manifest {
   double busy_wait_s = 0;
   double answer_wait_s = 0;  // crawl requests' wait for their answer's first byte
   uint64_t crawl_buffer = 0, crawl_peak_buffered = 0, crawl_spilled = 0;
+
+  // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".
+  std::string format = "cachewarm-dump";
+  std::string extra;
 };
 
 // Sets complete / incomplete_reason from the counts.

@@ -17,9 +17,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
-from cachewarm.contract import inputs, tags
 from constructs import Construct
 
+from cachewarm_infra import assets
+from cachewarm_infra.contract import inputs, tags
 from cachewarm_infra.props import CacheWarmerProps
 
 # The documents the controller needs (a directory may hold more; each becomes one more document).
@@ -33,7 +34,7 @@ REQUIRED_DOCUMENTS = (
 )
 INSTALL_DIR = "/opt/cachewarm"
 # The one installer: the populators' user data and the install-agent document both run it.
-INSTALL_SCRIPT = Path(__file__).resolve().parent / "install" / "install-agent.sh"
+INSTALL_SCRIPT = assets.INSTALL_SCRIPT
 _WHEEL = re.compile(r"(?:^|/)cachewarm-([0-9][0-9A-Za-z.+]*)-[^/]*\.whl$")
 
 

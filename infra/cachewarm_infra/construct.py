@@ -144,8 +144,11 @@ class CacheWarmer(Construct):
         """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md)."""
         return orchestration.replica_event_input(self.launch_template_id)
 
-    def warm_metric(self, name: str, step: str, statistic: str = "Sum") -> cw.Metric:
-        return warm_metric(name, step, statistic)
+    def warm_metric(
+        self, name: str, step: str, statistic: str = "Sum", warm_id: str | None = None
+    ) -> cw.Metric:
+        """A controller metric: all warms together, or one warm's series with `warm_id`."""
+        return warm_metric(name, step, statistic, warm_id)
 
 
 def _check_paths(props: CacheWarmerProps) -> None:

@@ -11,10 +11,10 @@ from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
-from cachewarm.contract import tags
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
+from cachewarm_infra.contract import tags
 from cachewarm_infra.storage import Storage
 
 

@@ -2,7 +2,10 @@
 
 The handlers import `cachewarm.contract` (standard library only), so the asset holds
 `cachewarm_controller/` and `cachewarm/__init__.py` + `cachewarm/contract/` — nothing else of the
-agent. Both are copied into one staging directory at synth time; CDK hashes and zips that directory.
+agent. The contract is the one this package carries (`cachewarm_infra/contract/`: in a source
+checkout a link to `agent/cachewarm/contract/`, in the wheel a copy of it), so the construct, its
+Lambdas and the agent bundle it deploys were all built from one tree. Both are copied into one staging
+directory at synth time; CDK hashes and zips that directory.
 """
 
 from __future__ import annotations
@@ -10,18 +13,21 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import cachewarm.contract
 from aws_cdk import Names, Stage
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+import cachewarm_infra.contract
+
 # Never deployed: caches and the code directory's own tests.
 EXCLUDE = ("__pycache__", "*.pyc", "tests", ".pytest_cache")
+# The asset's `cachewarm/__init__.py`: the handlers import only `cachewarm.contract` below it.
+PACKAGE_INIT = '"""cachewarm: only its contract package, as the controller Lambdas carry it."""\n'
 
 
 def contract_dir() -> Path:
-    """The `cachewarm/contract/` this construct itself was built with (the agent's source tree)."""
-    return Path(cachewarm.contract.__file__).resolve().parent
+    """The contract package this construct carries (and imports itself)."""
+    return Path(cachewarm_infra.contract.__file__).parent
 
 
 def stage_lambda_code(lambdas_dir: Path, staging: Path, contract: Path | None = None) -> Path:
@@ -38,7 +44,7 @@ def stage_lambda_code(lambdas_dir: Path, staging: Path, contract: Path | None = 
             f"{lambdas_dir}/cachewarm: the Lambda code directory may not hold a cachewarm package"
         )
     package.mkdir()
-    shutil.copyfile(contract.parent / "__init__.py", package / "__init__.py")
+    (package / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
     shutil.copytree(contract, package / "contract", ignore=ignore)
     return staging
 

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from aws_cdk import Acknowledgment, Stack, Token, Validations
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
-from cachewarm.contract import tags
 from constructs import Construct
+
+from cachewarm_infra.contract import tags
 
 if TYPE_CHECKING:
     from cachewarm_infra.construct import CacheWarmer

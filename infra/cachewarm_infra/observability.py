@@ -29,15 +29,56 @@ def build_agent_log_group(scope: Construct, props: CacheWarmerProps) -> logs.Log
     )
 
 
-def warm_metric(name: str, step: str, statistic: str = "Sum") -> cw.Metric:
+NAMESPACE = "CacheWarm"
+SERVICE = "cachewarm"
+# The handlers emit every metric twice in one EMF record: with (service, Step) — all warms together,
+# what the alarms watch, so they fire for any warm — and with (service, Step, WarmId) — one series per
+# warm, what the dashboard's per-warm graphs and its warm-id variable use.
+WARM_ID = "WarmId"
+# CloudWatch's dynamic label: each SEARCH series is named after its warm id.
+WARM_ID_LABEL = "${PROP('Dim.WarmId')}"
+# Shown in the per-warm widgets until the dashboard's variable picks a warm id.
+NO_WARM = "pick-a-warm-id"
+
+
+def warm_metric(name: str, step: str, statistic: str = "Sum", warm_id: str | None = None) -> cw.Metric:
     """A metric the controller's handlers emit with Powertools (EMF): namespace CacheWarm,
-    dimensions service=cachewarm and Step=<handler name>."""
+    dimensions service=cachewarm and Step=<handler name> (+ WarmId=<warm_id>: one warm's series)."""
+    dims = {"service": SERVICE, "Step": step}
+    if warm_id is not None:
+        dims[WARM_ID] = warm_id
     return cw.Metric(
-        namespace="CacheWarm",
+        namespace=NAMESPACE,
         metric_name=name,
-        dimensions_map={"service": "cachewarm", "Step": step},
+        dimensions_map=dims,
         statistic=statistic,
         period=Duration.minutes(1),
+    )
+
+
+def per_warm_search(name: str, step: str, statistic: str) -> str:
+    """SEARCH for `name`'s series of every warm (one line each, labelled with its warm id)."""
+    return (
+        f'SEARCH(\'{{{NAMESPACE},{WARM_ID},Step,service}} MetricName="{name}" Step="{step}" '
+        f"service=\"{SERVICE}\"', '{statistic}', 60)"
+    )
+
+
+def warm_id_variable() -> cw.DashboardVariable:
+    """The dashboard's "Warm id" selector: the warm ids CheckProgress reported, for the one-warm row."""
+    return cw.DashboardVariable(
+        id="warmId",
+        type=cw.VariableType.PROPERTY,
+        label="Warm id",
+        input_type=cw.VariableInputType.SELECT,
+        value=WARM_ID,
+        values=cw.Values.from_search_components(
+            namespace=NAMESPACE,
+            dimensions=[WARM_ID, "Step", "service"],
+            metric_name="ItemsPopulated",
+            populate_from=WARM_ID,
+        ),
+        default_value=cw.DefaultValue.FIRST,
     )
 
 
@@ -110,43 +151,85 @@ def build_dashboard(
     alarms: Sequence[cw.IAlarm],
     agent_logs: logs.ILogGroup,
 ) -> cw.Dashboard:
+    """Every warm of the time range, one line each (SEARCH over the WarmId dimension: two warms at
+    once are told apart, the latest is the newest line); one warm picked with the "Warm id" variable;
+    executions; per-node progress; agent output; alarms."""
     sm = state_machine
     minute = Duration.minutes(1)
-    # CheckProgress reports running totals (items and bytes populated so far): rates are RATE().
-    items = warm_metric("ItemsPopulated", "check_progress", "Maximum")
-    bytes_ = warm_metric("BytesPopulated", "check_progress", "Maximum")
 
-    def rate(name: str, metric: cw.IMetric, label: str) -> cw.MathExpression:
+    def search(name: str, step: str, statistic: str, rate: bool = False) -> cw.MathExpression:
+        expr = per_warm_search(name, step, statistic)
         return cw.MathExpression(
-            expression=f"RATE({name})", using_metrics={name: metric}, label=label, period=minute
+            expression=f"RATE({expr})" if rate else expr,
+            using_metrics={},
+            label=WARM_ID_LABEL,
+            period=minute,
         )
 
-    dash = cw.Dashboard(scope, "Dashboard", default_interval=Duration.hours(12))
+    dash = cw.Dashboard(
+        scope, "Dashboard", default_interval=Duration.hours(12), variables=[warm_id_variable()]
+    )
+    # CheckProgress reports running totals (items and bytes populated so far): rates are RATE().
     dash.add_widgets(
         cw.GraphWidget(
-            title="Items/s written to the destination", left=[rate("items", items, "items/s")], width=12
+            title="Items/s written to the destination, per warm",
+            left=[search("ItemsPopulated", "check_progress", "Maximum", rate=True)],
+            width=12,
         ),
         cw.GraphWidget(
-            title="Bytes/s written, and totals",
-            left=[rate("bytes", bytes_, "bytes/s")],
-            right=[items, bytes_],
+            title="Bytes/s written, per warm",
+            left=[search("BytesPopulated", "check_progress", "Maximum", rate=True)],
             width=12,
         ),
     )
     dash.add_widgets(
         cw.GraphWidget(
-            title="Nodes: source nodes / done / revived",
-            left=[
-                warm_metric("SourceNodes", "plan", "Maximum"),
-                warm_metric("NodesDone", "check_progress", "Maximum"),
-                warm_metric("Revives", "check_progress"),
-            ],
+            title="Nodes done, per warm",
+            left=[search("NodesDone", "check_progress", "Maximum")],
             width=12,
         ),
         cw.GraphWidget(
-            title="Executions",
-            left=[sm.metric_started(), sm.metric_succeeded(), sm.metric_failed(), sm.metric_timed_out()],
+            title="Agents revived, per warm",
+            left=[search("Revives", "check_progress", "Sum")],
             width=12,
+        ),
+    )
+    # One warm: the dashboard's "Warm id" variable sets WarmId in these metrics.
+    one = {
+        name: warm_metric(name, step, stat, warm_id=NO_WARM)
+        for name, step, stat in (
+            ("ItemsPopulated", "check_progress", "Maximum"),
+            ("BytesPopulated", "check_progress", "Maximum"),
+            ("SourceNodes", "plan", "Maximum"),
+            ("NodesDone", "check_progress", "Maximum"),
+            ("Revives", "check_progress", "Sum"),
+        )
+    }
+    dash.add_widgets(
+        cw.GraphWidget(
+            title="The chosen warm (Warm id above): items/s, and totals",
+            left=[
+                cw.MathExpression(
+                    expression="RATE(items)",
+                    using_metrics={"items": one["ItemsPopulated"]},
+                    label="items/s",
+                    period=minute,
+                )
+            ],
+            right=[one["ItemsPopulated"], one["BytesPopulated"]],
+            width=12,
+        ),
+        cw.GraphWidget(
+            title="The chosen warm: source nodes / done / revived",
+            left=[one["SourceNodes"], one["NodesDone"], one["Revives"]],
+            width=12,
+        ),
+    )
+    dash.add_widgets(
+        cw.GraphWidget(
+            title="Executions (all warms)",
+            left=[sm.metric_started(), sm.metric_succeeded(), sm.metric_failed(), sm.metric_timed_out()],
+            width=24,
         ),
     )
     progress = functions.get("CheckProgress")
@@ -155,7 +238,8 @@ def build_dashboard(
         # (NODE_PROGRESS_FIELDS, message NODE_PROGRESS_MESSAGE); this shows the latest of each.
         dash.add_widgets(
             cw.LogQueryWidget(
-                title="Per-node progress (latest CheckProgress poll; still_s = seconds without progress)",
+                title="Per-node progress by warm id (latest CheckProgress poll; still_s = seconds without"
+                " progress)",
                 log_group_names=[progress.log_group.log_group_name],
                 query_lines=[
                     f"fields @timestamp, correlation_id, {', '.join(NODE_PROGRESS_FIELDS)}",

@@ -16,10 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
-from cachewarm.contract import tags
 from constructs import Construct
 
 from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
+from cachewarm_infra.contract import tags
 from cachewarm_infra.lambda_code import lambda_code
 from cachewarm_infra.props import CacheWarmerProps
 
@@ -98,6 +98,10 @@ def build_functions(
         scope, POWERTOOLS_LAYER_PARAMETER
     )
     layer = lambda_.LayerVersion.from_layer_version_arn(scope, "PowertoolsLayer", arn)
+    env = dict(environment)
+    if not props.tracing:
+        # Powertools' Tracer would still try to send segments: off with X-Ray off.
+        env["POWERTOOLS_TRACE_DISABLED"] = "true"
     functions: dict[str, lambda_.Function] = {}
     for task in tasks:
         functions[task.pascal] = lambda_.Function(
@@ -112,7 +116,7 @@ def build_functions(
             role=role,
             timeout=props.lambda_timeout,
             memory_size=props.lambda_memory_mb,
-            environment=dict(environment),
+            environment=dict(env),
             tracing=lambda_.Tracing.ACTIVE if props.tracing else lambda_.Tracing.DISABLED,
             log_group=_log_group(scope, f"{task.pascal}Logs", props),
         )

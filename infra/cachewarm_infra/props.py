@@ -12,21 +12,36 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
-from cachewarm.contract import inputs
+
+from cachewarm_infra import assets
+from cachewarm_infra.contract import inputs
+
+DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
+DEFAULT_INSTANCE_TYPE = "c6i.2xlarge"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CacheWarmerProps:
-    """Inputs of the construct. Paths are read at synth time."""
+    """Inputs of the construct (keyword-only). Only `vpc` is required.
 
-    asl_path: Path
-    lambdas_dir: Path
-    ssm_documents_dir: Path
-    dumper_tarball: Path
-    agent_bundle: Path
+    The file inputs default to the installed package's data (`cachewarm_infra.assets`): the ASL files,
+    the SSM documents, the Lambda code, the dumper tarball and the agent bundle built with it. A path
+    given here replaces the packaged one; paths are read at synth time.
+    """
+
     vpc: ec2.IVpc
-    machine_image: ec2.IMachineImage
-    instance_type: ec2.InstanceType
+    # Default: Amazon Linux 2023 (x86_64) from AWS's public SSM parameter; the install script needs
+    # dnf's python3.11 and xfsprogs.
+    machine_image: ec2.IMachineImage = field(
+        default_factory=lambda: ec2.MachineImage.from_ssm_parameter(DEFAULT_AMI_PARAMETER)
+    )
+    # Must be Nitro (io2 multi-attach).
+    instance_type: ec2.InstanceType = field(default_factory=lambda: ec2.InstanceType(DEFAULT_INSTANCE_TYPE))
+    asl_path: Path = field(default_factory=assets.default(assets.WARM_ASL))
+    lambdas_dir: Path = field(default_factory=assets.default(assets.LAMBDAS))
+    ssm_documents_dir: Path = field(default_factory=assets.default(assets.SSM_DOCUMENTS))
+    dumper_tarball: Path = field(default_factory=assets.default(assets.DUMPER_TARBALL))
+    agent_bundle: Path = field(default_factory=assets.default(assets.AGENT_BUNDLE))
     # Optional subnets for populators (env POPULATOR_SUBNET_IDS); by default the controller launches
     # each populator in its source node's subnet (same AZ, as multi-attach requires).
     subnet_ids: Sequence[str] = ()

@@ -14,6 +14,11 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
 | `alarmTopicArn` | — | SNS topic for the alarms |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
+| `aslPath`, `lambdasDir`, `ssmDocumentsDir` | — | files to deploy (default: see below) |
+| `dumperTarball`, `agentBundle` | — | artifacts to deploy (default: see below) |
+
+Paths not given: the checkout's (`from_context(node, repo)`, as infra/app.py runs it), else the
+installed package's (CacheWarmerProps' defaults).
 """
 
 from __future__ import annotations
@@ -28,20 +33,19 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct, Node
 
 from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
-
-DEFAULT_AMI_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
-DEFAULT_INSTANCE_TYPE = "c6i.2xlarge"
+from cachewarm_infra.props import DEFAULT_AMI_PARAMETER, DEFAULT_INSTANCE_TYPE
 
 
 @dataclass(frozen=True)
 class StackSettings:
     """Everything the stack reads from context, resolved to plain values."""
 
-    asl_path: Path
-    lambdas_dir: Path
-    ssm_documents_dir: Path
-    dumper_tarball: Path
-    agent_bundle: Path
+    # None: the installed package's own file (CacheWarmerProps' defaults).
+    asl_path: Path | None = None
+    lambdas_dir: Path | None = None
+    ssm_documents_dir: Path | None = None
+    dumper_tarball: Path | None = None
+    agent_bundle: Path | None = None
     vpc_id: str = ""
     subnet_ids: tuple[str, ...] = ()
     ami_parameter: str = DEFAULT_AMI_PARAMETER
@@ -53,14 +57,20 @@ class StackSettings:
     powertools_layer_arn: str = ""
 
     @classmethod
-    def from_context(cls, node: Node, repo: Path) -> StackSettings:
+    def from_context(cls, node: Node, repo: Path | None = None) -> StackSettings:
+        """Settings from CDK context. Relative paths are relative to `repo`; with a `repo` (a source
+        checkout, as infra/app.py runs) a path not given is the checkout's, without one the package's."""
+
         def ctx(key: str, default: str = "") -> str:
             value = node.try_get_context(key)
             return default if value is None else str(value)
 
-        def path(key: str, default: str) -> Path:
-            p = Path(ctx(key, default))
-            return p if p.is_absolute() else repo / p
+        def path(key: str, default: str) -> Path | None:
+            given = ctx(key)
+            if not given and repo is None:
+                return None
+            p = Path(given or default)
+            return p if p.is_absolute() or repo is None else repo / p
 
         def csv(key: str) -> tuple[str, ...]:
             return tuple(s.strip() for s in ctx(key).split(",") if s.strip())
@@ -84,6 +94,11 @@ class StackSettings:
             alarm_topic_arn=ctx("alarmTopicArn"),
             powertools_layer_arn=ctx("powertoolsLayerArn"),
         )
+
+    def paths(self) -> dict[str, Path]:
+        """The file inputs given (the others take CacheWarmerProps' packaged defaults)."""
+        names = ("asl_path", "lambdas_dir", "ssm_documents_dir", "dumper_tarball", "agent_bundle")
+        return {n: p for n in names if (p := getattr(self, n)) is not None}
 
 
 class CacheWarmStack(Stack):
@@ -134,11 +149,7 @@ class CacheWarmStack(Stack):
             self,
             "CacheWarmer",
             CacheWarmerProps(
-                asl_path=settings.asl_path,
-                lambdas_dir=settings.lambdas_dir,
-                ssm_documents_dir=settings.ssm_documents_dir,
-                dumper_tarball=settings.dumper_tarball,
-                agent_bundle=settings.agent_bundle,
+                **settings.paths(),
                 vpc=vpc,
                 subnet_ids=subnet_ids.value_as_list,
                 machine_image=ec2.MachineImage.from_ssm_parameter(settings.ami_parameter),

@@ -1,6 +1,9 @@
 """Lambda handlers: thin Powertools adapters over the steps (`cachewarm_controller.steps.*`).
 
 The handler for `${<PascalName>FunctionArn}` in the ASL is `cachewarm_controller.handlers.<snake_name>`.
+Each one: Parser (the event as its model in `events.py`), Logger (the warm id as correlation id),
+Tracer (X-Ray, when the function's tracing is on: the construct sets POWERTOOLS_TRACE_DISABLED
+otherwise), Metrics (EMF, namespace CacheWarm; see `_bind_warm` for the dimensions).
 Clients are created on first use (never at import), through `get_deps`, which tests replace.
 """
 
@@ -9,31 +12,38 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
 
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Ec2VolumeAttacher
 from cachewarm_controller.awsutil import RETRY_CONFIG, is_throttling
 from cachewarm_controller.budget import Deadline
 from cachewarm_controller.errors import TransientError
-from cachewarm_controller.model import WarmInput
+from cachewarm_controller.events import StepEvent, TeardownEvent, ValidateInputEvent, parse_event
 from cachewarm_controller.steps import agent_commands, planning, progress, resources, verification
 from cachewarm_controller.steps import teardown as teardown_steps
-from cachewarm_controller.steps.common import Deps, Documents, Settings, Warm, loop_state
+from cachewarm_controller.steps.common import Deps, Documents, Settings, Warm
 from cachewarm_controller.store import S3Store
 
 # Service/namespace come from the Lambda environment (the CDK stack sets them); the defaults keep
 # the contract's names when the module is imported elsewhere (tests, tools).
-logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME") or "cachewarm")
-metrics = Metrics(namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "CacheWarm")
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME") or "cachewarm"
+logger = Logger(service=SERVICE)
+metrics = Metrics(service=SERVICE, namespace=os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or "CacheWarm")
+# Patches boto3 (every AWS call a subsegment) when tracing is on; a no-op outside Lambda.
+tracer = Tracer(service=SERVICE)
+# The per-warm EMF dimension (beside the aggregate `service` + `Step` the alarms watch).
+WARM_ID_DIMENSION = "WarmId"
 
 Handler = Callable[[dict[str, Any], LambdaContext], dict[str, Any]]
+E = TypeVar("E", bound=BaseModel)
 # The stack sets every one (tests/infra checks): the SSM documents' names are CloudFormation's.
 REQUIRED_ENV = (
     "STATUS_BUCKET",
@@ -87,75 +97,92 @@ def get_deps() -> Deps:
     return default_deps()
 
 
-def _warm(event: dict[str, Any]) -> Warm:
-    # Already validated by ValidateInput; re-parsing is cheap and gives a typed model.
-    return Warm(WarmInput.model_validate(event["input"]), str(event["execution_arn"]))
+def _bind_warm(step: str, warm_id: str | None) -> None:
+    """Once the warm is known: the Logger's correlation id, an X-Ray annotation, and a second EMF
+    dimension set (service, Step, WarmId) on every metric of this invocation, so two warms at once
+    are told apart on the dashboard while the alarms keep watching the aggregate (service, Step)."""
+    if warm_id is None:
+        return
+    logger.set_correlation_id(warm_id)
+    tracer.put_annotation(key=WARM_ID_DIMENSION, value=warm_id)
+    metrics.add_dimensions(**{"service": SERVICE, "Step": step, WARM_ID_DIMENSION: warm_id})
 
 
-def _adapter(fn: Callable[[dict[str, Any], Deps], dict[str, Any]]) -> Handler:
-    """Logger with the warm id as correlation id, EMF metrics, the Lambda's remaining time as the
-    steps' deadline, AWS errors mapped to retryable names."""
+def _adapter(model: type[E]) -> Callable[[Callable[[E, Deps], dict[str, Any]]], Handler]:
+    """A handler around `fn(parsed event, deps)`: the event parsed as `model`, Logger / Tracer /
+    Metrics, the Lambda's remaining time as the steps' deadline, AWS errors mapped to retryable names."""
 
-    @functools.wraps(fn)
-    @logger.inject_lambda_context(correlation_id_path="warm_id", clear_state=True)
-    @metrics.log_metrics
-    def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-        metrics.add_dimension(name="Step", value=fn.__name__)
-        try:
-            deps = get_deps()
-            deps.deadline = Deadline(getattr(context, "get_remaining_time_in_millis", None))
-            result = fn(event, deps)
-        except (ClientError, BotoCoreError) as exc:
-            metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
-            if isinstance(exc, BotoCoreError) or is_throttling(exc):
-                logger.warning("transient AWS error", exc_info=True)
-                raise TransientError(str(exc)) from exc
-            logger.exception("AWS error")
-            raise
-        except Exception as exc:
-            metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
-            logger.exception("step failed", extra={"error_type": type(exc).__name__})
-            raise
-        metrics.add_metric(name="StepSucceeded", unit=MetricUnit.Count, value=1)
-        logger.info("step done", extra={"result": result})
-        return result
+    def wrap(fn: Callable[[E, Deps], dict[str, Any]]) -> Handler:
+        step = fn.__name__
 
-    return handler
+        @functools.wraps(fn)
+        @logger.inject_lambda_context(clear_state=True)
+        @tracer.capture_lambda_handler(capture_response=False)
+        @metrics.log_metrics
+        def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+            metrics.add_dimension(name="Step", value=step)
+            tracer.put_annotation(key="Step", value=step)
+            try:
+                parsed = parse_event(event, model)
+                _bind_warm(step, getattr(parsed, "warm_id", None))
+                deps = get_deps()
+                deps.deadline = Deadline(getattr(context, "get_remaining_time_in_millis", None))
+                result = fn(parsed, deps)
+            except (ClientError, BotoCoreError) as exc:
+                metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
+                if isinstance(exc, BotoCoreError) or is_throttling(exc):
+                    logger.warning("transient AWS error", exc_info=True)
+                    raise TransientError(str(exc)) from exc
+                logger.exception("AWS error")
+                raise
+            except Exception as exc:
+                metrics.add_metric(name="StepFailed", unit=MetricUnit.Count, value=1)
+                logger.exception("step failed", extra={"error_type": type(exc).__name__})
+                raise
+            metrics.add_metric(name="StepSucceeded", unit=MetricUnit.Count, value=1)
+            logger.info("step done", extra={"result": result})
+            return result
+
+        return handler
+
+    return wrap
 
 
 def _loop(step: Callable[[Warm, dict[str, int], Deps], dict[str, Any]], key: str) -> Handler:
     """The handler of one pass of a looping step: the warm and the loop's counters so far
     (`event[key]`, the previous pass's output)."""
 
-    def run(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
-        return step(_warm(event), loop_state(event, key), deps)
+    def run(event: StepEvent, deps: Deps) -> dict[str, Any]:
+        return step(event.warm, event.loop(key), deps)
 
     run.__name__ = run.__qualname__ = step.__name__
-    return _adapter(run)
+    return _adapter(StepEvent)(run)
 
 
-@_adapter
-def validate_input(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+@_adapter(ValidateInputEvent)
+def validate_input(event: ValidateInputEvent, deps: Deps) -> dict[str, Any]:
     """Input `{"input": <execution input>, "execution_arn": $$.Execution.Id}` (the ASL's Parameters)."""
-    inp = planning.validate(event.get("input"), deps)
+    inp = planning.validate(event.input, deps)
+    if event.warm_id is None:  # derived from the Auto Scaling group (planning.validate)
+        _bind_warm("validate_input", inp.warm_id)
     return {
         "warm_id": inp.warm_id,
-        "execution_arn": event["execution_arn"],
+        "execution_arn": event.execution_arn,
         "input": inp.model_dump(mode="json"),
     }
 
 
-@_adapter
-def claim_warm_id(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
-    return planning.claim(_warm(event), deps)
+@_adapter(StepEvent)
+def claim_warm_id(event: StepEvent, deps: Deps) -> dict[str, Any]:
+    return planning.claim(event.warm, deps)
 
 
 survey_replicas = _loop(planning.survey, "survey")
 
 
-@_adapter
-def plan(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
-    out = planning.plan(_warm(event), deps)
+@_adapter(StepEvent)
+def plan(event: StepEvent, deps: Deps) -> dict[str, Any]:
+    out = planning.plan(event.warm, deps)
     metrics.add_metric(name="SourceNodes", unit=MetricUnit.Count, value=out["nodes"])
     return out
 
@@ -173,10 +200,10 @@ def _log_node(fields: dict[str, Any]) -> None:
     logger.info("node progress", extra=fields)
 
 
-@_adapter
-def check_progress(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
-    poll = int((event.get("progress") or {}).get("poll", 0))
-    out = progress.check_progress(_warm(event), poll, deps, log=_log_node)
+@_adapter(StepEvent)
+def check_progress(event: StepEvent, deps: Deps) -> dict[str, Any]:
+    poll = event.progress.poll if event.progress is not None else 0
+    out = progress.check_progress(event.warm, poll, deps, log=_log_node)
     metrics.add_metric(name="NodesDone", unit=MetricUnit.Count, value=out["nodes_done"])
     metrics.add_metric(name="ItemsPopulated", unit=MetricUnit.Count, value=out["items"])
     metrics.add_metric(name="BytesPopulated", unit=MetricUnit.Bytes, value=out["bytes"])
@@ -184,11 +211,10 @@ def check_progress(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
     return out
 
 
-@_adapter
-def teardown(event: dict[str, Any], deps: Deps) -> dict[str, Any]:
+@_adapter(TeardownEvent)
+def teardown(event: TeardownEvent, deps: Deps) -> dict[str, Any]:
     target = teardown_steps.teardown_target(event)
-    previous = event.get("teardown")
-    out = teardown_steps.teardown(target, previous if isinstance(previous, dict) else {}, deps)
+    out = teardown_steps.teardown(target, event.teardown or {}, deps)
     left = out.get("volumes_left", 0) + out.get("instances_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out

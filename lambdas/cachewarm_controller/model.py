@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+from aws_lambda_powertools.utilities.parser import parse
 from cachewarm.contract import inputs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -153,17 +154,21 @@ class WarmInput(_Strict):
     mount_dir: Annotated[str, Field(pattern=inputs.MOUNT_DIR)] = inputs.DEFAULT_MOUNT_DIR
 
 
+def describe_errors(exc: ValidationError) -> str:
+    """Every bad field of a validation error, by path (`source.instance_ids.0: ...`)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<input>'}: {err['msg']}" for err in exc.errors()
+    )
+
+
 def parse_input(raw: object) -> WarmInput:
-    """Validate the raw execution input; the error names every bad field (`source.instance_ids.0`)."""
+    """Validate the raw execution input (Powertools' parser); the error names every bad field."""
     if not isinstance(raw, dict):
         raise InvalidInputError(f"input must be a JSON object, got {type(raw).__name__}")
     try:
-        return WarmInput.model_validate(raw)
+        return parse(event=raw, model=WarmInput)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<input>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise InvalidInputError(f"invalid input: {problems}") from None
+        raise InvalidInputError(f"invalid input: {describe_errors(exc)}") from None
 
 
 def volume_size_gib(data_bytes: int, headroom: float, iops: int) -> int:

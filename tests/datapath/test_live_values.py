@@ -18,6 +18,7 @@ from cachewarm.datapath.ketama import Routing
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.populate import PopulateError, PopulateIncomplete, populate
 from cachewarm.datapath.writer import DirWriter
+from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import config, fetch, node, records
 
@@ -44,7 +45,7 @@ def _dump(path: Path, recs: list[Record]) -> None:
 
 
 def _populate_cli(src: Path, to: str, state: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    args = [*CLI, "populate", "--from", str(src), "--to", to, "--state-file", str(state), *flags]
+    args = [*CLI, "populate", "--from", str(src), "--to", to, "--state-file", str(state), "--json", *flags]
     return subprocess.run([*args, "--workers", "1"], capture_output=True, text=True, timeout=120)
 
 
@@ -92,7 +93,7 @@ def test_oversize_items_are_never_sent_and_live_values_survive(memcached, tmp_pa
             w.set(k, v)
     state = tmp_path / "st.json"
     p = _populate_cli(tmp_path / "dump", dst.address, state)
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == ExitCode.INCOMPLETE, p.stderr
     assert "never sent" in p.stderr and "--accept-oversize" in p.stderr
     summary = json.loads(p.stdout.splitlines()[-1])
     assert (summary["oversize"], summary["stored"], summary["ok"]) == (4, 22, False)
@@ -174,7 +175,7 @@ def test_an_incomplete_dump_fails_unless_accepted(memcached, tmp_path: Path) -> 
     body["completeness"] = {"keys_listed": 12, "records": 10, "undumped": 2}
     (tmp_path / "dump" / "DONE").write_text(json.dumps(body))
     p = _populate_cli(tmp_path / "dump", dst.address, tmp_path / "st.json")
-    assert p.returncode == 1
+    assert p.returncode == ExitCode.INCOMPLETE
     assert "did not converge" in p.stderr and "--accept-incomplete-dump" in p.stderr
     s = json.loads(p.stdout.splitlines()[-1])
     assert s["dump_complete"] is False and s["stored"] == 10  # every item there is still written

@@ -362,6 +362,7 @@ def test_progress_is_json_lines(memcached, tmp_path: Path) -> None:
             dst.address,
             "--state-file",
             str(tmp_path / "st.json"),
+            "--json",
         ],
         capture_output=True,
         text=True,

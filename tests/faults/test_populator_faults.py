@@ -66,7 +66,7 @@ def populate_cmd(d: DumpDir, dst: MemcachedServer, state: Path, rate: int) -> li
         "populate",
         *("--from", str(d.path), "--to", dst.address, "--state-file", str(state)),
         *("--workers", "2", "--poll-interval", "0.05", "--max-items-per-second", str(rate)),
-        *("--destination-timeout", "60", "--bad-file-timeout", "30"),
+        *("--destination-timeout", "60", "--bad-file-timeout", "30", "--json"),
     ]
 
 

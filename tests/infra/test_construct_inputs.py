@@ -115,6 +115,33 @@ def test_settings_from_context() -> None:
     assert s.instance_type == "m7i.xlarge"
 
 
+def test_settings_without_a_checkout_leave_the_files_to_the_package() -> None:
+    """An installed package's stack (no `repo`): paths not given take the packaged files."""
+    s = StackSettings.from_context(App(context={"dumperTarball": "/abs/d.tar.gz"}).node)
+    assert s.paths() == {"dumper_tarball": Path("/abs/d.tar.gz")}
+
+
+def test_packaged_defaults_are_named_when_absent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Props without paths take the package's files; a source checkout has none, and says what to do."""
+    from cachewarm_infra import assets
+
+    monkeypatch.setattr(assets, "ASSETS_DIR", tmp_path / "assets")
+    vpc = ec2.Vpc.from_vpc_attributes(Stack(App(), "S"), "V", vpc_id="vpc-1", availability_zones=["a"])
+    with pytest.raises(FileNotFoundError, match=r"warm\.asl\.json.*make dist.*pass the\s+path"):
+        CacheWarmerProps(vpc=vpc)
+    (tmp_path / "assets" / "statemachine").mkdir(parents=True)
+    (tmp_path / "assets" / "statemachine" / "warm.asl.json").write_text("{}")
+    p = CacheWarmerProps(
+        vpc=vpc,
+        lambdas_dir=lambdas_dir(),
+        ssm_documents_dir=documents_dir(),
+        dumper_tarball=tmp_path / "d",
+        agent_bundle=tmp_path / "a",
+    )
+    assert p.asl_path == tmp_path / "assets" / "statemachine" / "warm.asl.json"
+    assert p.instance_type is not None and p.machine_image is not None
+
+
 def test_settings_reject_bad_tracing() -> None:
     with pytest.raises(ValueError, match="tracing='yes'"):
         StackSettings.from_context(App(context={"tracing": "yes"}).node, REPO)
@@ -190,3 +217,15 @@ def test_a_bundle_without_a_wheel_is_refused(tmp_path: Path) -> None:
     agent.write_bytes(b"not a tarball")
     with pytest.raises(ValueError, match="not a gzipped tarball"):
         build(props(tmp_path, agent_bundle=agent))
+
+
+def test_tracing_off_turns_powertools_tracer_off(tmp_path: Path) -> None:
+    from aws_cdk.assertions import Template
+
+    p = props(tmp_path, tracing=False)
+    build(p)
+    functions = Template.from_stack(Stack.of(p.vpc)).find_resources("AWS::Lambda::Function")
+    assert functions
+    for fn in functions.values():
+        assert fn["Properties"]["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"
+        assert fn["Properties"].get("TracingConfig", {}).get("Mode") != "Active"

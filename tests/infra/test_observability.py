@@ -103,6 +103,10 @@ def test_every_widget_reads_what_the_stack_creates(synth: Synth) -> None:
             if NODE_PROGRESS_MESSAGE in props["query"]:
                 assert all(f in props["query"] for f in NODE_PROGRESS_FIELDS)
         for metric in props.get("metrics", []):
+            for m in metric:
+                # SEARCH over the per-warm series: emitted metrics, in the handlers' namespace.
+                for ns, name in re.findall(r"\{(\w+),[^}]*\} MetricName=\"(\w+)\"", str(m)):
+                    assert ns == "CacheWarm" and name in emitted, m
             names = [m for m in metric if isinstance(m, str) and not m.startswith("TOKEN")]
             if not names or "expression" in json.dumps(metric):
                 continue
@@ -125,3 +129,40 @@ def test_check_progress_logs_the_fields_the_dashboard_reads() -> None:
         f'logger.info("{NODE_PROGRESS_MESSAGE}"'
         in (lambdas_dir() / "cachewarm_controller" / "handlers.py").read_text()
     )
+
+
+def test_dashboard_tells_warms_apart(synth: Synth) -> None:
+    """Per-warm graphs are SEARCHes over the WarmId dimension the handlers add (one labelled line per
+    warm); the "Warm id" variable sets WarmId in the one-warm widgets; alarms stay on the aggregate."""
+    from cachewarm_controller.handlers import WARM_ID_DIMENSION
+    from cachewarm_infra.observability import NO_WARM, WARM_ID
+
+    assert WARM_ID == WARM_ID_DIMENSION == "WarmId"
+    [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
+    body = json.loads(
+        "".join(
+            p if isinstance(p, str) else "TOKEN" for p in dash["Properties"]["DashboardBody"]["Fn::Join"][1]
+        )
+    )
+    [variable] = body["variables"]
+    assert (variable["type"], variable["property"], variable["inputType"]) == ("property", "WarmId", "select")
+    assert variable["search"].startswith("{CacheWarm,WarmId,") and variable["populateFrom"] == "WarmId"
+    searches = [
+        m[0]
+        for w in body["widgets"]
+        for m in w.get("properties", {}).get("metrics", [])
+        if isinstance(m[0], dict) and "SEARCH(" in m[0].get("expression", "")
+    ]
+    names = {re.search(r'MetricName="(\w+)"', m["expression"]).group(1) for m in searches}  # type: ignore[union-attr]
+    assert names == {"ItemsPopulated", "BytesPopulated", "NodesDone", "Revives"}
+    assert all(m["label"] == "${PROP('Dim.WarmId')}" for m in searches)
+    assert "RATE(SEARCH(" in json.dumps(searches)
+    one_warm = [
+        m
+        for w in body["widgets"]
+        for m in w.get("properties", {}).get("metrics", [])
+        if isinstance(m[0], str) and "WarmId" in m
+    ]
+    assert len(one_warm) == 5 and all(m[m.index("WarmId") + 1] == NO_WARM for m in one_warm)
+    for alarm in synth.resources("AWS::CloudWatch::Alarm").values():
+        assert "WarmId" not in json.dumps(alarm["Properties"])

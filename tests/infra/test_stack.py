@@ -58,6 +58,7 @@ def test_one_function_per_asl_placeholder(synth: Synth) -> None:
         p = fn["Properties"]
         assert p["Runtime"] == "python3.12"
         assert p["TracingConfig"] == {"Mode": "Active"}
+        assert "POWERTOOLS_TRACE_DISABLED" not in p["Environment"]["Variables"]  # Tracer on
         assert len(p["Layers"]) == 1 and "Ref" in p["Layers"][0]  # the public Powertools layer parameter
         env = p["Environment"]["Variables"]
         for var in ("STATUS_BUCKET", "DUMP_DOCUMENT_NAME", "POPULATE_DOCUMENT_NAME", "KMS_KEY_ID"):

@@ -306,19 +306,30 @@ def test_populate_waits_for_the_dump_dir_and_runs_the_populator(tmp_path: Path, 
     assert umounts == 3  # two while waiting for dump/, one by the populator's own refresh
 
 
-def test_populate_failure_is_work_failed(tmp_path: Path, s3: Any) -> None:
-    from cachewarm.datapath.populate import PopulateError
+@pytest.mark.parametrize(
+    ("kind", "code"),
+    [
+        ("PopulateError", ExitCode.WORK_FAILED),
+        ("DestinationUnreachable", ExitCode.UNREACHABLE),
+        ("DumpDataError", ExitCode.DATA),
+        ("VolumeError", ExitCode.VOLUME),
+    ],
+)
+def test_populate_failure_ends_with_its_kinds_code(
+    tmp_path: Path, s3: Any, kind: str, code: ExitCode
+) -> None:
+    from cachewarm.datapath import populate as pop
 
     r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
     job = populate_job(tmp_path, r)
     job.source_dir.mkdir(parents=True)
 
     def fails(config: Any, on_progress: Any) -> Any:
-        raise PopulateError("SERVER_ERROR out of memory from 10.0.0.1:11211")
+        raise getattr(pop, kind)("SERVER_ERROR out of memory from 10.0.0.1:11211")
 
     with pytest.raises(AgentError) as e:
         run_populate(job, StatusPublisher(s3, where("populate"), interval_s=3600), fails, log=lambda m: None)
-    assert e.value.code == ExitCode.WORK_FAILED and "SERVER_ERROR" in str(e.value)
+    assert e.value.code == code and "SERVER_ERROR" in str(e.value)
 
 
 def test_populate_times_out_waiting_for_the_dump_dir(tmp_path: Path, s3: Any) -> None:

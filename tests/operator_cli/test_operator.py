@@ -94,7 +94,7 @@ def test_start_rejects_bad_input(aws: Clients, tmp_path: Path, content: str, mes
     p = tmp_path / "in.json"
     p.write_text(content)
     res = invoke(aws, "start", "--state-machine", sm, "--input", str(p))
-    assert res.exit_code == 1 and message in res.output
+    assert res.exit_code == 2 and message in res.output and "--input" in res.output  # a usage error
 
 
 def test_status_shows_each_node(aws: Clients, tmp_path: Path) -> None:

@@ -71,3 +71,29 @@ def test_extras_cover_what_lambdas_and_infra_import() -> None:
     infra |= _third_party_imports(REPO / "infra" / "app.py", own)
     assert infra <= _modules(extras["infra"])
     assert "cachewarm[lambdas,infra]" in extras["dev"]
+
+
+# ---- the construct's distribution (infra/pyproject.toml: cachewarm-cdk) ---------------------------
+
+CONSTRUCT = tomllib.loads((REPO / "infra" / "pyproject.toml").read_text())
+
+
+def test_construct_requires_what_it_imports_and_nothing_else() -> None:
+    """cachewarm-cdk's requirements are what cachewarm_infra imports (its contract is its own copy: it
+    needs no `cachewarm`), and the infra extra pins them for the checkout's app (+ cdk-nag, which
+    infra/app.py runs)."""
+    imported = _third_party_imports(REPO / "infra" / "cachewarm_infra", {"cachewarm_infra"})
+    assert "cachewarm" not in imported
+    requires = CONSTRUCT["project"]["dependencies"]
+    assert _modules(requires) == imported
+    pinned = {_dist(r) for r in PROJECT["project"]["optional-dependencies"]["infra"]}
+    assert {_dist(r) for r in requires} <= pinned
+
+
+def test_construct_has_the_agents_version_and_contract() -> None:
+    project = CONSTRUCT["project"]
+    assert "version" not in project and "version" in project["dynamic"]
+    assert "agent/cachewarm/__init__.py" in (REPO / "infra" / "setup.py").read_text()
+    link = REPO / "infra" / "cachewarm_infra" / "contract"
+    assert link.is_symlink() and link.resolve() == (REPO / "agent" / "cachewarm" / "contract").resolve()
+    assert "cachewarm_infra.contract" in CONSTRUCT["tool"]["setuptools"]["packages"]

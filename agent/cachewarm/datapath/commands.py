@@ -2,6 +2,10 @@
 
 `populate` hands its tuning options to PopulateConfig by name: a new populator flag is a field of
 PopulateConfig (populate/config.py) and its option here, nothing else.
+
+Every option says what it takes (units, default); every command's epilog lists its exit codes
+(cachewarm/exitcodes.py, docs/exit-codes.md). A failure ends in one `error: …` line on stderr and the
+exit code of its kind, never a traceback.
 """
 
 from __future__ import annotations
@@ -12,7 +16,21 @@ from typing import Any
 
 import click
 
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Routing, parse_nodes
+from cachewarm.datapath.cli_options import (
+    DESTINATION_TIMEOUT_HELP,
+    JSON_PROGRESS_HELP,
+    WORKERS_DEFAULT,
+    WORKERS_HELP,
+    accept_options,
+    fail,
+    interrupted,
+    mode_option,
+    nodes,
+    routing_of,
+    routing_options,
+    unreachable,
+)
+from cachewarm.datapath.ketama import parse_nodes
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
@@ -20,99 +38,116 @@ from cachewarm.datapath.populate import (
     default_state_file,
     default_workers,
     populate,
-    progress_printer,
 )
+from cachewarm.datapath.progress import JsonDisplay, make_display, populate_summary_text
 from cachewarm.datapath.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
+from cachewarm.exitcodes import ExitCode, epilog
+
+E = ExitCode
 
 
-def _nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # type: ignore[type-arg]
-    try:
-        return parse_nodes(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e), ctx, param) from e
-
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default="add",
-    show_default=True,
-    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
+@click.command(
+    "populate",
+    epilog=epilog(
+        E.OK, E.FAILED, E.USAGE, E.VOLUME, E.TIMEOUT, E.UNREACHABLE, E.DATA, E.INCOMPLETE, E.INTERRUPTED
+    ),
 )
-
-
-def routing_options(f):  # type: ignore[no-untyped-def]
-    """How keys spread over several destinations: the same for populate, warm and verify."""
-    f = click.option(
-        "--node-key-format",
-        default=EVCACHE_NODE_KEY,
-        show_default=True,
-        help="Ketama node key: {host} as given, {ip} its resolved address, {port} (EVCache's default; "
-        "'{host}:{port}' or '{ip}:{port}' for several nodes on one host).",
-    )(f)
-    f = click.option("--ketama-reps", default=160, show_default=True, help="Ring points per node.")(f)
-    f = click.option(
-        "--hash-delimiter",
-        default=None,
-        callback=lambda ctx, param, value: value.encode() if value else None,
-        help="Hash only the key part before this (hash.on.partial.key).",
-    )(f)
-    return f
-
-
-def accept_options(f):  # type: ignore[no-untyped-def]
-    """What a user may accept instead of a non-zero exit (docs/populator.md, "Exit codes")."""
-    for flag, text in reversed(
-        [
-            (
-                "--accept-oversize",
-                "Exit 0 although items too large for a destination were skipped (named "
-                "in the oversize report; never sent: a failed store deletes the key's live value).",
-            ),
-            ("--accept-evictions", "Exit 0 although the destinations evicted items during the run."),
-            ("--accept-incomplete-dump", "Exit 0 although DONE says the dump is incomplete."),
-            (
-                "--accept-no-evictions",
-                "Write to destinations running with evictions off (-M): when one "
-                "fills up, its failed stores delete the live values of their keys.",
-            ),
-        ]
-    ):
-        f = click.option(flag, is_flag=True, help=text)(f)
-    return f
-
-
-def _routing(tuning: dict[str, Any]) -> Routing:
-    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"])
-
-
-@click.command("populate")
-@click.option("--from", "source_dir", required=True, type=click.Path(path_type=Path), help="Dump directory.")
-@click.option("--to", "to", required=True, callback=_nodes, help="HOST:PORT[,HOST:PORT...]")
 @click.option(
-    "--state-file", type=click.Path(path_type=Path), help="Consumed-file state (outside the volume)."
+    "--from",
+    "source_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Dump directory to read: data files and DONE (e.g. the volume's read-only mount).",
+)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    callback=nodes,
+    help="Destination memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
+)
+@click.option(
+    "--state-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where consumed files are remembered (outside the volume); running again resumes from it.",
+    show_default="~/.local/state/cachewarm/populate-<hash of --from, --to>.json",
 )
 @mode_option
-@click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
-@click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
-@routing_options
-@click.option("--device", default=None, help="Block device to remount read-only between rounds.")
-@click.option("--mount", "mount_dir", default=None, help="Mount point of --device.")
-@click.option("--mount-cmd", default=DEFAULT_MOUNT_CMD, show_default=True)
-@click.option("--umount-cmd", default=DEFAULT_UMOUNT_CMD, show_default=True)
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=1.0, show_default=True)
-@click.option("--bad-file-timeout", type=click.FloatRange(min=0), default=300.0, show_default=True)
-@click.option("--destination-timeout", type=click.FloatRange(min=0), default=120.0, show_default=True)
 @click.option(
-    "--idle-timeout", type=click.FloatRange(min=0), default=None, help="Give up if nothing appears."
+    "--max-items-per-second",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Write at most this many items/s to the destinations in all (split over the workers).",
+    show_default="unlimited",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default=WORKERS_DEFAULT,
+    help=WORKERS_HELP,
+)
+@routing_options
+@click.option(
+    "--device",
+    default=None,
+    help="Block device to remount read-only between rounds (with --mount).",
+    show_default="none: --from is a plain directory",
+)
+@click.option(
+    "--mount",
+    "mount_dir",
+    default=None,
+    help="Mount point of --device (and --from is under it).",
+    show_default="none",
+)
+@click.option(
+    "--mount-cmd",
+    default=DEFAULT_MOUNT_CMD,
+    show_default=True,
+    help="Command that mounts --device read-only at --mount ({device}, {mount} filled in).",
+)
+@click.option(
+    "--umount-cmd", default=DEFAULT_UMOUNT_CMD, show_default=True, help="Command that unmounts --mount."
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="Seconds between looks for new data files.",
+)
+@click.option(
+    "--bad-file-timeout",
+    type=click.FloatRange(min=0),
+    default=300.0,
+    show_default=True,
+    help="Seconds a data file may stay incomplete or unverifiable, or a file DONE lists stay absent, "
+    "before the run fails (exit 7).",
+)
+@click.option(
+    "--destination-timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help=DESTINATION_TIMEOUT_HELP,
+)
+@click.option(
+    "--idle-timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds without any new data file or DONE before giving up (exit 5).",
+    show_default="wait forever",
 )
 @accept_options
 @click.option(
     "--oversize-report",
-    type=click.Path(path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Where skipped oversize items are named (default: <state file>.oversize.jsonl).",
+    help="Where skipped oversize items are named, one JSON line each.",
+    show_default="<state file>.oversize.jsonl",
 )
+@click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
 def populate_cmd(
     source_dir: Path,
     to: list,  # type: ignore[type-arg]
@@ -121,14 +156,15 @@ def populate_cmd(
     mount_dir: str | None,
     mount_cmd: str,
     umount_cmd: str,
+    as_json: bool,
     **tuning: Any,
 ) -> None:
-    """Write the items of a dump directory's verified data files to memcached (add mode by default).
+    """Write the items of a dump directory's verified data files to memcached (add mode by default),
+    until every file DONE lists is applied.
 
-    Progress goes to stdout as JSON lines; the last line is the summary. Exits 1 with an error naming
-    the problem on any failure (SERVER_ERROR, corrupt file, missing file, ...), and, after the summary,
-    when the destinations do not hold every item (oversize items, evictions, an incomplete dump)
-    unless the user accepted that reason."""
+    On a terminal a progress display (published files, populated items, MB/s, ETA) goes to stderr;
+    elsewhere one progress line every few seconds. The summary goes to stdout and ends with the speed;
+    --json gives JSON lines instead. Any failure ends in one `error:` line naming the problem."""
     if (device is None) != (mount_dir is None):
         raise click.UsageError("--device and --mount go together")
     remounter = CommandRemounter(device, mount_dir, mount_cmd, umount_cmd) if device and mount_dir else None
@@ -139,33 +175,113 @@ def populate_cmd(
         remounter=remounter or NoopRemounter(),
         **tuning,  # every other option, named as PopulateConfig's field
     )
+    display = JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr)
     try:
-        summary = populate(config, progress_printer(sys.stdout))
+        try:
+            summary = populate(config, display.populator)
+        finally:
+            display.close()
     except PopulateIncomplete as e:
-        click.echo(e.summary.to_json())  # type: ignore[attr-defined]
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        s = e.summary
+        click.echo(s.to_json() if as_json else populate_summary_text(s))  # type: ignore[attr-defined]
+        fail(e)
     except PopulateError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    click.echo(summary.to_json())
+        fail(e)
+    except KeyboardInterrupt:
+        interrupted()
+    click.echo(summary.to_json() if as_json else populate_summary_text(summary))
 
 
-@click.command("warm")
+@click.command(
+    "warm", epilog=epilog(E.OK, E.FAILED, E.USAGE, E.UNREACHABLE, E.DATA, E.INCOMPLETE, E.INTERRUPTED)
+)
 @click.option("--source", required=True, help="Source memcached HOST:PORT.")
-@click.option("--target", required=True, callback=_nodes, help="Target HOST:PORT[,HOST:PORT...]")
-@click.option("--workdir", required=True, type=click.Path(path_type=Path), help="Dump + state directory.")
-@click.option("--threads", type=click.IntRange(1, 256), default=2, show_default=True, help="Dumper threads.")
+@click.option(
+    "--target",
+    required=True,
+    callback=nodes,
+    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
+)
+@click.option(
+    "--workdir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the dump's data files and the populator's state (empty, or use --resume).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(1, 256),
+    default=2,
+    show_default=True,
+    help="Dumper threads (connections to the source), 1..256.",
+)
 @mode_option
-@click.option("--workers", type=click.IntRange(min=1), default=default_workers, show_default="cores")
-@click.option("--max-items-per-second", type=click.FloatRange(min=1), default=None)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default=WORKERS_DEFAULT,
+    help=WORKERS_HELP + " Also the target check's.",
+)
+@click.option(
+    "--max-items-per-second",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Rate limit in items/s for both the reads from the source (the dumper) and the writes to "
+    "the target (the populator); --source-/--target-max-items-per-second replace it on one side.",
+    show_default="unlimited",
+)
+@click.option(
+    "--source-max-items-per-second",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Items/s the dumper reads from the source (cachewarm-dump --max-items-per-second).",
+    show_default="--max-items-per-second",
+)
+@click.option(
+    "--target-max-items-per-second",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Items/s the populator writes to the target.",
+    show_default="--max-items-per-second",
+)
 @routing_options
 @accept_options
-@click.option("--data-file-size", default="32M", show_default=True)
+@click.option(
+    "--data-file-size",
+    default="32M",
+    show_default=True,
+    metavar="SIZE",
+    help="Bytes after which the dumper starts a new data file; k, M, G suffixes (powers of 1024).",
+)
 @click.option("--resume", is_flag=True, help="Continue the dump and populate already in --workdir.")
-@click.option("--check/--no-check", default=True, show_default=True, help="Look up every key in the target.")
-@click.option("--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, build/).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--check/--no-check",
+    default=True,
+    show_default=True,
+    help="After populating, look up every dumped, unexpired key in the target.",
+)
+@click.option(
+    "--dumper",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="PATH",
+    help="cachewarm-dump binary.",
+    show_default="$CACHEWARM_DUMP, build/release/, PATH",
+)
+@click.option(
+    "--destination-timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help=DESTINATION_TIMEOUT_HELP,
+)
+@click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
+)
 def warm_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
@@ -174,22 +290,31 @@ def warm_cmd(
     mode: str,
     workers: int,
     max_items_per_second: float | None,
+    source_max_items_per_second: int | None,
+    target_max_items_per_second: float | None,
     data_file_size: str,
     resume: bool,
     check: bool,
     dumper: str | None,
+    destination_timeout: float,
     as_json: bool,
+    stream: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
-    every item it should."""
-    from cachewarm.datapath.warm import WarmConfig, WarmError, find_dumper, run_warm
+    every item it should.
+
+    On a terminal a progress display (dumped / published / populated: items, MB/s, ETA) goes to
+    stderr; elsewhere one progress line every few seconds. The summary goes to stdout and ends with
+    the speed; --json gives JSON lines instead."""
+    from cachewarm.datapath.warm import WarmConfig, WarmError, check_reachable, find_dumper, run_warm
 
     try:
         (src,) = parse_nodes(source)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
     try:
+        check_reachable(src, "source")
         cfg = WarmConfig(
             source=src,
             targets=target,
@@ -199,32 +324,67 @@ def warm_cmd(
             mode=mode,  # type: ignore[arg-type]
             workers=workers,
             max_items_per_second=max_items_per_second,
-            routing=_routing(options),
+            source_max_items_per_second=source_max_items_per_second,
+            target_max_items_per_second=target_max_items_per_second,
+            destination_timeout=destination_timeout,
+            routing=routing_of(options),
             accept={k: v for k, v in options.items() if k.startswith("accept_")},
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            stream=stream,
         )
-        summary = run_warm(cfg)
+        summary = run_warm(
+            cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)
+        )
     except (WarmError, PopulateError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+        fail(e)
+    except KeyboardInterrupt:
+        interrupted()
     click.echo(summary.to_json() if as_json else summary.text())
     if not summary.ok:
         for problem in summary.problems:
             click.echo(f"error: {problem}", err=True)
-        sys.exit(1)
+        sys.exit(int(ExitCode.INCOMPLETE))
 
 
-@click.command("verify")
-@click.option("--source", required=True, help="Source memcached HOST:PORT.")
-@click.option("--target", required=True, callback=_nodes, help="Target HOST:PORT[,HOST:PORT...]")
-@click.option(
-    "--sample", type=click.IntRange(min=1), default=None, help="Compare N random keys (default all)."
+@click.command(
+    "verify",
+    epilog=epilog(
+        E.OK,
+        E.FAILED,
+        E.USAGE,
+        E.UNREACHABLE,
+        E.INCOMPLETE,
+        E.INTERRUPTED,
+        OK="every compared key is in the target with the same value, flags and TTL",
+        FAILED="the comparison failed (the message says why)",
+        INCOMPLETE="differences: keys missing or different in the target (listed)",
+    ),
 )
-@click.option("--ttl-tolerance", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--source", required=True, help="Source memcached HOST:PORT.")
+@click.option(
+    "--target",
+    required=True,
+    callback=nodes,
+    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Compare N random source keys.",
+    show_default="every key",
+)
+@click.option(
+    "--ttl-tolerance",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Seconds a target item's remaining TTL may differ from the source's.",
+)
 @routing_options
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def verify_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
@@ -236,24 +396,55 @@ def verify_cmd(
     """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
     value and flags and a TTL within tolerance. Non-zero exit on any difference."""
     from cachewarm.datapath.verify import verify
+    from cachewarm.datapath.warm import WarmError, check_reachable
 
     try:
         (src,) = parse_nodes(source)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
     try:
-        rep = verify(src, target, sample, ttl_tolerance, _routing(routing))
+        check_reachable(src, "source")
+        for t in target:
+            check_reachable(t, "target")
+        rep = verify(src, target, sample, ttl_tolerance, routing_of(routing))
+    except WarmError as e:
+        fail(e)
     except (OSError, RuntimeError, ValueError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
+        fail(e, ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
+    except KeyboardInterrupt:
+        interrupted()
     click.echo(rep.to_json() if as_json else rep.text())
     if not rep.ok:
-        sys.exit(1)
+        sys.exit(int(ExitCode.INCOMPLETE))
 
 
-@click.command("demo")
-@click.option("--items", type=click.IntRange(min=1), default=1_000_000, show_default=True)
-@click.option("--sample", type=click.IntRange(min=1), default=None, help="Verify a sample (default all).")
+@click.command(
+    "demo",
+    epilog=epilog(
+        E.OK,
+        E.FAILED,
+        E.USAGE,
+        E.UNREACHABLE,
+        E.DATA,
+        E.INCOMPLETE,
+        E.INTERRUPTED,
+        OK="the target holds every item and verify found no difference",
+    ),
+)
+@click.option(
+    "--items",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="Items to load into the demo's source memcached (values 50 B..200 KB).",
+)
+@click.option(
+    "--sample",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Verify N random keys.",
+    show_default="every key",
+)
 def demo_cmd(items: int, sample: int | None) -> None:
     """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them."""
     from cachewarm.datapath.demo import run_demo
@@ -262,6 +453,9 @@ def demo_cmd(items: int, sample: int | None) -> None:
     try:
         ok = run_demo(items, sample=sample)
     except (WarmError, PopulateError) as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
-    sys.exit(0 if ok else 1)
+        fail(e)
+    except (OSError, LookupError, RuntimeError) as e:  # no memcached to start, a failed load
+        fail(e, ExitCode.FAILED)
+    except KeyboardInterrupt:
+        interrupted()
+    sys.exit(0 if ok else int(ExitCode.INCOMPLETE))

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,20 +32,35 @@ from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
     Mode,
     PopulateConfig,
-    PopulateError,
     PopulateIncomplete,
     PopulateSummary,
-    Progress,
     default_workers,
     populate,
 )
+from cachewarm.datapath.populate.destinations import reason
+from cachewarm.datapath.progress import Display, make_display, speed_line
+from cachewarm.exitcodes import ExitCode
 
 # Where `make build` puts the dumper in this repository.
 REPO_DUMPER = Path(__file__).resolve().parents[3] / "build" / "release" / dumper_cli.BINARY
 
 
 class WarmError(RuntimeError):
-    pass
+    exit_code = ExitCode.FAILED
+
+
+class Unreachable(WarmError):
+    exit_code = ExitCode.UNREACHABLE
+
+
+def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> None:
+    """Fail at once, naming it, when a memcached does not answer within `timeout` seconds (for the
+    source, the dumper would only say so after the populator has started)."""
+    try:
+        with MetaConnection(node.connect_host, node.port, timeout) as c:
+            c.version()
+    except (OSError, ValueError) as e:  # DestinationUnavailable, a timeout, a name that does not resolve
+        raise Unreachable(f"{role} {node.address} unreachable: {reason(e)}") from e
 
 
 def find_dumper(explicit: str | None = None) -> Path:
@@ -64,6 +80,8 @@ class WarmConfig:
     threads: int = 2
     mode: Mode = "add"
     workers: int = field(default_factory=default_workers)
+    # Items/s for both the reads from the source (the dumper) and the writes to the target (the
+    # populator); the source_/target_ limits, when given, replace it on their side.
     max_items_per_second: float | None = None
     routing: Routing = field(default_factory=Routing)
     # PopulateConfig's accept_* flags by name (accept_oversize, accept_evictions, ...).
@@ -73,6 +91,27 @@ class WarmConfig:
     check: bool = True
     dumper_args: list[str] = field(default_factory=list)
     poll_interval: float = 0.1
+    source_max_items_per_second: int | None = None
+    target_max_items_per_second: float | None = None
+    # How long the target may refuse connections before the warm gives up (seconds).
+    destination_timeout: float = 120.0
+
+    @property
+    def source_rate(self) -> int | None:
+        """The dumper's limit (items/s read from the source; it takes whole numbers)."""
+        if self.source_max_items_per_second is not None:
+            return self.source_max_items_per_second
+        return max(1, round(self.max_items_per_second)) if self.max_items_per_second else None
+
+    @property
+    def target_rate(self) -> float | None:
+        """The populator's limit (items/s written to the target)."""
+        if self.target_max_items_per_second is not None:
+            return self.target_max_items_per_second
+        return self.max_items_per_second
+
+    # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
+    stream: bool = False
 
 
 @dataclass
@@ -96,6 +135,8 @@ class WarmSummary:
     # Why the target does not hold every item (empty when ok): the populator's reasons the user did
     # not accept, and keys the target check did not find.
     problems: list[str] = field(default_factory=list)
+    # Items dumped per second of dump + populate (overlapped; the target check not counted), like mb_per_s.
+    items_per_s: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps({"event": "warm_summary", **asdict(self)}, separators=(",", ":"))
@@ -109,7 +150,7 @@ class WarmSummary:
             f"  items copied        {self.copied:>12,}",
             f"  already present     {self.already_present:>12,}  (fresher values kept: add mode)",
             f"  skipped (expired)   {self.skipped_expired:>12,}",
-            f"  bytes               {self.bytes:>12,}  ({self.mb_per_s:.1f} MB/s, {self.files} files)",
+            f"  bytes               {self.bytes:>12,}  ({self.files} files)",
         ]
         p = self.populate
         if p.get("resent_own"):
@@ -130,6 +171,9 @@ class WarmSummary:
                 f"  target check        {self.checked_in_target - self.missing_in_target:>12,} of "
                 f"{self.checked_in_target:,} unexpired keys present"
             )
+        check = self.total_s - self.populate_s
+        after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
+        lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))
         return "\n".join(lines)
 
 
@@ -139,6 +183,7 @@ class _DumperRun:
     last_progress: DumperProgress | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
     ended_at: float | None = None
+    on_progress: Callable[[DumperProgress], None] | None = None
 
     def pump(self) -> None:
         def out() -> None:
@@ -149,6 +194,8 @@ class _DumperRun:
                     self.stderr_tail.append(raw.decode(errors="replace").rstrip())
                 else:
                     self.last_progress = p
+                    if self.on_progress is not None:
+                        self.on_progress(p)
 
         def err() -> None:
             assert self.proc.stderr is not None
@@ -216,51 +263,61 @@ def _check_target(
     return checked, missing, examples
 
 
-class _Display:
-    """A tqdm bar on a terminal, plain progress lines otherwise."""
-
-    def __init__(self, stream: IO[str], dumper: _DumperRun) -> None:
-        self.stream = stream
-        self.dumper = dumper
-        self.tty = stream.isatty()
-        self.bar: Any = None
-        self.last_line = 0.0
-        if self.tty:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=None, unit="item", unit_scale=True, file=stream, desc="warm", smoothing=0.1)
-
-    def update(self, p: Progress) -> None:
-        dp = self.dumper.last_progress
-        total = dp.keys_listed if dp is not None else 0
-        if self.bar is not None:
-            if total and self.bar.total != total:
-                self.bar.total = total
-            self.bar.n = p.items
-            mb = p.bytes / 1e6 / p.elapsed_s if p.elapsed_s else 0.0
-            self.bar.set_postfix_str(f"{mb:.0f} MB/s, dumped {dp.items if dp is not None else 0:,}")
-            self.bar.refresh()
-        elif time.monotonic() - self.last_line >= 1.0 or p.event == "done":
-            self.last_line = time.monotonic()
-            self.stream.write(
-                f"populated {p.items:,} items ({p.bytes / 1e6:.0f} MB, {p.files_consumed} files) "
-                f"in {p.elapsed_s:.1f}s; dumper: {dp.to_json() if dp is not None else '{}'}\n"
-            )
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
+    """The dumper's command line for this warm (the source's rate limit included)."""
+    return DumperCommand(
+        binary=cfg.dumper,
+        host=cfg.source.host,
+        port=cfg.source.port,
+        out=dump_dir,
+        threads=cfg.threads,
+        max_items_per_second=cfg.source_rate,
+        data_file_size=cfg.data_file_size,
+        progress_interval=0.5,
+        resume=cfg.resume,
+        extra_args=cfg.dumper_args,
+    )
 
 
-def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr) -> WarmSummary:
+def populate_config(
+    cfg: WarmConfig,
+    dump_dir: Path,
+    state_file: Path,
+    should_abort: Callable[[], str | None] | None = None,
+    pool: Executor | None = None,
+) -> PopulateConfig:
+    """The populator's configuration for this warm (the target's rate limit included)."""
+    return PopulateConfig(
+        source_dir=dump_dir,
+        destinations=cfg.targets,
+        state_file=state_file,
+        mode=cfg.mode,
+        workers=cfg.workers,
+        max_items_per_second=cfg.target_rate,
+        node_key_format=cfg.routing.node_key_format,
+        ketama_reps=cfg.routing.reps,
+        hash_delimiter=cfg.routing.hash_delimiter,
+        poll_interval=cfg.poll_interval,
+        destination_timeout=cfg.destination_timeout,
+        should_abort=should_abort,
+        pool=pool,
+        **cfg.accept,  # type: ignore[arg-type]
+    )
+
+
+def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
+    """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
+    if cfg.stream:
+        from cachewarm.datapath.stream import run_stream_warm
+
+        return run_stream_warm(cfg, stream)
     # The worker processes (populate, then the target check) start before this process has threads
     # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
     with started_pool(cfg.workers) as pool:
-        return _run_warm(cfg, stream, pool)
+        return _run_warm(cfg, stream, display, pool)
 
 
-def _run_warm(cfg: WarmConfig, stream: IO[str], pool: Executor) -> WarmSummary:
+def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: Executor) -> WarmSummary:
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)
@@ -272,41 +329,17 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], pool: Executor) -> WarmSummary:
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)
     dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
-    argv = DumperCommand(
-        binary=cfg.dumper,
-        host=cfg.source.host,
-        port=cfg.source.port,
-        out=dump_dir,
-        threads=cfg.threads,
-        data_file_size=cfg.data_file_size,
-        progress_interval=0.5,
-        resume=cfg.resume,
-        extra_args=cfg.dumper_args,
-    ).argv()
+    argv = dumper_command(cfg, dump_dir).argv()
+    display = display or make_display(stream, dumper=True)
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    dumper = _DumperRun(proc)
+    dumper = _DumperRun(proc, on_progress=display.dumper)
     dumper.pump()
-    display = _Display(stream, dumper)
-    pcfg = PopulateConfig(
-        source_dir=dump_dir,
-        destinations=cfg.targets,
-        state_file=state_file,
-        mode=cfg.mode,
-        workers=cfg.workers,
-        max_items_per_second=cfg.max_items_per_second,
-        node_key_format=cfg.routing.node_key_format,
-        ketama_reps=cfg.routing.reps,
-        hash_delimiter=cfg.routing.hash_delimiter,
-        poll_interval=cfg.poll_interval,
-        should_abort=dumper.failure,
-        pool=pool,
-        **cfg.accept,  # type: ignore[arg-type]
-    )
+    pcfg = populate_config(cfg, dump_dir, state_file, should_abort=dumper.failure, pool=pool)
     problems: list[str] = []
     try:
         try:
-            summary: PopulateSummary = populate(pcfg, display.update)
+            summary: PopulateSummary = populate(pcfg, display.populator)
         except PopulateIncomplete as e:
             # Every file was applied: check the target all the same, then fail with the reasons.
             summary = e.summary  # type: ignore[assignment]
@@ -314,7 +347,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], pool: Executor) -> WarmSummary:
         rc = proc.wait()
         if rc != 0:
             raise WarmError(dumper.failure() or f"cachewarm-dump exited {rc}")
-    except (PopulateError, WarmError):
+    except BaseException:  # PopulateError, WarmError, KeyboardInterrupt: stop the dumper too
         display.close()
         if proc.poll() is None:
             proc.terminate()
@@ -356,4 +389,5 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], pool: Executor) -> WarmSummary:
         mb_per_s=round(summary.bytes / 1e6 / (pop_end - start), 1),
         populate=asdict(summary),
         problems=problems,
+        items_per_s=round(manifest.total_records / (pop_end - start), 1),
     )

@@ -1,14 +1,16 @@
 """`cachewarm agent dump` / `populate` / `verify`: the commands the SSM documents run.
 
-Exit codes (ExitCode): 0 done; 1 the dumper/populator failed; 2 bad flags; 3 volume problem;
-4 status bucket not writable; 5 timed out waiting for the source; 130 interrupted. Whatever happens
-after the first heartbeat, the status object ends `done` or `failed` with the reason, and running the
-same command again resumes.
+Exit codes (ExitCode, docs/exit-codes.md): 0 done; 1 the dumper/populator failed; 2 bad flags;
+3 volume problem; 4 status bucket not writable; 5 timed out waiting for the source; populate also
+6 a destination unreachable, 7 bad data, 8 incomplete; 130 interrupted. Whatever happens after the
+first heartbeat, the status object ends `done` or `failed` with the reason, and running the same
+command again resumes.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 import traceback
@@ -22,6 +24,7 @@ import click
 
 from cachewarm.contract import inputs
 from cachewarm.contract.status import Role, StatusLocation, VerifyResult, verify_key
+from cachewarm.exitcodes import epilog
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
     DEFAULT_PUBLISH_INTERVAL_S,
@@ -163,15 +166,36 @@ class AgentFlags:
         }
 
 
+WARM_ID_OPTION = click.option(
+    "--warm-id", required=True, type=Matching(inputs.WARM_ID), help="The warm's id (the execution's name)."
+)
+STATUS_BUCKET_OPTION = click.option(
+    "--status-bucket",
+    required=True,
+    type=Matching(inputs.STATUS_BUCKET),
+    help="S3 bucket the status objects go to (stack output StatusBucketName).",
+)
+STATUS_PREFIX_OPTION = click.option(
+    "--status-prefix",
+    required=True,
+    type=Matching(inputs.STATUS_PREFIX),
+    help="Key prefix of the status objects in --status-bucket.",
+)
 _AGENT_FLAGS = [
-    click.option("--warm-id", required=True, type=Matching(inputs.WARM_ID)),
+    WARM_ID_OPTION,
     click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
     # DEVICE, not EBS_DEVICE: a loop device in tests or a device renamed by hand is fine here.
     click.option("--device", required=True, type=Matching(inputs.DEVICE), help="Block device of the volume."),
     click.option("--mount", required=True, type=Matching(inputs.MOUNT), help="Mount point."),
-    click.option("--status-bucket", required=True, type=Matching(inputs.STATUS_BUCKET)),
-    click.option("--status-prefix", required=True, type=Matching(inputs.STATUS_PREFIX)),
-    click.option("--heartbeat-seconds", type=click.FloatRange(min=0.01), default=30.0, show_default=True),
+    STATUS_BUCKET_OPTION,
+    STATUS_PREFIX_OPTION,
+    click.option(
+        "--heartbeat-seconds",
+        type=click.FloatRange(min=0.01),
+        default=30.0,
+        show_default=True,
+        help="Seconds between status uploads (heartbeats) while the job runs.",
+    ),
     click.option(
         "--device-timeout",
         type=click.FloatRange(min=0),
@@ -220,7 +244,12 @@ def agent_group() -> None:
     """Run on instances by the SSM documents: the dump and populate agents."""
 
 
-@agent_group.command("dump")
+@agent_group.command(
+    "dump",
+    epilog=epilog(
+        ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.VOLUME, ExitCode.STATUS, ExitCode.INTERRUPTED
+    ),
+)
 @common_options
 @click.option(
     "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
@@ -229,7 +258,8 @@ def agent_group() -> None:
     "--threads",
     type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
     default=None,
-    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+    help=f"Dumper worker threads (connections to memcached), 1..{inputs.THREADS_MAX}.",
+    show_default="the dumper's: 2",
 )
 @_RATE_OPTION
 @click.option(
@@ -268,7 +298,21 @@ def dump_cmd(
     _run(flags, "dump", work)
 
 
-@agent_group.command("populate")
+@agent_group.command(
+    "populate",
+    epilog=epilog(
+        ExitCode.OK,
+        ExitCode.FAILED,
+        ExitCode.USAGE,
+        ExitCode.VOLUME,
+        ExitCode.STATUS,
+        ExitCode.TIMEOUT,
+        ExitCode.UNREACHABLE,
+        ExitCode.DATA,
+        ExitCode.INCOMPLETE,
+        ExitCode.INTERRUPTED,
+    ),
+)
 @common_options
 @click.option(
     "--to",
@@ -277,7 +321,13 @@ def dump_cmd(
     type=Matching(inputs.ENDPOINT_LIST),
     help="Destination HOST:PORT[,HOST:PORT…]",
 )
-@click.option("--mode", type=click.Choice(["add", "set"]), default=inputs.DEFAULT_MODE, show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default=inputs.DEFAULT_MODE,
+    show_default=True,
+    help="add: never replace a value already in the destination (live traffic wins); set: overwrite.",
+)
 @_RATE_OPTION
 @click.option(
     "--state-dir",
@@ -327,6 +377,101 @@ def populate_cmd(
     _run(flags, "populate", work)
 
 
+@agent_group.command(
+    "stream",
+    epilog=epilog(ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.STATUS, ExitCode.INTERRUPTED),
+)
+@WARM_ID_OPTION
+@click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
+@click.option(
+    "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
+)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default=inputs.DEFAULT_MODE,
+    show_default=True,
+    help="add: never overwrite a value the destination holds (live writes win); set: overwrite.",
+)
+@click.option(
+    "--threads",
+    type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
+    default=None,
+    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+    show_default="the dumper's default",
+)
+@_RATE_OPTION
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Where the stream keeps its key lists and checkpoint (a re-run resumes).",
+)
+@click.option(
+    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
+)
+@STATUS_BUCKET_OPTION
+@STATUS_PREFIX_OPTION
+@click.option(
+    "--heartbeat-seconds",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Seconds between status uploads (heartbeats) while the job runs.",
+)
+@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+def stream_cmd(
+    warm_id: str,
+    node_id: str,
+    memcached: str,
+    to: str,
+    mode: str,
+    threads: int | None,
+    max_items_per_second: int | None,
+    state_dir: Path,
+    dumper: str | None,
+    status_bucket: str,
+    status_prefix: str,
+    heartbeat_seconds: float,
+    region: str | None,
+) -> None:
+    """Stream the source straight into the destination(s): no volume, no populator (same-AZ warms).
+    The status is published as this node's `populate` object."""
+    from cachewarm.node_agent.stream import StreamJob, publisher_factory, run_stream
+
+    host, port = memcached.rsplit(":", 1)
+
+    def work(status: StatusPublisher) -> None:
+        job = StreamJob(
+            warm_id=warm_id,
+            node_id=node_id,
+            memcached_host=host,
+            memcached_port=int(port),
+            destinations=to,
+            dumper=find_dumper(dumper),
+            mode=mode,  # type: ignore[arg-type]
+            threads=threads,
+            max_items_per_second=max_items_per_second,
+            state_dir=state_dir,
+        )
+        click.echo(json.dumps(run_stream(job, status, SubprocessRunner(), _log)))
+
+    factory = publisher_factory(
+        status_bucket, status_prefix, warm_id, node_id, heartbeat_seconds, region, _log
+    )
+    with _sigterm_raises():
+        code = execute(factory, work)
+    sys.exit(code)
+
+
 def _data_path_verify() -> tuple[Callable[..., Any], Callable[[str], list[Any]]]:
     """`cachewarm verify`'s comparison and node parser (imported late: the other agent commands
     do not need them)."""
@@ -368,8 +513,16 @@ def run_verify(
     )
 
 
-@agent_group.command("verify")
-@click.option("--warm-id", required=True, type=Matching(inputs.WARM_ID))
+@agent_group.command(
+    "verify",
+    epilog=epilog(
+        ExitCode.OK,
+        ExitCode.USAGE,
+        ExitCode.STATUS,
+        OK="the result is written (whatever it says; a comparison that failed is in its `error`)",
+    ),
+)
+@WARM_ID_OPTION
 @click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
 @click.option("--source", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT.")
 @click.option(
@@ -385,9 +538,15 @@ def run_verify(
     type=MatchingInt(inputs.SAMPLE_KEYS, 1),
     help="How many of the source's keys to compare.",
 )
-@click.option("--status-bucket", required=True, type=Matching(inputs.STATUS_BUCKET))
-@click.option("--status-prefix", required=True, type=Matching(inputs.STATUS_PREFIX))
-@click.option("--ttl-tolerance", type=click.IntRange(min=0), default=5, show_default=True)
+@STATUS_BUCKET_OPTION
+@STATUS_PREFIX_OPTION
+@click.option(
+    "--ttl-tolerance",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Seconds a destination item's remaining TTL may differ from the source's.",
+)
 @click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
 def verify_cmd(
     warm_id: str,

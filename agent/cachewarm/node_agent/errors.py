@@ -1,23 +1,13 @@
-"""Exit codes of `cachewarm agent …` (the SSM command's exit status) and the error carrying one."""
+"""Exit codes of `cachewarm agent …` (the SSM command's exit status) and the error carrying one.
+
+The codes are every command's (`cachewarm.exitcodes`, docs/exit-codes.md); the agent uses 0-8 and 130.
+"""
 
 from __future__ import annotations
 
-import enum
+from cachewarm.exitcodes import ExitCode
 
-
-class ExitCode(enum.IntEnum):
-    OK = 0
-    # The dumper or the populator failed; the status object says why. Re-running resumes.
-    WORK_FAILED = 1
-    USAGE = 2  # bad flags (click)
-    # The volume: device never appeared, holds a foreign file system, mkfs or mount failed.
-    VOLUME = 3
-    # The status bucket could not be written (no heartbeat = the controller cannot see this node).
-    STATUS = 4
-    # Waited too long for the source's file system or dump directory to appear (populator).
-    TIMEOUT = 5
-    # SIGTERM/SIGINT (e.g. SSM CancelCommand): the status says "failed: interrupted"; re-run resumes.
-    INTERRUPTED = 130
+__all__ = ["AgentError", "ExitCode"]
 
 
 class AgentError(RuntimeError):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, dumper_node_id
+from cachewarm.exitcodes import code_of
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import Progress, StatusPublisher
@@ -276,8 +277,8 @@ def run_populate(
 
     try:
         summary = fn(config, on_progress)
-    except PopulateError as e:
-        raise AgentError(ExitCode.WORK_FAILED, f"the populator failed: {e}") from e
+    except PopulateError as e:  # its kind's code: 6 unreachable, 7 bad data, 8 incomplete, else 1
+        raise AgentError(code_of(e, ExitCode.WORK_FAILED), f"the populator failed: {e}") from e
     status.update(
         Progress(
             items=int(summary.records), bytes=int(summary.bytes), files=int(summary.files), keys_listed=0

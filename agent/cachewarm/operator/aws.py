@@ -10,17 +10,24 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import click
 from botocore.exceptions import ClientError
 
 from cachewarm.contract import tags
 from cachewarm.contract.inputs import DEFAULT_STATUS_PREFIX
 from cachewarm.contract.status import ROLES, NodeStatus, StatusFormatError, role_prefix, warm_prefix
+from cachewarm.exitcodes import CliError
 from cachewarm.operator.view import NodeView, WarmView
 
+# Seconds to connect to an AWS endpoint, seconds to wait for an answer, and attempts in all: an
+# unreachable endpoint is reported in seconds (botocore's defaults are 60 s, 60 s and 5 legacy
+# attempts: minutes).
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 30
+MAX_ATTEMPTS = 3
 
-class OperatorError(click.ClickException):
-    """Shown as `Error: …` with exit code 1."""
+
+class OperatorError(CliError):
+    """Shown as one `error: …` line, exit code 1 unless given another."""
 
 
 @dataclass
@@ -33,8 +40,14 @@ class Clients:
     def get(self, service: str) -> Any:
         if service not in self._cache:
             import boto3
+            from botocore.config import Config
 
-            self._cache[service] = boto3.client(service, region_name=self.region)  # type: ignore[call-overload]
+            config = Config(
+                connect_timeout=CONNECT_TIMEOUT_S,
+                read_timeout=READ_TIMEOUT_S,
+                retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            )
+            self._cache[service] = boto3.client(service, region_name=self.region, config=config)  # type: ignore[call-overload]
         return self._cache[service]
 
 

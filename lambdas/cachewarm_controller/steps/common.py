@@ -101,14 +101,6 @@ def load_plan(warm: Warm, deps: Deps) -> WarmPlan:
     return plan
 
 
-def loop_state(event: Mapping[str, Any], key: str) -> dict[str, int]:
-    """The previous pass's counters of a loop (`event[key]`, the Task's own last output)."""
-    value = event.get(key) or {}
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: int(value.get(k, 0)) for k in ("passes", "waits")}
-
-
 def pass_result(
     state: Mapping[str, int],
     *,

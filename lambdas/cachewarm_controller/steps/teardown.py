@@ -14,7 +14,6 @@ time, touching only what this execution created.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from cachewarm_controller.attach import LIVE_STATES
 from cachewarm_controller.awsutil import chunks, tag_value
 from cachewarm_controller.budget import TEARDOWN_CALLS_PER_PASS
 from cachewarm_controller.errors import InvalidInputError, WaitTimedOutError
+from cachewarm_controller.events import TeardownEvent, parse_event
 from cachewarm_controller.history import TEARDOWN_MAX_PASSES
 from cachewarm_controller.model import TeardownState, WarmPlan
 from cachewarm_controller.steps.common import Deps, backoff_seconds
@@ -218,33 +218,22 @@ def _unmount_results(mem: TeardownState, deps: Deps) -> dict[str, str]:
     return dict(mem.unmount_results)
 
 
-def teardown_target(event: Mapping[str, Any]) -> TeardownTarget:
+def teardown_target(event: Mapping[str, Any] | TeardownEvent) -> TeardownTarget:
     """What to tear down, from the state machine's state (`execution_arn`, `input`) or from an
     EventBridge 'Step Functions Execution Status Change' event (`detail.executionArn`, and
     `detail.input`, the execution's input): a rule on ABORTED / TIMED_OUT / FAILED executions runs the
     same teardown, since no Catch runs for the first two and the third may have failed outside one.
     The input is checked here too: it may never have passed ValidateInput; without a valid warm id,
     the execution's resources are still found by its ARN."""
-    detail = event.get("detail")
-    if isinstance(detail, Mapping) and "executionArn" in detail:
-        execution_arn = detail.get("executionArn")
-        try:
-            body: Any = json.loads(detail.get("input") or "{}")
-        except (TypeError, ValueError):
-            body = {}
-        inp = body if isinstance(body, Mapping) else {}
-    else:
-        execution_arn = event.get("execution_arn")
-        inp = event.get("input") if isinstance(event.get("input"), Mapping) else {}
+    ev = event if isinstance(event, TeardownEvent) else parse_event(dict(event), TeardownEvent)
+    execution_arn = ev.target_arn
     if not isinstance(execution_arn, str) or ":execution:" not in execution_arn:
         raise InvalidInputError(f"teardown needs the execution's ARN, got {execution_arn!r}")
-    warm_id = inp.get("warm_id")
-    if not isinstance(warm_id, str) or not inputs.matches(inputs.WARM_ID, warm_id):
-        warm_id = None
+    inp = ev.execution_input
     prefix = inp.get("status_prefix")
     if not isinstance(prefix, str) or not inputs.matches(inputs.STATUS_PREFIX, prefix):
         prefix = inputs.DEFAULT_STATUS_PREFIX
     mount_dir = inp.get("mount_dir")
     if not isinstance(mount_dir, str) or not inputs.matches(inputs.MOUNT_DIR, mount_dir):
         mount_dir = inputs.DEFAULT_MOUNT_DIR
-    return TeardownTarget(execution_arn, warm_id, prefix, mount_dir)
+    return TeardownTarget(execution_arn, ev.warm_id, prefix, mount_dir)

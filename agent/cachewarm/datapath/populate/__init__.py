@@ -4,9 +4,13 @@ restarts, evictions), `report` (the summary and the keys never sent), `loop` (th
 
 from cachewarm.datapath.encode import Mode
 from cachewarm.datapath.populate.config import (
+    DestinationUnreachable,
+    DumpDataError,
+    DumpTimeout,
     PopulateConfig,
     PopulateError,
     PopulateIncomplete,
+    VolumeError,
     WorkerParams,
     default_state_file,
     default_workers,
@@ -16,6 +20,9 @@ from cachewarm.datapath.populate.report import PopulateSummary, Progress, progre
 from cachewarm.datapath.populate.state import PopulateState
 
 __all__ = [
+    "DestinationUnreachable",
+    "DumpDataError",
+    "DumpTimeout",
     "Mode",
     "PopulateConfig",
     "PopulateError",
@@ -24,6 +31,7 @@ __all__ = [
     "PopulateSummary",
     "Populator",
     "Progress",
+    "VolumeError",
     "WorkerParams",
     "default_state_file",
     "default_workers",

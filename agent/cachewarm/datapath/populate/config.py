@@ -17,15 +17,45 @@ from pathlib import Path
 from cachewarm.datapath.encode import Mode
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node, Routing
 from cachewarm.datapath.remount import NoopRemounter, Remounter
+from cachewarm.exitcodes import ExitCode
 
 
 class PopulateError(RuntimeError):
-    """A failure the populator cannot recover from; the message names the problem."""
+    """A failure the populator cannot recover from; the message names the problem. Each kind carries
+    the exit code the commands end with (cachewarm/exitcodes.py)."""
+
+    exit_code = ExitCode.FAILED
+
+
+class DestinationUnreachable(PopulateError):
+    """A destination refused or timed out for longer than the destination timeout."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class DumpDataError(PopulateError):
+    """The dump is bad: a corrupt or unverifiable file, a file DONE lists missing, DONE invalid."""
+
+    exit_code = ExitCode.DATA
+
+
+class DumpTimeout(PopulateError):
+    """Nothing appeared in the dump directory for the idle timeout."""
+
+    exit_code = ExitCode.TIMEOUT
+
+
+class VolumeError(PopulateError):
+    """Remounting the dump's volume kept failing."""
+
+    exit_code = ExitCode.VOLUME
 
 
 class PopulateIncomplete(PopulateError):
     """The populator went through every file but the destinations do not hold every item, for reasons
     the user did not accept (`summary.incomplete`): the summary is still the truth of what was done."""
+
+    exit_code = ExitCode.INCOMPLETE
 
     def __init__(self, message: str, summary: object) -> None:
         super().__init__(message)

@@ -7,21 +7,33 @@ began (evictions mean the warm is not complete)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import tenacity
 
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
-from cachewarm.datapath.populate.config import PopulateError
+from cachewarm.datapath.populate.config import DestinationUnreachable
 
 # The meta protocol (every write of ours) is memcached 1.6's.
 MIN_VERSION = (1, 6, 0)
+# Seconds one look may take (connect included): a silent host is reported as such within seconds,
+# then retried with backoff until the destination timeout.
+PROBE_TIMEOUT_S = 5.0
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
     """(1, 6, 45) of "1.6.45" (or "1.6.45-rc1"); None when it is no release number."""
     m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
     return tuple(int(x) for x in m.groups()) if m else None
+
+
+def reason(e: BaseException) -> str:
+    """Why a connection failed, for a message that names the destination already: without the
+    address and errno prefixes ("cannot connect: Connection refused")."""
+    return re.sub(r"\[Errno -?\d+\] ", "", re.sub(r"^\S+:\d+: ", "", str(e)))
 
 
 @dataclass(frozen=True)
@@ -45,7 +57,7 @@ class DestinationInfo:
         return self.pid, self.started
 
 
-def read_info(node: Node, timeout: float = 10.0) -> DestinationInfo:
+def read_info(node: Node, timeout: float = PROBE_TIMEOUT_S) -> DestinationInfo:
     """One look at a destination. Raises DestinationUnavailable (also for answers we cannot use)."""
     c = MetaConnection(node.connect_host, node.port, timeout)
     try:
@@ -78,6 +90,8 @@ class DestinationProbe:
     # Per address: (pid, evictions) when first seen with that pid (the state file keeps it).
     evictions_base: dict[str, tuple[int, int]] = field(default_factory=dict)
     info: dict[str, DestinationInfo] = field(default_factory=dict)
+    # Told (address, why, seconds waited so far) before each retry while a destination is unavailable.
+    on_wait: Callable[[str, str, float], None] | None = None
     _evictions: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -94,15 +108,22 @@ class DestinationProbe:
 
     def probe(self) -> dict[str, tuple[int, int]]:
         """Look at each destination (with backoff): its identity (pid, start time) by address.
-        Raises PopulateError when one stays unavailable for `timeout`."""
+        Raises DestinationUnreachable when one stays unavailable for `timeout`."""
         seen: dict[str, tuple[int, int]] = {}
         for n in self.nodes:
+            # Give up when the next backoff would pass the timeout (not up to one backoff after it).
+            retrying = retry_while_unavailable(self.timeout).copy(
+                stop=tenacity.stop_before_delay(self.timeout)
+            )
+            if self.on_wait is not None:
+                retrying = retrying.copy(before_sleep=self._waiting(n.address))
             try:
-                for attempt in retry_while_unavailable(self.timeout):
+                for attempt in retrying:
                     with attempt:
                         info = read_info(n)
             except DestinationUnavailable as e:
-                raise PopulateError(f"destination {n.address} unavailable for {self.timeout:g}s: {e}") from e
+                why = f"unavailable for {self.timeout:g}s (--destination-timeout): {reason(e)}"
+                raise DestinationUnreachable(f"destination {n.address} {why}") from e
             self.info[n.address] = info
             seen[n.address] = info.identity
             # Evictions while we write mean the destination is too small: items were dropped.
@@ -113,6 +134,14 @@ class DestinationProbe:
                 self.evictions_base[n.address] = (info.pid, 0)
                 self._evictions[n.address] = info.evictions
         return seen
+
+    def _waiting(self, address: str) -> Callable[[tenacity.RetryCallState], None]:
+        def tell(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if self.on_wait is not None:
+                self.on_wait(address, reason(exc) if exc else "unavailable", state.seconds_since_start or 0.0)
+
+        return tell
 
     def without_evictions(self) -> list[str]:
         return [a for a, i in self.info.items() if not i.evictions_enabled]

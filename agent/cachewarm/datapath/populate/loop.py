@@ -34,7 +34,15 @@ from cachewarm.datapath.encode import FileJob
 from cachewarm.datapath.ketama import Node, resolve_nodes
 from cachewarm.datapath.meta import ServerIdentity
 from cachewarm.datapath.pool import process_pool
-from cachewarm.datapath.populate.config import PopulateConfig, PopulateError, PopulateIncomplete
+from cachewarm.datapath.populate.config import (
+    DestinationUnreachable,
+    DumpDataError,
+    DumpTimeout,
+    PopulateConfig,
+    PopulateError,
+    PopulateIncomplete,
+    VolumeError,
+)
 from cachewarm.datapath.populate.destinations import DestinationProbe
 from cachewarm.datapath.populate.report import (
     OversizeReport,
@@ -44,7 +52,7 @@ from cachewarm.datapath.populate.report import (
     summarize,
 )
 from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, PopulateState, StartedJournal
-from cachewarm.datapath.populate.worker import DEST_ERROR, FileOutcome, apply_file
+from cachewarm.datapath.populate.worker import DEST_ERROR, DEST_UNAVAILABLE, FileOutcome, apply_file
 from cachewarm.datapath.remount import RemountError
 
 
@@ -70,6 +78,9 @@ class Populator:
     # DONE as last parsed, and the (inode, size, mtime) it was parsed at: parsed again only on change.
     _manifest: tuple[tuple[int, int, int], df.Manifest] | None = field(init=False, default=None)
     _sums: tuple[int, int, NodeCounts] | None = field(init=False, default=None)
+    # For the progress display: data files seen so far, and DONE's item count once it is read.
+    _published: int = field(init=False, default=0)
+    _total: int | None = field(init=False, default=None)
 
     def _totals(self) -> NodeCounts:
         t = NodeCounts()
@@ -102,6 +113,8 @@ class Populator:
                 elapsed_s=round(elapsed, 3),
                 items_per_s=round(items / elapsed, 1) if elapsed > 0 else 0.0,
                 detail=detail,
+                files_published=self._published,
+                total_items=self._total,
             )
         )
 
@@ -207,7 +220,9 @@ class Populator:
         self.state.routing = routing
         self._journal = StartedJournal.open(c.state_file, self.state)
         self._report = OversizeReport(c.oversize_report_path)
-        self._destinations = DestinationProbe(self.nodes, c.destination_timeout, self.state.evictions_base)
+        self._destinations = DestinationProbe(
+            self.nodes, c.destination_timeout, self.state.evictions_base, on_wait=self._waiting
+        )
         self._probe_destinations()
         self._save(force=True)
         params = replace(c.worker_params(), nodes=tuple(self.nodes))
@@ -233,7 +248,10 @@ class Populator:
                     if set(names) - seen_any or done_exists:
                         last_new = time.monotonic()
                     seen_any |= set(names)
+                    self._published = len(seen_any)
                     manifest = self._read_manifest(done_exists, bad_since)
+                    if manifest is not None:
+                        self._total = manifest.total_records
                     busy = set(inflight.values())
                     now = time.monotonic()
                     todo = sorted(
@@ -276,7 +294,7 @@ class Populator:
                         listed = {f.name for f in manifest.files}
                         unlisted = sorted(set(names) - listed)
                         if unlisted:
-                            raise PopulateError(
+                            raise DumpDataError(
                                 f"published data file(s) not listed in DONE: {', '.join(unlisted[:5])}"
                             )
                         missing = sorted(n for n in listed if not self.state.done(n))
@@ -290,12 +308,12 @@ class Populator:
                             if m not in names:
                                 first = bad_since.setdefault(m, now)
                                 if now - first > c.bad_file_timeout:
-                                    raise PopulateError(
+                                    raise DumpDataError(
                                         f"DONE lists {m} but it did not appear in {c.source_dir} within "
                                         f"{c.bad_file_timeout:g}s"
                                     )
                     elif c.idle_timeout is not None and now - last_new > c.idle_timeout:
-                        raise PopulateError(
+                        raise DumpTimeout(
                             f"no data file and no DONE appeared in {c.source_dir} for {c.idle_timeout:g}s"
                         )
                     if not progressed:
@@ -310,6 +328,12 @@ class Populator:
                 self._save(force=True)
                 raise
 
+    def _waiting(self, address: str, why: str, waited_s: float) -> None:
+        left = max(0.0, self.config.destination_timeout - waited_s)
+        self._emit(
+            "destination_unavailable", detail=f"waiting for {address} ({why}), retrying for {left:.0f}s"
+        )
+
     def _refresh(self, bad_since: dict[str, float]) -> bool:
         """Remount; a failure is retried next round until bad_file_timeout, then it is fatal."""
         try:
@@ -317,7 +341,7 @@ class Populator:
         except RemountError as e:
             first = bad_since.setdefault("<remount>", time.monotonic())
             if time.monotonic() - first > self.config.bad_file_timeout:
-                raise PopulateError(f"remounting failed for {self.config.bad_file_timeout:g}s: {e}") from e
+                raise VolumeError(f"remounting failed for {self.config.bad_file_timeout:g}s: {e}") from e
             self._emit("remount_failed", detail=str(e))
             return False
         bad_since.pop("<remount>", None)
@@ -337,11 +361,11 @@ class Populator:
             # On a ro,norecovery mount DONE may be visible before its bytes are.
             first = bad_since.setdefault(df.MANIFEST_NAME, time.monotonic())
             if time.monotonic() - first > self.config.bad_file_timeout:
-                raise PopulateError(f"DONE is unreadable for {self.config.bad_file_timeout:g}s: {e}") from e
+                raise DumpDataError(f"DONE is unreadable for {self.config.bad_file_timeout:g}s: {e}") from e
             return None
         except df.FormatError as e:
             # Whole JSON that breaks the format is a lie, not a half-visible file: stop now.
-            raise PopulateError(f"DONE is invalid: {e}") from e
+            raise DumpDataError(f"DONE is invalid: {e}") from e
         bad_since.pop(df.MANIFEST_NAME, None)
         self._manifest = (key, m)
         return m
@@ -382,14 +406,15 @@ class Populator:
             return True
         if not out.sent:
             self._journal.forget(out.name)
-        if out.status == DEST_ERROR:
+        if out.status in (DEST_ERROR, DEST_UNAVAILABLE):
             self._save(force=True)
-            raise PopulateError(f"writing {out.name}: {out.reason}")
+            error = DestinationUnreachable if out.status == DEST_UNAVAILABLE else PopulateError
+            raise error(f"writing {out.name}: {out.reason}")
         if out.status == df.Status.CORRUPT.value:
-            raise PopulateError(f"{out.name} is corrupt (checksum verifies, records do not): {out.reason}")
+            raise DumpDataError(f"{out.name} is corrupt (checksum verifies, records do not): {out.reason}")
         first = bad_since.setdefault(out.name, time.monotonic())
         if time.monotonic() - first > c.bad_file_timeout:
-            raise PopulateError(
+            raise DumpDataError(
                 f"{out.name} stayed unverifiable for {c.bad_file_timeout:g}s ({out.status}: {out.reason})"
             )
         return False
@@ -398,22 +423,22 @@ class Populator:
         c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
         if lying := sorted(n for n, v in self._versions.items() if v != manifest.version):
-            raise PopulateError(
+            raise DumpDataError(
                 f"DONE says data format version {manifest.version}, but {lying[0]} is version "
                 f"{self._versions[lying[0]]} ({len(lying)} files)"
             )
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
-                raise PopulateError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
+                raise DumpDataError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
             t = cf.total()
             if t.items != cf.records:
-                raise PopulateError(
+                raise DumpDataError(
                     f"{mf.name}: stored {t.stored} + present {t.present} + resent {t.resent} + expired "
                     f"{t.expired} + oversize {t.oversize} != records {cf.records}"
                 )
         records = sum(f.records for f in files)
         if records != manifest.total_records:
-            raise PopulateError(f"applied {records} records, DONE's totals say {manifest.total_records}")
+            raise DumpDataError(f"applied {records} records, DONE's totals say {manifest.total_records}")
         self._save(force=True)
         summary = summarize(
             files,

@@ -34,6 +34,9 @@ class Progress:
     elapsed_s: float
     items_per_s: float
     detail: str = ""
+    # Data files seen in the dump directory so far, and DONE's item count once DONE is read.
+    files_published: int = 0
+    total_items: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -34,6 +34,8 @@ from cachewarm.datapath.populate.send_v2 import RateLimiter, send_planned
 from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
+# The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
+DEST_UNAVAILABLE = "dest_unavailable"
 
 
 @dataclass(frozen=True)
@@ -315,7 +317,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                     out.oversize.clear()
                     write(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
         except DestinationUnavailable as e:
-            out.status = DEST_ERROR
+            out.status = DEST_UNAVAILABLE
             out.reason = (
                 f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
             )

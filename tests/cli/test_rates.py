@@ -1,0 +1,114 @@
+"""`warm`'s rate limits mean what they say (issue 14 §4): `--max-items-per-second` limits both the
+dumper's reads from the source and the populator's writes to the target; `--source-...` and
+`--target-max-items-per-second` set one side alone. Checked where each limit is handed over — the
+dumper's command line (`DumperCommand`) and the populator's configuration — and end to end through
+the CLI with a real dumper (through a wrapper that records its argv) and real memcached servers."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cachewarm.cli import main
+from cachewarm.datapath import warm as warm_mod
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.warm import WarmConfig, dumper_command, populate_config
+from click.testing import CliRunner
+
+from tests.cli.support import load
+
+
+def config(**rates: Any) -> WarmConfig:
+    return WarmConfig(
+        source=Node("127.0.0.1", 11211),
+        targets=[Node("127.0.0.1", 11311)],
+        workdir=Path("/w"),
+        dumper=Path("/bin/cachewarm-dump"),
+        workers=4,
+        **rates,
+    )
+
+
+def dumper_limit(argv: list[str]) -> str | None:
+    return argv[argv.index("--max-items-per-second") + 1] if "--max-items-per-second" in argv else None
+
+
+@pytest.mark.parametrize(
+    ("rates", "source", "target"),
+    [
+        ({}, None, None),
+        ({"max_items_per_second": 1000.0}, "1000", 1000.0),
+        ({"max_items_per_second": 1000.6}, "1001", 1000.6),  # the dumper takes whole items/s
+        ({"source_max_items_per_second": 50}, "50", None),
+        ({"target_max_items_per_second": 70.0}, None, 70.0),
+        ({"max_items_per_second": 1000.0, "source_max_items_per_second": 10}, "10", 1000.0),
+        ({"max_items_per_second": 1000.0, "target_max_items_per_second": 20.0}, "1000", 20.0),
+        ({"source_max_items_per_second": 30, "target_max_items_per_second": 40.0}, "30", 40.0),
+    ],
+)
+def test_each_side_gets_its_limit(rates: dict[str, Any], source: str | None, target: float | None) -> None:
+    cfg = config(**rates)
+    assert dumper_limit(dumper_command(cfg, Path("/w/dump")).argv()) == source
+    pcfg = populate_config(cfg, Path("/w/dump"), Path("/w/state.json"))
+    assert pcfg.max_items_per_second == target
+    # The populator splits its limit over its workers.
+    share = pcfg.worker_params().items_per_second
+    assert share == (target / 4 if target else None)
+
+
+def recording_dumper(real: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A `--dumper` that writes its argv (one JSON line) and runs the real one."""
+    log = tmp_path / "argv.jsonl"
+    script = tmp_path / "dumper.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\" >> {log}\n"
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script, log
+
+
+@pytest.mark.parametrize(
+    ("flags", "source", "target"),
+    [
+        (["--max-items-per-second", "200000"], "200000", 200000.0),
+        (
+            ["--source-max-items-per-second", "150000", "--target-max-items-per-second", "90000"],
+            "150000",
+            90000.0,
+        ),
+    ],
+    ids=["both", "each"],
+)
+def test_warm_hands_each_limit_to_its_side(
+    memcached,
+    dumper_bin: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    source: str,
+    target: float,
+) -> None:
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    load(src, 500)
+    dumper, log = recording_dumper(dumper_bin, tmp_path)
+    seen: list[Any] = []
+    real_populate = warm_mod.populate
+
+    def populate(cfg: Any, on_progress: Any = None) -> Any:
+        seen.append(cfg)
+        return real_populate(cfg, on_progress)
+
+    monkeypatch.setattr(warm_mod, "populate", populate)
+    args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
+    res = CliRunner().invoke(main, [*args, "--dumper", str(dumper), "--json", *flags])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.splitlines()[-1])["items_dumped"] == 500
+    (argv,) = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert dumper_limit(argv) == source
+    (pcfg,) = seen
+    assert pcfg.max_items_per_second == target
