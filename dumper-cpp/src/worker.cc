@@ -26,6 +26,9 @@ namespace {
 // One batch in flight per connection: measured on 2 cores (1M x 1 KB, memcached -t 2), a second
 // batch in flight made the dump ~1.7x slower (it starves memcached's crawler of CPU), one batch
 // ran at the ceiling reader's speed.
+// Measured again inside `cachewarm warm` (files, 1M x 1 KB, alternating, 2026-11-23): two batches
+// in flight landed within the noise of one (medians of 4-5: 3.67 s vs 4.97 s with one in one run;
+// 4.57 s vs 4.16 s in the next, with a 20 ms populator poll as well): no gain to show, one stays.
 constexpr size_t kBatchesInFlight = 1;
 // A batch asks for at most --batch keys and about this many bytes of values. Measured on 2 cores,
 // alternating runs, medians of 5, twice: 1 MiB beat 256 KiB in all four comparisons (1M x 1 KB:
