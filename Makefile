@@ -24,7 +24,7 @@ PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 # For recipes whose programs start `python3` (cdk.json's app, tests) or `cachewarm` by name.
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-.PHONY: all venv deps deps-apt deps-apt-run deps-run deps-infra deps-py deps-node build dumper dumper-asan vectors memcached-versions test test-cpp test-py test-matrix lint demo bench faults fuzz dist synth clean distclean
+.PHONY: all venv deps deps-apt deps-apt-run deps-run deps-infra deps-py deps-node build dumper dumper-asan vectors memcached-versions test test-cpp test-py test-matrix lint demo bench bench-peers faults fuzz dist synth clean distclean
 
 all: build
 
@@ -73,14 +73,16 @@ deps-node: $(STAMPS)/node
 build: dumper dumper-asan
 dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release -DCACHEWARM_TESTS=OFF >/dev/null
-	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ketama_route
+	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ceiling_writer ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)
 
-# Regenerate the golden vectors (tests/vectors/) with the real writer; a GoogleTest checks they match.
+# Regenerate the golden vectors with the real writer (data format v1 in tests/vectors/, v2 in
+# tests/vectors/v2/); a GoogleTest and tests/datapath/test_vectors.py check they match.
 vectors: dumper
 	rm -f tests/vectors/*.cwd tests/vectors/DONE tests/vectors/vectors.json
+	rm -f tests/vectors/v2/*.cwd tests/vectors/v2/DONE tests/vectors/v2/vectors.json
 	$(BUILD)/release/write_vectors tests/vectors
 
 # ---- memcached releases for the version matrix --------------------------------------------------
@@ -114,6 +116,17 @@ demo: deps-apt-run deps-run dumper
 bench: deps-apt-run deps-py dumper
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
+
+# cachewarm against memcached's own mcdumpload (bench/peers.py): 1M x 1 KB and 100k x 10 KB, alternating
+# runs, medians, ratios, completeness, as JSON. mcdumpload is not in this repository and nothing here
+# fetches or builds it: build it yourself (git clone https://github.com/memcached/mcdumpload && make -C
+# mcdumpload) and pass MCDUMPLOAD=/path/to/mcdumpload; without it the peer is skipped (and said so).
+# It needs memcached 1.6.38 (`mgdump` without the OK line of >= 1.6.43): built by memcached-versions.
+MCDUMPLOAD ?=
+BENCH_RUNS ?= 3
+bench-peers: deps-apt-run deps-py dumper memcached-versions
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) CACHEWARM_MEMCACHED_DIR=$(CURDIR)/$(BUILD)/memcached \
+	  MCDUMPLOAD=$(MCDUMPLOAD) $(PY) bench/peers.py --runs $(BENCH_RUNS)
 
 TRIALS ?= 20
 # Fault scenarios with TRIALS trials each; the closing table also goes to build/faults.md.

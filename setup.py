@@ -10,8 +10,13 @@ setup(
     ext_modules=[
         Extension(
             "cachewarm.datapath._speedups",
-            ["agent/cachewarm/datapath/_speedups.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra"],
+            [
+                "agent/cachewarm/datapath/_speedups.c",
+                "agent/cachewarm/datapath/_v2plan.c",
+                "agent/cachewarm/datapath/_v2send.c",
+            ],
+            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"],
+            depends=["agent/cachewarm/datapath/_v2record.h"],
             optional=True,
         )
     ]

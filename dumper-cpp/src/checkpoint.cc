@@ -41,6 +41,8 @@ Status Checkpoint::Open(const ServerStats& source) {
       return Status::InvalidArgument("--out " + o_.out + "/keys is not empty: use --resume to continue that dump");
     meta_.dump_start_ms = NowMs();
     meta_.curr_items_before = source.curr_items;
+    // The stream mode writes no data files; its sink reads version 1 records.
+    meta_.format = uint16_t(o_.format ? o_.format : o_.stream.to.empty() ? kDefaultFormatVersion : kFormatVersion);
   } else {
     meta_.curr_items_before = source.curr_items;  // unless META remembers the first run's
     if (!have_meta) return Status::InvalidArgument("--resume: no dump to resume in " + o_.out + " (keys/META missing)");
@@ -52,6 +54,14 @@ Status Checkpoint::Open(const ServerStats& source) {
       return Status::Corruption(meta_path + " is unreadable");
     JsonGetInt(meta, "resumes", &resumes);
     JsonGetInt(meta, "curr_items_before", &meta_.curr_items_before);
+    int64_t format = kFormatVersion;  // a dump begun before version 2 existed
+    JsonGetInt(meta, "format", &format);
+    if (format != kFormatVersion && format != kFormatVersion2)
+      return Status::Corruption(meta_path + ": unknown data format version " + std::to_string(format));
+    if (o_.format && o_.format != format)
+      return Status::InvalidArgument("--resume: " + o_.out + " holds a dump in data format version " +
+                                     std::to_string(format) + ", not --format " + std::to_string(o_.format));
+    meta_.format = uint16_t(format);
     if (node != o_.node_id || host != o_.host || port != o_.port)
       return Status::InvalidArgument("--resume: " + o_.out + " holds a dump of node " + node + " (" + host + ":" +
                                      std::to_string(port) + "), not of " + o_.node_id + " (" + o_.host + ":" +
@@ -89,7 +99,8 @@ Status Checkpoint::WriteMeta(const ServerStats& source) {
                         std::to_string(meta_.dump_start_ms) + ", \"pid\": " + std::to_string(source.pid) +
                         ", \"started\": " + std::to_string(source.started()) + ", \"resumes\": " +
                         std::to_string(meta_.resumes) + ", \"curr_items_before\": " +
-                        std::to_string(meta_.curr_items_before) + "}\n";
+                        std::to_string(meta_.curr_items_before) + ", \"format\": " +
+                        std::to_string(meta_.format) + "}\n";
   return WriteFileAtomically(env_, keys_dir_, ".tmp-META", "META", m);
 }
 
@@ -232,6 +243,9 @@ Status Checkpoint::Scan(Progress* p, std::vector<ChunkTask>* todo) {
     if (pn.node != o_.node_id) return Status::InvalidArgument("--out holds a data file of another node: " + n);
     PublishedFile f;
     CW_RETURN_IF_ERROR(ReadDataFile(env_, o_.out, n, false, &f, nullptr));
+    if (f.version != meta_.format)
+      return Status::Corruption(n + ": data format version " + std::to_string(f.version) + ", the dump's is " +
+                                std::to_string(meta_.format));
     if (!chunk_keys.count(f.chunk)) return Status::Corruption(n + ": its key list is missing from keys/");
     by_chunk[f.chunk].push_back(f);
   }
@@ -286,6 +300,7 @@ Status Checkpoint::FillManifest(uint64_t crawl_chunks, Manifest* m) {
     m->curr_items_before = meta_.curr_items_before;
     m->dump_start_ms = meta_.dump_start_ms;
     m->resumes = meta_.resumes;
+    m->version = meta_.format;
     m->files = files_;
     for (auto& [c, k] : chunk_keys_) {
       m->keys_listed += k;

@@ -65,6 +65,7 @@ struct DumpMeta {
   uint64_t dump_start_ms = 0;
   uint64_t resumes = 0;            // runs before this one
   int64_t curr_items_before = 0;   // the source's curr_items at the first run's start
+  uint16_t format = kFormatVersion;  // the data format of every file of the dump (Open: a new dump's is --format or 2)
 };
 
 class Checkpoint {

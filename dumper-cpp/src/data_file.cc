@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "coding.h"
+#include "record_v2.h"
 
 namespace cachewarm {
 
@@ -83,9 +84,10 @@ void EncodeRecordHeader(char* dst, uint32_t value_len, uint32_t flags, int64_t e
   dst[17] = dst[18] = dst[19] = 0;
 }
 
-DataFileWriter::DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms)
+DataFileWriter::DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms,
+                               uint16_t version)
     : env_(env), dir_(std::move(dir)), node_(std::move(node)), dump_start_ms_(dump_start_ms),
-      hash_(XXH3_createState()) {}
+      hash_(XXH3_createState()), version_(version) {}
 
 DataFileWriter::~DataFileWriter() {
   Abandon();
@@ -103,7 +105,8 @@ Status DataFileWriter::Open(uint64_t chunk, uint32_t part, uint64_t first_key_in
   XXH3_64bits_reset(hash_);
   std::string h(DataFileHeaderSize(node_.size()), '\0');
   std::memcpy(&h[0], kDataMagic, kMagicSize);
-  EncodeFixed16(&h[8], kFormatVersion);
+  if (version_ != kFormatVersion && version_ != kFormatVersion2) return Status::InvalidArgument("unknown data format version");
+  EncodeFixed16(&h[8], version_);
   EncodeFixed16(&h[10], uint16_t(h.size()));
   EncodeFixed32(&h[12], part);
   EncodeFixed64(&h[16], dump_start_ms_);
@@ -130,6 +133,21 @@ Status DataFileWriter::AppendRaw(const struct iovec* iov, int iovcnt, uint64_t r
 
 Status DataFileWriter::AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value) {
   if (key.empty() || key.size() > kMaxKeyLen) return Status::InvalidArgument("key length out of range");
+  if (version_ == kFormatVersion2) {
+    CW_RETURN_IF_ERROR(CheckRecordV2(key, exptime));
+    if (NeedsBinaryRecord(key)) {
+      char head[kBinaryHeadV2];
+      EncodeBinaryHeadV2(head, key.size(), uint32_t(value.size()), flags, exptime);
+      struct iovec iov[3] = {{head, sizeof head},
+                             {const_cast<char*>(key.data()), key.size()},
+                             {const_cast<char*>(value.data()), value.size()}};
+      return AppendRaw(iov, 3, 1);
+    }
+    char line[kMaxMetaLineV2];
+    const size_t n = EncodeMetaLineV2(line, key, uint32_t(value.size()), flags, exptime, file_bytes());
+    struct iovec iov[3] = {{line, n}, {const_cast<char*>(value.data()), value.size()}, {const_cast<char*>("\r\n"), 2}};
+    return AppendRaw(iov, 3, 1);
+  }
   char hdr[kRecordHeaderSize];
   EncodeRecordHeader(hdr, uint32_t(value.size()), flags, exptime, uint8_t(key.size()));
   struct iovec iov[3] = {{hdr, sizeof hdr},
@@ -196,7 +214,8 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
   std::string head;
   CW_RETURN_IF_ERROR(env->ReadAt(path, 0, DataFileHeaderSize(pn.node.size()), &head));
   if (std::memcmp(head.data(), kDataMagic, kMagicSize) != 0) return Status::Corruption(name + ": bad magic");
-  if (DecodeFixed16(&head[8]) != kFormatVersion) return Status::Corruption(name + ": bad version");
+  const uint16_t version = DecodeFixed16(&head[8]);
+  if (version != kFormatVersion && version != kFormatVersion2) return Status::Corruption(name + ": bad version");
   const uint16_t hlen = DecodeFixed16(&head[10]);
   const uint16_t nlen = DecodeFixed16(&head[40]);
   if (hlen != DataFileHeaderSize(pn.node.size()) || nlen != pn.node.size() ||
@@ -219,6 +238,7 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
   f.first_key_index = DecodeFixed64(&head[32]);
   f.end_key_index = DecodeFixed64(&tr[24]);
   f.misses = DecodeFixed64(&tr[32]);
+  f.version = version;
   if (f.end_key_index < f.first_key_index || f.end_key_index - f.first_key_index != f.records + f.misses)
     return Status::Corruption(name + ": key range disagrees with record and miss counts");
   if (verify_checksum || records) {
@@ -229,6 +249,15 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
     size_t p = hlen;
     const size_t end = hlen + rec_bytes;
     uint64_t n = 0;
+    while (p < end && version == kFormatVersion2) {
+      RecordV2 r;
+      size_t nxt = 0;
+      Status rs = ParseRecordV2(all.data(), p, end, &r, &nxt);
+      if (!rs.ok()) return Status::Corruption(name + ": " + rs.message());
+      if (records) records->push_back(DataRecord{r.key, r.flags, r.exptime, r.value.ToString()});
+      p = nxt;
+      n++;
+    }
     while (p < end) {
       if (end - p < kRecordHeaderSize) return Status::Corruption(name + ": truncated record header");
       const uint32_t vlen = DecodeFixed32(&all[p]);

@@ -1,5 +1,6 @@
-// Data format v1 (docs/data-format.md): file names, the data-file writer, and a verifying reader
-// (used by --resume, the golden-vector test and unit tests). The constants live in format.h.
+// Data format v1 and v2 (docs/data-format.md): file names, the data-file writer, and a verifying
+// reader (used by --resume, the golden-vector test and unit tests). The constants live in format.h,
+// version 2's records in record_v2.h.
 #pragma once
 #include <xxhash.h>
 
@@ -43,6 +44,7 @@ struct PublishedFile {
   uint64_t bytes = 0;
   uint64_t first_key_index = 0;
   uint64_t end_key_index = 0;
+  uint16_t version = kFormatVersion;
 };
 
 // Writes one data file under its temporary name; Finish() writes the trailer and publishes it
@@ -50,7 +52,9 @@ struct PublishedFile {
 // callers pass iovecs that point into their receive buffers (no copies).
 class DataFileWriter {
  public:
-  DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms);
+  // `version`: the data format written (kFormatVersion = 1, or kFormatVersion2).
+  DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms,
+                 uint16_t version = kFormatVersion);
   ~DataFileWriter();
   DataFileWriter(const DataFileWriter&) = delete;
   DataFileWriter& operator=(const DataFileWriter&) = delete;
@@ -60,7 +64,7 @@ class DataFileWriter {
   // Raw record bytes (headers, keys, values, possibly pieces of one record); `records` is the
   // number of records these bytes complete or begin (counted once per record).
   Status AppendRaw(const struct iovec* iov, int iovcnt, uint64_t records);
-  // Convenience for tests and small files: one whole record.
+  // Convenience for tests and small files: one whole record, in the file's version.
   Status AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value);
   // Writes the trailer, syncs, and publishes under the final name. `before_publish` (optional) runs
   // after the file is durable under its temporary name and before the rename (out's fields are set).
@@ -69,7 +73,9 @@ class DataFileWriter {
   // Closes and deletes the temporary file (on error paths).
   void Abandon();
 
+  // Bytes written so far: the offset of the next record (version 2 records name their own offset).
   uint64_t file_bytes() const { return header_len_ + records_bytes_; }
+  uint16_t version() const { return version_; }
   uint64_t records() const { return records_; }
   uint64_t chunk() const { return chunk_; }
   uint32_t part() const { return part_; }
@@ -84,6 +90,7 @@ class DataFileWriter {
   std::string tmp_name_;
   uint64_t chunk_ = 0, first_key_index_ = 0, records_ = 0, records_bytes_ = 0, header_len_ = 0;
   uint32_t part_ = 0;
+  uint16_t version_;
 };
 
 struct DataRecord {
@@ -93,7 +100,8 @@ struct DataRecord {
   std::string value;
 };
 
-// Reads and fully verifies a data file as section 3 prescribes. `records` may be null (only the
+// Reads and fully verifies a data file (version 1 or 2) as section 3 prescribes; `info->version` is set
+// when info is given. `records` may be null (only the
 // summary is wanted); `verify_checksum` false skips step 3 (resume trusts its own fsynced files'
 // trailers but checks names, sizes and trailers).
 Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, bool verify_checksum,

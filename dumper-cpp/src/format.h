@@ -10,12 +10,26 @@ namespace cachewarm {
 constexpr char kDataMagic[] = "CWARMDF1";
 constexpr char kTrailerMagic[] = "CWARMEND";
 constexpr size_t kMagicSize = 8;
-constexpr uint16_t kFormatVersion = 1;
+constexpr uint16_t kFormatVersion = 1;  // version 1: binary records (section 2.2)
+// Version 2 (section 7): each record is the memcached command that stores the item. The dumper's
+// default; --format 1 still writes version 1.
+constexpr uint16_t kFormatVersion2 = 2;
+constexpr uint16_t kDefaultFormatVersion = kFormatVersion2;
 constexpr size_t kHeaderFixed = 48;
 constexpr size_t kTrailerSize = 40;
 constexpr size_t kRecordHeaderSize = 20;
 constexpr size_t kMaxKeyLen = 250;
 constexpr int64_t kNeverExpires = -1;
+// Version 2 (section 7.1): a record's T is its expiry less this margin (the dumper's exptime can be up
+// to 1 s late; docs/populator.md "Expiry"), absolute: memcached reads a T above 30 days as a unix time,
+// and parses it as a signed 32-bit number. The stream mode's sink sends the same (encode.py
+// EXPIRY_MARGIN): the destination's expiry stays within [source's - 2 s, source's].
+constexpr int64_t kExpiryMargin = 1;
+constexpr int64_t kMaxRelativeTtl = 30 * 24 * 3600;
+constexpr int64_t kMaxExpiry = 2147483647;
+// memcached's key token limit; a binary key whose base64 is longer (187+ bytes) needs a binary record.
+constexpr size_t kMaxWireKey = 250;
+constexpr size_t kMaxBase64Key = kMaxWireKey / 4 * 3;
 
 // The header of a data file written by node `node_len` bytes long.
 constexpr size_t DataFileHeaderSize(size_t node_len) { return kHeaderFixed + node_len; }

@@ -30,7 +30,7 @@ std::string RenderManifest(const Manifest& m) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.part < b.part;
   });
   uint64_t records = 0, bytes = 0, misses = 0;
-  std::string o = "{\n  \"format\": " + JsonQuote(m.format) + ",\n  \"version\": 1,\n";
+  std::string o = "{\n  \"format\": " + JsonQuote(m.format) + ",\n  \"version\": " + std::to_string(m.version) + ",\n";
   o += "  \"node\": " + JsonQuote(m.node) + ",\n";
   o += std::string("  \"complete\": ") + (m.complete ? "true" : "false") + ",\n";
   o += "  \"incomplete_reason\": " + StringOrNull(m.incomplete_reason) + ",\n";

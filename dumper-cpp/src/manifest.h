@@ -5,11 +5,13 @@
 #include <vector>
 
 #include "data_file.h"
+#include "format.h"
 #include "env.h"
 
 namespace cachewarm {
 
 struct Manifest {
+  uint16_t version = kFormatVersion;  // the data files' format version
   std::string node;
   std::string host;
   int port = 0;

@@ -48,6 +48,10 @@ Exit status 0 only when OUT/DONE has been published.
                               1M..64G (default: 64M, or what --memory-limit leaves)
   --spill-dir DIR             where the crawl reader spills when its buffer is full: an unlinked,
                               never-fsynced file (default $TMPDIR, else /tmp)
+  --format 1|2                data format version (docs/data-format.md): 2 (default for a new
+                              dump) writes each record as the memcached command that stores it;
+                              1 the binary records of version 1. --resume continues in the dump's
+                              own version
   --help                      this text
 
 Testing only (a deliberately slow output):
@@ -138,7 +142,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   enum {
     kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
     kRate, kNode, kProgress, kCrawl, kReconcile, kBusyTimeout, kCrawlBuffer, kSpillDir, kWriteDelay, kSyncDelay,
-    kHelp
+    kHelp, kFormat
   };
   static const struct option longopts[] = {
       {"host", required_argument, nullptr, kHost},
@@ -163,6 +167,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"debug-write-delay-us", required_argument, nullptr, kWriteDelay},
       {"debug-sync-delay-us", required_argument, nullptr, kSyncDelay},
       {"help", no_argument, nullptr, kHelp},
+      {"format", required_argument, nullptr, kFormat},
       {nullptr, 0, nullptr, 0},
   };
   std::vector<struct option> all(longopts, longopts + sizeof longopts / sizeof longopts[0] - 1);
@@ -227,6 +232,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       case kSpillDir: CW_RETURN_IF_ERROR(NonEmptyFlag("spill-dir", a, &o->spill_dir)); break;
       case kWriteDelay: CW_RETURN_IF_ERROR(IntFlag("debug-write-delay-us", a, 0, 10000000, &o->debug_write_delay_us)); break;
       case kSyncDelay: CW_RETURN_IF_ERROR(IntFlag("debug-sync-delay-us", a, 0, 10000000, &o->debug_sync_delay_us)); break;
+      case kFormat: CW_RETURN_IF_ERROR(IntFlag("format", a, 1, 2, &o->format)); break;
       case kHelp: o->help = true; return Status::OK();
       case ':': return Status::InvalidArgument(std::string(argv[optind - 1]) + " needs a value");
       default: return Status::InvalidArgument(std::string("unknown option ") + argv[optind - 1]);

@@ -31,6 +31,9 @@ struct Options {
   std::string spill_dir;            // where the crawl reader spills when its buffer is full
   uint64_t debug_write_delay_us = 0;  // testing: sleep before every write to an output file
   uint64_t debug_sync_delay_us = 0;   // testing: sleep before every fsync (file or directory)
+  // Data format version of the files (docs/data-format.md): 1 or 2; 0 = the dump's own (a new dump: 2,
+  // a resumed one: the version keys/META records; the stream mode: 1, its sink's records).
+  int format = 0;
   StreamOptions stream;               // --to and the rest of the stream mode
   bool help = false;
 };

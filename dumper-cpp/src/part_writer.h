@@ -21,7 +21,8 @@ class PartWriter {
  public:
   virtual ~PartWriter() = default;
   virtual Status Open(uint64_t chunk, uint32_t part, uint64_t first_key_index) = 0;
-  // Record bytes (data format v1 records: header, key, value; possibly pieces of one record);
+  // Record bytes (data format records: header, key, value, in the file's version; the stream mode's
+  // sink takes version 1; possibly pieces of one record);
   // `records` = records begun in these bytes. The iovecs are valid only during the call.
   virtual Status AppendRaw(const struct iovec* iov, int iovcnt, uint64_t records) = 0;
   // Makes the part durable, then runs `before_publish` (the checkpoint's keys/PARTS) and records it.
@@ -41,8 +42,8 @@ class PartWriter {
 // The file mode: a DataFileWriter.
 class FilePartWriter : public PartWriter {
  public:
-  FilePartWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms)
-      : w_(env, std::move(dir), std::move(node), dump_start_ms) {}
+  FilePartWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms, uint16_t version)
+      : w_(env, std::move(dir), std::move(node), dump_start_ms, version) {}
   Status Open(uint64_t chunk, uint32_t part, uint64_t first_key_index) override {
     return w_.Open(chunk, part, first_key_index);
   }

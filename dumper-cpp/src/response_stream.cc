@@ -3,13 +3,22 @@
 #include <cstring>
 
 #include "codec.h"
+#include "record_v2.h"
 
 namespace cachewarm {
 
-ResponseStream::ResponseStream(size_t buffer_size, int64_t min_ttl) : cap_(buffer_size), min_ttl_(min_ttl) {
+ResponseStream::ResponseStream(size_t buffer_size, int64_t min_ttl, uint16_t format)
+    : cap_(buffer_size), min_ttl_(min_ttl), format_(format) {
   buf_[0].reset(new char[cap_]);
   buf_[1].reset(new char[cap_]);
   cur_ = buf_[0].get();
+  if (format_ == kFormatVersion2) lines_.reset(new char[kMaxPending * kMaxMetaLineV2]);
+}
+
+struct iovec ResponseStream::RecordHead(int i, size_t key_len) const {
+  (void)key_len;
+  if (format_ == kFormatVersion2) return {lines_.get() + size_t(i) * kMaxMetaLineV2, line_len_[i]};
+  return {const_cast<char*>(hdrs_[i]), kRecordHeaderSize};
 }
 
 void ResponseStream::Reset() {
@@ -29,7 +38,8 @@ Status ResponseStream::Flush(RecordSink* sink) {
 
 // Validates a VA header line, decodes a base64 key in place, decides --min-ttl, and encodes the
 // record header into the next slot of hdrs_ (the caller adds the iovecs).
-Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key_io, bool* skip, size_t* key_len) {
+Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key_io, bool* skip, size_t* key_len,
+                                   RecordSink* sink) {
   if (!r.has_flags || !r.has_ttl) return Status::Protocol("VA response without the f and t flags requested");
   size_t klen = key_io->size();
   if (key_io->empty()) {  // the sink does not know the key: the response's `k` token
@@ -52,9 +62,30 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
   }
   // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
   const int64_t exptime = r.ttl == -1 ? kNeverExpires : now_ + r.ttl;
-  EncodeRecordHeader(hdrs_[nrec_], r.value_len, r.flags, exptime, uint8_t(klen));
   *key_len = klen;
+  if (format_ == kFormatVersion2) {
+    // Keys without a meta form never come through mg (the worker fetches them with the binary protocol).
+    if (NeedsBinaryRecord(*key_io)) return Status::Protocol("a key without a meta form in an mg response");
+    CW_RETURN_IF_ERROR(CheckRecordV2(*key_io, exptime));
+    if (niov_ == 0) {
+      pending_base_ = sink->NextRecordOffset();
+      pending_bytes_ = 0;
+    }
+    line_len_[nrec_] = EncodeMetaLineV2(lines_.get() + size_t(nrec_) * kMaxMetaLineV2, *key_io, r.value_len, r.flags,
+                                        exptime, pending_base_ + pending_bytes_);
+    return Status::OK();
+  }
+  EncodeRecordHeader(hdrs_[nrec_], r.value_len, r.flags, exptime, uint8_t(klen));
   return Status::OK();
+}
+
+// A streamed value has been passed on: its \r\n is checked next (crlf_left_); a version 2 record
+// ends with it, so the sink gets one too.
+Status ResponseStream::EndStreamedValue(RecordSink* sink) {
+  crlf_left_ = 2;
+  if (stream_skip_ || format_ != kFormatVersion2) return Status::OK();
+  struct iovec v = {const_cast<char*>("\r\n"), 2};
+  return sink->Write(&v, 1, 0);
 }
 
 Status ResponseStream::Commit(size_t n, RecordSink* sink) {
@@ -70,7 +101,7 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
       }
       pos_ += take;
       stream_left_ -= take;
-      if (stream_left_ == 0) crlf_left_ = 2;
+      if (stream_left_ == 0) CW_RETURN_IF_ERROR(EndStreamedValue(sink));
       continue;
     }
     if (crlf_left_ > 0) {
@@ -98,12 +129,18 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
         size_t klen = 0;
         Slice key;
         CW_RETURN_IF_ERROR(sink->OnValue(r, &key));
-        CW_RETURN_IF_ERROR(StartRecord(r, line, &key, &skip, &klen));
+        CW_RETURN_IF_ERROR(StartRecord(r, line, &key, &skip, &klen, sink));
         char* value = line + r.header_len;
         if (complete) {
           if (value[r.value_len] != '\r' || value[r.value_len + 1] != '\n')
             return Status::Protocol("value not followed by \\r\\n");
-          if (!skip) {
+          if (!skip && format_ == kFormatVersion2) {
+            // The command line holds the key; the value's iovec takes its trailing \r\n too.
+            iov_[niov_++] = RecordHead(nrec_, klen);
+            iov_[niov_++] = {value, size_t(r.value_len) + 2};
+            pending_bytes_ += line_len_[nrec_] + r.value_len + 2;
+            nrec_++;
+          } else if (!skip) {
             iov_[niov_++] = {hdrs_[nrec_], kRecordHeaderSize};
             iov_[niov_++] = {const_cast<char*>(key.data()), klen};
             iov_[niov_++] = {value, r.value_len};
@@ -112,14 +149,17 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
           pos_ += size_t(total);
         } else {
           // Larger than a buffer: write header, key and the value bytes we have, stream the rest.
-          if (!skip) {
+          if (!skip && format_ == kFormatVersion2) {
+            struct iovec v = RecordHead(0, klen);
+            CW_RETURN_IF_ERROR(sink->Write(&v, 1, 1));
+          } else if (!skip) {
             struct iovec v[2] = {{hdrs_[0], kRecordHeaderSize}, {const_cast<char*>(key.data()), klen}};
             CW_RETURN_IF_ERROR(sink->Write(v, 2, 1));
           }
           stream_skip_ = skip;
           stream_left_ = r.value_len;
           pos_ += r.header_len;
-          if (stream_left_ == 0) crlf_left_ = 2;
+          if (stream_left_ == 0) CW_RETURN_IF_ERROR(EndStreamedValue(sink));
         }
         break;
       }

@@ -9,6 +9,9 @@
 // preallocated array, the key and the value, both pointing into the buffer) handed to the sink in
 // one writev. The unfinished tail (at most one response) is moved to the other buffer, which then
 // becomes current. A value too large for a buffer is streamed to the sink in pieces.
+// With data format version 2 (docs/data-format.md section 7) the record header is the item's meta
+// command line instead (`ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\r\n`, from a
+// preallocated array too) and the value's iovec takes the `\r\n` that follows it in the buffer.
 #pragma once
 #include <sys/uio.h>
 
@@ -17,6 +20,7 @@
 #include <string>
 
 #include "data_file.h"
+#include "format.h"
 #include "meta_parser.h"
 #include "status.h"
 
@@ -34,12 +38,16 @@ class RecordSink {
   // An `MN` arrived: the batch sent before it is complete. `hits` = VA responses in the batch
   // (written or skipped), `skipped` = those dropped by --min-ttl.
   virtual Status OnBatchEnd(uint64_t hits, uint64_t skipped) = 0;
+  // Version 2 only: the offset in the output at which the next byte given to Write lands (a v2
+  // record names its own offset).
+  virtual uint64_t NextRecordOffset() { return 0; }
 };
 
 class ResponseStream {
  public:
   // min_ttl > 0: items whose remaining TTL is below it (and not "never") are skipped.
-  ResponseStream(size_t buffer_size, int64_t min_ttl);
+  // format: the data format version of the records emitted (kFormatVersion or kFormatVersion2).
+  ResponseStream(size_t buffer_size, int64_t min_ttl, uint16_t format = kFormatVersion);
   ResponseStream(const ResponseStream&) = delete;
   ResponseStream& operator=(const ResponseStream&) = delete;
 
@@ -57,7 +65,10 @@ class ResponseStream {
  private:
   static constexpr int kMaxPending = 256;  // records per writev
   Status Flush(RecordSink* sink);
-  Status StartRecord(const MetaResponse& r, char* line, Slice* key, bool* skip, size_t* key_len);
+  Status EndStreamedValue(RecordSink* sink);
+  Status StartRecord(const MetaResponse& r, char* line, Slice* key, bool* skip, size_t* key_len, RecordSink* sink);
+  // The record header slot `i` of the pending writev: (pointer, length).
+  struct iovec RecordHead(int i, size_t key_len) const;
 
   size_t cap_;
   int64_t min_ttl_;
@@ -78,6 +89,11 @@ class ResponseStream {
   struct iovec iov_[kMaxPending * 3];
   int niov_ = 0;
   int nrec_ = 0;
+  // Version 2: the records' command lines, and where the pending records start in the output.
+  uint16_t format_;
+  std::unique_ptr<char[]> lines_;
+  size_t line_len_[kMaxPending];
+  uint64_t pending_base_ = 0, pending_bytes_ = 0;
 };
 
 }  // namespace cachewarm

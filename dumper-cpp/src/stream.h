@@ -28,6 +28,7 @@
 #include "checkpoint.h"
 #include "destination.h"
 #include "env.h"
+#include "format.h"  // kExpiryMargin
 #include "ketama.h"
 #include "manifest.h"
 #include "options.h"
@@ -58,10 +59,6 @@ struct OversizeItem {
   uint64_t value_len = 0;
   uint32_t flags = 0;
 };
-
-// Seconds sent before a record's exptime (encode.py EXPIRY_MARGIN): the destination's expiry stays
-// within [source's - 2 s, source's].
-constexpr int64_t kExpiryMargin = 1;
 
 class Stream {
  public:

@@ -112,6 +112,7 @@ Status CheckStreamOptions(const Options& o) {
                                      "need --to (the stream mode)");
     return Status::OK();
   }
+  if (o.format == 2) return Status::InvalidArgument("--format 2 is for data files; the stream mode (--to) writes none");
   return Status::OK();
 }
 

@@ -16,6 +16,7 @@
 #include "codec.h"
 #include "format.h"
 #include "key_chunks.h"
+#include "record_v2.h"
 #include "stream.h"
 
 namespace cachewarm {
@@ -25,6 +26,9 @@ namespace {
 // One batch in flight per connection: measured on 2 cores (1M x 1 KB, memcached -t 2), a second
 // batch in flight made the dump ~1.7x slower (it starves memcached's crawler of CPU), one batch
 // ran at the ceiling reader's speed.
+// Measured again inside `cachewarm warm` (files, 1M x 1 KB, alternating, 2026-11-23): two batches
+// in flight landed within the noise of one (medians of 4-5: 3.67 s vs 4.97 s with one in one run;
+// 4.57 s vs 4.16 s in the next, with a 20 ms populator poll as well): no gain to show, one stays.
 constexpr size_t kBatchesInFlight = 1;
 // A batch asks for at most --batch keys and about this many bytes of values. Measured on 2 cores,
 // alternating runs, medians of 5, twice: 1 MiB beat 256 KiB in all four comparisons (1M x 1 KB:
@@ -37,10 +41,12 @@ constexpr uint64_t kTargetBatchBytes = 1ULL << 20;
 Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
                Progress* progress, Stream* stream)
     : o_(o), env_(env), checkpoint_(checkpoint), queue_(queue), limiter_(limiter), progress_(progress),
-      stream_(o.buffer_size, o.min_ttl),
+      // The stream mode's sink reads version 1 records (the checkpoint gives a stream dump version 1).
+      format_(stream ? kFormatVersion : checkpoint->meta().format),
+      stream_(o.buffer_size, o.min_ttl, format_),
       writer_(stream ? stream->NewSink()
-                     : std::unique_ptr<PartWriter>(
-                           new FilePartWriter(env, o.out, o.node_id, checkpoint->meta().dump_start_ms))),
+                     : std::unique_ptr<PartWriter>(new FilePartWriter(
+                           env, o.out, o.node_id, checkpoint->meta().dump_start_ms, format_))),
       binary_(o.host, o.port, kBinaryRecvBytes) {
   keys_.reserve(o.key_file_size + 8192);
   send_.reserve(size_t(o.batch) * kSendBytesPerKey);
@@ -164,6 +170,7 @@ Status Worker::FetchBinary(const Batch& b) {
   const int64_t now = int64_t(std::time(nullptr));
   bool skip = false;
   char hdr[kRecordHeaderSize];
+  char head_v2[kBinaryHeadV2];
   std::string unavailable;
   CW_RETURN_IF_ERROR(binary_.Get(
       raw,
@@ -180,10 +187,16 @@ Status Worker::FetchBinary(const Batch& b) {
           return Status::OK();
         }
         part_stats_.binary++;
-        EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
         struct iovec v[2] = {{hdr, sizeof hdr}, {const_cast<char*>(raw[k].data()), raw[k].size()}};
+        if (format_ == kFormatVersion2) {  // the binary-protocol ADDQ that stores it
+          CW_RETURN_IF_ERROR(CheckRecordV2(raw[k], exp));
+          EncodeBinaryHeadV2(head_v2, raw[k].size(), value_len, flags, exp);
+          v[0] = {head_v2, sizeof head_v2};
+        } else {
+          EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
+        }
         progress_->items++;
-        progress_->bytes += sizeof hdr + raw[k].size();
+        progress_->bytes += v[0].iov_len + raw[k].size();
         return writer_->AppendRaw(v, 2, 1);
       },
       [&](const Slice& piece) -> Status {

@@ -45,6 +45,7 @@ class Worker : public RecordSink {
   Status Write(const struct iovec* iov, int iovcnt, uint64_t records) override;
   Status OnValue(const MetaResponse& r, Slice* key) override;
   Status OnBatchEnd(uint64_t hits, uint64_t skipped) override;
+  uint64_t NextRecordOffset() override { return writer_->file_bytes(); }
 
  private:
   struct Batch {
@@ -78,6 +79,7 @@ class Worker : public RecordSink {
   RateLimiter* limiter_;
   Progress* progress_;
   Conn conn_;
+  const uint16_t format_;  // the records' data format version
   ResponseStream stream_;
   std::unique_ptr<PartWriter> writer_;  // data files, or the stream mode's sink
   BinaryGetter binary_;

@@ -25,6 +25,15 @@ TEST(Options, DefaultsAndNodeId) {
   EXPECT_EQ(h.node_id, "my_host_x_11211");
 }
 
+TEST(Options, FormatWithTheStreamMode) {
+  Options o;
+  ASSERT_TRUE(Parse({"--out", "/x", "--to", "127.0.0.1:11211", "--format", "1"}, &o).ok());
+  EXPECT_EQ(o.format, 1);
+  Options d;
+  ASSERT_TRUE(Parse({"--out", "/x", "--to", "127.0.0.1:11211"}, &d).ok());
+  EXPECT_EQ(d.format, 0);  // the dump's own: version 1 in the stream mode (checkpoint.cc)
+}
+
 TEST(Options, SizesWithSuffixes) {
   Options o;
   ASSERT_TRUE(Parse({"--out=/x", "--buffer-size", "1M", "--key-file-size", "64k", "--data-file-size", "2G",
@@ -69,6 +78,9 @@ TEST(Options, ErrorsNameTheFlag) {
       {{"--out", "/x", "extra"}, "unexpected argument 'extra'"},
       {{"--threads", "2"}, "--out DIR is required"},
       {{"--out", "/x", "--memory-limit", "32M", "--buffer-size", "8M"}, "--memory-limit 33554432 is too small"},
+      {{"--out", "/x", "--format", "3"}, "--format 3 is out of range 1..2"},
+      // The stream mode's sink takes version 1 records; it writes no data files.
+      {{"--out", "/x", "--to", "127.0.0.1:11211", "--format", "2"}, "--format 2 is for data files"},
   };
   for (const Case& c : cases) {
     Options o;

@@ -32,7 +32,7 @@ std::string HexOf(const std::string& s) {
   return o;
 }
 
-std::vector<VecFile> Files() {
+std::vector<VecFile> Files(uint16_t version) {
   std::vector<VecFile> v;
   // chunk 0, part 0: six keys listed, one of them missed.
   v.push_back({0, 0, 0, 1,
@@ -47,14 +47,22 @@ std::vector<VecFile> Files() {
   v.push_back({0, 1, 6, 0, {{"part1-key", 2, kNeverExpires, "second part"}}});
   // chunk 1, part 0: every listed key was gone (3 misses): an empty file with 0 records.
   v.push_back({1, 0, 0, 3, {}});
+  if (version == kFormatVersion2) {
+    // Version 2 only: a key no meta command can name (a binary record), between two meta records.
+    std::string long_key(200, '\0');
+    for (size_t i = 0; i < long_key.size(); i++) long_key[i] = char(i * 7 + 1);
+    v[1].records.insert(v[1].records.begin(), {long_key, 9, 1795007200, "binary-protocol value"});
+    v[1].records.push_back({"after-binary", 0, kNeverExpires, "x"});
+  }
   return v;
 }
 
 }  // namespace
 
-Status WriteGoldenVectors(Env* env, const std::string& dir) {
+Status WriteGoldenVectors(Env* env, const std::string& dir, uint16_t version) {
   CW_RETURN_IF_ERROR(env->CreateDirIfMissing(dir));
   Manifest m;
+  m.version = version;
   m.node = kNode;
   m.host = "127.0.0.1";
   m.port = 11211;
@@ -69,13 +77,14 @@ Status WriteGoldenVectors(Env* env, const std::string& dir) {
   m.crawl_modes = {"hash"};
   m.crawl_buffer = 64ULL << 20;
   m.crawl_peak_buffered = 4096;
-  std::string js = "{\n  \"comment\": \"golden vectors of data format v1 (docs/data-format.md); written by "
-                   "dumper-cpp/tools/golden_vectors.cc\",\n";
+  std::string js = "{\n  \"comment\": \"golden vectors of data format v" + std::to_string(version) +
+                   " (docs/data-format.md); written by dumper-cpp/tools/golden_vectors.cc\",\n";
+  if (version != kFormatVersion) js += "  \"version\": " + std::to_string(version) + ",\n";
   js += "  \"node\": " + JsonQuote(kNode) + ",\n  \"dump_start_ms\": " + std::to_string(kDumpStartMs) + ",\n";
   js += "  \"files\": [";
   bool first_file = true;
-  for (const VecFile& vf : Files()) {
-    DataFileWriter w(env, dir, kNode, kDumpStartMs);
+  for (const VecFile& vf : Files(version)) {
+    DataFileWriter w(env, dir, kNode, kDumpStartMs, version);
     CW_RETURN_IF_ERROR(w.Open(vf.chunk, vf.part, vf.first_key_index));
     for (const DataRecord& r : vf.records) CW_RETURN_IF_ERROR(w.AddRecord(r.key, r.flags, r.exptime, r.value));
     PublishedFile pf;

@@ -1,4 +1,4 @@
-"""The format v1 reader and writer (docs/data-format.md), without memcached."""
+"""The format v1 reader and writer (docs/data-format.md), without memcached (v2: test_dataformat_v2.py)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_names_parse_and_ignore_others() -> None:
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    w = DirWriter(tmp_path, node="n1", dump_start_ms=123)
+    w = DirWriter(tmp_path, version=1, node="n1", dump_start_ms=123)
     pf = w.write(0, 0, sample_records(), misses=2)
     v = df.check_file(pf.path)
     assert v.status is Status.OK, v.reason
@@ -52,7 +52,7 @@ def test_round_trip(tmp_path: Path) -> None:
 
 
 def test_empty_file_is_valid(tmp_path: Path) -> None:
-    pf = DirWriter(tmp_path, node="n").write(5, 1, [], misses=4)
+    pf = DirWriter(tmp_path, version=1, node="n").write(5, 1, [], misses=4)
     v = df.check_file(pf.path)
     assert v.ok and v.trailer is not None and v.trailer.record_count == 0
     assert v.data is not None and list(df.iter_records(v.data)) == []
@@ -60,14 +60,14 @@ def test_empty_file_is_valid(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("cut", [0, 10, 47, 87, 100, -41, -1])
 def test_truncated_is_incomplete(tmp_path: Path, cut: int) -> None:
-    name, data = DirWriter(tmp_path, node="n").encode(0, 0, sample_records())
+    name, data = DirWriter(tmp_path, version=1, node="n").encode(0, 0, sample_records())
     (tmp_path / name).write_bytes(data[:cut])
     v = df.check_file(tmp_path / name)
     assert v.status is Status.INCOMPLETE and v.data is None
 
 
 def test_zero_tail_and_zero_file(tmp_path: Path) -> None:
-    name, data = DirWriter(tmp_path, node="n").encode(0, 0, sample_records())
+    name, data = DirWriter(tmp_path, version=1, node="n").encode(0, 0, sample_records())
     (tmp_path / name).write_bytes(data[:200] + b"\0" * (len(data) - 200))
     assert df.check_file(tmp_path / name).status is Status.INCOMPLETE  # no trailer magic
     (tmp_path / name).write_bytes(b"\0" * len(data))
@@ -75,7 +75,7 @@ def test_zero_tail_and_zero_file(tmp_path: Path) -> None:
 
 
 def test_middle_block_invisible_is_checksum_mismatch(tmp_path: Path) -> None:
-    name, data = DirWriter(tmp_path, node="n").encode(0, 0, sample_records())
+    name, data = DirWriter(tmp_path, version=1, node="n").encode(0, 0, sample_records())
     hole = data[:100] + b"\0" * 50 + data[150:]
     (tmp_path / name).write_bytes(hole)
     v = df.check_file(tmp_path / name)
@@ -83,7 +83,7 @@ def test_middle_block_invisible_is_checksum_mismatch(tmp_path: Path) -> None:
 
 
 def test_header_disagreeing_with_name(tmp_path: Path) -> None:
-    w = DirWriter(tmp_path, node="n")
+    w = DirWriter(tmp_path, version=1, node="n")
     _, data = w.encode(0, 0, sample_records())
     other = df.name_for("n", 1, 0, data).name  # right checksum, wrong chunk in the name
     (tmp_path / other).write_bytes(data)
@@ -98,7 +98,7 @@ def _rehash(tmp_path: Path, data: bytes) -> Path:
 
 
 def test_checksum_ok_but_records_bad_is_corrupt(tmp_path: Path) -> None:
-    _, data = DirWriter(tmp_path, node="n").encode(0, 0, sample_records())
+    _, data = DirWriter(tmp_path, version=1, node="n").encode(0, 0, sample_records())
     hl = 48 + 1
     # exptime 0 in the first record
     bad = bytearray(data)
@@ -129,7 +129,7 @@ def test_not_a_data_name_raises(tmp_path: Path) -> None:
 
 
 def test_manifest(tmp_path: Path) -> None:
-    w = DirWriter(tmp_path, node="n")
+    w = DirWriter(tmp_path, version=1, node="n")
     w.write(0, 0, sample_records())
     w.write(0, 1, sample_records()[:1])
     m = df.read_manifest(w.done())
@@ -150,12 +150,12 @@ def test_manifest(tmp_path: Path) -> None:
 
 
 def test_name_checksum_covers_every_byte(tmp_path: Path) -> None:
-    pf = DirWriter(tmp_path, node="n").write(0, 0, sample_records())
+    pf = DirWriter(tmp_path, version=1, node="n").write(0, 0, sample_records())
     assert xxhash.xxh3_64_intdigest(pf.path.read_bytes()) == pf.name.xxh3
 
 
 def test_manifest_listing_a_file_twice_is_refused(tmp_path: Path) -> None:
-    w = DirWriter(tmp_path, node="n")
+    w = DirWriter(tmp_path, version=1, node="n")
     w.write(0, 0, sample_records())
     body = w.manifest()
     body["files"].append(dict(body["files"][0]))

@@ -169,19 +169,26 @@ def test_partial_files_never_applied_then_picked_up(memcached, tmp_path: Path) -
     assert len(fetch(dst, [b"b%d" % i for i in range(10)])) == 10
 
 
-def test_corrupt_file_with_valid_checksum_stops(memcached, tmp_path: Path) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_corrupt_file_with_valid_checksum_stops(memcached, tmp_path: Path, version: int) -> None:
     import struct
 
     from cachewarm.datapath import format as df
 
     dst = memcached(memory_mb=16)
     out = tmp_path / "dump"
-    w = DirWriter(out, node="src")
+    w = DirWriter(out, node="src", version=version)
     _, data = w.encode(0, 0, records(3))
     bad = bytearray(data)
-    struct.pack_into("<q", bad, 48 + 3 + 8, 0)  # exptime 0 in record 0
+    if version == 1:
+        struct.pack_into("<q", bad, 48 + 3 + 8, 0)  # exptime 0 in record 0
+        why = "exptime"
+    else:
+        at = bad.index(b" T0 ")  # a relative TTL in record 0 (memcached would read it as one)
+        bad[at : at + 4] = b" T9 "
+        why = "bad T"
     (out / df.name_for("src", 0, 0, bytes(bad)).name).write_bytes(bad)
-    with pytest.raises(PopulateError, match=r"corrupt.*exptime"):
+    with pytest.raises(PopulateError, match=rf"corrupt.*{why}"):
         populate(config(out, tmp_path, [dst]))
     assert dst.stats()["curr_items"] == "0"
 
@@ -472,14 +479,15 @@ def test_missing_source_dir_is_named(memcached, tmp_path: Path) -> None:
 def test_corrupt_file_never_partially_applied_either_strategy(
     memcached, tmp_path: Path, one_pass_max: int
 ) -> None:
-    """Files above one_pass_max are walked first, then streamed: still nothing of a bad file is sent."""
+    """Version 1 files above one_pass_max are walked first, then streamed: still nothing of a bad file
+    is sent."""
     import struct
 
     from cachewarm.datapath import format as df
 
     dst = memcached(memory_mb=64)
     out = tmp_path / "dump"
-    w = DirWriter(out, node="src")
+    w = DirWriter(out, node="src", version=1)
     good = w.write(0, 0, records(300))
     _, data = w.encode(1, 0, records(300, prefix=b"b"))
     bad = bytearray(data)
@@ -488,6 +496,27 @@ def test_corrupt_file_never_partially_applied_either_strategy(
     (out / df.name_for("src", 1, 0, bytes(bad)).name).write_bytes(bad)
     with pytest.raises(PopulateError, match=r"corrupt.*exptime -7"):
         populate(config(out, tmp_path, [dst], one_pass_max_bytes=one_pass_max, workers=1))
+    assert fetch(dst, [b"b%d" % i for i in range(300)]) == {}
+    assert good.records == 300
+
+
+@pytest.mark.parametrize("use_speedups", [True, False], ids=["c-walk", "python-walk"])
+def test_corrupt_v2_file_never_partially_applied(memcached, tmp_path: Path, use_speedups: bool) -> None:
+    """Version 2: the walk over every record (check 4) ends before the first byte is sent, however
+    late in the file the bad record is."""
+    from cachewarm.datapath import format as df
+
+    dst = memcached(memory_mb=64)
+    out = tmp_path / "dump"
+    w = DirWriter(out, node="src")
+    good = w.write(0, 0, records(300))
+    _, data = w.encode(1, 0, records(300, prefix=b"b"))
+    bad = bytearray(data)
+    at = bad.rindex(b" ME q O")  # the LAST record asks for another mode: not a command we send
+    bad[at : at + 4] = b" MX "
+    (out / df.name_for("src", 1, 0, bytes(bad)).name).write_bytes(bad)
+    with pytest.raises(PopulateError, match=r"corrupt.*record 299 .*not a meta set line"):
+        populate(config(out, tmp_path, [dst], workers=1, use_speedups=use_speedups))
     assert fetch(dst, [b"b%d" % i for i in range(300)]) == {}
     assert good.records == 300
 

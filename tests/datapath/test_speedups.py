@@ -1,9 +1,11 @@
-"""The C encoding loop (agent/cachewarm/datapath/_speedups.c) against its Python twin, encode.encode_sets: the
-same bytes on the wire, the same counts, the same records set aside (expired, too large for the
-destination, keys for the binary protocol), the same records rejected with the same message."""
+"""The C encoding loop for data format v1 (agent/cachewarm/datapath/_speedups.c) against its Python
+twin, encode.encode_sets: the same bytes on the wire, the same counts, the same records set aside
+(expired, too large for the destination, keys for the binary protocol), the same records rejected
+with the same message."""
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import struct
@@ -16,12 +18,14 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import UNLIMITED, EncodeStats, FileJob, Mode, encode_sets, encode_sets_c
 from cachewarm.datapath.ketama import Node, Routing
 from cachewarm.datapath.populate import WorkerParams, worker
-from cachewarm.datapath.writer import encode_file
+from cachewarm.datapath.writer import encode_file as _encode_file
 from cachewarm.testing.memcached import MemcachedServer
 
 from tests.conftest import DEFAULT_VERSION
 
 NOW = 1_800_000_000
+# The C encoding loop is for data format v1 files (v2's records need no encoding: test_plan_v2.py).
+encode_file = functools.partial(_encode_file, version=df.VERSION)
 
 if encode._speedups is None:
     if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):

@@ -1,4 +1,5 @@
-"""The Python reader and writer against the C++ writer's golden files, byte for byte."""
+"""The Python reader and writer against the C++ writer's golden files, byte for byte: data format v1
+(tests/vectors/) and v2 (tests/vectors/v2/), and the populator's C walk of v2 against them."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ from typing import Any
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath.format import Record
+from cachewarm.datapath.populate.plan import pieces_of, plan
 from cachewarm.datapath.writer import encode_file
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
-SPEC: dict[str, Any] = json.loads((VECTORS / "vectors.json").read_text())
+SETS = {1: VECTORS, 2: VECTORS / "v2"}
+SPECS: dict[int, dict[str, Any]] = {v: json.loads((d / "vectors.json").read_text()) for v, d in SETS.items()}
+FILES = [(v, f) for v, spec in SPECS.items() for f in spec["files"]]
 
 
 def expected_records(f: dict[str, Any]) -> list[Record]:
@@ -22,15 +26,17 @@ def expected_records(f: dict[str, Any]) -> list[Record]:
     ]
 
 
-@pytest.mark.parametrize("f", SPEC["files"], ids=lambda f: f["name"])
-def test_reader_matches_vectors(f: dict[str, Any]) -> None:
-    v = df.check_file(VECTORS / f["name"])
+@pytest.mark.parametrize(("version", "f"), FILES, ids=lambda x: x if isinstance(x, int) else x["name"])
+def test_reader_matches_vectors(version: int, f: dict[str, Any]) -> None:
+    spec = SPECS[version]
+    v = df.check_file(SETS[version] / f["name"])
     assert v.status is df.Status.OK, v.reason
     assert v.header is not None and v.trailer is not None and v.data is not None
+    assert v.header.version == version
     assert len(v.data) == f["size"]
     assert v.header.header_len == f["header_len"]
-    assert v.header.node == SPEC["node"]
-    assert v.header.dump_start_ms == SPEC["dump_start_ms"]
+    assert v.header.node == spec["node"]
+    assert v.header.dump_start_ms == spec["dump_start_ms"]
     assert (v.header.chunk, v.header.part) == (f["chunk"], f["part"])
     assert v.header.first_key_index == f["first_key_index"]
     assert v.trailer.end_key_index == f["end_key_index"]
@@ -40,25 +46,52 @@ def test_reader_matches_vectors(f: dict[str, Any]) -> None:
     assert got == expected_records(f)
 
 
-@pytest.mark.parametrize("f", SPEC["files"], ids=lambda f: f["name"])
-def test_writer_reproduces_vectors(f: dict[str, Any]) -> None:
+@pytest.mark.parametrize(("version", "f"), FILES, ids=lambda x: x if isinstance(x, int) else x["name"])
+def test_writer_reproduces_vectors(version: int, f: dict[str, Any]) -> None:
+    spec = SPECS[version]
     data = encode_file(
-        SPEC["node"],
+        spec["node"],
         f["chunk"],
         f["part"],
         expected_records(f),
-        dump_start_ms=SPEC["dump_start_ms"],
+        dump_start_ms=spec["dump_start_ms"],
         first_key_index=f["first_key_index"],
         misses=f["misses"],
+        version=version,
     )
-    assert data == (VECTORS / f["name"]).read_bytes()
-    assert df.name_for(SPEC["node"], f["chunk"], f["part"], data).name == f["name"]
+    assert data == (SETS[version] / f["name"]).read_bytes()
+    assert df.name_for(spec["node"], f["chunk"], f["part"], data).name == f["name"]
 
 
-def test_manifest_vector() -> None:
-    m = df.read_manifest(VECTORS / SPEC["done"])
-    assert m.node == SPEC["node"]
-    assert [f.name for f in m.files] == [f["name"] for f in SPEC["files"]]
-    assert [f.records for f in m.files] == [f["record_count"] for f in SPEC["files"]]
-    assert [f.bytes for f in m.files] == [f["size"] for f in SPEC["files"]]
-    assert m.total_records == sum(f["record_count"] for f in SPEC["files"])
+@pytest.mark.parametrize("version", sorted(SETS))
+def test_manifest_vector(version: int) -> None:
+    spec = SPECS[version]
+    m = df.read_manifest(SETS[version] / spec["done"])
+    assert m.version == version
+    assert m.node == spec["node"]
+    assert [f.name for f in m.files] == [f["name"] for f in spec["files"]]
+    assert [f.records for f in m.files] == [f["record_count"] for f in spec["files"]]
+    assert [f.bytes for f in m.files] == [f["size"] for f in spec["files"]]
+    assert m.total_records == sum(f["record_count"] for f in spec["files"])
+
+
+@pytest.mark.parametrize("use_c", [True, False])
+@pytest.mark.parametrize("f", SPECS[2]["files"], ids=lambda f: f["name"])
+def test_v2_vectors_are_sent_as_their_own_bytes(f: dict[str, Any], use_c: bool) -> None:
+    """The populator's walk (C and Python) plans every meta record of a v2 vector as a range of the
+    file and the binary record for the binary protocol: what goes on the wire is the file's bytes."""
+    data = (SETS[2] / f["name"]).read_bytes()
+    v = df.check_bytes(df.parse_name(f["name"]), data)  # type: ignore[arg-type]
+    assert v.header is not None and v.trailer is not None
+    start, end = df.records_bounds(v.header, v.trailer)
+    p = plan(data, start, end, 1_700_000_000, (1 << 40,), False, 1000, 1 << 20, use_c=use_c)
+    assert p.records == f["record_count"]
+    node = p.nodes[0]
+    wire = b"".join(data[o : o + n] if o >= 0 else b"mn\r\n" for o, n in pieces_of(node.pieces))
+    binary = [df.record_at(data, at, 2).key for at in node.binary]
+    meta = [r for r in expected_records(f) if r.key not in binary]
+    assert node.items == len(meta) and wire.count(b"\r\nmn\r\n") == (1 if meta else 0)
+    assert [r.key for r in expected_records(f) if r.key in binary] == binary
+    assert wire.replace(b"mn\r\n", b"") == b"".join(
+        data[s : s + n] for s, n in pieces_of(node.pieces) if s >= 0
+    ) and all(data[s : s + 3] == b"ms " for s, _ in pieces_of(node.pieces) if s >= 0)

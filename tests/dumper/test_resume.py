@@ -73,3 +73,29 @@ def test_resume_refuses_a_restarted_source(dumper_bin: Path, memcached, tmp_path
     assert r.returncode == 1
     assert "restarted since the dump began" in r.stderr
     assert not (out / "DONE").exists()
+
+
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_a_resumed_dump_keeps_its_data_format(dumper_bin: Path, memcached, tmp_path: Path, fmt: int) -> None:
+    """keys/META records the dump's format (docs/data-format.md section 6): a kill -9 then `--resume`
+    without `--format` continues in it, every file and DONE in that version; an explicit other
+    `--format` is refused."""
+    from cachewarm.datapath import format as df
+
+    srv = memcached()
+    load_numbered(srv, N_ITEMS, value_size=64)
+    out = tmp_path / "o"
+    _kill_after(dump_cmd(dumper_bin, srv, out, "--format", str(fmt), *SLOW), 0.8)
+    if not (out / "keys" / "META").exists():
+        pytest.skip("killed before the dump had started")
+    other = run_dump(dumper_bin, srv, out, "--resume", "--format", str(3 - fmt))
+    assert other.returncode == 2 or other.returncode == 1, other.stderr
+    assert f"data format version {fmt}" in other.stderr
+    r = run_dump(dumper_bin, srv, out, "--resume")
+    assert r.returncode == 0, r.stderr
+    dump = read_dump(out)
+    assert set(dump.by_key()) == {b"k%d" % i for i in range(N_ITEMS)}
+    assert dump.manifest is not None and dump.manifest.version == fmt
+    for name in dump.files:
+        v = df.check_file(out / name)
+        assert v.ok and v.header is not None and v.header.version == fmt, name

@@ -1,5 +1,6 @@
-"""Data format v1 (docs/data-format.md) in Python: its constants, file names, header and trailer, the
-one record walker, the checks of section 3 and the DONE manifest reader. (The writer for tests and
+"""Data formats v1 and v2 (docs/data-format.md) in Python: the constants, file names, header and trailer,
+the v1 record walker (v2's records are `format_v2.py`'s), the checks of section 3 for both versions
+and the DONE manifest reader. (The writer for tests and
 fault injection is `writer.py`; the production writer is the C++ dumper.)
 
 The reader trusts nothing the file system shows it: `check_file` runs the checks of section 3 in order,
@@ -24,9 +25,15 @@ from typing import Any
 
 import xxhash
 
+from cachewarm.datapath import format_v2 as v2
+
 MAGIC = b"CWARMDF1"
 TRAILER_MAGIC = b"CWARMEND"
 VERSION = 1
+# Version 2 (section 7): each record is the memcached command that stores the item. The dumper writes
+# it by default; readers read both.
+VERSION_2 = 2
+VERSIONS = (VERSION, VERSION_2)
 HEADER_FIXED = 48
 TRAILER_LEN = 40
 RECORD_FIXED = 20
@@ -169,8 +176,8 @@ def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Hea
     magic, version, header_len, part, start_ms, chunk, first, node_len, _ = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         return f"bad magic {bytes(magic)!r}"
-    if version != VERSION:
-        return f"version {version} != {VERSION}"
+    if version not in VERSIONS:
+        return f"version {version} not in {VERSIONS}"
     if not 1 <= node_len <= MAX_NODE_LEN:
         return f"node_len {node_len} out of range"
     if header_len != HEADER_FIXED + node_len:
@@ -187,7 +194,7 @@ def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Hea
         return f"chunk {chunk} != name's {name.chunk}"
     if part != name.part:
         return f"part {part} != name's {name.part}"
-    return Header(VERSION, header_len, part, start_ms, chunk, first, node)
+    return Header(version, header_len, part, start_ms, chunk, first, node)
 
 
 def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Trailer | str:
@@ -246,11 +253,34 @@ def check_record_count(header: Header, trailer: Trailer, count: int) -> None:
 
 
 def check_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> None:
-    """Check 4 over a whole file: raises CorruptRecord naming the first problem."""
+    """Check 4 over a whole file (either version): raises CorruptRecord naming the first problem."""
     count = 0
-    for _ in record_spans(data, *records_bounds(header, trailer)):
-        count += 1
+    if header.version == VERSION_2:
+        try:
+            for _ in v2.spans(data, *records_bounds(header, trailer)):
+                count += 1
+        except v2.RecordError as e:
+            raise CorruptRecord(str(e)) from e
+    else:
+        for _ in record_spans(data, *records_bounds(header, trailer)):
+            count += 1
     check_record_count(header, trailer, count)
+
+
+def record_at(data: bytes | memoryview, offset: int, version: int) -> Record:
+    """The record at `offset` of a verified file's bytes (an offset from the populator's walk or an
+    `O`/`NS` tag); the value is a view."""
+    if version == VERSION_2:
+        s = v2.parse_at(data, offset, len(data))
+        return Record(s.key, s.flags, s.exptime, memoryview(data)[s.value_start : s.value_end])
+    vlen, flags, exptime, klen = RECORD.unpack_from(data, offset)
+    kstart = offset + RECORD_FIXED
+    return Record(
+        bytes(data[kstart : kstart + klen]),
+        flags,
+        exptime,
+        memoryview(data)[kstart + klen : kstart + klen + vlen],
+    )
 
 
 def check_bytes(name: DataFileName, data: bytes | memoryview, walk_records: bool = True) -> Verdict:
@@ -336,16 +366,19 @@ def check_file(
     return check_bytes(name, data, walk_records)
 
 
-def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Iterator[Record]:
+def iter_records(
+    data: bytes | memoryview, header_len: int | None = None, version: int = VERSION
+) -> Iterator[Record]:
     """Records of a file that passed `check_file` (or of a bare record stream when header_len is None
-    and `data` holds only records). Values are memoryviews into `data`. Raises FormatError
-    (CorruptRecord for a bad record); never allocates from a length field."""
+    and `data` holds only records, in `version`). With a header in `data` its version decides. Values
+    are memoryviews into `data`. Raises FormatError (CorruptRecord for a bad record); never allocates
+    from a length field."""
     mv = data if isinstance(data, memoryview) else memoryview(data)
     if header_len is None:
         if bytes(mv[:8]) == MAGIC:
             if len(mv) < HEADER_FIXED + TRAILER_LEN:
                 raise FormatError(f"{len(mv)} bytes start with the magic but cannot hold header and trailer")
-            header_len = HEADER.unpack_from(mv, 0)[2]
+            version, header_len = HEADER.unpack_from(mv, 0)[1:3]
             end = len(mv) - TRAILER_LEN
             if not HEADER_FIXED <= header_len <= end:
                 raise FormatError(f"header_len {header_len} outside {HEADER_FIXED}..{end}")
@@ -354,6 +387,13 @@ def iter_records(data: bytes | memoryview, header_len: int | None = None) -> Ite
             end = len(mv)
     else:
         end = len(mv) - TRAILER_LEN
+    if version == VERSION_2:
+        try:
+            for s in v2.spans(mv, header_len, end):
+                yield Record(s.key, s.flags, s.exptime, mv[s.value_start : s.value_end])
+        except v2.RecordError as e:
+            raise CorruptRecord(str(e)) from e
+        return
     for kstart, vstart, nxt, flags, exptime in record_spans(mv, header_len, end):
         yield Record(bytes(mv[kstart:vstart]), flags, exptime, mv[vstart:nxt])
 
@@ -421,8 +461,8 @@ def parse_manifest(text: bytes | str, where: str = "DONE") -> Manifest:
     if obj.get("format") != "cachewarm-dump":
         raise FormatError(f"{where}: format {obj.get('format')!r} != 'cachewarm-dump'")
     version = _req(obj, "version", int, where)
-    if version != VERSION:
-        raise FormatError(f"{where}: version {version} != {VERSION}")
+    if version not in VERSIONS:
+        raise FormatError(f"{where}: version {version} not in {VERSIONS}")
     files: list[ManifestFile] = []
     for i, fobj in enumerate(_req(obj, "files", list, where)):
         w = f"{where}: files[{i}]"

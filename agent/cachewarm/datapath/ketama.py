@@ -153,6 +153,16 @@ class KetamaRing:
                 f"bad node-key format {self.node_key_format!r}: use {{host}}, {{ip}} and {{port}}"
             ) from e
 
+    @property
+    def points(self) -> list[int]:
+        """The ring's points, sorted (the populator's C walk routes with them)."""
+        return self._points
+
+    @property
+    def owners(self) -> list[int]:
+        """The index in `nodes` owning each point of `points`."""
+        return self._owners
+
     def index_for(self, key: bytes) -> int:
         """The index in `nodes` of the key's node."""
         if self.hash_delimiter is not None:

@@ -1,5 +1,5 @@
 """The process pools of the data path (the populator's workers, the warm's final check, verify): each
-worker dies with its parent and keeps one read buffer for the data files it reads."""
+worker dies with its parent."""
 
 from __future__ import annotations
 
@@ -10,23 +10,10 @@ import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from cachewarm.datapath.format import ReadBuffer
-
-# A pool worker's read buffer, made by worker_init: a worker applies one file at a time, and reusing
-# the buffer saves the page faults of reading every file into fresh memory. None in other processes.
-_worker_buffer: ReadBuffer | None = None
-
-
-def read_buffer() -> ReadBuffer | None:
-    """This pool worker's read buffer (None outside a pool worker: read into fresh memory)."""
-    return _worker_buffer
-
 
 def worker_init() -> None:
-    """Give a pool worker its read buffer and tie its life to its parent: a kill -9 of the populator
-    must not leave workers behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere)."""
-    global _worker_buffer
-    _worker_buffer = ReadBuffer()
+    """Tie a pool worker's life to its parent: a kill -9 of the populator must not leave workers
+    behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere)."""
     parent = os.getppid()
     try:
         import ctypes
@@ -54,3 +41,17 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
     # while this process has no other threads (e.g. `warm`'s output pumps), else forkserver.
     ctx = multiprocessing.get_context("fork" if threading.active_count() == 1 else "forkserver")
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=worker_init)
+
+
+def _ready() -> None:
+    pass
+
+
+def started_pool(workers: int) -> ProcessPoolExecutor:
+    """`process_pool` with its workers running now: called while this process has no other thread,
+    they are forked (in milliseconds) instead of started by a fork server (measured in `warm`: the
+    first file waited ~0.4 s for workers importing the data path, and the populator never caught up
+    with the dumper)."""
+    pool = process_pool(workers)
+    pool.submit(_ready).result()  # a fork pool starts all its workers at the first task
+    return pool

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -27,7 +28,7 @@ from cachewarm.datapath.dumper import DumperCommand, DumperProgress
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection
-from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
     Mode,
     PopulateConfig,
@@ -243,7 +244,7 @@ def _check_file(
 
 
 def _check_target(
-    cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary
+    cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
 ) -> tuple[int, int, list[bytes]]:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
     processes. Returns (checked, missing, examples)."""
@@ -255,11 +256,10 @@ def _check_target(
         for d in (summary.destinations[t.address] for t in targets)
     ]
     check = functools.partial(_check_file, targets=targets, routing=cfg.routing, limits=limits)
-    with process_pool(cfg.workers) as pool:
-        for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
-            checked += n
-            missing += len(gone)
-            examples.extend(gone[: max(0, 5 - len(examples))])
+    for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
+        checked += n
+        missing += len(gone)
+        examples.extend(gone[: max(0, 5 - len(examples))])
     return checked, missing, examples
 
 
@@ -280,7 +280,11 @@ def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
 
 
 def populate_config(
-    cfg: WarmConfig, dump_dir: Path, state_file: Path, should_abort: Callable[[], str | None] | None = None
+    cfg: WarmConfig,
+    dump_dir: Path,
+    state_file: Path,
+    should_abort: Callable[[], str | None] | None = None,
+    pool: Executor | None = None,
 ) -> PopulateConfig:
     """The populator's configuration for this warm (the target's rate limit included)."""
     return PopulateConfig(
@@ -296,6 +300,7 @@ def populate_config(
         poll_interval=cfg.poll_interval,
         destination_timeout=cfg.destination_timeout,
         should_abort=should_abort,
+        pool=pool,
         **cfg.accept,  # type: ignore[arg-type]
     )
 
@@ -306,6 +311,13 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
         from cachewarm.datapath.stream import run_stream_warm
 
         return run_stream_warm(cfg, stream)
+    # The worker processes (populate, then the target check) start before this process has threads
+    # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
+    with started_pool(cfg.workers) as pool:
+        return _run_warm(cfg, stream, display, pool)
+
+
+def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: Executor) -> WarmSummary:
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)
@@ -323,7 +335,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     dumper = _DumperRun(proc, on_progress=display.dumper)
     dumper.pump()
-    pcfg = populate_config(cfg, dump_dir, state_file, should_abort=dumper.failure)
+    pcfg = populate_config(cfg, dump_dir, state_file, should_abort=dumper.failure, pool=pool)
     problems: list[str] = []
     try:
         try:
@@ -351,7 +363,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
     checked = missing = 0
     if cfg.check:
-        checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary)
+        checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary, pool)
         if missing:
             stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
             # Accepted evictions explain as many missing keys as were evicted, no more.

@@ -1,6 +1,7 @@
-"""A format v1 writer for tests, fault injection and benchmarks: data files and a dump directory
-written the way the dumper writes them (docs/data-format.md sections 1-2 and 5). The C++ dumper is
-the production writer; the golden vectors (tests/vectors/) pin that both write the same bytes.
+"""A data format writer (versions 1 and 2) for tests, fault injection and benchmarks: data files and a
+dump directory written the way the dumper writes them (docs/data-format.md sections 1-2, 5 and 7).
+The C++ dumper is the production writer; the golden vectors (tests/vectors/, tests/vectors/v2/) pin
+that both write the same bytes. Version 2 is the default, as the dumper's.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.format import (
     HEADER,
     HEADER_FIXED,
@@ -24,7 +26,8 @@ from cachewarm.datapath.format import (
     TRAILER,
     TRAILER_LEN,
     TRAILER_MAGIC,
-    VERSION,
+    VERSION_2,
+    VERSIONS,
     DataFileName,
     FormatError,
     Record,
@@ -53,16 +56,29 @@ def encode_file(
     dump_start_ms: int = 0,
     first_key_index: int = 0,
     misses: int = 0,
+    version: int = VERSION_2,
 ) -> bytes:
-    """The bytes of one data file (sections 2.1-2.3)."""
+    """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1)."""
     if not NODE_RE.match(node):
         raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
-    body = [encode_record(r) for r in records]
-    rbytes = sum(len(b) for b in body)
+    if version not in VERSIONS:
+        raise FormatError(f"version {version} not in {VERSIONS}")
     node_b = node.encode("ascii")
+    if version == VERSION_2:
+        body, at = [], HEADER_FIXED + len(node_b)
+        for r in records:
+            try:
+                rec = v2.encode_record(bytes(r.key), r.flags, r.exptime, bytes(r.value), at)
+            except ValueError as e:
+                raise FormatError(str(e)) from e
+            body.append(rec)
+            at += len(rec)
+    else:
+        body = [encode_record(r) for r in records]
+    rbytes = sum(len(b) for b in body)
     header = HEADER.pack(
         MAGIC,
-        VERSION,
+        version,
         HEADER_FIXED + len(node_b),
         part,
         dump_start_ms,
@@ -109,6 +125,7 @@ class DirWriter:
     out: Path
     node: str = "test_11211"
     dump_start_ms: int = 0
+    version: int = VERSION_2
     published: list[PublishedFile] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -117,7 +134,9 @@ class DirWriter:
 
     def encode(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> tuple[str, bytes]:
         """The final name and bytes of a file, without publishing it (for fault injection)."""
-        data = encode_file(self.node, chunk, part, records, self.dump_start_ms, misses=misses)
+        data = encode_file(
+            self.node, chunk, part, records, self.dump_start_ms, misses=misses, version=self.version
+        )
         return name_for(self.node, chunk, part, data).name, data
 
     def write(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> PublishedFile:
@@ -134,7 +153,7 @@ class DirWriter:
         files = sorted([*self.published, *extra_files], key=lambda p: (p.name.chunk, p.name.part))
         return {
             "format": "cachewarm-dump",
-            "version": VERSION,
+            "version": self.version,
             "node": self.node,
             "source": {"host": "127.0.0.1", "port": 0},
             "dump_start_ms": self.dump_start_ms,

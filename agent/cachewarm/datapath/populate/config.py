@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -101,6 +102,9 @@ class PopulateConfig:
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
+    # Worker processes to use (the caller's, e.g. started before its own threads so that they fork);
+    # None: the populator starts `workers` of its own.
+    pool: Executor | None = None
     # What the user accepts instead of a non-zero exit (each is reported in the summary either way):
     # items too large for a destination, skipped (never sent: a failed store would delete the key's
     # live value) and named in the oversize report;

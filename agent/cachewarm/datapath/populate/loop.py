@@ -21,12 +21,13 @@ unless the user accepted those reasons.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import FileJob
@@ -71,6 +72,12 @@ class Populator:
     _destinations: DestinationProbe = field(init=False)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
+    _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
+    # The data format version of each file this run verified (DONE's `version` must agree).
+    _versions: dict[str, int] = field(init=False, default_factory=dict)
+    # DONE as last parsed, and the (inode, size, mtime) it was parsed at: parsed again only on change.
+    _manifest: tuple[tuple[int, int, int], df.Manifest] | None = field(init=False, default=None)
+    _sums: tuple[int, int, NodeCounts] | None = field(init=False, default=None)
     # For the progress display: data files seen so far, and DONE's item count once it is read.
     _published: int = field(init=False, default=0)
     _total: int | None = field(init=False, default=None)
@@ -83,10 +90,16 @@ class Populator:
             t.add(f.total())
         return t
 
+    def _tally(self) -> tuple[int, int, NodeCounts]:
+        """(items, bytes, counts) of the consumed files, kept up to date by _handle (a progress event
+        per file must not cost a walk over every file: O(files^2) on a large dump)."""
+        if self._sums is None:
+            s = self.state.consumed.values()
+            self._sums = (sum(f.records for f in s), sum(f.bytes for f in s), self._totals())
+        return self._sums
+
     def _emit(self, event: str, pending: int = 0, detail: str = "") -> None:
-        s = self.state.consumed.values()
-        items = sum(f.records for f in s)
-        t = self._totals()
+        items, nbytes, t = self._tally()
         elapsed = time.monotonic() - self._start
         self.on_progress(
             Progress(
@@ -98,7 +111,7 @@ class Populator:
                 stored=t.stored,
                 already_present=t.present,
                 expired=t.expired,
-                bytes=sum(f.bytes for f in s),
+                bytes=nbytes,
                 elapsed_s=round(elapsed, 3),
                 items_per_s=round(items / elapsed, 1) if elapsed > 0 else 0.0,
                 detail=detail,
@@ -160,11 +173,11 @@ class Populator:
                 "evictions", detail=f"destinations evicted items: {self._destinations.evictions_by_node()}"
             )
 
-    def _file_job(self, name: str) -> FileJob:
+    def _file_job(self, name: str, started_before: bool) -> FileJob:
         redo = self.state.redo.get(name) if name in self.state.consumed else None
         only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
         # A file that may have been started before resends with tagged sets (worker._ours).
-        return FileJob(self._destinations.budgets(), only, tagged=self._journal.add(name))
+        return FileJob(self._destinations.budgets(), only, tagged=started_before)
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
         names: dict[str, df.DataFileName] = {}
@@ -189,7 +202,8 @@ class Populator:
             if e == df.MANIFEST_NAME:
                 done = True
             elif not e.startswith("."):
-                p = df.parse_name(e)
+                # Names never change meaning: parse each once (the loop lists the directory often).
+                p = self._names.get(e) or self._names.setdefault(e, df.parse_name(e))
                 if p is not None:
                     names[e] = p
         return names, done
@@ -235,7 +249,7 @@ class Populator:
         inflight: dict[Future[FileOutcome], str] = {}
         retry_at: dict[str, float] = {}
         last_round_event = 0.0
-        with process_pool(c.workers) as pool:
+        with contextlib.nullcontext(c.pool) if c.pool is not None else process_pool(c.workers) as pool:
             try:
                 while True:
                     if quiesce and self._round > 0 and not self._refresh(bad_since):
@@ -266,8 +280,10 @@ class Populator:
                         self._probe_destinations()
                     # Bounded queue so files are applied roughly in publish order.
                     room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
+                    # Journaled with one fsync for all the files handed out this round.
+                    started = self._journal.add_many(todo[:room])
                     for n in todo[:room]:
-                        job = self._file_job(n)
+                        job = self._file_job(n, n in started)
                         inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
                     progressed = False
                     if inflight:
@@ -348,8 +364,13 @@ class Populator:
     def _read_manifest(self, done_exists: bool, bad_since: dict[str, float]) -> df.Manifest | None:
         if not done_exists:
             return None
+        path = self.config.source_dir / df.MANIFEST_NAME
         try:
-            m = df.read_manifest(self.config.source_dir / df.MANIFEST_NAME)
+            st = os.stat(path)
+            key = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if self._manifest is not None and self._manifest[0] == key:
+                return self._manifest[1]
+            m = df.read_manifest(path)
         except (df.ManifestNotReadable, OSError) as e:
             # On a ro,norecovery mount DONE may be visible before its bytes are.
             first = bad_since.setdefault(df.MANIFEST_NAME, time.monotonic())
@@ -360,17 +381,26 @@ class Populator:
             # Whole JSON that breaks the format is a lie, not a half-visible file: stop now.
             raise DumpDataError(f"DONE is invalid: {e}") from e
         bad_since.pop(df.MANIFEST_NAME, None)
+        self._manifest = (key, m)
         return m
 
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
         c = self.config
         if out.status == "ok":
+            self._versions[out.name] = out.version
             dead = self._check_identities(out.identities)
             known = self.state.consumed.get(out.name)
             cf = known or ConsumedFile(out.records, out.bytes)
+            items, nbytes, sums = self._tally()
+            if known:  # its counts change: take them out of the running sums, then add them back
+                items, nbytes = items - known.records, nbytes - known.bytes
+                for k, v in asdict(known.total()).items():
+                    setattr(sums, k, getattr(sums, k) - v)
             for addr, counts in out.nodes.items():
                 if addr not in dead:
                     cf.nodes[addr] = counts
+            sums.add(cf.total())
+            self._sums = (items + cf.records, nbytes + cf.bytes, sums)
             info = self._destinations.info
             self._report.add(
                 out.name,
@@ -406,6 +436,11 @@ class Populator:
     def _finish(self, manifest: df.Manifest) -> PopulateSummary:
         c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
+        if lying := sorted(n for n, v in self._versions.items() if v != manifest.version):
+            raise DumpDataError(
+                f"DONE says data format version {manifest.version}, but {lying[0]} is version "
+                f"{self._versions[lying[0]]} ({len(lying)} files)"
+            )
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
                 raise DumpDataError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")

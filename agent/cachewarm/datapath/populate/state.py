@@ -144,14 +144,19 @@ class StartedJournal:
 
     def add(self, name: str) -> bool:
         """Record `name`; returns whether it was recorded before (it may be partly applied)."""
-        if name in self.names:
-            return True
-        with open(self.path, "a") as f:
-            f.write(f"{name}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self.names.add(name)
-        return False
+        return bool(self.add_many([name]))
+
+    def add_many(self, names: list[str]) -> set[str]:
+        """Record `names` (one fsync for all); returns those recorded before (maybe partly applied)."""
+        before = {n for n in names if n in self.names}
+        new = [n for n in names if n not in self.names]
+        if new:
+            with open(self.path, "a") as f:
+                f.write("".join(f"{n}\n" for n in new))
+                f.flush()
+                os.fsync(f.fileno())
+            self.names.update(new)
+        return before
 
     def forget(self, name: str) -> None:
         """The worker sent nothing of `name` (it did not verify yet): its next send is a first one.

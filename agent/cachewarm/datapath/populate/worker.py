@@ -2,20 +2,35 @@
 items to the destination(s), routed by ketama: pipelined quiet meta sets, and the binary protocol for
 the keys no meta command can name. Items too large for their destination are never sent (a store
 memcached cannot allocate deletes the key's live value, in add mode too): they come back named.
-Runs in a pool process: everything it gets and returns is picklable."""
+Runs in a pool process: everything it gets and returns is picklable.
+
+The file is mapped, not read (no copy into this process). A version 2 file (docs/data-format.md
+section 7) is sent as ranges of its own bytes (plan.py, send_v2.py); a version 1 file is encoded
+(encode.py). Once a file is consumed its pages are dropped from the page cache: nothing reads it again
+soon, and the dump's next files reuse that memory instead of growing the cache (measured, issue 15)."""
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath import pool
+from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
-from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file, record_at
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
+from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file
+from cachewarm.datapath.meta import (
+    BatchCounts,
+    DestinationUnavailable,
+    MetaConnection,
+    retry_while_unavailable,
+)
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.populate.plan import plan
+from cachewarm.datapath.populate.send_v2 import RateLimiter, send_planned
 from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
@@ -36,6 +51,7 @@ class FileOutcome:
     name: str
     status: str  # "ok", a df.Status value, or DEST_ERROR
     reason: str = ""
+    version: int = 0  # the file's data format version, once it verified
     records: int = 0
     bytes: int = 0
     attempts: int = 0
@@ -47,25 +63,10 @@ class FileOutcome:
     oversize: list[OversizeItem] = field(default_factory=list)
 
 
-class RateLimiter:
-    def __init__(self, rate: float | None) -> None:
-        self.rate = rate
-        self.start = time.monotonic()
-        self.count = 0
-
-    def take(self, n: int) -> None:
-        if not self.rate:
-            return
-        self.count += n
-        ahead = self.count / self.rate - (time.monotonic() - self.start)
-        if ahead > 0:
-            time.sleep(ahead)
-
-
-def _ours(conn: MetaConnection, data: bytes | memoryview, offsets: list[int]) -> int:
+def _ours(conn: MetaConnection, data: bytes | memoryview, version: int, offsets: list[int]) -> int:
     """How many of these records (named by offset; they answered NS) hold exactly our value and
     flags in the destination: our own earlier attempt stored them. The others hold a live write."""
-    recs = [record_at(data, at) for at in offsets]
+    recs = [df.record_at(data, at, version) for at in offsets]
     got = conn.get_many([r.key for r in recs])
     return sum(
         1 for r in recs if (it := got.get(r.key)) is not None and it.value == r.value and it.flags == r.flags
@@ -73,12 +74,18 @@ def _ours(conn: MetaConnection, data: bytes | memoryview, offsets: list[int]) ->
 
 
 def _write_binary(
-    node: str, host: str, port: int, params: WorkerParams, data: bytes | memoryview, offsets: list[int]
+    node: str,
+    host: str,
+    port: int,
+    params: WorkerParams,
+    data: bytes | memoryview,
+    version: int,
+    offsets: list[int],
 ) -> tuple[list[int], int, str | None]:
     """Write these records with the binary protocol: (offsets answered 'exists', errors, first error)."""
     reqs = []
     for n, at in enumerate(offsets):
-        r = record_at(data, at)
+        r = df.record_at(data, at, version)
         # As the meta sets (encode.ttl_token); expired since it was encoded: sent anyway, it lands
         # expired (memcached takes a past absolute time as such).
         expiry = 0 if r.exptime == df.NEVER_EXPIRES else max(1, r.exptime - EXPIRY_MARGIN)
@@ -96,8 +103,80 @@ def _write_binary(
     return [offsets[n] for n in res.not_stored], res.errors, first
 
 
+@dataclass
+class NodeShare:
+    """What the walk set aside for one destination (record offsets), and how many it found expired."""
+
+    expired: int
+    oversize: list[int]
+    long_keys: list[int]
+
+
+def _account(
+    verdict: df.Verdict,
+    params: WorkerParams,
+    job: FileJob,
+    conns: dict[int, MetaConnection],
+    totals: dict[int, BatchCounts],
+    shares: dict[int, NodeShare],
+    out: FileOutcome,
+) -> None:
+    """After the meta sets: the binary-protocol records, what became of every item per destination,
+    the file's status."""
+    assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
+    nodes, data, version = params.nodes, verdict.data, verdict.header.version
+    errors, first_error = 0, None
+    for i, c in conns.items():
+        addr = nodes[i].address
+        t, share = totals[i], shares[i]
+        if t.errors and first_error is None:
+            first_error = f"{addr} answered {t.first_error!r}"
+        exists, b_errors, b_first = ([], 0, None)
+        if share.long_keys and not t.errors:
+            exists, b_errors, b_first = _write_binary(
+                addr, nodes[i].connect_host, nodes[i].port, params, data, version, share.long_keys
+            )
+        first_error = first_error or b_first
+        errors += t.errors + b_errors
+        # A resend names each NS (tags): values that are ours were stored by an earlier attempt.
+        resent = _ours(c, data, version, t.not_stored_tags + exists) if job.tagged else 0
+        not_stored = t.not_stored + len(exists)
+        binary = len(share.long_keys)
+        out.nodes[addr] = NodeCounts(
+            stored=t.sent + binary - not_stored - t.errors - b_errors,
+            present=not_stored - resent,
+            resent=resent,
+            expired=share.expired,
+            oversize=len(share.oversize),
+            binary=binary,
+        )
+        for at in share.oversize:
+            r = df.record_at(data, at, version)
+            out.oversize.append(OversizeItem(addr, r.key, len(r.value), r.flags))
+    out.records = verdict.trailer.record_count
+    if errors:
+        out.status = DEST_ERROR
+        out.reason = f"{errors} writes failed; first: {first_error}"
+    else:
+        out.status = "ok"
+
+
+def _connect(params: WorkerParams, mine: list[int], out: FileOutcome) -> dict[int, MetaConnection]:
+    nodes = params.nodes
+    conns = {i: MetaConnection(nodes[i].connect_host, nodes[i].port, params.socket_timeout) for i in mine}
+    try:
+        for i, c in conns.items():
+            ident = c.connect()
+            out.identities[nodes[i].address] = (ident.pid, ident.started)
+    except BaseException:
+        for c in conns.values():
+            c.close()
+        raise
+    return conns
+
+
 def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: FileOutcome) -> None:
-    """One attempt at writing all of a verified file's items. Raises DestinationUnavailable."""
+    """One attempt at writing all of a verified version 1 file's items. Raises DestinationUnavailable."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     nodes = params.nodes
     ring = params.routing.ring(nodes)
@@ -109,11 +188,8 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
         out.status, out.reason = df.Status.CORRUPT.value, str(e)
         return
     out.sent = True
-    conns = {i: MetaConnection(nodes[i].connect_host, nodes[i].port, params.socket_timeout) for i in mine}
+    conns = _connect(params, mine, out)
     try:
-        for i, c in conns.items():
-            ident = c.connect()
-            out.identities[nodes[i].address] = (ident.pid, ident.started)
         limiter = RateLimiter(params.items_per_second)
         try:
             for idx, payload, count in batches:
@@ -124,44 +200,88 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
                 limiter.take(count)
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
-        errors, first_error = 0, None
-        data = verdict.data
-        for i, c in conns.items():
-            addr = nodes[i].address
-            t = c.flush()
-            if t.errors and first_error is None:
-                first_error = f"{addr} answered {t.first_error!r}"
-            exists, b_errors, b_first = ([], 0, None)
-            if stats.long_keys[i] and not t.errors:
-                exists, b_errors, b_first = _write_binary(
-                    addr, nodes[i].connect_host, nodes[i].port, params, data, stats.long_keys[i]
-                )
-            first_error = first_error or b_first
-            errors += t.errors + b_errors
-            # A resend names each NS (tags): values that are ours were stored by an earlier attempt.
-            resent = _ours(c, data, t.not_stored_tags + exists) if job.tagged else 0
-            not_stored = t.not_stored + len(exists)
-            binary = len(stats.long_keys[i])
-            out.nodes[addr] = NodeCounts(
-                stored=t.sent + binary - not_stored - t.errors - b_errors,
-                present=not_stored - resent,
-                resent=resent,
-                expired=stats.expired[i],
-                oversize=len(stats.oversize[i]),
-                binary=binary,
-            )
-            for at in stats.oversize[i]:
-                r = record_at(data, at)
-                out.oversize.append(OversizeItem(addr, r.key, len(r.value), r.flags))
-        out.records = verdict.trailer.record_count
-        if errors:
-            out.status = DEST_ERROR
-            out.reason = f"{errors} writes failed; first: {first_error}"
-        else:
-            out.status = "ok"
+        totals = {i: c.flush() for i, c in conns.items()}
+        shares = {i: NodeShare(stats.expired[i], stats.oversize[i], stats.long_keys[i]) for i in conns}
+        _account(verdict, params, job, conns, totals, shares, out)
     finally:
         for c in conns.values():
             c.close()
+
+
+def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: FileOutcome) -> None:
+    """One attempt at writing all of a verified version 2 file's items: check 4 and the plan in one
+    walk, then the file's own bytes. Raises DestinationUnavailable."""
+    assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
+    nodes = params.nodes
+    mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
+    start, end = df.records_bounds(verdict.header, verdict.trailer)
+    try:
+        p = plan(
+            verdict.data,
+            start,
+            end,
+            int(time.time()),
+            job.budgets,
+            params.mode == "set",
+            params.batch_items,
+            params.batch_bytes,
+            params.routing.ring(nodes),
+            job.only_nodes,
+            params.use_speedups,
+        )
+        df.check_record_count(verdict.header, verdict.trailer, p.records)
+    except (v2.RecordError, df.CorruptRecord) as e:
+        out.status, out.reason = df.Status.CORRUPT.value, str(e)
+        return
+    out.sent = True
+    conns = _connect(params, mine, out)
+    try:
+        totals = send_planned(
+            conns,
+            verdict.data,
+            p,
+            job.tagged,
+            params.items_per_second,
+            params.socket_timeout,
+            params.use_speedups,
+        )
+        shares = {i: NodeShare(p.nodes[i].expired, p.nodes[i].oversize, p.nodes[i].binary) for i in conns}
+        _account(verdict, params, job, conns, totals, shares, out)
+    finally:
+        for c in conns.values():
+            c.close()
+
+
+@contextlib.contextmanager
+def _mapped(path: str) -> Iterator[memoryview]:
+    """The file's bytes, mapped read-only (no copy); empty for an empty file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            yield memoryview(b"")
+            return
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # fault the pages in at once
+        mm = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+        view = memoryview(mm)
+        try:
+            yield view
+        finally:
+            with contextlib.suppress(BufferError):  # a view still held (a traceback): the GC unmaps it
+                view.release()
+                mm.close()
+    finally:
+        os.close(fd)
+
+
+def _drop_cached(path: str) -> None:
+    """Drop a consumed file's pages from the page cache (clean pages: the dumper fsynced the file)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
@@ -169,28 +289,39 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
     (after a reconnect here, or of a file the populator may have started before) tags its sets."""
     name = os.path.basename(path)
     out = FileOutcome(name=name, status="")
-    try:
-        # Checks 1-3 here; check 4 runs in encode_file, over every record before any is sent.
-        verdict = df.check_file(path, walk_records=False, buffer=pool.read_buffer())
-    except OSError as e:
-        # Vanished, or unreadable blocks on a ro,norecovery view: look again next round.
-        out.status, out.reason = df.Status.INCOMPLETE.value, f"cannot read: {e}"
-        return out
-    if not verdict.ok:
-        out.status, out.reason = verdict.status.value, verdict.reason
-        return out
-    out.bytes = len(verdict.data or b"")
-    try:
-        for attempt in retry_while_unavailable(params.destination_timeout):
-            with attempt:
-                out.attempts += 1
-                out.identities.clear()
-                out.nodes.clear()
-                out.oversize.clear()
-                write_records(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
-    except DestinationUnavailable as e:
-        out.status = DEST_UNAVAILABLE
-        out.reason = (
-            f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
-        )
+    parsed = df.parse_name(name)
+    if parsed is None:
+        raise df.FormatError(f"{name}: not a data file name")
+    with contextlib.ExitStack() as stack:
+        try:
+            data = stack.enter_context(_mapped(path))
+        except OSError as e:
+            # Vanished, or unreadable blocks on a ro,norecovery view: look again next round.
+            out.status, out.reason = df.Status.INCOMPLETE.value, f"cannot read: {e}"
+            return out
+        # Checks 1-3 here; check 4 runs in the walk that encodes or plans, before anything is sent.
+        verdict = df.check_bytes(parsed, data, walk_records=False)
+        if not verdict.ok:
+            out.status, out.reason = verdict.status.value, verdict.reason
+            return out
+        out.bytes = len(data)
+        assert verdict.header is not None
+        out.version = verdict.header.version
+        write = write_records_v2 if verdict.header.version == df.VERSION_2 else write_records
+        try:
+            for attempt in retry_while_unavailable(params.destination_timeout):
+                with attempt:
+                    out.attempts += 1
+                    out.identities.clear()
+                    out.nodes.clear()
+                    out.oversize.clear()
+                    write(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
+        except DestinationUnavailable as e:
+            out.status = DEST_UNAVAILABLE
+            out.reason = (
+                f"destination unavailable for {params.destination_timeout:g}s ({out.attempts} attempts): {e}"
+            )
+        del verdict, data
+    if out.status == "ok":
+        _drop_cached(path)
     return out

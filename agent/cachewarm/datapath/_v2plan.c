@@ -1,0 +1,278 @@
+/* The populator's walk over a data format v2 file (docs/data-format.md section 7), in C: check 4 of
+ * every record and, per record, what to do with it — so that sending a verified file needs no
+ * per-item Python. Its Python twin is populate/plan.py (plan_py); tests/datapath/test_plan_v2.py checks
+ * that both give the same plan and reject the same records with the same message.
+ *
+ * plan_v2(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring_points, ring_owners,
+ *         delimiter, only)
+ *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
+ *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
+ *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: the ketama ring (sorted little-endian
+ *   u32 points and the u32 destination index owning each) or None for one destination; delimiter:
+ *   hash only the key's part before it (bytes, or None); only: bytes with one flag per destination
+ *   (0: skip its records) or None.
+ *   -> (records, [(pieces, items, expired, oversize, binary) per destination])
+ *   pieces: packed little-endian int64 pairs, in send order: (offset, length) a range of `data`;
+ *   (-1, n) the end of a batch of n items (the sender writes `mn`); (-2, 1) the byte `S` (set mode,
+ *   in place of the record's `E`). oversize / binary: lists of record offsets (never sent / for the
+ *   binary protocol). A record whose T is not after `now` is expired: counted, not sent.
+ *   Raises ValueError "record <n> at offset <pos>: <why>" at the first record section 7.2 forbids.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_v2record.h"
+
+/* ---- md5 (RFC 1321), for ketama's key hash ---------------------------------------------------- */
+
+static const uint32_t kMd5K[64] = {
+    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
+    0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
+    0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
+    0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed, 0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
+    0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
+    0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
+    0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
+    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
+static const uint8_t kMd5S[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
+                                  5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,
+                                  4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
+                                  6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
+
+static void md5_block(uint32_t h[4], const unsigned char *p) {
+  uint32_t m[16], a = h[0], b = h[1], c = h[2], d = h[3];
+  for (int i = 0; i < 16; i++) m[i] = v2_le32(p + 4 * i);
+  for (int i = 0; i < 64; i++) {
+    uint32_t f;
+    int g;
+    if (i < 16) f = (b & c) | (~b & d), g = i;
+    else if (i < 32) f = (d & b) | (~d & c), g = (5 * i + 1) & 15;
+    else if (i < 48) f = b ^ c ^ d, g = (3 * i + 5) & 15;
+    else f = c ^ (b | ~d), g = (7 * i) & 15;
+    const uint32_t t = d;
+    d = c;
+    c = b;
+    const uint32_t x = a + f + kMd5K[i] + m[g];
+    b = b + (x << kMd5S[i] | x >> (32 - kMd5S[i]));
+    a = t;
+  }
+  h[0] += a, h[1] += b, h[2] += c, h[3] += d;
+}
+
+/* The first little-endian u32 of md5(s): ketama's key hash (ketama.key_hash). */
+static uint32_t md5_first_u32(const unsigned char *s, size_t n) {
+  uint32_t h[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) md5_block(h, s + i);
+  unsigned char tail[128] = {0};
+  const size_t rest = n - i;
+  memcpy(tail, s + i, rest);
+  tail[rest] = 0x80;
+  const size_t len = rest < 56 ? 64 : 128;
+  const uint64_t bits = (uint64_t)n * 8;
+  for (int k = 0; k < 8; k++) tail[len - 8 + k] = (unsigned char)(bits >> (8 * k));
+  md5_block(h, tail);
+  if (len == 128) md5_block(h, tail + 64);
+  return h[0];
+}
+
+/* ---- the plan ---------------------------------------------------------------------------------- */
+
+typedef struct {
+  V2Buf pieces;
+  long items, expired;
+  long batch_items;
+  uint64_t batch_bytes;
+  PyObject *oversize, *binary;
+} Node;
+
+static int add_offset(PyObject *list, Py_ssize_t at) {
+  PyObject *o = PyLong_FromSsize_t(at);
+  if (!o) return -1;
+  const int r = PyList_Append(list, o);
+  Py_DECREF(o);
+  return r;
+}
+
+/* Appends a file range, merged with the previous piece when they touch. */
+static int add_range(Node *n, int64_t off, int64_t len) {
+  if (len <= 0) return 0;
+  if (n->pieces.len >= 16) {
+    int64_t *last = (int64_t *)(n->pieces.data + n->pieces.len - 16);
+    if (last[0] >= 0 && last[0] + last[1] == off) {
+      last[1] += len;
+      return 0;
+    }
+  }
+  const int64_t p[2] = {off, len};
+  return v2buf_put(&n->pieces, p, sizeof p);
+}
+
+static int end_batch(Node *n) {
+  if (n->batch_items == 0) return 0;
+  const int64_t p[2] = {V2_PIECE_MN, n->batch_items};
+  n->batch_items = 0;
+  n->batch_bytes = 0;
+  return v2buf_put(&n->pieces, p, sizeof p);
+}
+
+static PyObject *plan_v2(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer view, points = {0}, owners = {0}, delim = {0}, only = {0};
+  Py_ssize_t pos, end, batch_items, batch_bytes;
+  long long now;
+  int set_mode;
+  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o;
+  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
+                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o))
+    return NULL;
+  PyObject *result = NULL, *per_node = NULL;
+  Node *nodes = NULL;
+  long long *budget = NULL;
+  Py_ssize_t n_nodes = 0;
+  long records = 0;
+  if (!PyTuple_Check(budgets) || (n_nodes = PyTuple_GET_SIZE(budgets)) < 1) {
+    PyErr_SetString(PyExc_TypeError, "budgets: a non-empty tuple");
+    goto done;
+  }
+  if ((points_o != Py_None && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
+      (owners_o != Py_None && PyObject_GetBuffer(owners_o, &owners, PyBUF_SIMPLE) < 0) ||
+      (delim_o != Py_None && PyObject_GetBuffer(delim_o, &delim, PyBUF_SIMPLE) < 0) ||
+      (only_o != Py_None && PyObject_GetBuffer(only_o, &only, PyBUF_SIMPLE) < 0))
+    goto done;
+  const size_t n_points = (size_t)points.len / 4;
+  if (points.buf && (owners.len != points.len || n_points == 0)) {
+    PyErr_SetString(PyExc_ValueError, "ring: points and owners differ in length");
+    goto done;
+  }
+  if (only.buf && only.len != n_nodes) {
+    PyErr_SetString(PyExc_ValueError, "only: one flag per destination");
+    goto done;
+  }
+  if (pos < 0 || end < pos || end > view.len) {
+    PyErr_Format(PyExc_ValueError, "records span %zd..%zd outside the data (%zd bytes)", pos, end, view.len);
+    goto done;
+  }
+  nodes = PyMem_Calloc((size_t)n_nodes, sizeof *nodes);
+  budget = PyMem_Calloc((size_t)n_nodes, sizeof *budget);
+  if (!nodes || !budget) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_nodes; i++) {
+    budget[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(budgets, i));
+    nodes[i].oversize = PyList_New(0);
+    nodes[i].binary = PyList_New(0);
+    if ((budget[i] == -1 && PyErr_Occurred()) || !nodes[i].oversize || !nodes[i].binary) goto done;
+  }
+  const unsigned char *data = view.buf;
+  unsigned char keybuf[V2_MAX_KEY];
+  V2Record r;
+  char why[96];
+  while (pos < end) {
+    if (v2_parse(data, pos, end, &r, keybuf, why) < 0) {
+      PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: %s", records, pos, why);
+      goto done;
+    }
+    records++;
+    const Py_ssize_t at = pos;
+    pos = r.next;
+    Py_ssize_t idx = 0;
+    if (points.buf) {
+      size_t hl = r.key_len;
+      if (delim.buf) { /* as ketama.index_for: the part before the delimiter's first occurrence */
+        const unsigned char *cut = memmem(r.key, r.key_len, delim.buf, (size_t)delim.len);
+        if (cut) hl = (size_t)(cut - r.key);
+      }
+      const uint32_t h = md5_first_u32(r.key, hl);
+      const unsigned char *pt = points.buf;
+      size_t lo = 0, hi = n_points; /* first point >= h */
+      while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (v2_le32(pt + 4 * mid) < h) lo = mid + 1;
+        else hi = mid;
+      }
+      idx = (Py_ssize_t)v2_le32((const unsigned char *)owners.buf + 4 * (lo == n_points ? 0 : lo));
+      if (idx >= n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "ring: an owner out of range");
+        goto done;
+      }
+    }
+    if (only.buf && !((const unsigned char *)only.buf)[idx]) continue;
+    Node *n = &nodes[idx];
+    if (r.expiry != 0 && r.expiry <= now) {
+      n->expired++;
+      continue;
+    }
+    if ((long long)(r.key_len + r.value_len + (r.flags ? 4 : 0)) > budget[idx]) {
+      if (add_offset(n->oversize, at) < 0) goto done;
+      continue;
+    }
+    if (r.binary) {
+      if (add_offset(n->binary, at) < 0) goto done;
+      continue;
+    }
+    if (set_mode) {
+      const int64_t s[2] = {V2_PIECE_S, 1};
+      if (add_range(n, at, r.mode_at - at) < 0 || v2buf_put(&n->pieces, s, sizeof s) < 0 ||
+          add_range(n, r.mode_at + 1, r.next - r.mode_at - 1) < 0)
+        goto nomem;
+    } else if (add_range(n, at, r.next - at) < 0) {
+      goto nomem;
+    }
+    n->items++;
+    n->batch_items++;
+    n->batch_bytes += (uint64_t)(r.next - at);
+    if (n->batch_items >= batch_items || n->batch_bytes >= (uint64_t)batch_bytes)
+      if (end_batch(n) < 0) goto nomem;
+  }
+  per_node = PyList_New(n_nodes);
+  if (!per_node) goto done;
+  for (Py_ssize_t i = 0; i < n_nodes; i++) {
+    if (end_batch(&nodes[i]) < 0) goto nomem;
+    /* y# of NULL builds None: an empty share is b"". */
+    const char *pd = nodes[i].pieces.data ? (const char *)nodes[i].pieces.data : "";
+    PyObject *t = Py_BuildValue("(y#llOO)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
+                                nodes[i].expired, nodes[i].oversize, nodes[i].binary);
+    if (!t) goto done;
+    PyList_SET_ITEM(per_node, i, t);
+  }
+  result = Py_BuildValue("(lO)", records, per_node);
+  goto done;
+nomem:
+  PyErr_NoMemory();
+done:
+  Py_XDECREF(per_node);
+  if (nodes) {
+    for (Py_ssize_t i = 0; i < n_nodes; i++) {
+      v2buf_free(&nodes[i].pieces);
+      Py_XDECREF(nodes[i].oversize);
+      Py_XDECREF(nodes[i].binary);
+    }
+    PyMem_Free(nodes);
+  }
+  PyMem_Free(budget);
+  if (points.buf) PyBuffer_Release(&points);
+  if (owners.buf) PyBuffer_Release(&owners);
+  if (delim.buf) PyBuffer_Release(&delim);
+  if (only.buf) PyBuffer_Release(&only);
+  PyBuffer_Release(&view);
+  return result;
+}
+
+static PyObject *ketama_hash(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer key;
+  if (!PyArg_ParseTuple(args, "y*", &key)) return NULL;
+  const uint32_t h = md5_first_u32(key.buf, (size_t)key.len);
+  PyBuffer_Release(&key);
+  return PyLong_FromUnsignedLong(h);
+}
+
+PyMethodDef kV2PlanMethods[] = {
+    {"plan_v2", plan_v2, METH_VARARGS, "Check 4 of a v2 file and what to send where (see _v2plan.c)."},
+    {"ketama_hash", ketama_hash, METH_VARARGS, "The first little-endian u32 of md5(key)."},
+    {NULL, NULL, 0, NULL},
+};

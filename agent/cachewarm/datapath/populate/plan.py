@@ -1,0 +1,183 @@
+"""What to send where, for a verified data format v2 file (docs/data-format.md section 7.3): one walk
+over its records that is also check 4, deciding per record — its destination (ketama), expired (not
+sent), too large for that destination (not sent), a binary-protocol record (sent another way), or a
+range of the file's bytes to send as it is (with `ME` sent as `MS` in set mode), batched with `mn`.
+
+`plan` runs the C walk (_v2plan.c) when it is built, else `plan_py`, its twin here: the same pieces,
+counts and offsets, the same message for a bad record (tests/datapath/test_plan_v2.py).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from dataclasses import dataclass, field
+
+from cachewarm.datapath import format_v2 as v2
+from cachewarm.datapath.ketama import KetamaRing
+
+try:
+    from cachewarm.datapath import _speedups
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _speedups = None  # type: ignore[assignment]
+
+# Pieces other than file ranges (int64 pairs): the end of a batch of n items (the sender writes
+# `mn`), and the byte `S` (set mode, in place of a record's `E`).
+PIECE_MN = -1
+PIECE_S = -2
+_PAIR = struct.Struct("<qq")
+
+
+@dataclass
+class NodePlan:
+    """One destination's share of a file."""
+
+    pieces: bytes = b""  # packed little-endian int64 pairs (_PAIR), in send order
+    items: int = 0
+    expired: int = 0
+    oversize: list[int] = field(default_factory=list)  # record offsets, never sent
+    binary: list[int] = field(default_factory=list)  # record offsets, for the binary protocol
+
+
+@dataclass
+class Plan:
+    records: int
+    nodes: list[NodePlan]
+
+
+def pieces_of(pieces: bytes) -> list[tuple[int, int]]:
+    return [_PAIR.unpack_from(pieces, i) for i in range(0, len(pieces), _PAIR.size)]
+
+
+def _ring_arrays(ring: KetamaRing | None) -> tuple[bytes | None, bytes | None]:
+    if ring is None:
+        return None, None
+    points, owners = array("I", ring.points), array("I", ring.owners)
+    if sys.byteorder != "little":  # pragma: no cover
+        points.byteswap()
+        owners.byteswap()
+    return points.tobytes(), owners.tobytes()
+
+
+def plan(
+    data: bytes | memoryview,
+    start: int,
+    end: int,
+    now: int,
+    budgets: tuple[int, ...],
+    set_mode: bool,
+    batch_items: int,
+    batch_bytes: int,
+    ring: KetamaRing | None = None,
+    only: frozenset[int] | None = None,
+    use_c: bool = True,
+) -> Plan:
+    """The plan of `data[start:end]` (a verified v2 file's records). Raises format_v2.RecordError at the
+    first record section 7.2 forbids; nothing is planned then."""
+    if use_c and _speedups is not None:
+        points, owners = _ring_arrays(ring)
+        flags = bytes(1 if only is None or i in only else 0 for i in range(len(budgets)))
+        try:
+            records, per_node = _speedups.plan_v2(
+                data,
+                start,
+                end,
+                now,
+                tuple(budgets),
+                set_mode,
+                batch_items,
+                batch_bytes,
+                points,
+                owners,
+                ring.hash_delimiter if ring is not None else None,
+                flags,
+            )
+        except ValueError as e:
+            raise v2.RecordError(str(e)) from e
+        return Plan(records, [NodePlan(*t) for t in per_node])
+    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only)
+
+
+class _Pieces:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.last: list[int] | None = None  # the last piece if it is a file range
+        self.batch_items = 0
+        self.batch_bytes = 0
+
+    def range(self, off: int, n: int) -> None:
+        if n <= 0:
+            return
+        if self.last is not None and self.last[0] + self.last[1] == off:
+            self.last[1] += n
+            return
+        self._flush_last()
+        self.last = [off, n]
+
+    def literal(self, kind: int, n: int) -> None:
+        self._flush_last()
+        self.out += _PAIR.pack(kind, n)
+
+    def _flush_last(self) -> None:
+        if self.last is not None:
+            self.out += _PAIR.pack(*self.last)
+            self.last = None
+
+    def end_batch(self) -> None:
+        if self.batch_items:
+            self.literal(PIECE_MN, self.batch_items)
+            self.batch_items = self.batch_bytes = 0
+
+    def finish(self) -> bytes:
+        self.end_batch()
+        self._flush_last()
+        return bytes(self.out)
+
+
+def plan_py(
+    data: bytes | memoryview,
+    start: int,
+    end: int,
+    now: int,
+    budgets: tuple[int, ...],
+    set_mode: bool,
+    batch_items: int,
+    batch_bytes: int,
+    ring: KetamaRing | None = None,
+    only: frozenset[int] | None = None,
+) -> Plan:
+    """`plan` in Python (see the module doc)."""
+    nodes = [NodePlan() for _ in budgets]
+    pieces = [_Pieces() for _ in budgets]
+    records = 0
+    for s in v2.spans(data, start, end):
+        records += 1
+        idx = ring.index_for(s.key) if ring is not None else 0
+        if only is not None and idx not in only:
+            continue
+        n, p = nodes[idx], pieces[idx]
+        expiry = v2.expiry_to_send(s.exptime)
+        if expiry != 0 and expiry <= now:
+            n.expired += 1
+            continue
+        if len(s.key) + (s.value_end - s.value_start) + (4 if s.flags else 0) > budgets[idx]:
+            n.oversize.append(s.offset)
+            continue
+        if s.binary:
+            n.binary.append(s.offset)
+            continue
+        if set_mode:
+            p.range(s.offset, s.mode_at - s.offset)
+            p.literal(PIECE_S, 1)
+            p.range(s.mode_at + 1, s.end - s.mode_at - 1)
+        else:
+            p.range(s.offset, s.end - s.offset)
+        n.items += 1
+        p.batch_items += 1
+        p.batch_bytes += s.end - s.offset
+        if p.batch_items >= batch_items or p.batch_bytes >= batch_bytes:
+            p.end_batch()
+    for n, p in zip(nodes, pieces, strict=True):
+        n.pieces = p.finish()
+    return Plan(records, nodes)

@@ -1,0 +1,53 @@
+// Data format v2 records (docs/data-format.md section 7.1): each record is the command that stores
+// the item — a quiet meta add `ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\r\n<value>\r\n`, or
+// for a key no meta command can name, a binary-protocol ADDQ request. The writer encodes the part
+// before the value (the value follows as it is); the reader parses and checks a whole record (check 4,
+// section 7.2). The Python reader (agent/cachewarm/datapath/format.py) and the populator's C walk
+// (_speedups.c) are its twins, pinned by the golden vectors in tests/vectors/v2/.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "format.h"
+#include "slice.h"
+#include "status.h"
+
+namespace cachewarm {
+
+// The longest meta line before the value: "ms " + a 250-char key + " " + 10 digits + " b" + " T" + 10
+// + " F" + 10 + " ME q O" + 20 + "\r\n", rounded up.
+constexpr size_t kMaxMetaLineV2 = 352;
+// The binary record's request header + extras (flags, expiration).
+constexpr size_t kBinaryHeadV2 = 32;
+constexpr uint8_t kBinaryMagic = 0x80, kBinaryOpAddQ = 0x12;
+
+// The T of an item whose version 1 exptime is `exptime` (-1 = never): 0, or exptime - kExpiryMargin.
+int64_t ExpiryToSend(int64_t exptime);
+// The version 1 exptime of an item sent with T `expiry` (the reverse).
+int64_t ExptimeOf(int64_t expiry);
+// A key with no meta form (a binary key whose base64 is longer than kMaxWireKey): a binary record.
+bool NeedsBinaryRecord(const Slice& raw_key);
+
+// Writes a meta record's line (everything before the value) at dst (kMaxMetaLineV2 bytes) for a
+// key that has a meta form; returns its length. The record starts at file offset `offset`.
+size_t EncodeMetaLineV2(char* dst, const Slice& raw_key, uint32_t value_len, uint32_t flags, int64_t exptime,
+                        uint64_t offset);
+// Writes a binary record's 32-byte head (request header + extras) for a key of key_len bytes.
+void EncodeBinaryHeadV2(char* dst, size_t key_len, uint32_t value_len, uint32_t flags, int64_t exptime);
+// Checks that the record the caller wants to write has a v2 form (key length, expiry range).
+Status CheckRecordV2(const Slice& raw_key, int64_t exptime);
+
+// One record of a v2 file as read: the key decoded, exptime as in version 1, the value a view.
+struct RecordV2 {
+  std::string key;
+  uint32_t flags = 0;
+  int64_t exptime = 0;
+  Slice value;
+  bool binary = false;
+};
+// Parses and checks the record at data[pos..end) (section 7.2); *next = its end. Corruption names
+// the problem and the offset.
+Status ParseRecordV2(const char* data, size_t pos, size_t end, RecordV2* out, size_t* next);
+
+}  // namespace cachewarm

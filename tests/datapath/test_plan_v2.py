@@ -1,0 +1,228 @@
+"""Data format v2 (docs/data-format.md section 7): the reader's check 4 and the populator's walk — the C
+walk (_v2plan.c) against its Python twin (populate/plan.py): the same plan (pieces, counts, offsets)
+for random files with every kind of key, expiry, size, destination and mode, and the same message for
+every record the format forbids. Without memcached."""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import re
+
+import pytest
+from cachewarm.datapath import format as df
+from cachewarm.datapath import format_v2 as v2
+from cachewarm.datapath.encode import UNLIMITED
+from cachewarm.datapath.ketama import KetamaRing, Node
+from cachewarm.datapath.populate import plan as planmod
+from cachewarm.datapath.populate.plan import PIECE_MN, PIECE_S, Plan, pieces_of, plan, plan_py
+from cachewarm.datapath.writer import encode_file
+
+NOW = 1_800_000_000
+
+if planmod._speedups is None:
+    if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
+        pytest.fail("cachewarm.datapath._speedups is not built (pip install -e . needs a C compiler)")
+    pytest.skip("cachewarm.datapath._speedups is not built", allow_module_level=True)
+
+
+def _records(rng: random.Random, n: int) -> list[df.Record]:
+    recs = []
+    for i in range(n):
+        kind = rng.randrange(6)
+        if kind == 0:  # binary: base64 up to 186 bytes, a binary record from 187
+            key = bytes(rng.randrange(256) for _ in range(rng.choice([1, 2, 3, 50, 186, 187, 250])))
+        elif kind == 1:  # a hash delimiter in it
+            key = b"user:%d:x" % rng.randrange(50)
+        else:
+            key = b"key:%d:" % i + b"x" * rng.randrange(0, 200)
+        exptime = rng.choice([-1, NOW - 5, NOW, NOW + 1, NOW + 2, NOW + 3600, 2**31 - 1])
+        value = rng.randbytes(rng.choice([0, 1, 100, 1000, 10_000]))
+        recs.append(df.Record(key, rng.choice([0, 1, 2**31, 2**32 - 1]), exptime, value))
+    return recs
+
+
+def _file(recs: list[df.Record]) -> tuple[bytes, int, int]:
+    data = encode_file("n1", 0, 0, recs)
+    v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
+    assert v.ok and v.header is not None and v.trailer is not None, v.reason
+    return (data, *df.records_bounds(v.header, v.trailer))
+
+
+def _both(data: bytes, start: int, end: int, **kw: object) -> Plan:
+    args = dict(now=NOW, budgets=(UNLIMITED,), set_mode=False, batch_items=1000, batch_bytes=1 << 22)
+    args.update(kw)  # type: ignore[arg-type]
+    c = plan(data, start, end, use_c=True, **args)  # type: ignore[arg-type]
+    py = plan_py(data, start, end, **args)  # type: ignore[arg-type]
+    assert c == py
+    return c
+
+
+def _wire(data: bytes, pieces: bytes) -> bytes:
+    lit = {PIECE_MN: b"mn\r\n", PIECE_S: b"S"}
+    return b"".join(data[o : o + n] if o >= 0 else lit[o] for o, n in pieces_of(pieces))
+
+
+@pytest.mark.parametrize("set_mode", [False, True])
+@pytest.mark.parametrize("batch_items,batch_bytes", [(1000, 1 << 22), (1, 1), (7, 5000)])
+@pytest.mark.parametrize("budget", [UNLIMITED, 1000, 1004])
+def test_c_and_python_plan_alike(set_mode: bool, batch_items: int, batch_bytes: int, budget: int) -> None:
+    recs = _records(random.Random(42), 1500)
+    data, start, end = _file(recs)
+    p = _both(
+        data,
+        start,
+        end,
+        budgets=(budget,),
+        set_mode=set_mode,
+        batch_items=batch_items,
+        batch_bytes=batch_bytes,
+    )
+    n = p.nodes[0]
+    assert p.records == len(recs)
+    assert n.expired > 0 and n.binary and bool(n.oversize) is (budget != UNLIMITED)
+    assert n.items + n.expired + len(n.oversize) + len(n.binary) == len(recs)
+    wire = _wire(data, n.pieces)
+    # Exactly the meta records to send, each as the file has it (`MS` in set mode), in file order.
+    sent = [s for s in v2.spans(data, start, end) if not s.binary]
+    sent = [s for s in sent if s.exptime == -1 or s.exptime - 1 > NOW]
+    sent = [s for s in sent if len(s.key) + s.value_end - s.value_start + (4 if s.flags else 0) <= budget]
+    body = b"".join(data[s.offset : s.end] for s in sent)
+    if set_mode:
+        body = body.replace(b" ME q O", b" MS q O")
+    assert wire.replace(b"mn\r\n", b"") == body and n.items == len(sent)
+    assert wire.count(b"mn\r\n") >= -(-len(sent) // batch_items)
+    # Never a relative T, never one already past: an item expiring within the margin is not sent.
+    assert all(
+        not re.search(rb" T([1-9][0-9]*) ", data[s.offset : s.value_start]) or s.exptime - 1 > NOW
+        for s in sent
+    )
+
+
+def test_every_destination_gets_its_keys_and_only_nodes_are_kept() -> None:
+    recs = _records(random.Random(7), 1200)
+    data, start, end = _file(recs)
+    nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 4)]
+    for delim in (None, b":"):
+        ring = KetamaRing(nodes, hash_delimiter=delim)
+        p = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring)
+        for i, n in enumerate(p.nodes):
+            keys = [
+                s.key
+                for s in v2.spans(data, start, end)
+                if not s.binary and (s.exptime == -1 or s.exptime - 1 > NOW)
+            ]
+            want = [k for k in keys if ring.index_for(k) == i]
+            got = [s.key for o, m in pieces_of(n.pieces) if o >= 0 for s in v2.spans(data, o, o + m)]
+            assert got == want
+            assert all(ring.index_for(df.record_at(data, at, 2).key) == i for at in n.binary)
+        only = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring, only=frozenset({1}))
+        assert only.nodes[1] == p.nodes[1] and only.nodes[0].items == only.nodes[2].items == 0
+        assert only.records == p.records
+
+
+def _meta(
+    key: bytes = b"k", vlen: int = 1, t: int = 0, flags: int = 0, off: int = 58, b: bool = False
+) -> bytes:
+    return b"ms %b %d%b T%d F%d ME q O%d\r\n" % (key, vlen, b" b" if b else b"", t, flags, off)
+
+
+# (name, a record written for offset 58 (_bad_file moves it to 75), the message naming it)
+BAD = [
+    ("other command", b"mg k v\r\n", "not a meta set line"),
+    ("first byte", b"xs k 1 T0 F0 ME q O58\r\nv\r\n", "neither a meta set nor a binary record"),
+    ("set mode in the file", b"ms k 1 T0 F0 MS q O58\r\nv\r\n", "not a meta set line"),
+    ("extra flag", b"ms k 1 T0 F0 I ME q O58\r\nv\r\n", "not a meta set line"),
+    ("leading zero", b"ms k 01 T0 F0 ME q O58\r\nv\r\n", "not a meta set line"),
+    ("space in key", b"ms k k 1 T0 F0 ME q O58\r\nv\r\n", "not a meta set line"),
+    ("relative T", _meta(t=3600) + b"v\r\n", "bad T"),
+    ("T past int32", _meta(t=2**31) + b"v\r\n", "bad T"),
+    ("flags past u32", _meta(flags=2**32) + b"v\r\n", "bad F"),
+    ("value_len past u32", _meta(vlen=2**32) + b"v\r\n", "bad value length"),
+    ("huge number", b"ms k 99999999999999999999 T0 F0 ME q O58\r\nv\r\n", "bad value length"),
+    ("wrong O", _meta(off=59) + b"v\r\n", "O is not the record's offset"),
+    ("value runs past", _meta(vlen=1000) + b"v\r\n", "value not followed by \\r\\n within the records"),
+    ("no CRLF after value", _meta(vlen=1) + b"vvv", "value not followed by \\r\\n within the records"),
+    ("plain key as base64", _meta(key=base64.b64encode(b"plain"), b=True) + b"v\r\n", "bad base64 key"),
+    ("bad base64", _meta(key=b"!!!!", b=True) + b"v\r\n", "bad base64 key"),
+    ("base64 pad bits", _meta(key=b"AB==", b=True) + b"v\r\n", "bad base64 key"),
+    (
+        "binary opcode",
+        v2.BINARY_HEAD.pack(0x80, 0x11, 200, 8, 0, 0, 209, 0, 0, 0, 0) + b"\x00" * 201,
+        "not an ADDQ request",
+    ),
+    (
+        "binary opaque",
+        v2.BINARY_HEAD.pack(0x80, 0x12, 200, 8, 0, 0, 209, 7, 0, 0, 0) + b"\x00" * 201,
+        "not an ADDQ request",
+    ),
+    (
+        "short binary key",
+        v2.BINARY_HEAD.pack(0x80, 0x12, 186, 8, 0, 0, 195, 0, 0, 0, 0) + b"\x00" * 187,
+        "bad binary key length",
+    ),
+    (
+        "binary runs past",
+        v2.BINARY_HEAD.pack(0x80, 0x12, 200, 8, 0, 0, 999, 0, 0, 0, 0) + b"\x00" * 201,
+        "binary record runs past the records",
+    ),
+    (
+        "binary expiry",
+        v2.BINARY_HEAD.pack(0x80, 0x12, 200, 8, 0, 0, 209, 0, 0, 0, 60) + b"\x00" * 201,
+        "bad expiration",
+    ),
+    (
+        "printable binary key",
+        v2.BINARY_HEAD.pack(0x80, 0x12, 200, 8, 0, 0, 209, 0, 0, 0, 0) + b"k" * 201,
+        "a printable key in a binary record",
+    ),
+    ("truncated header", b"\x80\x12\x00", "binary record runs past the records"),
+]
+
+
+def _bad_file(record: bytes) -> tuple[bytes, int, int]:
+    """A file (node "n1": a 50-byte header) holding a good record (offsets 50..75), then `record` at
+    75, its checksum right: check 4 must find record 1."""
+    good = encode_file("n1", 0, 0, [df.Record(b"g", 0, -1, b"")])
+    head_len = df.HEADER_FIXED + 2
+    first = good[head_len : len(good) - df.TRAILER_LEN]
+    assert head_len + len(first) == 75
+    # Shift `record` (written for offset 58) to offset 75: rewrite its O token.
+    record = record.replace(b" O58\r\n", b" O75\r\n").replace(b" O59\r\n", b" O76\r\n")
+    data = good[:head_len] + first + record + good[len(good) - df.TRAILER_LEN :]
+    return data, head_len, head_len + len(first) + len(record)
+
+
+@pytest.mark.parametrize(("name", "record", "why"), BAD, ids=[b[0] for b in BAD])
+def test_forbidden_records_are_rejected_alike(name: str, record: bytes, why: str) -> None:
+    data, start, end = _bad_file(record)
+    msgs = []
+    for use_c in (True, False):
+        with pytest.raises(v2.RecordError) as e:
+            plan(data, start, end, NOW, (UNLIMITED,), False, 1000, 1 << 20, use_c=use_c)
+        msgs.append(str(e.value))
+    with pytest.raises(v2.RecordError) as e:
+        list(v2.spans(data, start, end))
+    msgs.append(str(e.value))
+    assert msgs == [f"record 1 at offset 75: {why}"] * 3
+
+
+def test_the_writer_refuses_what_v2_cannot_say() -> None:
+    with pytest.raises(df.FormatError, match="no absolute T"):
+        encode_file("n1", 0, 0, [df.Record(b"k", 0, 1, b"v")])  # T 0 would read back as "never"
+    with pytest.raises(df.FormatError, match="no absolute T"):
+        encode_file("n1", 0, 0, [df.Record(b"k", 0, 3600, b"v")])  # memcached: relative
+    assert b" T0 " in encode_file("n1", 0, 0, [df.Record(b"k", 0, -1, b"v")])
+
+
+def test_record_at_and_iter_records_give_version_1_fields() -> None:
+    recs = _records(random.Random(3), 200)
+    data, start, end = _file(recs)
+    got = list(df.iter_records(data))
+    assert [(r.key, r.flags, r.exptime, bytes(r.value)) for r in got] == [
+        (r.key, r.flags, r.exptime, r.value) for r in recs
+    ]
+    for s, r in zip(v2.spans(data, start, end), recs, strict=True):
+        at = df.record_at(data, s.offset, 2)
+        assert (at.key, at.flags, at.exptime, bytes(at.value)) == (r.key, r.flags, r.exptime, r.value)

@@ -1,0 +1,202 @@
+"""Sending data format v2 files (populate/send_v2.py): the C sender (_v2send.c) and its Python twin
+against real memcacheds — the same answers counted, `NS` named by their records, `ME` sent as `MS` in
+set mode, errors loud and no batch started after one, a broken connection reported; and the whole
+populator on v1 and v2 dumps of the same items, through both paths, leaving the same destinations."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cachewarm.datapath import format as df
+from cachewarm.datapath.encode import UNLIMITED
+from cachewarm.datapath.ketama import KetamaRing, Node
+from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
+from cachewarm.datapath.populate import PopulateIncomplete, populate
+from cachewarm.datapath.populate import send_v2 as sendmod
+from cachewarm.datapath.populate.plan import plan
+from cachewarm.datapath.populate.send_v2 import send_planned
+from cachewarm.datapath.writer import DirWriter, encode_file
+from cachewarm.testing.memcached import MemcachedServer
+from cachewarm.testing.populating import config, fetch
+
+if sendmod._speedups is None:
+    if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
+        pytest.fail("cachewarm.datapath._speedups is not built (pip install -e . needs a C compiler)")
+    pytest.skip("cachewarm.datapath._speedups is not built", allow_module_level=True)
+
+PATHS = pytest.mark.parametrize("use_c", [True, False], ids=["c-sender", "python-sender"])
+
+
+def _recs(n: int, size: int = 100, prefix: bytes = b"k") -> list[df.Record]:
+    now = int(time.time())
+    return [
+        df.Record(b"%s%d" % (prefix, i), i, -1 if i % 3 else now + 3600, b"%d-" % i + b"x" * size)
+        for i in range(n)
+    ]
+
+
+def _send(
+    servers: list[MemcachedServer],
+    recs: list[df.Record],
+    use_c: bool,
+    *,
+    set_mode: bool = False,
+    tagged: bool = False,
+    batch_items: int = 50,
+    rate: float | None = None,
+) -> tuple[bytes, dict]:
+    data = encode_file("n1", 0, 0, recs)
+    v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
+    assert v.header is not None and v.trailer is not None
+    nodes = [Node(s.host, s.port) for s in servers]
+    ring = KetamaRing(nodes, "{host}:{port}") if len(nodes) > 1 else None
+    p = plan(data, *df.records_bounds(v.header, v.trailer), int(time.time()), (UNLIMITED,) * len(nodes),
+             set_mode, batch_items, 1 << 20, ring)  # fmt: skip
+    conns = {i: MetaConnection(n.host, n.port) for i, n in enumerate(nodes)}
+    for c in conns.values():
+        c.connect()
+    try:
+        return data, send_planned(conns, data, p, tagged, rate, 10.0, use_c)
+    finally:
+        for c in conns.values():
+            c.close()
+
+
+@PATHS
+def test_add_mode_counts_and_names_what_was_there(
+    memcached: Callable[..., MemcachedServer], use_c: bool
+) -> None:
+    dst = memcached(memory_mb=64)
+    recs = _recs(500)
+    with MetaConnection(dst.host, dst.port) as c:  # live values under every 7th key
+        c.send_batch(b"".join(b"ms %b 4 T0 F0 q\r\nlive\r\n" % r.key for r in recs[::7]), len(recs[::7]))
+        c.flush()
+    data, res = _send([dst], recs, use_c, tagged=True)
+    t = res[0]
+    assert (t.sent, t.not_stored, t.errors) == (500, len(recs[::7]), 0)
+    named = sorted(df.record_at(data, at, 2).key for at in t.not_stored_tags)
+    assert named == sorted(r.key for r in recs[::7])
+    got = fetch(dst, [r.key for r in recs])
+    for i, r in enumerate(recs):
+        assert got[r.key].value == (b"live" if i % 7 == 0 else r.value) and (
+            i % 7 == 0 or got[r.key].flags == r.flags
+        )
+
+
+@PATHS
+def test_set_mode_overwrites(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
+    dst = memcached(memory_mb=64)
+    recs = _recs(120)
+    with MetaConnection(dst.host, dst.port) as c:
+        c.send_batch(b"".join(b"ms %b 4 T0 F0 q\r\nlive\r\n" % r.key for r in recs), len(recs))
+        c.flush()
+    _, res = _send([dst], recs, use_c, set_mode=True, batch_items=7)
+    assert (res[0].sent, res[0].not_stored, res[0].errors) == (120, 0, 0)
+    got = fetch(dst, [r.key for r in recs])
+    assert all(got[r.key].value == r.value for r in recs)
+
+
+@PATHS
+def test_each_destination_gets_its_share(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
+    servers = [memcached(memory_mb=64) for _ in range(3)]
+    recs = _recs(900)
+    _, res = _send(servers, recs, use_c)
+    ring = KetamaRing([Node(s.host, s.port) for s in servers], "{host}:{port}")
+    for i, s in enumerate(servers):
+        mine = [r.key for r in recs if ring.index_for(r.key) == i]
+        assert res[i].sent == len(mine) and int(s.stats()["curr_items"]) == len(mine)
+        assert set(fetch(s, mine)) == set(mine)
+
+
+@PATHS
+def test_an_error_fails_loudly_and_no_batch_starts_after_it(
+    memcached: Callable[..., MemcachedServer], use_c: bool
+) -> None:
+    """A full destination with evictions off answers SERVER_ERROR out of memory: counted, the first
+    one kept, and the sender stops starting batches (each failed store deletes a live value)."""
+    dst = memcached(memory_mb=2, extra_args=["-M"])
+    recs = _recs(6000, size=2000)
+    _, res = _send([dst], recs, use_c, batch_items=100)
+    t = res[0]
+    assert t.errors > 0 and t.first_error is not None and t.first_error.startswith("SERVER_ERROR")
+    # At most the batches in flight when the first error was read were sent after it.
+    stored = int(dst.stats()["curr_items"])
+    assert t.sent < len(recs) and t.sent <= stored + t.errors + 2 * 100
+
+
+@PATHS
+def test_a_broken_connection_is_reported(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
+    dst = memcached(memory_mb=64)
+    data = encode_file("n1", 0, 0, _recs(2000, size=1000))
+    v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
+    assert v.header is not None and v.trailer is not None
+    p = plan(
+        data, *df.records_bounds(v.header, v.trailer), int(time.time()), (UNLIMITED,), False, 100, 1 << 20
+    )
+    c = MetaConnection(dst.host, dst.port)
+    c.connect()
+    dst.kill()
+    with pytest.raises(DestinationUnavailable):
+        send_planned({0: c}, data, p, False, None, 5.0, use_c)
+    c.close()
+
+
+@PATHS
+def test_the_rate_limit_paces_batches(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
+    """400 items at 1,000/s in batches of 100: the last batch may not start before 0.3 s."""
+    dst = memcached(memory_mb=64)
+    t0 = time.monotonic()
+    _, res = _send([dst], _recs(400), use_c, batch_items=100, rate=1000.0)
+    assert res[0].sent == 400 and time.monotonic() - t0 >= 0.3
+
+
+def _dump(out: Path, version: int, seed: int) -> list[df.Record]:
+    rng = random.Random(seed)
+    now = int(time.time())
+    recs = []
+    for i in range(3000):
+        if i % 97 == 0:
+            key = bytes(rng.randrange(256) for _ in range(rng.choice([5, 186, 187, 250])))
+        else:
+            key = b"key:%d" % i
+        exptime = rng.choice([-1, -1, now + 3600, now - 10])
+        size = 1 << 20 if i % 300 == 5 else rng.choice([0, 10, 3000])  # 1 MiB: too large for -I 1m
+        recs.append(df.Record(key, rng.choice([0, 7, 2**32 - 1]), exptime, rng.randbytes(size)))
+    w = DirWriter(out, node="src", version=version)
+    for c in range(3):
+        w.write(c, 0, recs[c * 1000 : (c + 1) * 1000])
+    w.done()
+    return recs
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@PATHS
+def test_the_populator_on_either_version_either_path(
+    memcached: Callable[..., MemcachedServer], tmp_path: Path, version: int, use_c: bool
+) -> None:
+    """The same items as a version 1 or a version 2 dump, through the C or the Python path, with an
+    item size limit that makes some oversize: the same summary and the same destination."""
+    dst = memcached(memory_mb=64, max_item_size="1m")
+    with MetaConnection(dst.host, dst.port) as c:
+        c.send_batch(b"ms key:1 4 T0 F0 q\r\nlive\r\n", 1)
+        c.flush()
+    recs = _dump(tmp_path / "dump", version, seed=5)
+    with pytest.raises(PopulateIncomplete) as e:  # the oversize items make it incomplete
+        populate(config(tmp_path / "dump", tmp_path, [dst], use_speedups=use_c))
+    s = e.value.summary
+    live = [r for r in recs if r.exptime == -1 or r.exptime - 1 > time.time()]
+    small = [
+        r for r in live if len(r.key) + len(r.value) + (4 if r.flags else 0) <= (1 << 20) - 48 - 1 - 2 - 8
+    ]
+    assert (s.records, s.expired, s.already_present) == (3000, 3000 - len(live), 1)  # type: ignore[attr-defined]
+    assert s.oversize == len(live) - len(small) > 0  # type: ignore[attr-defined]
+    assert s.stored == len(small) - 1 and s.binary_protocol > 0  # type: ignore[attr-defined]
+    got = fetch(dst, [r.key for r in recs])
+    assert set(got) == {r.key for r in small}
+    assert all(got[r.key].value == r.value for r in small if r.key != b"key:1")
+    assert got[b"key:1"].value == b"live"
