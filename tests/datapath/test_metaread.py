@@ -62,8 +62,10 @@ def test_list_keys_of_an_empty_server(memcached) -> None:
 
 def test_a_refused_mode_falls_back_to_the_next(memcached) -> None:
     # A memcached without `metadump hash` answers `BADCLASS invalid class id` to it, as 1.6.18 does
-    # to any unknown mode: an unknown mode stands in for `hash` on an older server.
-    srv = memcached(memory_mb=16)
+    # to any unknown mode: an unknown mode stands in for `hash` on an older server. `metadump all`
+    # skips an item whose lock it cannot take, and the LRU maintainer moving items just loaded takes
+    # them (1 run in 6 missed keys on 1.6.38): without it, the listing here is exact.
+    srv = memcached(memory_mb=16, extra_args=["-o", "no_lru_maintainer"])
     items = keyset(2000, int(time.time()))
     load(srv, items)
     assert dict(list_keys(srv.host, srv.port, modes=("nosuchmode", "all"))).keys() == items.keys()
