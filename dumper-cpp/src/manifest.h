@@ -44,6 +44,13 @@ struct Manifest {
   double busy_wait_s = 0;
   double answer_wait_s = 0;  // crawl requests' wait for their answer's first byte
   uint64_t crawl_buffer = 0, crawl_peak_buffered = 0, crawl_spilled = 0;
+
+  // The order of the first crawl's key lists (recency.h) and how the source was protected
+  // (source_guard.h): rendered as JSON objects, "" = not rendered.
+  std::string order = "crawl";
+  double first_chunk_s = 0;
+  std::string tiers;
+  std::string protection_json;
 };
 
 // Sets complete / incomplete_reason from the counts.

@@ -30,6 +30,12 @@ struct Options {
   std::string spill_dir;            // where the crawl reader spills when its buffer is full
   uint64_t debug_write_delay_us = 0;  // testing: sleep before every write to an output file
   uint64_t debug_sync_delay_us = 0;   // testing: sleep before every fsync (file or directory)
+  // Protecting the source (source_guard.h) and the dump's order (recency.h).
+  uint64_t max_bytes_per_second = 0;  // 0 = unlimited
+  bool adaptive = false;              // pace by the source's probe latency
+  double adaptive_target = 1.5;       // back off above this x the probes' latency before the dump
+  int64_t crawl_sleep_us = -1;        // `lru_crawler sleep` during the dump; -1 = the server's own
+  std::string order = "recency";      // fetch the most recently used keys first (hash crawls), or "crawl"
   bool help = false;
 };
 
@@ -49,6 +55,8 @@ constexpr uint64_t kBinaryRecvBytes = 64ULL << 10;
 constexpr uint64_t kSendBytesPerKey = 600;
 // Key chunks the crawl may have queued for publishing (each --key-file-size bytes).
 constexpr int kKeyChunksInFlight = 4;
+// The recency tiers' write buffers (recency.h), when --order recency.
+constexpr uint64_t kRecencyMemory = 2ULL << 20;
 // Fixed allowance for code, stacks, the crawl buffer and small tables.
 constexpr uint64_t kFixedOverhead = 16ULL << 20;
 // Parses "123", "64k", "4M", "1G" (binary units).
