@@ -20,7 +20,8 @@ int RecencyTier(int64_t now, int64_t la, bool fetched) {
   const int64_t age = now - la;
   int a = 0;
   // 1 + floor(2 log2(age)): 1 s -> 1, 2 s -> 3, 3 s -> 4, 4 s -> 5, ... 2^31 s -> 63.
-  if (age > 0) a = std::min(kRecencyAges - 1, 1 + int(std::floor(2.0 * std::log2(double(age)))));
+  if (la < 0) a = kRecencyAges - 1;  // the line had no la: last
+  else if (age > 0) a = std::min(kRecencyAges - 1, 1 + int(std::floor(2.0 * std::log2(double(age)))));
   return 2 * a + (fetched ? 0 : 1);
 }
 
