@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from cachewarm.datapath.cli_options import (
+    BYTE_RATE,
     DESTINATION_TIMEOUT_HELP,
     JSON_PROGRESS_HELP,
     WORKERS_DEFAULT,
@@ -78,6 +79,13 @@ E = ExitCode
     type=click.FloatRange(min=1),
     default=None,
     help="Write at most this many items/s to the destinations in all (split over the workers).",
+    show_default="unlimited",
+)
+@click.option(
+    "--max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of 1024).",
     show_default="unlimited",
 )
 @click.option(
@@ -245,6 +253,36 @@ def populate_cmd(
     help="Items/s the populator writes to the target.",
     show_default="--max-items-per-second",
 )
+@click.option(
+    "--source-max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024).",
+    show_default="unlimited",
+)
+@click.option(
+    "--target-max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024).",
+    show_default="unlimited",
+)
+@click.option(
+    "--adaptive/--no-adaptive",
+    default=False,
+    show_default=True,
+    help="Protect the source's live clients: the dumper probes the source's latency and backs off its "
+    "rate, batch size and crawl pace while it is above 1.5x its latency before the dump (on AWS the "
+    "node agent turns this on).",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["recency", "crawl"]),
+    default="recency",
+    show_default=True,
+    help="recency: the most recently used items first (the listing ends before the first fetch); "
+    "crawl: in the crawl's order, fetching while it lists.",
+)
 @routing_options
 @accept_options
 @click.option(
@@ -287,6 +325,10 @@ def warm_cmd(
     max_items_per_second: float | None,
     source_max_items_per_second: int | None,
     target_max_items_per_second: float | None,
+    source_max_bytes_per_second: int | None,
+    target_max_bytes_per_second: int | None,
+    adaptive: bool,
+    order: str,
     data_file_size: str,
     resume: bool,
     check: bool,
@@ -320,6 +362,10 @@ def warm_cmd(
             max_items_per_second=max_items_per_second,
             source_max_items_per_second=source_max_items_per_second,
             target_max_items_per_second=target_max_items_per_second,
+            source_max_bytes_per_second=source_max_bytes_per_second,
+            target_max_bytes_per_second=target_max_bytes_per_second,
+            adaptive=adaptive,
+            order=order,
             destination_timeout=destination_timeout,
             routing=routing_of(options),
             accept={k: v for k, v in options.items() if k.startswith("accept_")},

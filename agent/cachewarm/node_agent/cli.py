@@ -211,6 +211,12 @@ _RATE_OPTION = click.option(
     default=None,
     help="Rate limit in items/s (leave out for unlimited).",
 )
+_BYTE_RATE_OPTION = click.option(
+    "--max-bytes-per-second",
+    type=MatchingInt(inputs.BYTE_RATE, 1),
+    default=None,
+    help="Rate limit in bytes/s (leave out for unlimited).",
+)
 
 
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -261,6 +267,22 @@ def agent_group() -> None:
     show_default="the dumper's: 2",
 )
 @_RATE_OPTION
+@_BYTE_RATE_OPTION
+@click.option(
+    "--adaptive",
+    type=Matching(inputs.ADAPTIVE),
+    default=inputs.DEFAULT_ADAPTIVE,
+    show_default=True,
+    help="on: the dumper backs off its rate, batch size and crawl pace while the source's latency "
+    "(its own probes) is above 1.5x what it was before the dump; off: only the fixed limits.",
+)
+@click.option(
+    "--order",
+    type=Matching(inputs.ORDER),
+    default=inputs.DEFAULT_ORDER,
+    show_default=True,
+    help="recency: fetch the most recently used items first; crawl: in the crawl's order.",
+)
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
@@ -276,6 +298,9 @@ def dump_cmd(
     memcached: str,
     threads: int | None,
     max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
+    adaptive: str,
+    order: str,
     dumper: str | None,
     publish_interval: float,
 ) -> None:
@@ -290,6 +315,9 @@ def dump_cmd(
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
+            max_bytes_per_second=max_bytes_per_second,
+            adaptive=adaptive == "on",
+            order=order,
             publish_interval_s=publish_interval,
         )
         run_dump(job, status, runner, _log)
@@ -328,6 +356,7 @@ def dump_cmd(
     help="add: never replace a value already in the destination (live traffic wins); set: overwrite.",
 )
 @_RATE_OPTION
+@_BYTE_RATE_OPTION
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
@@ -354,6 +383,7 @@ def populate_cmd(
     to: str,
     mode: str,
     max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
     state_dir: Path,
     source_timeout: float,
     mount_options: str,
@@ -367,6 +397,7 @@ def populate_cmd(
             destinations=to,
             mode=mode,  # type: ignore[arg-type]
             max_items_per_second=max_items_per_second,
+            max_bytes_per_second=max_bytes_per_second,
             state_dir=state_dir,
             source_timeout_s=source_timeout,
         )

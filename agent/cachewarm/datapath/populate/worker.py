@@ -48,16 +48,25 @@ class FileOutcome:
 
 
 class RateLimiter:
-    def __init__(self, rate: float | None) -> None:
+    """Items/s and bytes/s (either None = unlimited): sleeps once the batches sent so far are ahead."""
+
+    def __init__(self, rate: float | None, byte_rate: float | None = None) -> None:
         self.rate = rate
+        self.byte_rate = byte_rate
         self.start = time.monotonic()
         self.count = 0
+        self.nbytes = 0
 
-    def take(self, n: int) -> None:
-        if not self.rate:
+    def take(self, n: int, nbytes: int = 0) -> None:
+        if not self.rate and not self.byte_rate:
             return
         self.count += n
-        ahead = self.count / self.rate - (time.monotonic() - self.start)
+        self.nbytes += nbytes
+        due = max(
+            self.count / self.rate if self.rate else 0.0,
+            self.nbytes / self.byte_rate if self.byte_rate else 0.0,
+        )
+        ahead = due - (time.monotonic() - self.start)
         if ahead > 0:
             time.sleep(ahead)
 
@@ -114,14 +123,14 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
         for i, c in conns.items():
             ident = c.connect()
             out.identities[nodes[i].address] = (ident.pid, ident.started)
-        limiter = RateLimiter(params.items_per_second)
+        limiter = RateLimiter(params.items_per_second, params.bytes_per_second)
         try:
             for idx, payload, count in batches:
                 c = conns[idx]
                 c.send_batch(payload, count)
                 if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
                     break  # deletes its key's live value); the file fails below
-                limiter.take(count)
+                limiter.take(count, len(payload))
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
         errors, first_error = 0, None
