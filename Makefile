@@ -10,7 +10,7 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
 # even then —, memcached, Python headers for the populator's C loop), and what only the tests add
 # (xfsprogs: the shared-volume tests on loop devices).
-APT_RUN := memcached cmake g++ make libxxhash-dev libgtest-dev python3-dev
+APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev libgtest-dev python3-dev
 APT_DEV := $(APT_RUN) googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
@@ -68,12 +68,12 @@ $(STAMPS)/node: infra/package.json | $(STAMPS)
 deps-node: $(STAMPS)/node
 
 # ---- the dumper (C++) -------------------------------------------------------------------------
-# Release build for use (the dumper and its tools for `vectors` and `bench`; not the GoogleTest binary),
+# Release build for use (the dumper and its tools for `vectors`, `bench` and the routing test; not the GoogleTest binary),
 # and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
 build: dumper dumper-asan
 dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
-	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader
+	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
 	cmake --build $(BUILD)/asan -j$(JOBS)

@@ -15,7 +15,7 @@ and its latency counts from then, so a stall delays every request due during it.
   * alone, for --alone-s seconds;
   * during each dump (from its start to its end), and during its crawl alone (the first crawl_s);
 for each dumper: the one under test (CACHEWARM_DUMP, default build/release/cachewarm-dump) and, if
-present, --old (default /work/main/build/release/cachewarm-dump, the dumper before this change).
+given, --old PATH (a build of the dumper before the change being measured; optional).
 The output is deliberately slow the same way for both: every fsync/fdatasync sleeps --sync-delay-ms
 first (an LD_PRELOAD shim compiled here; the new dumper's --debug-sync-delay-us does the same), the
 files go to tmpfs. Both dumpers run gently (--threads 1 --batch 20 --max-items-per-second 250000):
@@ -49,7 +49,6 @@ sys.path.insert(0, str(REPO / "agent"))
 from cachewarm.testing.memcached import MemcachedServer  # noqa: E402
 
 DUMPER = Path(os.environ.get("CACHEWARM_DUMP", REPO / "build" / "release" / "cachewarm-dump"))
-OLD_DUMPER = Path("/work/main/build/release/cachewarm-dump")
 GENTLE = ["--threads", "1", "--batch", "20", "--max-items-per-second", "250000"]
 
 SHIM_C = r"""
@@ -266,7 +265,7 @@ def main() -> None:
     )
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--max-dump-s", type=float, default=120.0)
-    ap.add_argument("--old", type=Path, default=OLD_DUMPER, help="the dumper before this change (if present)")
+    ap.add_argument("--old", type=Path, default=None, help="optional: an older dumper, measured too")
     a = ap.parse_args()
     if not DUMPER.exists():
         sys.exit(f"{DUMPER} not built: run `make build`")
@@ -301,7 +300,7 @@ def main() -> None:
              [*GENTLE, "--debug-sync-delay-us", str(int(a.sync_delay_ms * 1000))], {}),
             ("new, fast output (reference)", DUMPER, GENTLE, {}),
         ]  # fmt: skip
-        if a.old.exists():
+        if a.old is not None and a.old.exists():
             variants.insert(1, ("old, slow output", a.old, GENTLE, slow))
         alone: list[float] = []
         runs: list[dict[str, object]] = []

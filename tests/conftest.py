@@ -30,6 +30,11 @@ VECTORS = REPO / "tests" / "vectors"
 MATRIX = ("1.6.18", "1.6.38", "1.6.45")
 DEFAULT_VERSION = "1.6.18"
 MATRIX_DIRS = ("datapath", "dumper", "faults")
+# The warm's two data paths (`warm_mode`): through data files, and the stream mode (`--stream`: the
+# dumper writes straight to the targets). Stream variants run on these releases only (CI time; the
+# writes are the same meta commands on every release): CACHEWARM_STREAM_VERSIONS=all widens it.
+WARM_MODES = ("files", "stream")
+STREAM_VERSIONS = (DEFAULT_VERSION,)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -57,6 +62,8 @@ def _versions(metafunc: pytest.Metafunc) -> tuple[list[str], bool]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "warm_mode" in metafunc.fixturenames:
+        metafunc.parametrize("warm_mode", WARM_MODES)
     if "memcached_version" not in metafunc.fixturenames:
         return
     params = []
@@ -69,6 +76,37 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not params:  # CACHEWARM_MEMCACHED_VERSIONS excludes every release this test needs
         params = [pytest.param(None, marks=pytest.mark.skip(reason="release not selected"), id="none")]
     metafunc.parametrize("memcached_version", params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Stream variants only on STREAM_VERSIONS (unless CACHEWARM_STREAM_VERSIONS=all)."""
+    if os.environ.get("CACHEWARM_STREAM_VERSIONS") == "all":
+        return
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        off = params.get("warm_mode") == "stream" and params.get(
+            "memcached_version", DEFAULT_VERSION
+        ) not in (
+            None,
+            *STREAM_VERSIONS,
+        )
+        (drop if off else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture
+def warm_mode(request: pytest.FixtureRequest) -> str:
+    """ "files" or "stream" (parametrized by pytest_generate_tests); `warm_args` gives its flags."""
+    return str(request.param)
+
+
+@pytest.fixture
+def warm_args(warm_mode: str) -> list[str]:
+    """The `cachewarm warm` flags of this test's data path."""
+    return ["--stream"] if warm_mode == "stream" else []
 
 
 @pytest.fixture

@@ -122,12 +122,12 @@ class Checkpoint {
   // what the crawls did (keys/CRAWLED, keys/RECONCILED). Deduplicates keys/UNDUMPED. Call once, after
   // every worker has finished.
   Status FillManifest(uint64_t crawl_chunks, Manifest* m);
+  // keys/PARTS: name -> PartStats of every part recorded (resume).
+  Status ReadParts(std::map<std::string, PartStats>* parts);
 
  private:
   Status WriteMeta(const ServerStats& source);
   Status RemoveTemporaryFiles();
-  // keys/PARTS: name -> PartStats of every part recorded (resume).
-  Status ReadParts(std::map<std::string, PartStats>* parts);
   Status Append(std::unique_ptr<WritableFile>* f, const char* name, const std::string& text);
 
   const Options& o_;

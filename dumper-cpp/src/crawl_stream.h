@@ -32,6 +32,9 @@ namespace cachewarm {
 
 // Size of the reader's staging buffer and of the consumer's spill-read buffer.
 constexpr size_t kCrawlStreamPiece = 256 << 10;
+// The reader wakes when this much of the crawl has arrived (SO_RCVLOWAT), or after kCrawlTailPollMs.
+constexpr size_t kCrawlLowWater = 64 << 10;
+constexpr int kCrawlTailPollMs = 5;
 
 class CrawlStream {
  public:

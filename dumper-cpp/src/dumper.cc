@@ -19,17 +19,22 @@ constexpr int kMaxReconcilePasses = 4;
 
 Dumper::Dumper(const Options& o, Env* env)
     : o_(o), env_(env), reporter_(&progress_), limiter_(o.max_items_per_second, o.max_bytes_per_second),
-      checkpoint_(o_, env), crawl_(o_, env, &checkpoint_, &queue_, &progress_), guard_(o_, &limiter_, &progress_) {}
+      checkpoint_(o_, env), crawl_(o_, env, &checkpoint_, &queue_, &progress_), guard_(o_, &limiter_, &progress_),
+      stream_(o_.stream.to.empty() ? nullptr : new Stream(o_, env)) {}
+
+int Dumper::exit_code() const { return stream_ && !stream_->ok() ? 1 : 0; }
 
 Status Dumper::Run() {
   const auto t0 = std::chrono::steady_clock::now();
   CW_RETURN_IF_ERROR(Prepare());
   if (checkpoint_.Done()) {
     reporter_.Print("done");
+    if (stream_) return stream_->ReportDone();
     return Status::OK();  // a resumed dump that had already finished
   }
   std::vector<ChunkTask> todo;
   CW_RETURN_IF_ERROR(checkpoint_.Scan(&progress_, &todo));
+  if (stream_) CW_RETURN_IF_ERROR(stream_->Resume(&checkpoint_, &progress_, &todo));
   double crawl_s = 0, reconcile_s = 0;
   CW_RETURN_IF_ERROR(StartGuard());
   Status s = DumpWithWorkers(todo, &crawl_s, &reconcile_s);
@@ -71,16 +76,20 @@ Status Dumper::Prepare() {
   CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
   CW_RETURN_IF_ERROR(GetStats(&control_, &stats_before_));
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
-  return checkpoint_.Open(stats_before_);
+  CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
+  // The stream mode: the destinations' preflight, before anything is written to them.
+  if (stream_ && !checkpoint_.Done()) CW_RETURN_IF_ERROR(stream_->Open());
+  return Status::OK();
 }
 
 Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl_s, double* reconcile_s) {
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::thread> threads;
   for (int i = 0; i < o_.threads; i++)
-    workers.emplace_back(new Worker(o_, env_, &checkpoint_, &queue_, &limiter_, &progress_));
+    workers.emplace_back(new Worker(o_, env_, &checkpoint_, &queue_, &limiter_, &progress_, stream_.get()));
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
+  if (stream_) stream_->StartMonitor(&queue_);
 
   Status s = [&]() -> Status {
     for (const ChunkTask& t : todo) queue_.Push(t);  // what a resumed dump had left
@@ -95,6 +104,7 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   if (!s.ok()) queue_.Fail(s);
   queue_.Close();
   for (std::thread& t : threads) t.join();
+  if (stream_) stream_->StopMonitor();
   reporter_.Stop();
   return queue_.aborted() ? queue_.error() : Status::OK();
 }
@@ -195,12 +205,14 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
                       ", \"crawl_sleep_original_us\": " + std::to_string(g.crawl_sleep_original_us) +
                       ", \"crawl_sleep_max_us\": " + std::to_string(g.crawl_sleep_max_us) + "}";
   DecideCompleteness(&m);
+  if (stream_) CW_RETURN_IF_ERROR(stream_->Finish(&m));  // a last look at the destinations; the summary
   CW_RETURN_IF_ERROR(WriteManifest(env_, o_.out, m));
   if (!m.complete)
     std::fprintf(stderr, "cachewarm-dump: DONE written, but the dump is INCOMPLETE (\"complete\": false): %s\n",
                  m.incomplete_reason.c_str());
   progress_.phase = kDone;
   reporter_.Print("done");
+  if (stream_) stream_->Report();
   return Status::OK();
 }
 

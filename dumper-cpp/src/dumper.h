@@ -9,6 +9,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "checkpoint.h"
@@ -20,6 +21,7 @@
 #include "rate_limiter.h"
 #include "source_guard.h"
 #include "status.h"
+#include "stream.h"
 #include "work_queue.h"
 
 namespace cachewarm {
@@ -29,6 +31,9 @@ class Dumper {
   Dumper(const Options& o, Env* env);
   Status Run();
   const Progress& progress() const { return progress_; }
+  // The exit status after Run() returned OK: 1 in the stream mode when the destinations do not hold
+  // every item for a reason not accepted (DONE and the summary are written all the same).
+  int exit_code() const;
 
  private:
   // Fresh start or --resume: directories, the source's identity, keys/META.
@@ -63,6 +68,7 @@ class Dumper {
   ServerStats stats_before_;
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
   SourceGuard guard_;
+  std::unique_ptr<Stream> stream_;  // the stream mode (--to); null: data files
 };
 
 }  // namespace cachewarm

@@ -1,5 +1,6 @@
 #include "key_chunks.h"
 
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -48,8 +49,10 @@ Status KeyChunkWriter::Add(const Slice& url_key, int64_t exptime) {
   if (!buf_.empty() && buf_.size() + line > max_bytes_) CW_RETURN_IF_ERROR(Cut());
   buf_.append(url_key.data(), url_key.size());
   char b[24];
-  int n = std::snprintf(b, sizeof b, " %" PRId64 "\n", exptime);
-  buf_.append(b, size_t(n));
+  b[0] = ' ';
+  char* e = std::to_chars(b + 1, b + sizeof b - 1, exptime).ptr;  // once per key: no snprintf
+  *e++ = '\n';
+  buf_.append(b, size_t(e - b));
   buf_keys_++;
   keys_++;
   return Status::OK();

@@ -32,5 +32,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cachewarm-dump: FAILED, no DONE written: %s\n", s.ToString().c_str());
     return 1;
   }
-  return 0;
+  return d.exit_code();
 }

@@ -30,7 +30,7 @@ std::string RenderManifest(const Manifest& m) {
     return a.chunk != b.chunk ? a.chunk < b.chunk : a.part < b.part;
   });
   uint64_t records = 0, bytes = 0, misses = 0;
-  std::string o = "{\n  \"format\": \"cachewarm-dump\",\n  \"version\": 1,\n";
+  std::string o = "{\n  \"format\": " + JsonQuote(m.format) + ",\n  \"version\": 1,\n";
   o += "  \"node\": " + JsonQuote(m.node) + ",\n";
   o += std::string("  \"complete\": ") + (m.complete ? "true" : "false") + ",\n";
   o += "  \"incomplete_reason\": " + StringOrNull(m.incomplete_reason) + ",\n";
@@ -80,6 +80,7 @@ std::string RenderManifest(const Manifest& m) {
     o += "  \"order\": {\"first_crawl\": " + JsonQuote(m.order) + ", \"first_key_list_after_s\": " +
        JsonDouble(m.first_chunk_s) + ", \"tiers\": " + JsonQuote(m.tiers) + "},\n";
   if (!m.protection_json.empty()) o += "  \"source_protection\": " + m.protection_json + ",\n";
+  o += m.extra;
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";
   return o;

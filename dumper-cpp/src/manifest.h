@@ -51,6 +51,10 @@ struct Manifest {
   double first_chunk_s = 0;
   std::string tiers;
   std::string protection_json;
+
+  // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".
+  std::string format = "cachewarm-dump";
+  std::string extra;
 };
 
 // Sets complete / incomplete_reason from the counts.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <vector>
 
 #include "data_file.h"
 #include "crawl_stream.h"
@@ -70,7 +71,7 @@ Testing only (a deliberately slow output):
   --debug-sync-delay-us N     sleep N microseconds before every fsync (file or directory)
 
 Sizes accept k, M, G suffixes (powers of 1024).
-)";
+)" + StreamUsage();
 }
 
 bool ParseSize(const std::string& s, uint64_t* out) {
@@ -140,7 +141,7 @@ uint64_t PlannedMemoryBeforeCrawlBuffer(const Options& o) {
   // Per worker: 2 receive buffers, one key list (+ its exptimes and index), the send buffer, the
   // binary-protocol receive buffer.
   const uint64_t per_worker = 2 * o.buffer_size + 2 * o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16) +
-                              kBinaryRecvBytes;
+                              kBinaryRecvBytes + StreamPlannedMemoryPerWorker(o);
   // The crawl: key chunks in flight, and the reader's two fixed pieces.
   return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size +
          2 * kCrawlStreamPiece + kFixedOverhead + (o.order == "recency" ? kRecencyMemory : 0);
@@ -185,13 +186,20 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"order", required_argument, nullptr, kOrder},
       {nullptr, 0, nullptr, 0},
   };
+  std::vector<struct option> all(longopts, longopts + sizeof longopts / sizeof longopts[0] - 1);
+  for (const struct option* s = kStreamLongOptions; s->name; s++) all.push_back(*s);
+  all.push_back({nullptr, 0, nullptr, 0});
   optind = 0;  // reinitialize getopt (tests parse several command lines)
   opterr = 0;
   for (;;) {
     int idx = 0;
-    int c = getopt_long(argc, argv, ":", longopts, &idx);
+    int c = getopt_long(argc, argv, ":", all.data(), &idx);
     if (c == -1) break;
     const char* a = optarg;
+    if (c >= kStreamOptionFirst && c < kStreamOptionEnd) {
+      CW_RETURN_IF_ERROR(ParseStreamOption(c, a, &o->stream));
+      continue;
+    }
     switch (c) {
       case kHost: CW_RETURN_IF_ERROR(NonEmptyFlag("host", a, &o->host)); break;
       case kPort: CW_RETURN_IF_ERROR(IntFlag("port", a, 1, 65535, &o->port)); break;
@@ -263,6 +271,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   }
   if (optind < argc) return Status::InvalidArgument(std::string("unexpected argument '") + argv[optind] + "'");
   if (o->out.empty()) return Status::InvalidArgument("--out DIR is required");
+  CW_RETURN_IF_ERROR(CheckStreamOptions(*o));
   if (o->node_id.empty()) {
     std::string n = o->host + "_" + std::to_string(o->port);
     for (char& ch : n)
@@ -278,7 +287,8 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   const uint64_t rest = PlannedMemoryBeforeCrawlBuffer(*o);
   const bool auto_buffer = o->crawl_buffer == 0;
   if (auto_buffer && rest + kMinCrawlBuffer <= o->memory_limit)
-    o->crawl_buffer = std::min<uint64_t>(kDefaultCrawlBuffer, o->memory_limit - rest);
+    o->crawl_buffer = std::min<uint64_t>(o->stream.to.empty() ? kDefaultCrawlBuffer : kStreamCrawlBuffer,
+                                         o->memory_limit - rest);
   const uint64_t need = rest + std::max<uint64_t>(o->crawl_buffer, kMinCrawlBuffer);
   if (need > o->memory_limit)
     return Status::InvalidArgument(
@@ -286,6 +296,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
         std::to_string(o->threads) + " x (2 x --buffer-size " + std::to_string(o->buffer_size) +
         " + 2 x --key-file-size " + std::to_string(o->key_file_size) + " + --batch " + std::to_string(o->batch) +
         " x " + std::to_string(kSendBytesPerKey + 16) + " + " + std::to_string(kBinaryRecvBytes) +
+        (o->stream.to.empty() ? "" : " + stream sink " + std::to_string(StreamPlannedMemoryPerWorker(*o))) +
         ") + --crawl-buffer " + std::to_string(std::max<uint64_t>(o->crawl_buffer, kMinCrawlBuffer)) +
         " + fixed overhead needs " + std::to_string(need) + " bytes");
   return Status::OK();

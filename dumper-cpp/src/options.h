@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "status.h"
+#include "stream_options.h"
 
 namespace cachewarm {
 
@@ -36,6 +37,7 @@ struct Options {
   double adaptive_target = 1.5;       // back off above this x the probes' latency before the dump
   int64_t crawl_sleep_us = -1;        // `lru_crawler sleep` during the dump; -1 = the server's own
   std::string order = "recency";      // fetch the most recently used keys first (hash crawls), or "crawl"
+  StreamOptions stream;               // --to and the rest of the stream mode
   bool help = false;
 };
 

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <charconv>
 #include <cinttypes>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 
@@ -14,6 +16,7 @@
 #include "codec.h"
 #include "format.h"
 #include "key_chunks.h"
+#include "stream.h"
 
 namespace cachewarm {
 
@@ -32,9 +35,12 @@ constexpr uint64_t kTargetBatchBytes = 1ULL << 20;
 }  // namespace
 
 Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
-               Progress* progress)
+               Progress* progress, Stream* stream)
     : o_(o), env_(env), checkpoint_(checkpoint), queue_(queue), limiter_(limiter), progress_(progress),
-      stream_(o.buffer_size, o.min_ttl), writer_(env, o.out, o.node_id, checkpoint->meta().dump_start_ms),
+      stream_(o.buffer_size, o.min_ttl),
+      writer_(stream ? stream->NewSink()
+                     : std::unique_ptr<PartWriter>(
+                           new FilePartWriter(env, o.out, o.node_id, checkpoint->meta().dump_start_ms))),
       binary_(o.host, o.port, kBinaryRecvBytes) {
   keys_.reserve(o.key_file_size + 8192);
   send_.reserve(size_t(o.batch) * kSendBytesPerKey);
@@ -53,13 +59,20 @@ void Worker::Run() {
     // Connected only while there is work: no idle connection waits on the source between chunks.
     if (conn_.fd() < 0) s = conn_.Connect(o_.host, o_.port, kConnectTimeoutMs);
     if (s.ok()) s = DoChunk(t);
+    // The stream mode: a destination connection broke and the sink reconnected it; the open part is
+    // done again from its start (the source connection too: it may hold a batch's answers).
+    ChunkTask again;
+    while (!s.ok() && !queue_->aborted() && writer_->Recover(&s, &again)) {
+      s = conn_.Connect(o_.host, o_.port, kConnectTimeoutMs);
+      if (s.ok()) s = DoChunk(again);
+    }
     if (s.ok()) queue_->Done();
     if (s.ok() && queue_->Empty()) {
       conn_.Close();
       binary_.CloseIdle();
     }
   }
-  writer_.Abandon();
+  writer_->Abandon();
   if (!s.ok()) queue_->Fail(s);
 }
 
@@ -69,7 +82,7 @@ Status Worker::Write(const struct iovec* iov, int iovcnt, uint64_t records) {
   progress_->bytes += n;
   progress_->items += records;
   batch_bytes_ += n;
-  return writer_.AppendRaw(iov, iovcnt, records);
+  return writer_->AppendRaw(iov, iovcnt, records);
 }
 
 // Responses come in request order and a batch ends with its MN: every VA before the MN belongs to
@@ -128,9 +141,9 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   file_misses_ += m;
   progress_->misses += m;
   // Cut a new part at this batch boundary once the file is big enough.
-  if (writer_.file_bytes() >= o_.data_file_size && end < nkeys_) {
+  if (writer_->file_bytes() >= o_.data_file_size && end < nkeys_) {
     CW_RETURN_IF_ERROR(FinishPart(end));
-    CW_RETURN_IF_ERROR(writer_.Open(chunk_, part_, end));
+    CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, end));
   }
   return Status::OK();
 }
@@ -178,13 +191,13 @@ Status Worker::FetchBinary(const Batch& b) {
         struct iovec v[2] = {{hdr, sizeof hdr}, {const_cast<char*>(raw[k].data()), raw[k].size()}};
         progress_->items++;
         progress_->bytes += sizeof hdr + raw[k].size();
-        return writer_.AppendRaw(v, 2, 1);
+        return writer_->AppendRaw(v, 2, 1);
       },
       [&](const Slice& piece) -> Status {
         if (skip) return Status::OK();
         struct iovec v = {const_cast<char*>(piece.data()), piece.size()};
         progress_->bytes += piece.size();
-        return writer_.AppendRaw(&v, 1, 0);
+        return writer_->AppendRaw(&v, 1, 0);
       },
       [&](size_t k, const std::string& why) -> Status {
         Undumped(b.binary[k], why);
@@ -200,7 +213,7 @@ Status Worker::FinishPart(uint64_t end) {
   PublishedFile f;
   // Undumped keys count as misses in the trailer (they are in the key range and not records).
   const uint64_t misses = file_misses_;
-  CW_RETURN_IF_ERROR(writer_.Finish(end, misses, &f, [&](const PublishedFile& pf) {
+  CW_RETURN_IF_ERROR(writer_->Finish(end, misses, &f, [&](const PublishedFile& pf) {
     return checkpoint_->RecordPart(pf, part_stats_, undumped_lines_);
   }));
   checkpoint_->AddFile(f, part_stats_);
@@ -227,8 +240,9 @@ Status Worker::AppendGet(uint64_t i, Batch* b) {
   if (raw_.empty() || raw_.size() > kMaxKeyLen) return Status::Corruption("key length out of range: " + url.ToString());
   b->raw += raw_;
   b->raw_end.push_back(uint32_t(b->raw.size()));
-  char opaque[32];
-  std::snprintf(opaque, sizeof opaque, " v f t q u O%" PRIu64 "\r\n", i);
+  char opaque[40] = " v f t q u O";  // once per key: no snprintf
+  char* e = std::to_chars(opaque + 12, opaque + sizeof opaque - 3, i).ptr;
+  std::memcpy(e, "\r\n", 3);
   if (IsPlainKey(raw_)) {
     send_ += "mg ";
     send_ += raw_;
@@ -257,10 +271,11 @@ Status Worker::DoChunk(const ChunkTask& t) {
   part_stats_ = PartStats();
   undumped_lines_.clear();
   inflight_.clear();
+  std::fill(state_.begin(), state_.end(), uint8_t(kMissed));  // a redone part (stream mode) starts clean
   send_.clear();
   stream_.Reset();
   if (t.start_index > nkeys_) return Status::Corruption("published parts go past the end of key list " + KeyChunkName(t.chunk));
-  CW_RETURN_IF_ERROR(writer_.Open(chunk_, part_, t.start_index));
+  CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, t.start_index));
   uint64_t next = t.start_index;
   size_t send_off = 0;
   auto last_rx = std::chrono::steady_clock::now();

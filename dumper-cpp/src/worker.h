@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "binary_get.h"
 #include "checkpoint.h"
 #include "data_file.h"
+#include "part_writer.h"
 #include "env.h"
 #include "net.h"
 #include "options.h"
@@ -27,11 +29,14 @@
 
 namespace cachewarm {
 
+class Stream;
+
 class Worker : public RecordSink {
  public:
-  // Everything passed must outlive the worker; the checkpoint must be open.
+  // Everything passed must outlive the worker; the checkpoint must be open. With `stream` (the
+  // stream mode) records go to the destinations instead of data files.
   Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
-         Progress* progress);
+         Progress* progress, Stream* stream = nullptr);
 
   // Dumps chunks from the queue until it is closed and empty; the first error fails the queue.
   void Run();
@@ -74,7 +79,7 @@ class Worker : public RecordSink {
   Progress* progress_;
   Conn conn_;
   ResponseStream stream_;
-  DataFileWriter writer_;
+  std::unique_ptr<PartWriter> writer_;  // data files, or the stream mode's sink
   BinaryGetter binary_;
   std::string keys_, send_, raw_, b64_;
   std::vector<Key> lines_;

@@ -118,6 +118,8 @@ class DumperSpec(_Strict):
     max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
     adaptive: bool = True
     order: Literal["recency", "crawl"] = "recency"
+    # memcached's `lru_crawler sleep` (us per 1000 items listed) during the dump; None = the server's.
+    crawl_sleep_us: int | None = Field(default=None, ge=0, le=inputs.CRAWL_SLEEP_MAX)
 
 
 class PollingSpec(_Strict):

@@ -48,6 +48,7 @@ FLAG_PARAM = {
     "--max-bytes-per-second": "maxBytesPerSecond",
     "--adaptive": "adaptive",
     "--order": "order",
+    "--crawl-sleep-us": "crawlSleepUs",
     "--source": "source",
     "--sample": "sampleKeys",
 }
@@ -110,6 +111,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     "maxBytesPerSecond": (["1", "67108864", "9" * 12], ["1" + "0" * 12, "0", "-1", "64M", "1e6", ""]),
     "adaptive": (["on", "off"], ["ON", "yes", "true", "1", ""]),
     "order": (["recency", "crawl"], ["hot", "Recency", "lru", ""]),
+    "crawlSleepUs": (["server", "0", "250", "999999", "1000000"], ["1000001", "-1", "Server", "1e3", ""]),
     "source": (
         ["10.0.1.17:11211", "ip-10-0-0-1.ec2.internal:11211", f"{HOST_MAX}:65535"],
         [f"h{HOST_MAX}:1", "10.0.1.17", "10.0.1.17:123456", ":11211", "a_b:1", ""],
@@ -273,7 +275,7 @@ def test_the_dump_agent_is_adaptive_and_recency_ordered_by_default(tmp_path: Pat
     assert doc["adaptive"]["default"] == inputs.DEFAULT_ADAPTIVE == "on"
     assert doc["order"]["default"] == inputs.DEFAULT_ORDER == "recency"
     got = parse("dump", run_document("dump", tmp_path, document_values("dump", 0)))
-    assert (got["adaptive"], got["order"]) == ("on", "recency")
+    assert (got["adaptive"], got["order"], got["crawl_sleep_us"]) == ("on", "recency", "server")
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)

@@ -56,13 +56,22 @@ def edge_items() -> list[tuple[bytes, int, int, bytes]]:
     ]
 
 
-def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
     items = edge_items()
     put(src, items)
     r = run(
-        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        [
+            "warm",
+            "--source",
+            src.address,
+            "--target",
+            dst.address,
+            "--workdir",
+            str(tmp_path / "w"),
+            *warm_args,
+        ],
         dumper_bin,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -85,7 +94,9 @@ def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path) -> N
     assert rep["ok"] and rep["checked"] == len(items)
 
 
-def test_warm_keeps_fresher_target_values_and_reports(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_warm_keeps_fresher_target_values_and_reports(
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+) -> None:
     src = memcached(memory_mb=64)
     dst = memcached(memory_mb=64)
     put(src, [(b"k%d" % i, 1, 0, b"old") for i in range(1000)])
@@ -100,6 +111,7 @@ def test_warm_keeps_fresher_target_values_and_reports(memcached, dumper_bin: Pat
             "--workdir",
             str(tmp_path / "w"),
             "--json",
+            *warm_args,
         ],
         dumper_bin,
     )
@@ -112,14 +124,24 @@ def test_warm_keeps_fresher_target_values_and_reports(memcached, dumper_bin: Pat
     assert v.returncode == ExitCode.INCOMPLETE and "value differs: b'k7'" in v.stdout
 
 
-def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]) -> None:
     src = memcached(memory_mb=64)
     dsts = [memcached(memory_mb=64) for _ in range(3)]
     put(src, [(b"user:%d" % i, i, 0, b"v%d" % i) for i in range(3000)])
     targets = ",".join(d.address for d in dsts)
     fmt = ["--node-key-format", "{host}:{port}"]
     r = run(
-        ["warm", "--source", src.address, "--target", targets, "--workdir", str(tmp_path / "w"), *fmt],
+        [
+            "warm",
+            "--source",
+            src.address,
+            "--target",
+            targets,
+            "--workdir",
+            str(tmp_path / "w"),
+            *fmt,
+            *warm_args,
+        ],
         dumper_bin,
     )
     assert r.returncode == 0, r.stderr[-3000:]
@@ -130,7 +152,9 @@ def test_warm_into_several_targets(memcached, dumper_bin: Path, tmp_path: Path) 
 
 
 @pytest.mark.memcached_versions(DEFAULT_VERSION)  # no source at all: the release does not matter
-def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached, tmp_path: Path) -> None:
+def test_warm_fails_clearly_when_the_source_is_down(
+    dumper_bin: Path, memcached, tmp_path: Path, warm_args: list[str]
+) -> None:
     dst = memcached(memory_mb=16)
     r = run(
         [
@@ -141,6 +165,7 @@ def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached,
             dst.address,
             "--workdir",
             str(tmp_path / "w"),
+            *warm_args,
         ],
         dumper_bin,
         timeout=120,
@@ -151,13 +176,25 @@ def test_warm_fails_clearly_when_the_source_is_down(dumper_bin: Path, memcached,
 
 
 @pytest.mark.memcached_versions(DEFAULT_VERSION)  # refused before any server is asked
-def test_warm_refuses_a_used_workdir(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_warm_refuses_a_used_workdir(
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+) -> None:
     src = memcached(memory_mb=16)
     dst = memcached(memory_mb=16)
-    (tmp_path / "w" / "dump").mkdir(parents=True)
-    (tmp_path / "w" / "dump" / "leftover").write_text("x")
+    used = tmp_path / "w" / ("stream" if warm_args else "dump")
+    used.mkdir(parents=True)
+    (used / "leftover").write_text("x")
     r = run(
-        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        [
+            "warm",
+            "--source",
+            src.address,
+            "--target",
+            dst.address,
+            "--workdir",
+            str(tmp_path / "w"),
+            *warm_args,
+        ],
         dumper_bin,
     )
     assert r.returncode == 1 and "already holds a dump" in r.stderr
@@ -170,19 +207,30 @@ def test_demo_small(dumper_bin: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", ["--target nohost", "--target x;y:1"])
-def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path) -> None:
-    r = run(["warm", "--source", "127.0.0.1:1", *bad.split(), "--workdir", str(tmp_path)], dumper_bin)
+def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path, warm_args: list[str]) -> None:
+    r = run(
+        ["warm", "--source", "127.0.0.1:1", *bad.split(), "--workdir", str(tmp_path), *warm_args], dumper_bin
+    )
     assert r.returncode == 2 and "--target" in r.stderr
 
 
 def test_warm_fails_when_the_target_cannot_hold_everything(
-    memcached, dumper_bin: Path, tmp_path: Path
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
 ) -> None:
     src = memcached(memory_mb=64)
     dst = memcached(memory_mb=4)  # evicts: the populate itself succeeds, the target check must not
     put(src, [(b"k%d" % i, 0, 0, b"x" * 2000) for i in range(10_000)])
     r = run(
-        ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")],
+        [
+            "warm",
+            "--source",
+            src.address,
+            "--target",
+            dst.address,
+            "--workdir",
+            str(tmp_path / "w"),
+            *warm_args,
+        ],
         dumper_bin,
     )
     assert r.returncode == ExitCode.INCOMPLETE
@@ -190,7 +238,9 @@ def test_warm_fails_when_the_target_cannot_hold_everything(
     assert "error: the target is missing" in r.stderr
 
 
-def test_warm_resume_of_a_finished_warm_is_a_no_op(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_warm_resume_of_a_finished_warm_is_a_no_op(
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+) -> None:
     src = memcached(memory_mb=16)
     dst = memcached(memory_mb=16)
     put(src, [(b"k%d" % i, 0, 0, b"x") for i in range(100)])
@@ -203,6 +253,7 @@ def test_warm_resume_of_a_finished_warm_is_a_no_op(memcached, dumper_bin: Path, 
         "--workdir",
         str(tmp_path / "w"),
         "--json",
+        *warm_args,
     ]
     first = run(args, dumper_bin)
     assert first.returncode == 0, first.stderr[-2000:]

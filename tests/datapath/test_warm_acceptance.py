@@ -88,12 +88,14 @@ def check_exact(
             assert src_exp[key] - 2 <= dst_exp[key] <= src_exp[key], (key, src_exp[key], dst_exp[key])
 
 
-def test_a_mixed_data_set_warms_exactly(memcached, dumper_bin: Path, tmp_path: Path) -> None:
+def test_a_mixed_data_set_warms_exactly(
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
     items = mixed(int(time.time()), longest=186)
     load(src, items)
-    r = warm(dumper_bin, src, dst, tmp_path / "w")
+    r = warm(dumper_bin, src, dst, tmp_path / "w", *warm_args)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout.splitlines()[-1])
     assert s["ok"] and s["copied"] == len(items) and s["missing_in_target"] == 0
@@ -101,13 +103,13 @@ def test_a_mixed_data_set_warms_exactly(memcached, dumper_bin: Path, tmp_path: P
 
 
 def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
-    memcached, dumper_bin: Path, tmp_path: Path
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
 ) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
     items = mixed(int(time.time()), longest=250)
     load(src, items)
-    r = warm(dumper_bin, src, dst, tmp_path / "w")
+    r = warm(dumper_bin, src, dst, tmp_path / "w", *warm_args)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout.splitlines()[-1])
     assert s["ok"] and s["populate"]["binary_protocol"] == 4
@@ -115,13 +117,13 @@ def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
 
 
 def test_oversize_into_a_smaller_target_keeps_the_live_value(
-    memcached, dumper_bin: Path, tmp_path: Path
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
 ) -> None:
     src = memcached(memory_mb=64, max_item_size="4m")
     dst = memcached(memory_mb=64, max_item_size="1m")
     put(src, [(b"big", 1, 0, b"b" * (2 * MIB)), *[(b"k%d" % i, 0, 0, b"v") for i in range(500)]])
     put(dst, [(b"big", 2, 0, b"live value, written by live traffic")])
-    r = warm(dumper_bin, src, dst, tmp_path / "w")
+    r = warm(dumper_bin, src, dst, tmp_path / "w", *warm_args)
     assert r.returncode == ExitCode.INCOMPLETE
     assert "never sent" in r.stderr and "--accept-oversize" in r.stderr
     s = json.loads(r.stdout.splitlines()[-1])
@@ -129,6 +131,6 @@ def test_oversize_into_a_smaller_target_keeps_the_live_value(
     assert fetch(dst, [b"big"])[b"big"].value == b"live value, written by live traffic"
     report = [json.loads(ln) for ln in Path(s["populate"]["oversize_report"]).read_text().splitlines()]
     assert [(x["key"], x["value_bytes"]) for x in report] == [("big", 2 * MIB)]
-    again = warm(dumper_bin, src, dst, tmp_path / "w", "--resume", "--accept-oversize")
+    again = warm(dumper_bin, src, dst, tmp_path / "w", "--resume", "--accept-oversize", *warm_args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout.splitlines()[-1])["ok"]

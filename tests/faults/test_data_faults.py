@@ -186,9 +186,9 @@ class LiveWriter:
 
 
 def test_live_writes_during_warm_are_never_clobbered(
-    dumper_bin: Path, memcached, tmp_path: Path, tally
+    dumper_bin: Path, memcached, tmp_path: Path, tally, warm_mode: str, warm_args: list[str]
 ) -> None:
-    t = tally("live writes to the destination during the warm (add mode)")
+    t = tally(f"live writes to the destination during the warm (add mode, {warm_mode})")
     n = 6000
     for trial in range(trials()):
         rng = random.Random(6000 + trial)
@@ -206,6 +206,7 @@ def test_live_writes_during_warm_are_never_clobbered(
                 *("--workers", "2", "--max-items-per-second", "5000", "--data-file-size", "16k"),
                 "--dumper",
                 str(dumper_bin),
+                *warm_args,
             ],
             capture_output=True,
             text=True,
@@ -249,8 +250,10 @@ def server_time(srv: MemcachedServer) -> int:
     return int(srv.stats()["time"])
 
 
-def test_expiring_keys_are_never_resurrected(dumper_bin: Path, memcached, tmp_path: Path, tally) -> None:
-    t = tally("keys expiring during the warm (no resurrection, no longer TTL)")
+def test_expiring_keys_are_never_resurrected(
+    dumper_bin: Path, memcached, tmp_path: Path, tally, warm_mode: str
+) -> None:
+    t = tally(f"keys expiring during the warm (no resurrection, no longer TTL, {warm_mode})")
     n = 2000
     # TTLs are whole seconds read against one server's clock and written against another's: the
     # dumper turns `mg t` into an absolute time with the wall clock, the populator turns it back into
@@ -274,16 +277,30 @@ def test_expiring_keys_are_never_resurrected(dumper_bin: Path, memcached, tmp_pa
             for it, ttl in zip(items, ttls, strict=True)
         }
         out = tmp_path / f"t{trial}" / "dump"
-        r = run_dump(dumper_bin, src, out, "--data-file-size", "8k", "--max-items-per-second", "3000")
-        assert r.returncode == 0, r.stderr
-        time.sleep(rng.uniform(0, 1.5))
-        bg = Background(config(out, tmp_path / f"t{trial}", [dst], max_items_per_second=2000.0)).start()
-        bg.join(timeout=120)
-        t.trials += 1
-        if bg.error is not None:
-            t.lost += n
-            t.note(f"trial {trial}: populator failed: {bg.error}")
-            continue
+        if warm_mode == "stream":  # the dumper writes to the destination itself, paced on both sides
+            r = run_dump(
+                dumper_bin,
+                src,
+                out,
+                *("--max-items-per-second", "3000", "--to", dst.address),
+                *("--max-write-items-per-second", "2000", "--key-file-size", "4k"),
+            )
+            t.trials += 1
+            if r.returncode != 0:
+                t.lost += n
+                t.note(f"trial {trial}: stream failed: {r.stderr[-300:]}")
+                continue
+        else:
+            r = run_dump(dumper_bin, src, out, "--data-file-size", "8k", "--max-items-per-second", "3000")
+            assert r.returncode == 0, r.stderr
+            time.sleep(rng.uniform(0, 1.5))
+            bg = Background(config(out, tmp_path / f"t{trial}", [dst], max_items_per_second=2000.0)).start()
+            bg.join(timeout=120)
+            t.trials += 1
+            if bg.error is not None:
+                t.lost += n
+                t.note(f"trial {trial}: populator failed: {bg.error}")
+                continue
         end = server_time(dst)
         got = fetch_all(dst, expiry)
         now = server_time(dst)

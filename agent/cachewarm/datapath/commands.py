@@ -276,6 +276,14 @@ def populate_cmd(
     "node agent turns this on).",
 )
 @click.option(
+    "--source-crawl-sleep-us",
+    type=click.IntRange(0, 1_000_000),
+    default=None,
+    help="Pace the source's own crawl: memcached's `lru_crawler sleep` (microseconds per 1000 items "
+    "listed) while the dump runs, restored afterwards; with --adaptive the floor it backs off from.",
+    show_default="the server's setting",
+)
+@click.option(
     "--order",
     type=click.Choice(["recency", "crawl"]),
     default="recency",
@@ -315,6 +323,11 @@ def populate_cmd(
     help=DESTINATION_TIMEOUT_HELP,
 )
 @click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
+)
 def warm_cmd(
     source: str,
     target: list,  # type: ignore[type-arg]
@@ -328,6 +341,7 @@ def warm_cmd(
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
     adaptive: bool,
+    source_crawl_sleep_us: int | None,
     order: str,
     data_file_size: str,
     resume: bool,
@@ -335,6 +349,7 @@ def warm_cmd(
     dumper: str | None,
     destination_timeout: float,
     as_json: bool,
+    stream: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -365,6 +380,7 @@ def warm_cmd(
             source_max_bytes_per_second=source_max_bytes_per_second,
             target_max_bytes_per_second=target_max_bytes_per_second,
             adaptive=adaptive,
+            source_crawl_sleep_us=source_crawl_sleep_us,
             order=order,
             destination_timeout=destination_timeout,
             routing=routing_of(options),
@@ -372,6 +388,7 @@ def warm_cmd(
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            stream=stream,
         )
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)

@@ -101,6 +101,8 @@ class WarmConfig:
     # and the dump's order (recency: hot items first; crawl).
     adaptive: bool = False
     order: str = "recency"
+    # memcached's `lru_crawler sleep` while the dump runs (us per 1000 items listed); None = the server's.
+    source_crawl_sleep_us: int | None = None
 
     @property
     def source_rate(self) -> int | None:
@@ -115,6 +117,9 @@ class WarmConfig:
         if self.target_max_items_per_second is not None:
             return self.target_max_items_per_second
         return self.max_items_per_second
+
+    # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
+    stream: bool = False
 
 
 @dataclass
@@ -281,6 +286,7 @@ def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
         resume=cfg.resume,
         max_bytes_per_second=cfg.source_max_bytes_per_second,
         adaptive=cfg.adaptive,
+        crawl_sleep_us=cfg.source_crawl_sleep_us,
         order=cfg.order,
         extra_args=cfg.dumper_args,
     )
@@ -310,6 +316,10 @@ def populate_config(
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
+    if cfg.stream:
+        from cachewarm.datapath.stream import run_stream_warm
+
+        return run_stream_warm(cfg, stream)
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
     cfg.workdir.mkdir(parents=True, exist_ok=True)

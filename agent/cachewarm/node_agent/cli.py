@@ -10,6 +10,7 @@ command again resumes.
 from __future__ import annotations
 
 import functools
+import json
 import signal
 import sys
 import traceback
@@ -219,6 +220,53 @@ _BYTE_RATE_OPTION = click.option(
 )
 
 
+_PROTECTION_OPTIONS = [
+    _BYTE_RATE_OPTION,
+    click.option(
+        "--adaptive",
+        type=Matching(inputs.ADAPTIVE),
+        default=inputs.DEFAULT_ADAPTIVE,
+        show_default=True,
+        help="on: the dumper backs off its rate, batch size and crawl pace while the source's latency "
+        "(its own probes) is above 1.5x what it was before the dump; off: only the fixed limits.",
+    ),
+    click.option(
+        "--order",
+        type=Matching(inputs.ORDER),
+        default=inputs.DEFAULT_ORDER,
+        show_default=True,
+        help="recency: fetch the most recently used items first; crawl: in the crawl's order.",
+    ),
+    click.option(
+        "--crawl-sleep-us",
+        type=Matching(inputs.CRAWL_SLEEP),
+        default=inputs.DEFAULT_CRAWL_SLEEP,
+        show_default=True,
+        help="memcached's `lru_crawler sleep` (us per 1000 items listed) while the dump runs, restored "
+        "afterwards; server: leave the server's own.",
+    ),
+]
+
+
+def protection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The dumper's protection of the source (dump and stream): bytes/s, adaptive, order, crawl pace."""
+    for opt in reversed(_PROTECTION_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def protection_fields(
+    max_bytes_per_second: int | None, adaptive: str, order: str, crawl_sleep_us: str
+) -> dict[str, Any]:
+    """The protection flags as DumpJob / StreamJob fields."""
+    return {
+        "max_bytes_per_second": max_bytes_per_second,
+        "adaptive": adaptive == "on",
+        "order": order,
+        "crawl_sleep_us": None if crawl_sleep_us == "server" else int(crawl_sleep_us),
+    }
+
+
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """Adds the flags of AgentFlags; the command receives them as one `flags: AgentFlags`."""
     names = [fld.name for fld in fields(AgentFlags)]
@@ -267,22 +315,7 @@ def agent_group() -> None:
     show_default="the dumper's: 2",
 )
 @_RATE_OPTION
-@_BYTE_RATE_OPTION
-@click.option(
-    "--adaptive",
-    type=Matching(inputs.ADAPTIVE),
-    default=inputs.DEFAULT_ADAPTIVE,
-    show_default=True,
-    help="on: the dumper backs off its rate, batch size and crawl pace while the source's latency "
-    "(its own probes) is above 1.5x what it was before the dump; off: only the fixed limits.",
-)
-@click.option(
-    "--order",
-    type=Matching(inputs.ORDER),
-    default=inputs.DEFAULT_ORDER,
-    show_default=True,
-    help="recency: fetch the most recently used items first; crawl: in the crawl's order.",
-)
+@protection_options
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
@@ -301,6 +334,7 @@ def dump_cmd(
     max_bytes_per_second: int | None,
     adaptive: str,
     order: str,
+    crawl_sleep_us: str,
     dumper: str | None,
     publish_interval: float,
 ) -> None:
@@ -315,10 +349,8 @@ def dump_cmd(
             dumper=find_dumper(dumper),
             threads=threads,
             max_items_per_second=max_items_per_second,
-            max_bytes_per_second=max_bytes_per_second,
-            adaptive=adaptive == "on",
-            order=order,
             publish_interval_s=publish_interval,
+            **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
         run_dump(job, status, runner, _log)
 
@@ -405,6 +437,107 @@ def populate_cmd(
         click.echo(summary.to_json())
 
     _run(flags, "populate", work)
+
+
+@agent_group.command(
+    "stream",
+    epilog=epilog(ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE, ExitCode.STATUS, ExitCode.INTERRUPTED),
+)
+@WARM_ID_OPTION
+@click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
+@click.option(
+    "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
+)
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default=inputs.DEFAULT_MODE,
+    show_default=True,
+    help="add: never overwrite a value the destination holds (live writes win); set: overwrite.",
+)
+@click.option(
+    "--threads",
+    type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
+    default=None,
+    help=f"Dumper worker threads, 1..{inputs.THREADS_MAX}.",
+    show_default="the dumper's default",
+)
+@_RATE_OPTION
+@protection_options
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_STATE_DIR,
+    show_default=True,
+    help="Where the stream keeps its key lists and checkpoint (a re-run resumes).",
+)
+@click.option(
+    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
+)
+@STATUS_BUCKET_OPTION
+@STATUS_PREFIX_OPTION
+@click.option(
+    "--heartbeat-seconds",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Seconds between status uploads (heartbeats) while the job runs.",
+)
+@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+def stream_cmd(
+    warm_id: str,
+    node_id: str,
+    memcached: str,
+    to: str,
+    mode: str,
+    threads: int | None,
+    max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
+    adaptive: str,
+    order: str,
+    crawl_sleep_us: str,
+    state_dir: Path,
+    dumper: str | None,
+    status_bucket: str,
+    status_prefix: str,
+    heartbeat_seconds: float,
+    region: str | None,
+) -> None:
+    """Stream the source straight into the destination(s): no volume, no populator (same-AZ warms).
+    The status is published as this node's `populate` object."""
+    from cachewarm.node_agent.stream import StreamJob, publisher_factory, run_stream
+
+    host, port = memcached.rsplit(":", 1)
+
+    def work(status: StatusPublisher) -> None:
+        job = StreamJob(
+            warm_id=warm_id,
+            node_id=node_id,
+            memcached_host=host,
+            memcached_port=int(port),
+            destinations=to,
+            dumper=find_dumper(dumper),
+            mode=mode,  # type: ignore[arg-type]
+            threads=threads,
+            max_items_per_second=max_items_per_second,
+            state_dir=state_dir,
+            **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
+        )
+        click.echo(json.dumps(run_stream(job, status, SubprocessRunner(), _log)))
+
+    factory = publisher_factory(
+        status_bucket, status_prefix, warm_id, node_id, heartbeat_seconds, region, _log
+    )
+    with _sigterm_raises():
+        code = execute(factory, work)
+    sys.exit(code)
 
 
 def _data_path_verify() -> tuple[Callable[..., Any], Callable[[str], list[Any]]]:

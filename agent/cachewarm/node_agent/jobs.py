@@ -55,6 +55,7 @@ class DumpJob:
     # The adaptive source guard: on AWS on by default (`agent dump --adaptive on`), the order of the dump.
     adaptive: bool = True
     order: str | None = None
+    crawl_sleep_us: int | None = None  # None: the server's own
     device_timeout_s: float = 600.0
     publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S
     extra_args: list[str] = field(default_factory=list)
@@ -80,6 +81,7 @@ class DumpJob:
             max_items_per_second=self.max_items_per_second,
             max_bytes_per_second=self.max_bytes_per_second,
             adaptive=self.adaptive,
+            crawl_sleep_us=self.crawl_sleep_us,
             order=self.order,
             progress_interval=self.progress_interval_s,
             resume=resume,

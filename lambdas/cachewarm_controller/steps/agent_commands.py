@@ -57,6 +57,7 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
             "maxBytesPerSecond": str(inp.dumper.max_bytes_per_second),
             "adaptive": "on" if inp.dumper.adaptive else "off",
             "order": inp.dumper.order,
+            "crawlSleepUs": "server" if inp.dumper.crawl_sleep_us is None else str(inp.dumper.crawl_sleep_us),
         }
     return {
         **common,

@@ -1,0 +1,308 @@
+"""The stream mode (`cachewarm warm --stream`, `cachewarm agent stream`): `cachewarm-dump --to` sends
+each item it fetches straight to its destination node — C++ end to end, no data files
+(dumper-cpp/src/stream.h). Its work directory keeps only the key lists and the checkpoint of what the
+destinations acknowledged (for reconciliation and `--resume`), the oversize report and DONE.
+
+The dumper applies every rule of the file path's populator itself (add mode, the destination
+preflight and size rule, exact flags and absolute expiries, every key, ketama routing, SERVER_ERROR
+fails, evictions and an incomplete dump make the run incomplete unless accepted) and ends with one
+JSON summary line (`"event": "stream_summary"`) on stdout: exit 0 when the destinations hold every
+item or every reason they do not was accepted, 1 otherwise (with the summary) or on failure (without).
+
+Here: its command line (`StreamCommand`), running it (`run_stream`), and the local warm on top
+(`run_stream_warm`): the same summary and target check as the file path's `warm`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import subprocess
+import threading
+import time
+import urllib.parse
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress
+from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
+
+if TYPE_CHECKING:
+    from cachewarm.datapath.warm import WarmConfig, WarmSummary
+
+# The dumper's --out inside a warm's work directory.
+STREAM_DIR = "stream"
+SUMMARY_EVENT = "stream_summary"
+# Each reason's first words and the flag that accepts it (the C++ summary uses the populator's words).
+ACCEPT_FLAGS = {
+    OVERSIZE: "--accept-oversize",
+    EVICTED: "--accept-evictions",
+    INCOMPLETE_DUMP: "--accept-incomplete-dump",
+}
+
+
+@dataclass(frozen=True)
+class StreamCommand:
+    """`cachewarm-dump` with `--to`: the dump's command line plus the destinations and the rules."""
+
+    dump: DumperCommand
+    targets: Sequence[Node]
+    mode: str = "add"
+    routing: Routing = field(default_factory=Routing)
+    # PopulateConfig's accept_* flags by name (accept_oversize, accept_evictions, ...).
+    accept: Mapping[str, bool] = field(default_factory=dict)
+    # Destination writes (the dump's own --max-items-per-second paces the source reads).
+    max_write_items_per_second: int | None = None
+    oversize_report: Path | None = None
+
+    def argv(self) -> list[str]:
+        argv = self.dump.argv()
+        argv += ["--to", ",".join(n.address for n in self.targets), "--mode", self.mode]
+        argv += ["--node-key-format", self.routing.node_key_format, "--ketama-reps", str(self.routing.reps)]
+        if self.routing.hash_delimiter is not None:
+            argv += ["--hash-delimiter", self.routing.hash_delimiter.decode()]
+        argv += [f"--{name.replace('_', '-')}" for name, on in sorted(self.accept.items()) if on]
+        if self.max_write_items_per_second:
+            argv += ["--max-write-items-per-second", str(self.max_write_items_per_second)]
+        if self.oversize_report is not None:
+            argv += ["--oversize-report", str(self.oversize_report)]
+        return argv
+
+
+def parse_summary(line: str | bytes) -> dict[str, Any] | None:
+    """The stream summary in one line of the dumper's stdout, or None for anything else."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and obj.get("event") == SUMMARY_EVENT else None
+
+
+def failure_message(summary: Mapping[str, Any]) -> str | None:
+    """The error of a summary that is not ok: every reason not accepted and the flags that would."""
+    open_ = [r for r in summary.get("incomplete", []) if r not in summary.get("accepted", [])]
+    if not open_:
+        return None
+    flags = [f for r in open_ for head, f in ACCEPT_FLAGS.items() if r.startswith(head)]
+    return f"the warm is not complete: {'; '.join(open_)} (to accept: {' '.join(flags)})"
+
+
+@dataclass
+class StreamResult:
+    returncode: int
+    summary: dict[str, Any] | None
+    stderr_tail: list[str]
+
+    def failure(self) -> str:
+        tail = " | ".join(self.stderr_tail[-5:])
+        return f"cachewarm-dump failed with exit code {self.returncode}: {tail}"
+
+
+def run_stream(
+    argv: Sequence[str], on_progress: Callable[[DumperProgress], None] = lambda p: None
+) -> StreamResult:
+    """Run `cachewarm-dump --to ...` to its end: progress lines to `on_progress`, the summary kept."""
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tail: deque[str] = deque(maxlen=20)
+    summary: list[dict[str, Any]] = []
+
+    def err() -> None:
+        assert proc.stderr is not None
+        for raw in proc.stderr:
+            tail.append(raw.decode(errors="replace").rstrip())
+
+    drain = threading.Thread(target=err, daemon=True)
+    drain.start()
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            if (p := DumperProgress.parse(raw)) is not None:
+                on_progress(p)
+            elif (s := parse_summary(raw)) is not None:
+                summary.append(s)
+            else:
+                tail.append(raw.decode(errors="replace").rstrip())
+        proc.wait()
+    except BaseException:
+        proc.terminate()  # never leave the dumper writing to the destinations
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        drain.join(timeout=5)
+    return StreamResult(proc.returncode, summary[-1] if summary else None, list(tail))
+
+
+# ---- the local warm ------------------------------------------------------------------------------
+
+
+def _excluded(out: Path, summary: Mapping[str, Any]) -> frozenset[bytes]:
+    """Keys the stream never sent on purpose: too large for their node, or undumpable."""
+    keys: set[bytes] = set()
+    report = summary.get("oversize_report")
+    if report and Path(report).exists():
+        for line in Path(report).read_text().splitlines():
+            it = json.loads(line)
+            keys.add(it["key"].encode() if "key" in it else base64.b64decode(it["key_b64"]))
+    undumped = out / "keys" / "UNDUMPED"
+    if undumped.exists():
+        for line in undumped.read_bytes().splitlines():
+            keys.add(urllib.parse.unquote_to_bytes(line.split(b" ", 1)[0]))
+    return frozenset(keys)
+
+
+def _listed(path: Path, now: int) -> Iterable[bytes]:
+    """The keys of one key list (OUT/keys/<chunk>.keys) whose listed expiry has not passed."""
+    for line in path.read_bytes().splitlines():
+        url, _, exp = line.rpartition(b" ")
+        e = int(exp)
+        if e == -1 or e > now:
+            yield urllib.parse.unquote_to_bytes(url)
+
+
+def _check_list(
+    path: Path, targets: list[Node], routing: Routing, excluded: frozenset[bytes]
+) -> tuple[int, list[bytes]]:
+    """(keys checked, keys missing) of one key list on the target nodes (runs in a pool process)."""
+    ring = routing.ring(targets)
+    per_node: list[list[bytes]] = [[] for _ in targets]
+    for key in _listed(path, int(time.time()) + 1):
+        if key not in excluded:
+            per_node[ring.index_for(key) if ring else 0].append(key)
+    gone: list[bytes] = []
+    for n, keys in zip(targets, per_node, strict=True):
+        if keys:
+            with MetaConnection(n.connect_host, n.port) as rd:
+                gone += rd.missing(keys)
+    return sum(len(k) for k in per_node), gone
+
+
+def check_stream_target(
+    out: Path,
+    source: Node,
+    targets: Sequence[Node],
+    routing: Routing,
+    summary: Mapping[str, Any],
+    workers: int,
+) -> tuple[int, int, list[bytes]]:
+    """Look up every listed, unexpired key the stream did not skip on purpose on its target node; a
+    key missing there counts only if the source still holds it (else it was gone before it could
+    be sent: a miss of the dump). Returns (checked, missing, examples)."""
+    lists = sorted((out / "keys").glob("*.keys"))
+    check = functools.partial(
+        _check_list, targets=resolve_nodes(targets), routing=routing, excluded=_excluded(out, summary)
+    )
+    checked, absent = 0, []
+    with process_pool(workers) as pool:
+        for n, gone in pool.map(check, lists):
+            checked += n
+            absent += gone
+    if absent:
+        with MetaConnection(source.connect_host, source.port) as src:
+            gone_at_source = set(src.missing(absent))
+        absent = [k for k in absent if k not in gone_at_source]
+        checked -= len(gone_at_source)
+    return checked, len(absent), absent[:5]
+
+
+class _Lines:
+    """Plain progress lines, at most one a second."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.last = 0.0
+
+    def __call__(self, p: DumperProgress) -> None:
+        if time.monotonic() - self.last < 1.0 and p.event != "done":
+            return
+        self.last = time.monotonic()
+        self.stream.write(
+            f"streamed {p.items:,} items ({p.bytes / 1e6:.0f} MB, {p.files} parts acknowledged), "
+            f"keys listed {p.keys_listed:,}, phase {p.phase}\n"
+        )
+        self.stream.flush()
+
+
+def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
+    target_rate = cfg.target_rate
+    return StreamCommand(
+        dump=DumperCommand(
+            binary=cfg.dumper,
+            host=cfg.source.host,
+            port=cfg.source.port,
+            out=out,
+            threads=cfg.threads,
+            max_items_per_second=cfg.source_rate,
+            progress_interval=0.5,
+            resume=cfg.resume,
+            # The same protection of the source as the file path's dump (the same workers read it).
+            max_bytes_per_second=cfg.source_max_bytes_per_second,
+            adaptive=cfg.adaptive,
+            crawl_sleep_us=cfg.source_crawl_sleep_us,
+            order=cfg.order,
+            extra_args=cfg.dumper_args,
+        ),
+        targets=cfg.targets,
+        mode=cfg.mode,
+        routing=cfg.routing,
+        accept=cfg.accept,
+        max_write_items_per_second=max(1, round(target_rate)) if target_rate else None,
+    )
+
+
+def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
+    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`."""
+    from cachewarm.datapath.warm import WarmError, WarmSummary
+
+    out = cfg.workdir / STREAM_DIR
+    cfg.workdir.mkdir(parents=True, exist_ok=True)
+    if out.exists() and any(out.iterdir()) and not cfg.resume:
+        raise WarmError(f"{out} already holds a dump: use an empty --workdir, or --resume to continue it")
+    start = time.monotonic()
+    res = run_stream(stream_command(cfg, out).argv(), _Lines(stream))
+    s = res.summary
+    if s is None or res.returncode not in (0, 1):
+        raise WarmError(res.failure())
+    elapsed = time.monotonic() - start
+    problems = [m] if (m := failure_message(s)) else []
+    if res.returncode != 0 and not problems:
+        raise WarmError(res.failure())
+    checked = missing = 0
+    if cfg.check:
+        checked, missing, examples = check_stream_target(
+            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers
+        )
+        if missing:
+            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+            if not (cfg.accept.get("accept_evictions") and missing <= int(s["destination_evictions"])):
+                problems.append(f"the target is missing {missing} items")
+    total = time.monotonic() - start
+    return WarmSummary(
+        ok=not problems,
+        items_dumped=int(s["records"]),
+        keys_listed=int(s["keys_listed"]),
+        dump_misses=int(s["dump_misses"]),
+        copied=int(s["stored"]),
+        already_present=int(s["already_present"]),
+        skipped_expired=int(s["expired"]),
+        bytes=int(s["bytes"]),
+        files=int(s["parts"]),
+        missing_in_target=missing,
+        checked_in_target=checked,
+        dump_s=round(elapsed, 3),
+        populate_s=round(elapsed, 3),
+        total_s=round(total, 3),
+        mb_per_s=round(int(s["bytes"]) / 1e6 / elapsed, 1) if elapsed else 0.0,
+        populate=dict(s),
+        problems=problems,
+    )

@@ -1,0 +1,528 @@
+#include "stream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "clock.h"
+#include "codec.h"
+#include "json.h"
+#include "stream_sink.h"
+
+namespace cachewarm {
+
+namespace {
+constexpr char kStreamMetaName[] = "STREAM";
+constexpr char kStreamedName[] = "STREAMED";
+constexpr char kSummaryName[] = "SUMMARY";
+constexpr char kPartSuffix[] = ".stream";
+
+// Each reason's first words and the flag that accepts it: the Python populator's (report.py).
+constexpr char kOversize[] = "items too large for their destination were never sent";
+constexpr char kEvicted[] = "the destinations evicted items during the populate";
+constexpr char kIncompleteDump[] = "the dump is incomplete (DONE says complete: false)";
+
+std::string Hex(const std::string& s) {
+  static const char d[] = "0123456789abcdef";
+  std::string o;
+  for (unsigned char c : s) {
+    o += d[c >> 4];
+    o += d[c & 15];
+  }
+  return o;
+}
+
+bool IsPrintableKey(const std::string& k) { return !k.empty() && IsPlainKey(k); }
+
+std::string Line(const std::string& text) {
+  std::string o = text;
+  for (char& c : o)
+    if (c == '\n' || c == '\r') c = ' ';
+  return o;
+}
+}  // namespace
+
+void StreamCounts::Add(const StreamCounts& o) {
+  stored += o.stored;
+  present += o.present;
+  resent += o.resent;
+  expired += o.expired;
+  oversize += o.oversize;
+  binary += o.binary;
+}
+
+Stream::Stream(const Options& o, Env* env)
+    : o_(o), env_(env), items_(o.stream.write_items_per_second), bytes_(o.stream.write_bytes_per_second) {}
+
+Stream::~Stream() { StopMonitor(); }
+
+std::string Stream::PartName(uint64_t chunk, uint32_t part) const {
+  char b[48];
+  std::snprintf(b, sizeof b, "-%0*" PRIu64 "-%0*" PRIu32 "%s", kChunkDigits, chunk, kPartDigits, part, kPartSuffix);
+  return o_.node_id + b;
+}
+
+std::string Stream::OversizeReportPath() const {
+  return o_.stream.oversize_report.empty() ? o_.out + "/oversize.jsonl" : o_.stream.oversize_report;
+}
+
+// What a key's node depends on; a resumed run must route the same way.
+std::string Stream::Routing() const {
+  std::string r = std::string("mode=") + (o_.stream.set_mode ? "set" : "add") + " nodes=";
+  for (size_t i = 0; i < eps_.size(); i++) r += (i ? "," : "") + eps_[i].address();
+  if (eps_.size() > 1) {
+    r += " keys=";
+    for (size_t i = 0; i < eps_.size(); i++) {
+      std::string k;
+      FormatNodeKey(o_.stream.node_key_format, eps_[i].host, eps_[i].ip, eps_[i].port, &k);
+      r += (i ? "," : "") + Hex(k);
+    }
+    r += " reps=" + std::to_string(o_.stream.ketama_reps) + " delimiter=" + Hex(o_.stream.hash_delimiter);
+  }
+  return r;
+}
+
+Status Stream::Open() {
+  CW_RETURN_IF_ERROR(ParseEndpoints(o_.stream.to, &eps_));
+  for (Endpoint& e : eps_) CW_RETURN_IF_ERROR(ResolveEndpoint(&e));
+  if (eps_.size() > 1) {
+    std::vector<std::string> keys;
+    for (const Endpoint& e : eps_) {
+      keys.emplace_back();
+      CW_RETURN_IF_ERROR(FormatNodeKey(o_.stream.node_key_format, e.host, e.ip, e.port, &keys.back()));
+    }
+    ring_.reset(new KetamaRing);
+    CW_RETURN_IF_ERROR(ring_->Build(keys, o_.stream.ketama_reps, o_.stream.hash_delimiter));
+  }
+  totals_.assign(eps_.size(), StreamCounts());
+  evictions_.assign(eps_.size(), 0);
+  for (size_t i = 0; i < eps_.size(); i++) control_.emplace_back(new Conn);
+  infos_.assign(eps_.size(), DestinationInfo());
+  CW_RETURN_IF_ERROR(Probe(true));
+  std::string meta;
+  Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamMetaName, &meta);
+  if (s.ok()) return CheckMeta(meta);
+  if (!s.IsNotFound()) return s;
+  for (const DestinationInfo& i : infos_) evictions_base_.push_back({i.pid, i.evictions});
+  return WriteMeta();
+}
+
+Status Stream::WriteMeta() {
+  std::string m = "routing " + Routing() + "\n";
+  for (size_t i = 0; i < eps_.size(); i++)
+    m += "dest " + eps_[i].address() + " " + std::to_string(infos_[i].pid) + " " + std::to_string(infos_[i].started) +
+         " " + std::to_string(evictions_base_[i].first) + " " + std::to_string(evictions_base_[i].second) + "\n";
+  return WriteFileAtomically(env_, o_.out + "/keys", std::string(".tmp-") + kStreamMetaName, kStreamMetaName, m);
+}
+
+// --resume: the same routing, and destinations that have not restarted since the stream began.
+Status Stream::CheckMeta(const std::string& text) {
+  const std::string path = o_.out + "/keys/" + kStreamMetaName;
+  size_t pos = 0;
+  size_t d = 0;
+  while (pos < text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string::npos) e = text.size();
+    const std::string line = text.substr(pos, e - pos);
+    pos = e + 1;
+    if (line.rfind("routing ", 0) == 0) {
+      if (line.substr(8) != Routing())
+        return Status::InvalidArgument("--resume: " + path + " records a stream with routing '" + line.substr(8) +
+                                       "', not '" + Routing() + "': give the same destinations, mode and routing "
+                                       "options, or start over in an empty --out");
+    } else if (line.rfind("dest ", 0) == 0) {
+      char addr[300];
+      long long pid, started, bpid;
+      unsigned long long bev;
+      if (std::sscanf(line.c_str(), "dest %299s %lld %lld %lld %llu", addr, &pid, &started, &bpid, &bev) != 5 ||
+          d >= eps_.size())
+        return Status::Corruption(path + ": malformed line: " + line.substr(0, 200));
+      if (infos_[d].pid != pid || std::llabs(infos_[d].started - started) > 2)
+        return Status::Server("--resume: destination " + eps_[d].address() + " restarted since the stream began (pid " +
+                              std::to_string(pid) + " -> " + std::to_string(infos_[d].pid) +
+                              "): the items streamed to it are gone; start the warm again in an empty --out");
+      evictions_base_.push_back({bpid, bev});
+      d++;
+    }
+  }
+  if (d != eps_.size()) return Status::Corruption(path + " names " + std::to_string(d) + " destinations");
+  return Status::OK();
+}
+
+// One look at every destination. The first refuses what the populator refuses; later ones count
+// evictions and fail on a restart.
+Status Stream::Probe(bool first, bool retry) {
+  std::lock_guard<std::mutex> l(probe_mu_);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < eps_.size(); i++) {
+    DestinationInfo info;
+    double wait = 0.1;
+    for (;;) {
+      Status s = control_[i]->fd() >= 0 ? Status::OK() : control_[i]->Connect(eps_[i].connect_host(), eps_[i].port, kConnectTimeoutMs);
+      if (s.ok()) s = ReadDestinationInfo(control_[i].get(), &info);
+      if (s.ok()) break;
+      control_[i]->Close();
+      if (!retry || s.code() == Status::kServer || Since(t0) + wait > o_.stream.destination_timeout_s)
+        return Status::IOError("destination " + eps_[i].address() + " unavailable for " +
+                               std::to_string(int(Since(t0))) + " s: " + s.ToString());
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      wait = std::min(wait * 2, 5.0);
+    }
+    if (first) {
+      infos_[i] = info;
+      continue;
+    }
+    if (info.pid != infos_[i].pid || std::llabs(info.started - infos_[i].started) > 2)
+      return Status::Server("destination " + eps_[i].address() + " restarted during the stream (pid " +
+                            std::to_string(infos_[i].pid) + " -> " + std::to_string(info.pid) +
+                            "): the items streamed to it are gone; start the warm again in an empty --out");
+    if (i < evictions_base_.size() && evictions_base_[i].first == info.pid)
+      evictions_[i] = info.evictions - std::min(info.evictions, evictions_base_[i].second);
+  }
+  if (!first) return Status::OK();
+  std::string old, off;
+  for (size_t i = 0; i < eps_.size(); i++) {
+    if (TooOld(infos_[i].version)) old += (old.empty() ? "" : ", ") + eps_[i].address() + " (" + infos_[i].version + ")";
+    if (!infos_[i].evictions_enabled) off += (off.empty() ? "" : ", ") + eps_[i].address();
+  }
+  if (!old.empty()) return Status::InvalidArgument("destination(s) " + old + " predate memcached 1.6's meta protocol");
+  if (!off.empty() && !o_.stream.accept_no_evictions)
+    return Status::InvalidArgument(
+        "destination(s) " + off + " run with evictions off (memcached -M): when one fills up it fails stores, and a "
+        "failed store deletes the live value of its key. Give it memory for the whole dump and pass "
+        "--accept-no-evictions, or run it with evictions on");
+  return Status::OK();
+}
+
+Status Stream::CheckIdentity(size_t i) {
+  Conn c;
+  DestinationInfo info;
+  CW_RETURN_IF_ERROR(c.Connect(eps_[i].connect_host(), eps_[i].port, kConnectTimeoutMs));
+  CW_RETURN_IF_ERROR(ReadDestinationInfo(&c, &info));
+  if (info.pid != infos_[i].pid || std::llabs(info.started - infos_[i].started) > 2)
+    return Status::Server("destination " + eps_[i].address() + " restarted during the stream (pid " +
+                          std::to_string(infos_[i].pid) + " -> " + std::to_string(info.pid) +
+                          "): the items streamed to it are gone; start the warm again in an empty --out");
+  return Status::OK();
+}
+
+void Stream::StartMonitor(WorkQueue* queue) {
+  {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stop_ = false;
+  }
+  monitor_ = std::thread([this, queue] {
+    const auto every = std::chrono::duration<double>(o_.stream.destination_check_interval_s);
+    std::unique_lock<std::mutex> l(stop_mu_);
+    while (!stop_cv_.wait_for(l, every, [this] { return stop_; })) {
+      l.unlock();
+      Status s = Probe(false, false);
+      // An unreachable destination is the sinks' business (they reconnect or fail); a restart is not
+      // seen by a connection that stays up to the new process.
+      if (!s.ok() && s.code() == Status::kServer) queue->Fail(s);
+      l.lock();
+    }
+  });
+}
+
+void Stream::StopMonitor() {
+  {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+bool Stream::IsResend(uint64_t chunk, uint32_t part) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = resend_.find(chunk);
+  return it != resend_.end() && part >= it->second;
+}
+
+std::unique_ptr<PartWriter> Stream::NewSink() { return std::unique_ptr<PartWriter>(new StreamSink(this)); }
+
+Status Stream::RecordPart(const PublishedFile& f, const std::vector<StreamCounts>& counts,
+                          const std::vector<OversizeItem>& oversize) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!oversize.empty()) {
+    std::string lines;
+    for (const OversizeItem& it : oversize) {
+      lines += "{\"part\":" + JsonQuote(f.name) + ",\"destination\":" + JsonQuote(eps_[it.dest].address()) + ",";
+      if (IsPrintableKey(it.key)) {
+        lines += "\"key\":" + JsonQuote(it.key);
+      } else {
+        std::string b64;
+        Base64Encode(it.key, &b64);
+        lines += "\"key_b64\":\"" + b64 + "\"";
+      }
+      lines += ",\"value_bytes\":" + std::to_string(it.value_len) + ",\"flags\":" + std::to_string(it.flags) +
+               ",\"item_size_max\":" + std::to_string(infos_[it.dest].limit.item_size_max) + "}\n";
+    }
+    if (!oversize_log_) CW_RETURN_IF_ERROR(env_->NewAppendableFile(OversizeReportPath(), &oversize_log_));
+    CW_RETURN_IF_ERROR(oversize_log_->Append(lines));
+    CW_RETURN_IF_ERROR(oversize_log_->Sync());
+    oversize_lines_ += oversize.size();
+  }
+  char b[200];
+  std::snprintf(b, sizeof b, " %" PRIu64 " %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %zu",
+                f.chunk, f.part, f.first_key_index, f.end_key_index, f.records, f.misses, f.bytes, counts.size());
+  std::string line = f.name + b;
+  for (const StreamCounts& c : counts) {
+    std::snprintf(b, sizeof b, " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, c.stored,
+                  c.present, c.resent, c.expired, c.oversize, c.binary);
+    line += b;
+  }
+  if (!streamed_log_) CW_RETURN_IF_ERROR(env_->NewAppendableFile(o_.out + "/keys/" + kStreamedName, &streamed_log_));
+  CW_RETURN_IF_ERROR(streamed_log_->Append(line + "\n"));
+  CW_RETURN_IF_ERROR(streamed_log_->Sync());
+  for (size_t i = 0; i < counts.size() && i < totals_.size(); i++) totals_[i].Add(counts[i]);
+  records_ += f.records;
+  bytes_total_ += f.bytes;
+  return Status::OK();
+}
+
+Status Stream::Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo) {
+  std::string text;
+  Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamedName, &text);
+  if (s.IsNotFound()) text.clear();
+  else CW_RETURN_IF_ERROR(s);
+  struct Part {
+    PublishedFile f;
+    std::vector<StreamCounts> counts;
+  };
+  std::map<std::string, Part> by_name;  // a later line for the same part wins
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t e = text.find('\n', pos);
+    if (e == std::string::npos) break;  // a torn last line: that part was never acknowledged
+    const std::string line = text.substr(pos, e - pos);
+    pos = e + 1;
+    Part part;
+    char name[300];
+    unsigned long long chunk, first, end, records, misses, bytes;
+    unsigned part_no;
+    size_t n = 0;
+    int used = 0;
+    if (std::sscanf(line.c_str(), "%299s %llu %u %llu %llu %llu %llu %llu %zu%n", name, &chunk, &part_no, &first, &end,
+                    &records, &misses, &bytes, &n, &used) != 9 ||
+        n != eps_.size())
+      return Status::Corruption(o_.out + "/keys/STREAMED: malformed line: " + line.substr(0, 200));
+    const char* rest = line.c_str() + used;
+    for (size_t i = 0; i < n; i++) {
+      StreamCounts c;
+      int u = 0;
+      unsigned long long v[6];
+      if (std::sscanf(rest, " %llu %llu %llu %llu %llu %llu%n", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &u) != 6)
+        return Status::Corruption(o_.out + "/keys/STREAMED: malformed line: " + line.substr(0, 200));
+      rest += u;
+      c.stored = v[0], c.present = v[1], c.resent = v[2], c.expired = v[3], c.oversize = v[4], c.binary = v[5];
+      part.counts.push_back(c);
+    }
+    part.f.name = name;
+    part.f.chunk = chunk;
+    part.f.part = part_no;
+    part.f.first_key_index = first;
+    part.f.end_key_index = end;
+    part.f.records = records;
+    part.f.misses = misses;
+    part.f.bytes = bytes;
+    by_name[part.f.name] = part;
+  }
+  std::map<std::string, PartStats> stats;
+  CW_RETURN_IF_ERROR(cp->ReadParts(&stats));
+  std::map<uint64_t, std::vector<Part*>> by_chunk;
+  for (auto& [name, part] : by_name) by_chunk[part.f.chunk].push_back(&part);
+  const std::map<uint64_t, uint64_t> chunk_keys = cp->KeyChunks();
+  std::vector<ChunkTask> left;
+  for (const ChunkTask& t : *todo) {
+    std::vector<Part*>& parts = by_chunk[t.chunk];
+    std::sort(parts.begin(), parts.end(), [](const Part* a, const Part* b) { return a->f.part < b->f.part; });
+    uint64_t end = 0;
+    const uint64_t keys = chunk_keys.count(t.chunk) ? chunk_keys.at(t.chunk) : 0;
+    for (size_t i = 0; i < parts.size(); i++) {
+      const PublishedFile& f = parts[i]->f;
+      if (f.part != i || f.first_key_index != end || f.end_key_index > keys)
+        return Status::Corruption("acknowledged parts of chunk " + std::to_string(t.chunk) +
+                                  " are not contiguous at " + f.name);
+      end = f.end_key_index;
+      auto it = stats.find(f.name);
+      PartStats ps;
+      if (it != stats.end()) ps = it->second;
+      else ps.gone = f.misses;
+      cp->AddFile(f, ps);
+      p->skipped_min_ttl += ps.skipped_min_ttl;
+      p->files++;
+      p->items += f.records;
+      p->misses += f.misses;
+      p->bytes += f.bytes;
+      for (size_t d = 0; d < eps_.size(); d++) totals_[d].Add(parts[i]->counts[d]);
+      records_ += f.records;
+      bytes_total_ += f.bytes;
+    }
+    if (parts.empty() || end < keys) {
+      left.push_back(ChunkTask{t.chunk, end, uint32_t(parts.size())});
+      resend_[t.chunk] = uint32_t(parts.size());
+    }
+  }
+  *todo = left;
+  return Status::OK();
+}
+
+Status Stream::DedupOversizeReport() {
+  oversize_log_.reset();
+  std::string text;
+  Status s = env_->ReadFileToString(OversizeReportPath(), &text);
+  if (s.IsNotFound()) return Status::OK();
+  CW_RETURN_IF_ERROR(s);
+  std::set<std::string> seen;
+  std::string out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string::npos) break;  // torn by a crash: that part is redone
+    const std::string line = text.substr(pos, e - pos);
+    pos = e + 1;
+    if (!line.empty() && seen.insert(line).second) out += line + "\n";
+  }
+  if (out == text) return Status::OK();
+  const std::string path = OversizeReportPath();
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return WriteFileAtomically(env_, dir, ".tmp-" + base, base, out);
+}
+
+std::string Stream::SummaryBody(const Manifest& m) {
+  StreamCounts t;
+  for (const StreamCounts& c : totals_) t.Add(c);
+  uint64_t evictions = 0, misses = 0;
+  for (uint64_t e : evictions_) evictions += e;
+  for (const PublishedFile& f : m.files) misses += f.misses;
+  std::string per_node, by_node, dests;
+  for (size_t i = 0; i < eps_.size(); i++) {
+    const std::string a = JsonQuote(eps_[i].address());
+    per_node += (i ? ", " : "") + a + ": " + std::to_string(totals_[i].written());
+    if (evictions_[i]) by_node += (by_node.empty() ? "" : ", ") + a + ": " + std::to_string(evictions_[i]);
+    dests += (i ? ", " : "") + a + ": {\"version\": " + JsonQuote(infos_[i].version) +
+             ", \"item_size_max\": " + std::to_string(infos_[i].limit.item_size_max) +
+             ", \"cas\": " + (infos_[i].limit.cas ? "true" : "false") +
+             ", \"evictions\": " + (infos_[i].evictions_enabled ? "true" : "false") + "}";
+  }
+  const bool has_report = t.oversize > 0;
+  return "\"mode\": \"" + std::string(o_.stream.set_mode ? "set" : "add") + "\", \"records\": " +
+         std::to_string(records_) + ", \"stored\": " + std::to_string(t.stored) + ", \"already_present\": " +
+         std::to_string(t.present) + ", \"resent_own\": " + std::to_string(t.resent) + ", \"expired\": " +
+         std::to_string(t.expired) + ", \"oversize\": " + std::to_string(t.oversize) + ", \"oversize_report\": " +
+         (has_report ? JsonQuote(OversizeReportPath()) : "null") + ", \"binary_protocol\": " +
+         std::to_string(t.binary) + ", \"bytes\": " + std::to_string(bytes_total_) + ", \"parts\": " +
+         std::to_string(m.files.size()) + ", \"per_node\": {" + per_node + "}, \"destination_evictions\": " +
+         std::to_string(evictions) + ", \"evictions_by_node\": {" + by_node + "}, \"destinations\": {" + dests +
+         "}, \"keys_listed\": " + std::to_string(m.keys_listed) + ", \"dump_misses\": " + std::to_string(misses) +
+         ", \"misses_expired\": " + std::to_string(m.misses_expired) + ", \"misses_gone\": " +
+         std::to_string(m.misses_gone) + ", \"undumped\": " + std::to_string(m.undumped) + ", \"skipped_min_ttl\": " +
+         std::to_string(m.skipped_min_ttl) + ", \"dump_complete\": " + (m.complete ? "true" : "false") +
+         ", \"dump_incomplete_reason\": " + (m.complete ? "null" : JsonQuote(m.incomplete_reason)) +
+         ", \"elapsed_s\": " + JsonDouble(m.total_s);
+}
+
+void Stream::Judge(uint64_t oversize, uint64_t evictions, bool dump_complete, const std::string& evictions_by_node,
+                   const std::string& dump_reason, const std::string& report) {
+  incomplete_.clear();
+  accepted_.clear();
+  struct Check {
+    bool hit, accepted;
+    std::string why;
+  };
+  const Check checks[] = {
+      {oversize > 0, o_.stream.accept_oversize,
+       std::string(kOversize) + ": " + std::to_string(oversize) +
+           " (a failed store would delete the key's live value); their keys are in " + report},
+      {evictions > 0, o_.stream.accept_evictions,
+       std::string(kEvicted) + ": " + std::to_string(evictions) + " ({" + evictions_by_node +
+           "}), too small for the data or live traffic; those items are gone"},
+      {!dump_complete, o_.stream.accept_incomplete_dump, std::string(kIncompleteDump) + ": " + dump_reason},
+  };
+  ok_ = true;
+  for (const Check& c : checks) {
+    if (!c.hit) continue;
+    incomplete_.push_back(c.why);
+    if (c.accepted) accepted_.push_back(c.why);
+    else ok_ = false;
+  }
+}
+
+Status Stream::Finish(Manifest* m) {
+  CW_RETURN_IF_ERROR(Probe(false));
+  StreamCounts t;
+  for (const StreamCounts& c : totals_) t.Add(c);
+  if (t.items() != records_)
+    return Status::Corruption("stream counts do not add up: stored " + std::to_string(t.stored) + " + present " +
+                              std::to_string(t.present) + " + resent " + std::to_string(t.resent) + " + expired " +
+                              std::to_string(t.expired) + " + oversize " + std::to_string(t.oversize) +
+                              " != records " + std::to_string(records_));
+  CW_RETURN_IF_ERROR(DedupOversizeReport());
+  m->format = "cachewarm-stream";
+  // DONE's completeness first (DecideCompleteness ran before): the summary repeats it.
+  summary_ = SummaryBody(*m);
+  m->extra = "  \"stream\": {" + summary_ + "},\n";
+  uint64_t evictions = 0;
+  std::string by_node;
+  for (size_t i = 0; i < eps_.size(); i++) {
+    evictions += evictions_[i];
+    if (evictions_[i]) by_node += (by_node.empty() ? "'" : ", '") + eps_[i].address() + "': " + std::to_string(evictions_[i]);
+  }
+  Judge(t.oversize, evictions, m->complete, by_node, m->incomplete_reason, OversizeReportPath());
+  std::string saved = summary_ + "\noversize " + std::to_string(t.oversize) + "\nevictions " + std::to_string(evictions) +
+                      "\ncomplete " + (m->complete ? "1" : "0") + "\nby_node " + Line(by_node) + "\nreason " +
+                      Line(m->incomplete_reason) + "\nreport " + Line(OversizeReportPath()) + "\n";
+  return WriteFileAtomically(env_, o_.out + "/keys", std::string(".tmp-") + kSummaryName, kSummaryName, saved);
+}
+
+void Stream::Report() {
+  std::string inc, acc;
+  for (const std::string& r : incomplete_) inc += (inc.empty() ? "" : ", ") + JsonQuote(r);
+  for (const std::string& r : accepted_) acc += (acc.empty() ? "" : ", ") + JsonQuote(r);
+  std::printf("{\"event\": \"stream_summary\", \"ok\": %s, \"incomplete\": [%s], \"accepted\": [%s], %s}\n",
+              ok_ ? "true" : "false", inc.c_str(), acc.c_str(), summary_.c_str());
+  std::fflush(stdout);
+  if (ok_) return;
+  std::string open, flags;
+  const std::pair<const char*, const char*> flag_of[] = {
+      {kOversize, "--accept-oversize"}, {kEvicted, "--accept-evictions"}, {kIncompleteDump, "--accept-incomplete-dump"}};
+  for (const std::string& r : incomplete_) {
+    if (std::find(accepted_.begin(), accepted_.end(), r) != accepted_.end()) continue;
+    open += (open.empty() ? "" : "; ") + r;
+    for (const auto& [head, flag] : flag_of)
+      if (r.rfind(head, 0) == 0) flags += (flags.empty() ? "" : " ") + std::string(flag);
+  }
+  std::fprintf(stderr, "cachewarm-dump: error: the warm is not complete: %s (to accept: %s)\n", open.c_str(),
+               flags.c_str());
+}
+
+Status Stream::ReportDone() {
+  std::string text;
+  CW_RETURN_IF_ERROR(env_->ReadFileToString(o_.out + "/keys/" + kSummaryName, &text));
+  std::map<std::string, std::string> kv;
+  size_t pos = text.find('\n');
+  if (pos == std::string::npos) return Status::Corruption(o_.out + "/keys/SUMMARY is unreadable");
+  summary_ = text.substr(0, pos);
+  pos++;
+  while (pos < text.size()) {
+    size_t e = text.find('\n', pos);
+    if (e == std::string::npos) e = text.size();
+    const std::string line = text.substr(pos, e - pos);
+    pos = e + 1;
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) kv[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  Judge(std::strtoull(kv["oversize"].c_str(), nullptr, 10), std::strtoull(kv["evictions"].c_str(), nullptr, 10),
+        kv["complete"] == "1", kv["by_node"], kv["reason"], kv["report"]);
+  Report();
+  return Status::OK();
+}
+
+}  // namespace cachewarm

@@ -1,0 +1,104 @@
+// One connection from a stream sink to a destination memcached. Bytes to send are queued as iovecs
+// that point into the caller's buffers (values stay in the receive buffer they arrived in: no copy)
+// and go out with writev; replies are read whenever the socket is readable, also while a send waits
+// for room, so neither side can fill its buffers and wait for the other (quiet writes answer only
+// NS and errors, but an add into a warm destination answers NS for many items).
+//   meta:   `ms ... q` writes; replies NS (or `NS O<n>` for a tagged write), MN (a mark),
+//           SERVER_ERROR / CLIENT_ERROR / ERROR (a failure: nothing more is sent here)
+//   binary: ADDQ/SETQ writes (keys no meta command can name); replies only for refused stores
+//           (status 2 "exists" / 5 "not stored", with the request's opaque) and errors; NOOP marks
+// A mark (`mn`, NOOP) answered means every write before it has been applied.
+#pragma once
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "status.h"
+
+namespace cachewarm {
+
+class DestConn {
+ public:
+  enum Proto { kMeta, kBinary };
+  DestConn(std::string address, Proto proto);
+  ~DestConn();
+  DestConn(const DestConn&) = delete;
+  DestConn& operator=(const DestConn&) = delete;
+
+  // Connects (a binary connection is probed with a NOOP: a server started with `-B ascii` does
+  // not answer it, and that fails the stream: its keys would be dropped silently).
+  Status Connect(const std::string& host, int port);
+  // For tests: an already connected socket (owned from now on).
+  void UseFd(int fd);
+  void Close();
+  bool connected() const { return fd_ >= 0; }
+  // The connection was lost (reset, closed): a reconnect may help. Not set by an error answer.
+  bool broken() const { return broken_; }
+  const std::string& address() const { return address_; }
+  Proto proto() const { return proto_; }
+
+  // Queues n bytes at p (no copy: p must stay valid until Flush returns).
+  void Queue(const void* p, size_t n) {
+    if (n) q_.push_back({const_cast<void*>(p), n});
+  }
+  size_t queued_iovecs() const { return q_.size() - qpos_; }
+  // Queues a mark (`mn`, or a binary NOOP); AwaitMarks waits for its answer.
+  void QueueMark();
+
+  // Sends everything queued on each connection of `conns` (null entries skipped), reading replies
+  // meanwhile. Fails on a lost connection, an error answer, or no progress for timeout_ms.
+  static Status FlushAll(DestConn* const* conns, size_t n, int timeout_ms);
+  // Flushes, then waits until every mark sent has been answered.
+  static Status AwaitMarks(DestConn* const* conns, size_t n, int timeout_ms);
+  // Reads the replies already in the socket / sends what the socket takes (never waits).
+  Status Poll();
+  Status Flush();
+
+  // What the replies said since the last TakeReplies.
+  struct Replies {
+    uint64_t not_stored = 0;            // NS / exists without a tag
+    std::vector<uint64_t> tags;         // NS O<n> / the opaque of a refused binary store
+  };
+  void TakeReplies(Replies* r);
+  uint64_t marks_sent() const { return marks_sent_; }
+  uint64_t marks_answered() const { return marks_answered_; }
+
+ private:
+  Status Fail(const std::string& what, int err);
+  Status TrySend(bool* progressed);
+  Status TryRecv(bool* progressed);
+  Status Parse();
+  Status ParseMeta();
+  Status ParseBinary();
+
+  const std::string address_;
+  const Proto proto_;
+  int fd_ = -1;
+  bool broken_ = false;
+  std::string error_;  // the first error answer: nothing more is sent
+  std::vector<struct iovec> q_;
+  size_t qpos_ = 0;
+  static const char kMetaMark[];
+  char noop_[24];
+  std::unique_ptr<char[]> rbuf_;
+  size_t rfill_ = 0;
+  uint64_t skip_body_ = 0;  // binary: body bytes of a response still to skip
+  uint64_t marks_sent_ = 0, marks_answered_ = 0;
+  Replies replies_;
+};
+
+// Binary protocol constants for stores (memcached's protocol_binary.h; binary_get.h has the reads).
+namespace binstore {
+constexpr uint8_t kSetQ = 0x11, kAddQ = 0x12, kNoop = 0x0a;
+constexpr uint16_t kKeyExists = 0x0002, kNotStored = 0x0005;
+constexpr size_t kHeader = 24, kExtras = 8;
+// Header and extras of an ADDQ/SETQ whose key and value follow: dst[0..32).
+void EncodeStore(char* dst, bool add, uint16_t keylen, uint32_t value_len, uint32_t flags, uint32_t expiry,
+                 uint32_t opaque);
+}  // namespace binstore
+
+}  // namespace cachewarm

@@ -1,0 +1,44 @@
+// ketama_route --reps N [--delimiter HEX] NODEKEY...: reads keys as hex, one a line, on stdin and
+// prints each key's node index (the position of its NODEKEY), one a line. Test-only: pytest
+// compares it with the Python ring on generated keys (tests/datapath/test_stream_routing.py).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "ketama.h"
+
+namespace {
+std::string FromHex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out += char(std::strtol(h.substr(i, 2).c_str(), nullptr, 16));
+  return out;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 160;
+  std::string delimiter;
+  std::vector<std::string> nodes;
+  for (int i = 1; i < argc; i++) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else if (a == "--delimiter" && i + 1 < argc) {
+      delimiter = FromHex(argv[++i]);
+    } else {
+      nodes.push_back(a);
+    }
+  }
+  cachewarm::KetamaRing ring;
+  cachewarm::Status s = ring.Build(nodes, reps, delimiter);
+  if (!s.ok()) {
+    std::fprintf(stderr, "ketama_route: %s\n", s.ToString().c_str());
+    return 2;
+  }
+  std::string line, out;
+  while (std::getline(std::cin, line)) out += std::to_string(ring.Index(FromHex(line))) + "\n";
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
