@@ -114,6 +114,8 @@ demo: deps-apt-run deps-run dumper
 bench: deps-apt-run deps-py dumper
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/source_harm.py
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/hot_first.py
 
 TRIALS ?= 20
 # Fault scenarios with TRIALS trials each; the closing table also goes to build/faults.md.
