@@ -26,6 +26,11 @@ constexpr int kBaselineProbes = 100;
 // A probe that fails (connection lost) counts as this slow; the workers report a dead server.
 constexpr int64_t kFailedProbeUs = 1000000;
 constexpr int kProbeTimeoutMs = 1000;
+// Two congested windows in a row (200 ms) before a back-off; and an absolute slack over the probes'
+// baseline: the probes run on the source's own host, so a few hundred microseconds there are small
+// against what a remote client sees (its round trip), bench/source_harm.py.
+constexpr int kConfirmWindows = 2;
+constexpr int64_t kSlackUs = 200;
 }  // namespace
 
 // ---- PaceController ---------------------------------------------------------------------------
@@ -49,12 +54,16 @@ void PaceController::Update(int64_t probe_us, uint64_t achieved_rate) {
   since_backoff_ = std::min(since_backoff_ + 1, 1 << 30);
   const bool congested = probe_us < 0 || probe_us > threshold_us();
   if (congested) st_.congested_windows++;
+  congested_run_ = congested ? congested_run_ + 1 : 0;
+  // One noisy window (another process on the core, a page fault) is not the dump's doing.
+  const bool confirmed =
+      congested_run_ >= s_.confirm_windows || probe_us < 0 || probe_us > 4 * threshold_us();
   if (hold_ > 0) hold_--;
   peak_achieved_ = std::max(peak_achieved_, achieved_rate);
   // Workers using less than a tenth of the limit (the crawl alone runs, or they wait for key lists):
   // the rate is not what hurts, the crawl's pace may be.
   const bool fetching = achieved_rate * 10 >= st_.rate;
-  if (congested && hold_ == 0) {
+  if (congested && confirmed && hold_ == 0) {
     if (fetching) {
       // Multiplicative decrease, from what the workers really fetched when that is below the limit
       // (an unreached limit cut by 30% would change nothing).
@@ -114,6 +123,8 @@ PaceSettings SettingsOf(const Options& o) {
   // The workers' own cap for a low --max-items-per-second (worker.cc) applies as well.
   s.max_batch = o.batch;
   s.start_batch = std::min(o.batch, s.start_batch);
+  s.confirm_windows = kConfirmWindows;
+  s.slack_us = kSlackUs;
   return s;
 }
 }  // namespace

@@ -12,8 +12,10 @@
 // The signal: the latency of the guard's own probes — a miss `mg` (a key that never exists) on
 // connections of its own, one every --probe-interval, as a live client would send — compared
 // with the same probes' latency before the dump began. Above the target the guard backs off
-// multiplicatively (rate x0.7, batch /2, crawl sleep x2); below it, it speeds up again (slow start
-// x1.5 per interval until the first back-off, then additively): AIMD, like TCP's congestion control.
+// multiplicatively (rate x0.7, batch /2, crawl sleep x2) once two windows in a row are above it (one
+// noisy window is not the dump's doing; no answer, or 4x the threshold, backs off at once); below
+// it, it speeds up again (slow start x1.5 per interval until the first back-off, then additively):
+// AIMD, like TCP's congestion control. The threshold: baseline x --adaptive-target + 200 us.
 // The crawl is never paced by not reading its socket (memcached 1.6.18 would hold a bucket lock).
 //
 //   PaceController  the decisions, pure (tests drive it with scripted probe latencies: no clock)
@@ -46,6 +48,9 @@ struct PaceSettings {
   uint32_t crawl_sleep_floor_us = 0;  // the server's own `lru_crawler_sleep` (or --crawl-sleep-us)
   uint32_t crawl_sleep_max_us = 20000;
   int hold_windows = 2;        // after a back-off, the windows that may not back off again
+  // Consecutive congested windows before a back-off (1 = at once). A probe that got no answer, or a
+  // window above 4x the threshold, backs off at once whatever this says.
+  int confirm_windows = 1;
   int backing_off_windows = 10;  // "backing off" until this many windows pass without one
 };
 
@@ -79,6 +84,7 @@ class PaceController {
   bool slow_start_ = true;
   int hold_ = 0;
   int since_backoff_ = 1 << 30;
+  int congested_run_ = 0;
   uint64_t peak_achieved_ = 0;
 };
 

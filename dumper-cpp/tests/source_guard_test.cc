@@ -76,6 +76,33 @@ TEST(PaceController, HoldsAfterABackOffAndRecoversAdditively) {
   EXPECT_FALSE(c.state().backing_off);
 }
 
+TEST(PaceController, OneNoisyWindowDoesNotBackOffWhenTwoMustConfirm) {
+  PaceSettings s = Settings();
+  s.confirm_windows = 2;
+  PaceController c(s);
+  c.Calibrate(100);  // threshold 250 us
+  c.Update(900, 50000);  // congested once: neither a cut nor growth
+  EXPECT_EQ(c.state().rate, 50000u);
+  EXPECT_EQ(c.state().backoffs, 0u);
+  EXPECT_EQ(c.state().congested_windows, 1u);
+  c.Update(100, 50000);  // quiet: the run of congested windows starts over
+  EXPECT_EQ(c.state().rate, 75000u);
+  c.Update(900, 75000);
+  EXPECT_EQ(c.state().backoffs, 0u);
+  c.Update(900, 75000);  // the second in a row: back off
+  EXPECT_EQ(c.state().backoffs, 1u);
+  EXPECT_EQ(c.state().rate, 52500u);
+  // Far above the threshold (4x) or no answer at all: at once.
+  PaceController d(s);
+  d.Calibrate(100);
+  d.Update(1001, 50000);
+  EXPECT_EQ(d.state().backoffs, 1u);
+  PaceController e(s);
+  e.Calibrate(100);
+  e.Update(-1, 50000);
+  EXPECT_EQ(e.state().backoffs, 1u);
+}
+
 TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
   PaceSettings s = Settings();
   s.max_rate = 60000;
