@@ -1,6 +1,9 @@
 #include "checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -76,9 +79,21 @@ Status Checkpoint::RemoveTemporaryFiles() {
   for (const std::string& dir : {o_.out, keys_dir_}) {
     std::vector<std::string> names;
     CW_RETURN_IF_ERROR(env_->GetChildren(dir, &names));
-    for (const std::string& n : names)
-      if (n.rfind(prefix, 0) == 0 && n != kDiffScratchDir) CW_RETURN_IF_ERROR(env_->RemoveFile(dir + "/" + n));
-    // keys/.tmp-diff (reconciliation scratch) is a directory: KeySetDiff clears it when it starts.
+    for (const std::string& n : names) {
+      if (n.rfind(prefix, 0) != 0 || n == kDiffScratchDir) continue;
+      // keys/.tmp-diff (reconciliation scratch) is a directory: KeySetDiff clears it when it starts.
+      if (n == kRecencyScratchDir) {
+        // A killed listing's recency tiers (a directory): nothing in them is kept; a resumed crawl
+        // that orders by recency again makes new ones.
+        const std::string d = dir + "/" + n;
+        std::vector<std::string> tiers;
+        CW_RETURN_IF_ERROR(env_->GetChildren(d, &tiers));
+        for (const std::string& t : tiers) CW_RETURN_IF_ERROR(env_->RemoveFile(d + "/" + t));
+        if (::rmdir(d.c_str()) != 0) return Status::IOError(ErrnoMessage("rmdir " + d, errno));
+        continue;
+      }
+      CW_RETURN_IF_ERROR(env_->RemoveFile(dir + "/" + n));
+    }
   }
   return Status::OK();
 }
