@@ -7,11 +7,11 @@ JOBS ?= 2
 DUMPER_SRC := dumper-cpp
 BUILD := build
 DUMPER := $(BUILD)/release/cachewarm-dump
-# apt packages: what a local warm needs (the release dumper's build — its CMake project wants GoogleTest
-# even then —, memcached, Python headers for the populator's C loop), and what only the tests add
-# (xfsprogs: the shared-volume tests on loop devices).
-APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev libgtest-dev python3-dev
-APT_DEV := $(APT_RUN) googletest clang xfsprogs
+# apt packages: what a local warm needs (the release dumper's build, memcached, Python headers for the
+# populator's C loop), and what only the tests add (GoogleTest for the dumper's unit tests; xfsprogs:
+# the shared-volume tests on loop devices).
+APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev python3-dev
+APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 
@@ -72,7 +72,7 @@ deps-node: $(STAMPS)/node
 # and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
 build: dumper dumper-asan
 dumper: deps-apt-run
-	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release -DCACHEWARM_TESTS=OFF >/dev/null
 	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null

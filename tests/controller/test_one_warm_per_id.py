@@ -110,7 +110,8 @@ def launch_event_input(world: Any, group: str) -> dict[str, Any]:
 
 
 def test_launches_of_one_deployment_are_one_warm(world: Any) -> None:
-    from cachewarm_controller.steps.planning import asg_warm_id, validate
+    from cachewarm.contract.warm_ids import asg_warm_id
+    from cachewarm_controller.steps.planning import validate
 
     group = f"Memcached-Replica-{world.serial}"
     asg(world, group, deployment="v42")

@@ -184,3 +184,30 @@ def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) ->
     assert ex.status == "SUCCEEDED", ex.desc
     assert created and world.clock() - clock_at_start >= 330
     assert_nothing_left(world)
+
+
+def test_a_stopped_auto_scaling_launch_is_torn_down_like_any_warm(world: Any) -> None:
+    """The launch rule's input names no warm id: the teardown derives it as ValidateInput did, so the
+    owner's agents are cancelled and its S3 objects deleted too, not only its EC2 resources."""
+    from cachewarm.contract.warm_ids import asg_warm_id
+
+    from tests.controller.test_one_warm_per_id import asg, launch_event_input
+
+    group = f"Replica-Launch-{world.serial}"
+    asg(world, group, deployment="v9")
+    world.warm_id = asg_warm_id(group, "v9")
+    world.agents.store = world.deps.s3
+    world.faults["StartAgents"] = "after"
+    world.faults["Teardown"] = "before"
+    body = {**launch_event_input(world, group), "source": {"replica": "main-a"}}
+    ex = world.run(body)
+    assert ex.status == "FAILED" and ex.entered()[-1] == "TeardownFailed", ex.entered()
+    assert world.status_objects()
+    world.faults.clear()
+    ex = world.run_teardown(status_change_event(json.dumps(body), "FAILED", ex.desc["executionArn"]))
+    assert ex.status == "SUCCEEDED", ex.desc
+    running = [
+        cid for (role, _), runs in world.agents.sent.items() if role == "populate" for cid, _, _ in runs
+    ]
+    assert running and set(running) <= set(world.agents.cancelled)
+    assert_nothing_left(world)

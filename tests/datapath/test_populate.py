@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -390,6 +391,44 @@ def test_invalid_done_fails_at_once_half_visible_done_waits(memcached, tmp_path:
     (out / "DONE").write_text(json.dumps(w.manifest())[:40])  # half visible
     with pytest.raises(PopulateError, match="DONE is unreadable"):
         populate(config(out, tmp_path, [dst], bad_file_timeout=0.5))
+
+
+def test_a_directory_that_cannot_be_listed_is_retried_then_fatal(memcached, tmp_path: Path) -> None:
+    """A torn view of the shared volume can fail the listing itself (EIO, EUCLEAN on a norecovery
+    mount): the populator lists again after the next remount and fails, naming it, only if it lasts.
+    Here the directory is swapped for a file between mounts (listdir: NotADirectoryError)."""
+    dst = memcached(memory_mb=16)
+    out, aside = tmp_path / "dump", tmp_path / "aside"
+    w = DirWriter(out, node="src")
+    w.write(0, 0, records(10))
+    calls: list[object] = []
+
+    def tearing(argv: object) -> None:
+        calls.append(argv)
+        if len(calls) == 2:  # after the first remount the directory cannot be listed...
+            out.rename(aside)
+            out.write_text("")
+        elif len(calls) == 6:  # ...until a later one
+            out.unlink()
+            aside.rename(out)
+            w.write(1, 0, records(10, start=10))
+            w.done()
+
+    events: list[str] = []
+    cfg = config(out, tmp_path, [dst], remounter=CommandRemounter("/dev/x", "/m", runner=tearing))
+    s = populate(cfg, on_progress=lambda pr: events.append(pr.event))
+    assert s.stored == 20 and "list_failed" in events
+
+    def torn(argv: object) -> None:
+        if not out2.is_file():
+            out2.rename(tmp_path / "aside2")
+            out2.write_text("")
+
+    out2 = tmp_path / "dump2"
+    DirWriter(out2, node="src").write(0, 0, records(3))
+    cfg = config(out2, tmp_path, [dst], bad_file_timeout=0.3, state_file=tmp_path / "s2.json")
+    with pytest.raises(PopulateError, match=f"listing {out2} failed for 0.3s"):
+        populate(replace(cfg, remounter=CommandRemounter("/dev/x", "/m", runner=torn)))
 
 
 def test_remount_failures_are_retried_then_fatal(memcached, tmp_path: Path) -> None:

@@ -42,9 +42,11 @@ def machine(clients: Clients, tagged: bool = True, definition: str = PASS) -> st
     )
 
 
-def put_status(clients: Clients, role: str, node: str, state: str, items: int, **extra: Any) -> None:
+def put_status(
+    clients: Clients, role: str, node: str, state: str, items: int, warm_id: str = "warm-1", **extra: Any
+) -> None:
     body = {
-        "warm_id": "warm-1",
+        "warm_id": warm_id,
         "node_id": node,
         "role": role,
         "state": state,
@@ -58,7 +60,7 @@ def put_status(clients: Clients, role: str, node: str, state: str, items: int, *
         "error": extra.pop("error", None),
         "attempt": 1,
     }
-    key = f"warms/warm-1/{role}/{node}.json"
+    key = f"warms/{warm_id}/{role}/{node}.json"
     clients.get("s3").put_object(Bucket=BUCKET, Key=key, Body=json.dumps(body).encode())
 
 
@@ -134,6 +136,43 @@ def test_status_without_bucket_tag_names_the_fix(aws: Clients, tmp_path: Path) -
     put_status(aws, "populate", "i-0aaa", "done", 5)
     res = invoke(aws, "status", arn, "--status-bucket", BUCKET)
     assert res.exit_code == 0 and "i-0aaa" in res.output
+
+
+def test_status_of_an_auto_scaling_launch(aws: Clients) -> None:
+    """The launch rule's input names only the destination group: the warm id is the one ValidateInput
+    derives from the group (contract.warm_ids), and a group that is gone is named."""
+    from cachewarm.contract.warm_ids import asg_warm_id
+
+    ec2, asg = (
+        boto3.client("ec2", region_name="us-east-1"),
+        boto3.client("autoscaling", region_name="us-east-1"),
+    )
+    aws._cache["autoscaling"] = asg
+    template = ec2.create_launch_template(
+        LaunchTemplateName="replica",
+        LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "t3.micro"},
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
+    asg.create_auto_scaling_group(
+        AutoScalingGroupName="Replica-B",
+        LaunchTemplate={"LaunchTemplateId": template},
+        MinSize=0,
+        MaxSize=0,
+        DesiredCapacity=0,
+        VPCZoneIdentifier=subnet,
+        Tags=[{"ResourceId": "Replica-B", "ResourceType": "auto-scaling-group", "Key": "cachewarm:deployment",
+               "Value": "v7", "PropagateAtLaunch": False}],
+    )  # fmt: skip
+    sfn = aws.get("stepfunctions")
+    doc = {"destination": {"asg_name": "Replica-B"}}
+    arn = sfn.start_execution(stateMachineArn=machine(aws), name="launch-1", input=json.dumps(doc))
+    warm_id = asg_warm_id("Replica-B", "v7")
+    put_status(aws, "populate", "i-0aaa", "done", 7, warm_id=warm_id)
+    res = invoke(aws, "status", arn["executionArn"])
+    assert res.exit_code == 0 and f"warm {warm_id}:" in res.output and "i-0aaa" in res.output, res.output
+    asg.delete_auto_scaling_group(AutoScalingGroupName="Replica-B", ForceDelete=True)
+    res = invoke(aws, "status", arn["executionArn"])
+    assert res.exit_code == 1 and "'Replica-B' no longer exists" in res.output, res.output
 
 
 def test_status_of_unknown_execution(aws: Clients) -> None:

@@ -32,7 +32,14 @@ from cachewarm.datapath.populate import PopulateSummary, Progress
 
 OutputMode = Literal["auto", "live", "plain", "json"]
 # Populator events that carry a message for the user (the others only move the counters).
-NOTICES = ("destination_unavailable", "destination_restarted", "evictions", "warning", "remount_failed")
+NOTICES = (
+    "destination_unavailable",
+    "destination_restarted",
+    "evictions",
+    "warning",
+    "remount_failed",
+    "list_failed",
+)
 # A destination that keeps not answering is reported at once, then at most this often.
 NOTICE_REPEAT_S = 5.0
 # The live display's width on a terminal that does not tell its own.

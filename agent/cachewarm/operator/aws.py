@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cachewarm.contract import tags
+from cachewarm.contract import tags, warm_ids
 from cachewarm.contract.inputs import DEFAULT_STATUS_PREFIX
 from cachewarm.contract.status import ROLES, NodeStatus, StatusFormatError, role_prefix, warm_prefix
 from cachewarm.exitcodes import CliError
@@ -51,15 +51,43 @@ class Clients:
         return self._cache[service]
 
 
-def status_location(sfn: Any, execution: dict[str, Any], bucket: str | None) -> tuple[str, str, str]:
+def input_warm_id(doc: object, autoscaling: Any | None) -> str | None:
+    """The execution's warm id: its input's, else (an Auto Scaling launch names only the destination
+    group) the one ValidateInput derived from the group (contract.warm_ids)."""
+    if not isinstance(doc, dict):
+        return None
+    if isinstance(doc.get("warm_id"), str) and doc["warm_id"]:
+        return str(doc["warm_id"])
+    dest = doc.get("destination")
+    asg = dest.get("asg_name") if isinstance(dest, dict) else None
+    if not isinstance(asg, str) or not asg or autoscaling is None:
+        return None
+    try:
+        groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"]
+    except ClientError as e:
+        raise OperatorError(f"cannot describe the destination's Auto Scaling group {asg!r}: {e}") from e
+    if not groups:
+        raise OperatorError(
+            f"the destination's Auto Scaling group {asg!r} no longer exists: the warm id ValidateInput "
+            "derived from it cannot be derived again (see the execution's ValidateInput output)"
+        )
+    return warm_ids.asg_warm_id(asg, warm_ids.deployment_marker(groups[0]))
+
+
+def status_location(
+    sfn: Any, execution: dict[str, Any], bucket: str | None, autoscaling: Any | None = None
+) -> tuple[str, str, str]:
     """(bucket, prefix, warm_id) of an execution's status objects."""
     try:
         doc = json.loads(execution.get("input") or "{}")
     except ValueError:
         doc = {}
-    warm_id = doc.get("warm_id") if isinstance(doc, dict) else None
+    warm_id = input_warm_id(doc, autoscaling)
     if not warm_id:
-        raise OperatorError(f"execution {execution['executionArn']} has no warm_id in its input")
+        raise OperatorError(
+            f"execution {execution['executionArn']} has no warm_id in its input (nor a destination "
+            "Auto Scaling group to derive it from)"
+        )
     prefix = doc.get("status_prefix") or DEFAULT_STATUS_PREFIX
     if bucket is None:
         found = sfn.list_tags_for_resource(resourceArn=execution["stateMachineArn"]).get("tags", [])
@@ -113,12 +141,14 @@ def recent_events(sfn: Any, execution_arn: str, limit: int = 10) -> tuple[list[s
     return lines, error
 
 
-def load_view(sfn: Any, s3: Any, execution_arn: str, bucket: str | None = None) -> WarmView:
+def load_view(
+    sfn: Any, s3: Any, execution_arn: str, bucket: str | None = None, autoscaling: Any | None = None
+) -> WarmView:
     try:
         ex = sfn.describe_execution(executionArn=execution_arn)
     except ClientError as e:
         raise OperatorError(f"cannot describe {execution_arn}: {e}") from e
-    bucket_name, prefix, warm_id = status_location(sfn, ex, bucket)
+    bucket_name, prefix, warm_id = status_location(sfn, ex, bucket, autoscaling)
     try:
         nodes, unreadable = read_agent_statuses(s3, bucket_name, prefix, warm_id)
     except ClientError as e:

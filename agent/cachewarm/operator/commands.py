@@ -140,7 +140,8 @@ def start_cmd(obj: Any, state_machine: str, input_file: Path, region: str | None
 def status_cmd(obj: Any, execution_arn: str, status_bucket: str | None, region: str | None) -> None:
     """Per-node progress of a warm, from its status objects and execution history."""
     clients = _clients(obj, region)
-    view = load_view(clients.get("stepfunctions"), clients.get("s3"), execution_arn, status_bucket)
+    sfn, s3, asg = clients.get("stepfunctions"), clients.get("s3"), clients.get("autoscaling")
+    view = load_view(sfn, s3, execution_arn, status_bucket, asg)
     click.echo(render(view))
     sys.exit(0 if view.status in ("RUNNING", "SUCCEEDED") else 1)
 
@@ -181,13 +182,13 @@ def watch_cmd(
 ) -> None:
     """Follow a warm with progress bars until it ends; exit 0 only if it succeeded."""
     clients = _clients(obj, region)
-    sfn, s3 = clients.get("stepfunctions"), clients.get("s3")
+    sfn, s3, asg = clients.get("stepfunctions"), clients.get("s3"), clients.get("autoscaling")
 
     # The first look before any bar is drawn: a warm that cannot be read fails with its line alone.
-    first = [load_view(sfn, s3, execution_arn, status_bucket)]
+    first = [load_view(sfn, s3, execution_arn, status_bucket, asg)]
 
     def load() -> WarmView:
-        return first.pop() if first else load_view(sfn, s3, execution_arn, status_bucket)
+        return first.pop() if first else load_view(sfn, s3, execution_arn, status_bucket, asg)
 
     view = watch_loop(load, interval, max_bars)
     click.echo(render(view))

@@ -7,12 +7,10 @@ later step runs only in the owner. SurveyReplicas asks the candidate source node
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
 
 from botocore.exceptions import ClientError
-from cachewarm.contract import inputs, tags
+from cachewarm.contract import inputs, tags, warm_ids
 
 from cachewarm_controller.agents import FAILED_COMMAND_STATES, RUNNING_COMMAND_STATES, parse_stats
 from cachewarm_controller.attach import require_nitro
@@ -40,22 +38,12 @@ from cachewarm_controller.steps.inventory import (
 # ---- ValidateInput --------------------------------------------------------------------------------
 
 
-def asg_warm_id(asg_name: str, marker: str) -> str:
-    """The warm id of an Auto Scaling launch: one per group and deployment marker, so the launches of
-    one deployment (one event per instance) all name the same warm and the claim keeps one."""
-    slug = re.sub(r"[^a-z0-9]+", "-", asg_name.lower()).strip("-")[:30].strip("-") or "asg"
-    digest = hashlib.sha256(f"{asg_name}|{marker}".encode()).hexdigest()[:12]
-    return f"{slug}-{digest}"
-
-
 def deployment_marker(asg_name: str, autoscaling: Any) -> str:
-    """The group's `cachewarm:deployment` tag, else its creation time (a new group per deployment)."""
+    """The group's deployment marker (contract.warm_ids), naming a group that does not exist."""
     groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"]
     if not groups:
         raise InvalidInputError(f"destination.asg_name {asg_name!r}: no such Auto Scaling group")
-    group = groups[0]
-    marker = tag_value(group, tags.DEPLOYMENT)
-    return marker if marker else str(group.get("CreatedTime", ""))
+    return warm_ids.deployment_marker(groups[0])
 
 
 def validate(raw: object, deps: Deps) -> WarmInput:
@@ -68,7 +56,7 @@ def validate(raw: object, deps: Deps) -> WarmInput:
             else None
         )
         if isinstance(asg, str) and inputs.matches(inputs.ASG_NAME, asg) and deps.autoscaling is not None:
-            raw = {**raw, "warm_id": asg_warm_id(asg, deployment_marker(asg, deps.autoscaling))}
+            raw = {**raw, "warm_id": warm_ids.asg_warm_id(asg, deployment_marker(asg, deps.autoscaling))}
     inp = parse_input(raw)
     problem = history_problem(inp)
     if problem:

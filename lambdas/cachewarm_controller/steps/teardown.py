@@ -15,10 +15,11 @@ time, touching only what this execution created.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from cachewarm.contract import inputs, tags
+from botocore.exceptions import ClientError
+from cachewarm.contract import inputs, tags, warm_ids
 from cachewarm.contract.status import ROLES
 
 from cachewarm_controller.agents import RUNNING_COMMAND_STATES
@@ -44,6 +45,26 @@ class TeardownTarget:
     warm_id: str | None
     status_prefix: str
     mount_dir: str
+    # The destination group of an Auto Scaling launch, whose input names no warm id.
+    asg_name: str | None = None
+
+
+def _with_warm_id(target: TeardownTarget, deps: Deps) -> TeardownTarget:
+    """An Auto Scaling launch's warm id, derived as ValidateInput did (contract.warm_ids): without it
+    the owner's agents would not be cancelled nor its S3 objects deleted. A group that is gone leaves
+    the resources to be found by the execution's ARN and their warm-id tag."""
+    if target.warm_id is not None or target.asg_name is None or deps.autoscaling is None:
+        return target
+    try:
+        groups = deps.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[target.asg_name])
+    except ClientError:
+        return target
+    found = groups.get("AutoScalingGroups") or []
+    if not found:
+        return target
+    return replace(
+        target, warm_id=warm_ids.asg_warm_id(target.asg_name, warm_ids.deployment_marker(found[0]))
+    )
 
 
 @dataclass
@@ -99,6 +120,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     passes = int(state.get("passes", 0)) + 1
     waits = int(state.get("waits", 0))
     calls = _Calls()
+    target = _with_warm_id(target, deps)
     owns, plan = _owner_plan(target, deps)
     # Only the owner wrote anything to S3, so only the owner has a teardown memory there.
     mem = deps.s3.load_teardown(target.status_prefix, str(target.warm_id)) if owns else TeardownState()
@@ -236,4 +258,8 @@ def teardown_target(event: Mapping[str, Any] | TeardownEvent) -> TeardownTarget:
     mount_dir = inp.get("mount_dir")
     if not isinstance(mount_dir, str) or not inputs.matches(inputs.MOUNT_DIR, mount_dir):
         mount_dir = inputs.DEFAULT_MOUNT_DIR
-    return TeardownTarget(execution_arn, ev.warm_id, prefix, mount_dir)
+    dest = inp.get("destination")
+    asg = dest.get("asg_name") if isinstance(dest, dict) else None
+    if not isinstance(asg, str) or not inputs.matches(inputs.ASG_NAME, asg):
+        asg = None
+    return TeardownTarget(execution_arn, ev.warm_id, prefix, mount_dir, asg)

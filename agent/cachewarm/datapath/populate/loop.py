@@ -74,6 +74,8 @@ class Populator:
     # For the progress display: data files seen so far, and DONE's item count once it is read.
     _published: int = field(init=False, default=0)
     _total: int | None = field(init=False, default=None)
+    # Since when listing the source directory fails (a torn view of the shared volume), if it does.
+    _list_failing_since: float | None = field(init=False, default=None)
 
     def _totals(self) -> NodeCounts:
         t = NodeCounts()
@@ -170,6 +172,18 @@ class Populator:
             entries = os.listdir(self.config.source_dir)
         except FileNotFoundError:
             return names, False
+        except OSError as e:
+            # A norecovery mount can show a directory whose blocks the writer has not flushed yet
+            # (EIO, EUCLEAN): list again after the next remount, fail only if it lasts.
+            now = time.monotonic()
+            first = self._list_failing_since = self._list_failing_since or now
+            if now - first > self.config.bad_file_timeout:
+                raise VolumeError(
+                    f"listing {self.config.source_dir} failed for {self.config.bad_file_timeout:g}s: {e}"
+                ) from e
+            self._emit("list_failed", detail=f"{self.config.source_dir}: {e}")
+            return names, False
+        self._list_failing_since = None
         done = False
         for e in entries:
             if e == df.MANIFEST_NAME:
