@@ -116,6 +116,8 @@ demo: deps-apt-run deps-run dumper
 bench: deps-apt-run deps-py dumper
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/dump.py
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/populate.py
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/source_harm.py
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/hot_first.py
 
 # cachewarm against memcached's own mcdumpload (bench/peers.py): 1M x 1 KB and 100k x 10 KB, alternating
 # runs, medians, ratios, completeness, as JSON. mcdumpload is not in this repository and nothing here

@@ -37,6 +37,14 @@ class BinaryGetter {
   // Other errors (connection lost, a malformed response) fail.
   Status Get(const std::vector<std::string>& keys, const ValueFn& on_value, const PieceFn& on_piece,
              const FailedFn& on_failed, std::string* unavailable);
+  // Closes the connection while there is nothing to fetch (Get opens it again); keeps the verdict of
+  // a server that does not speak the protocol.
+  void CloseIdle() {
+    if (fd_ >= 0 || !unavailable_.empty()) return;
+    conn_.Close();
+    opened_ = false;
+    pos_ = filled_ = 0;
+  }
 
  private:
   int Fd() const { return conn_.fd() >= 0 ? conn_.fd() : fd_; }

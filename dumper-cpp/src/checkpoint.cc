@@ -1,6 +1,9 @@
 #include "checkpoint.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <set>
@@ -86,9 +89,21 @@ Status Checkpoint::RemoveTemporaryFiles() {
   for (const std::string& dir : {o_.out, keys_dir_}) {
     std::vector<std::string> names;
     CW_RETURN_IF_ERROR(env_->GetChildren(dir, &names));
-    for (const std::string& n : names)
-      if (n.rfind(prefix, 0) == 0 && n != kDiffScratchDir) CW_RETURN_IF_ERROR(env_->RemoveFile(dir + "/" + n));
-    // keys/.tmp-diff (reconciliation scratch) is a directory: KeySetDiff clears it when it starts.
+    for (const std::string& n : names) {
+      if (n.rfind(prefix, 0) != 0 || n == kDiffScratchDir) continue;
+      // keys/.tmp-diff (reconciliation scratch) is a directory: KeySetDiff clears it when it starts.
+      if (n == kRecencyScratchDir) {
+        // A killed listing's recency tiers (a directory): nothing in them is kept; a resumed crawl
+        // that orders by recency again makes new ones.
+        const std::string d = dir + "/" + n;
+        std::vector<std::string> tiers;
+        CW_RETURN_IF_ERROR(env_->GetChildren(d, &tiers));
+        for (const std::string& t : tiers) CW_RETURN_IF_ERROR(env_->RemoveFile(d + "/" + t));
+        if (::rmdir(d.c_str()) != 0) return Status::IOError(ErrnoMessage("rmdir " + d, errno));
+        continue;
+      }
+      CW_RETURN_IF_ERROR(env_->RemoveFile(dir + "/" + n));
+    }
   }
   return Status::OK();
 }
@@ -131,7 +146,9 @@ std::string CrawlStatsJson(const CrawlStats& st) {
          std::to_string(st.busy_retries) + ", \"busy_wait_ms\": " + std::to_string(int64_t(st.busy_wait_s * 1000)) +
          ", \"answer_wait_ms\": " + std::to_string(int64_t(st.answer_wait_s * 1000)) +
          ", \"duplicates\": " + std::to_string(st.duplicates) + ", \"peak_buffered\": " +
-         std::to_string(st.peak_buffered) + ", \"spilled\": " + std::to_string(st.spilled);
+         std::to_string(st.peak_buffered) + ", \"spilled\": " + std::to_string(st.spilled) +
+         ", \"order\": \"" + st.order + "\", \"first_chunk_ms\": " + std::to_string(int64_t(st.first_chunk_s * 1000)) +
+         ", \"tiers\": \"" + st.tiers + "\"";
 }
 
 void ReadCrawlStats(const std::string& json, CrawlStats* st) {
@@ -152,6 +169,9 @@ void ReadCrawlStats(const std::string& json, CrawlStats* st) {
   if (JsonGetInt(json, "duplicates", &v)) st->duplicates = uint64_t(v);
   if (JsonGetInt(json, "peak_buffered", &v)) st->peak_buffered = uint64_t(v);
   if (JsonGetInt(json, "spilled", &v)) st->spilled = uint64_t(v);
+  JsonGetString(json, "order", &st->order);
+  if (JsonGetInt(json, "first_chunk_ms", &v)) st->first_chunk_s = double(v) / 1000;
+  JsonGetString(json, "tiers", &st->tiers);
 }
 
 }  // namespace
@@ -325,6 +345,9 @@ Status Checkpoint::FillManifest(uint64_t crawl_chunks, Manifest* m) {
     if (JsonGetInt(text, "converged", &v)) m->reconcile_converged = v != 0;
     if (JsonGetInt(text, "last_new_keys", &v)) m->reconcile_last_new_keys = uint64_t(v);
   }
+  m->order = first.order == "recency" ? "recency" : "crawl";
+  m->first_chunk_s = first.first_chunk_s;
+  m->tiers = first.tiers;
   for (const CrawlStats* st : {&first, &rec}) {
     for (const std::string& mode : st->modes)
       if (std::find(m->crawl_modes.begin(), m->crawl_modes.end(), mode) == m->crawl_modes.end())

@@ -42,7 +42,15 @@ struct CrawlStats {
   uint64_t duplicates = 0;         // keys a crawl listed more than once (each is in one key list)
   uint64_t peak_buffered = 0;      // most crawl bytes read and not yet parsed (crawl_stream.h)
   uint64_t spilled = 0;            // crawl bytes that went through the spill file
+  std::string order;               // "recency" (recency.h) or "crawl" ("": a filtered crawl, crawl order)
+  double first_chunk_s = 0;        // recency: from the crawl's start to its first key list
+  std::string tiers;               // recency: "<tier>:<keys>,..." of the tiers that hold keys
 };
+// keys/.tmp-tiers: the recency tiers' scratch directory (recency.h).
+constexpr char kRecencyScratchDir[] = ".tmp-tiers";
+// keys/CRAWL_SLEEP: the source's `lru_crawler sleep` before the dump changed it (source_guard.h);
+// a resumed dump restores that value, not the one a killed run left.
+constexpr char kCrawlSleepName[] = "CRAWL_SLEEP";
 
 // How the keys of one data file that are not records are explained (keys/PARTS; DONE's completeness).
 struct PartStats {

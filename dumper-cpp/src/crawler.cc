@@ -6,7 +6,31 @@ namespace cachewarm {
 
 static constexpr size_t kMaxCrawlLine = 8192;
 
-bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime) {
+namespace {
+// The integer of field ` name=` (e.g. " la=") at or after `from`; false if absent or not a number.
+bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v) {
+  const size_t len = std::strlen(name);
+  for (size_t q = from; q + len < n; q++) {
+    if (std::memcmp(p + q, name, len) != 0) continue;
+    q += len;
+    const bool neg = q < n && p[q] == '-';
+    if (neg) q++;
+    int64_t x = 0;
+    size_t digits = 0;
+    while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
+      x = x * 10 + (p[q] - '0');
+      q++;
+      digits++;
+    }
+    if (digits == 0) return false;
+    *v = neg ? -x : x;
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la, bool* fetched) {
   if (n < 5 || std::memcmp(p, "key=", 4) != 0) return false;
   size_t e = 4;
   while (e < n && p[e] != ' ') e++;
@@ -33,6 +57,15 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
     }
     q++;
   }
+  if (la != nullptr && !FieldInt(p, n, e, " la=", la)) *la = -1;
+  if (fetched != nullptr) {
+    *fetched = false;
+    for (size_t q = e; q + 10 <= n; q++)
+      if (std::memcmp(p + q, " fetch=yes", 10) == 0) {
+        *fetched = true;
+        break;
+      }
+  }
   return true;
 }
 
@@ -41,10 +74,11 @@ Status CrawlReader::Line(const char* p, size_t n) {
   saw_line_ = true;
   if (n >= 4 && std::memcmp(p, "key=", 4) == 0) {
     Slice key;
-    int64_t exp;
-    if (!ParseMetadumpLine(p, n, &key, &exp)) return Status::Protocol("malformed metadump line");
+    int64_t exp, la;
+    bool fetched;
+    if (!ParseMetadumpLine(p, n, &key, &exp, &la, &fetched)) return Status::Protocol("malformed metadump line");
     keys_++;
-    return fn_(key, exp);
+    return fn_(key, exp, la, fetched);
   }
   if (n > 0 && p[n - 1] == '\r') n--;
   std::string line(p, n);

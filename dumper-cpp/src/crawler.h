@@ -17,7 +17,13 @@ namespace cachewarm {
 class CrawlReader {
  public:
   using KeyFn = std::function<Status(const Slice& url_key, int64_t exptime)>;
-  explicit CrawlReader(KeyFn fn) : fn_(std::move(fn)) {}
+  // The same with each key's last access (`la=`, unix seconds; -1 if the line has none) and whether
+  // it was ever fetched (`fetch=yes`).
+  using KeyLaFn = std::function<Status(const Slice& url_key, int64_t exptime, int64_t la, bool fetched)>;
+  struct WithLastAccess {};
+  explicit CrawlReader(KeyFn fn)
+      : fn_([f = std::move(fn)](const Slice& k, int64_t exp, int64_t, bool) { return f(k, exp); }) {}
+  CrawlReader(KeyLaFn fn, WithLastAccess) : fn_(std::move(fn)) {}
 
   Status Feed(const char* data, size_t n);
   bool done() const { return done_; }
@@ -33,7 +39,7 @@ class CrawlReader {
 
  private:
   Status Line(const char* p, size_t n);
-  KeyFn fn_;
+  KeyLaFn fn_;
   std::string partial_;
   bool done_ = false, busy_ = false, unsupported_mode_ = false, saw_line_ = false;
   std::string busy_line_;
@@ -41,6 +47,8 @@ class CrawlReader {
 };
 
 // Parses one metadump line (without its "\n"); exposed for tests.
-bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime);
+// `la`, if given, receives the line's la= (-1 if absent), `fetched` whether it says fetch=yes.
+bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la = nullptr,
+                       bool* fetched = nullptr);
 
 }  // namespace cachewarm

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -17,8 +18,8 @@ constexpr int kMaxReconcilePasses = 4;
 }  // namespace
 
 Dumper::Dumper(const Options& o, Env* env)
-    : o_(o), env_(env), reporter_(&progress_), limiter_(o.max_items_per_second), checkpoint_(o_, env),
-      crawl_(o_, env, &checkpoint_, &queue_, &progress_),
+    : o_(o), env_(env), reporter_(&progress_), limiter_(o.max_items_per_second, o.max_bytes_per_second),
+      checkpoint_(o_, env), crawl_(o_, env, &checkpoint_, &queue_, &progress_), guard_(o_, &limiter_, &progress_),
       stream_(o_.stream.to.empty() ? nullptr : new Stream(o_, env)) {}
 
 int Dumper::exit_code() const { return stream_ && !stream_->ok() ? 1 : 0; }
@@ -35,8 +36,38 @@ Status Dumper::Run() {
   CW_RETURN_IF_ERROR(checkpoint_.Scan(&progress_, &todo));
   if (stream_) CW_RETURN_IF_ERROR(stream_->Resume(&checkpoint_, &progress_, &todo));
   double crawl_s = 0, reconcile_s = 0;
-  CW_RETURN_IF_ERROR(DumpWithWorkers(todo, &crawl_s, &reconcile_s));
+  CW_RETURN_IF_ERROR(StartGuard());
+  Status s = DumpWithWorkers(todo, &crawl_s, &reconcile_s);
+  StopGuard();
+  CW_RETURN_IF_ERROR(s);
   return WriteDone(crawl_s, reconcile_s, t0);
+}
+
+Status Dumper::StartGuard() {
+  progress_.pace_rate = o_.max_items_per_second;
+  std::string saved;
+  int64_t saved_us = -1;
+  const std::string path = checkpoint_.keys_dir() + "/" + kCrawlSleepName;
+  if (env_->ReadFileToString(path, &saved).ok()) saved_us = std::atoll(saved.c_str());
+  CW_RETURN_IF_ERROR(guard_.Start(saved_us));
+  const int64_t original = guard_.original_crawl_sleep_us();
+  if (saved_us < 0 && original >= 0 && (o_.adaptive || o_.crawl_sleep_us >= 0))
+    CW_RETURN_IF_ERROR(WriteFileAtomically(env_, checkpoint_.keys_dir(), ".tmp-CRAWL_SLEEP", kCrawlSleepName,
+                                           std::to_string(original) + "\n"));
+  return Status::OK();
+}
+
+void Dumper::StopGuard() {
+  guard_.Stop();
+  const std::string path = checkpoint_.keys_dir() + "/" + kCrawlSleepName;
+  if (env_->FileExists(path)) env_->RemoveFile(path);  // restored (or said so on stderr)
+}
+
+Status Dumper::SourceStats(ServerStats* out) {
+  Status s = control_.Connect(o_.host, o_.port, kConnectTimeoutMs);
+  if (s.ok()) s = GetStats(&control_, out);
+  control_.Close();
+  return s;
 }
 
 // Fresh start or --resume: directory checks, META, the source's identity.
@@ -44,6 +75,7 @@ Status Dumper::Prepare() {
   CW_RETURN_IF_ERROR(checkpoint_.CreateDirs());
   CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
   CW_RETURN_IF_ERROR(GetStats(&control_, &stats_before_));
+  control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
   // The stream mode: the destinations' preflight, before anything is written to them.
   if (stream_ && !checkpoint_.Done()) CW_RETURN_IF_ERROR(stream_->Open());
@@ -109,7 +141,7 @@ Status Dumper::CrawlPhase(double* crawl_s) {
 Status Dumper::ReconcilePhase(double* reconcile_s) {
   if (checkpoint_.Reconciled()) return Status::OK();
   ServerStats now;
-  CW_RETURN_IF_ERROR(GetStats(&control_, &now));
+  CW_RETURN_IF_ERROR(SourceStats(&now));
   const bool short_count = progress_.keys_listed.load() < uint64_t(std::max<int64_t>(0, now.curr_items));
   crawl_.ResetStats();
   if (!(o_.reconcile_always || !crawl_.by_hash() || short_count))
@@ -127,7 +159,7 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
     n = 0;
     CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
     CW_RETURN_IF_ERROR(queue_.WaitDrained());
-    CW_RETURN_IF_ERROR(GetStats(&control_, &now));
+    CW_RETURN_IF_ERROR(SourceStats(&now));
     passes++;
     std::fprintf(stderr, "cachewarm-dump: reconciliation pass %d listed %" PRIu64 " new keys (%" PRIu64
                  " listed, server holds %" PRId64 ")\n", passes, n, progress_.keys_listed.load(), now.curr_items);
@@ -139,7 +171,7 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
 
 Status Dumper::CheckServer(const char* when) {
   ServerStats now;
-  Status s = GetStats(&control_, &now);
+  Status s = SourceStats(&now);
   if (!s.ok()) return Status::IOError(std::string("checking the source ") + when + ": " + s.message());
   if (!SameServer(stats_before_, now))
     return Status::Server("memcached at " + o_.host + ":" + std::to_string(o_.port) + " restarted " + when +
@@ -150,7 +182,7 @@ Status Dumper::CheckServer(const char* when) {
 
 Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady_clock::time_point t0) {
   ServerStats after;
-  CW_RETURN_IF_ERROR(GetStats(&control_, &after));
+  CW_RETURN_IF_ERROR(SourceStats(&after));
   Manifest m;
   m.node = o_.node_id;
   m.host = o_.host;
@@ -161,6 +193,17 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.crawl_s = crawl_s;
   m.reconcile_s = reconcile_s;
   m.total_s = Since(t0);
+  const GuardSummary& g = guard_.summary();
+  m.protection_json = std::string("{\"adaptive\": ") + (g.adaptive ? "true" : "false") +
+                      ", \"max_items_per_second\": " + std::to_string(o_.max_items_per_second) +
+                      ", \"max_bytes_per_second\": " + std::to_string(o_.max_bytes_per_second) +
+                      ", \"probe_baseline_us\": " + std::to_string(g.baseline_us) +
+                      ", \"probe_threshold_us\": " + std::to_string(g.threshold_us) +
+                      ", \"backoffs\": " + std::to_string(g.backoffs) + ", \"windows\": " + std::to_string(g.windows) +
+                      ", \"congested_windows\": " + std::to_string(g.congested_windows) +
+                      ", \"lowest_rate\": " + std::to_string(g.lowest_rate) +
+                      ", \"crawl_sleep_original_us\": " + std::to_string(g.crawl_sleep_original_us) +
+                      ", \"crawl_sleep_max_us\": " + std::to_string(g.crawl_sleep_max_us) + "}";
   DecideCompleteness(&m);
   if (stream_) CW_RETURN_IF_ERROR(stream_->Finish(&m));  // a last look at the destinations; the summary
   CW_RETURN_IF_ERROR(WriteManifest(env_, o_.out, m));

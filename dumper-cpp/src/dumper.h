@@ -19,6 +19,7 @@
 #include "options.h"
 #include "progress.h"
 #include "rate_limiter.h"
+#include "source_guard.h"
 #include "status.h"
 #include "stream.h"
 #include "work_queue.h"
@@ -47,6 +48,13 @@ class Dumper {
   Status CheckServer(const char* when);
   // The manifest, published last; `t0` is when this run started.
   Status WriteDone(double crawl_s, double reconcile_s, std::chrono::steady_clock::time_point t0);
+  // `stats` on a connection of its own, closed at once: the dumper keeps no idle connection to the
+  // source (while the crawl runs nothing of the dumper's waits on a server thread).
+  Status SourceStats(ServerStats* out);
+  // Starts / stops protecting the source (source_guard.h); keys/CRAWL_SLEEP keeps the server's crawl
+  // sleep across a crash.
+  Status StartGuard();
+  void StopGuard();
 
   const Options o_;
   Env* env_;
@@ -56,9 +64,10 @@ class Dumper {
   WorkQueue queue_;
   Checkpoint checkpoint_;
   KeyCrawl crawl_;
-  Conn control_;  // `stats` before, during and after the dump
+  Conn control_;  // `stats` before, during and after the dump (open only for each look)
   ServerStats stats_before_;
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
+  SourceGuard guard_;
   std::unique_ptr<Stream> stream_;  // the stream mode (--to); null: data files
 };
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <ctime>
 #include <thread>
 
 #include "clock.h"
@@ -15,6 +16,7 @@
 #include "key_chunks.h"
 #include "key_set_diff.h"
 #include "net.h"
+#include "recency.h"
 
 namespace cachewarm {
 
@@ -35,6 +37,11 @@ void KeyCrawl::Published(uint64_t chunk, uint64_t keys) {
 }
 
 Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
+  return Metadump(CrawlReader::KeyLaFn([&fn](const Slice& k, int64_t exp, int64_t, bool) { return fn(k, exp); }),
+                  fell_back);
+}
+
+Status KeyCrawl::Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back) {
   *fell_back = false;
   const auto t0 = std::chrono::steady_clock::now();
   int64_t wait_ms = kBusyFirstWaitMs;
@@ -45,7 +52,7 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
     const int first_byte_ms = int(std::max<double>(kIoTimeoutMs, o_.crawl_busy_timeout_s * 1000));
     CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
     CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
-    CrawlReader reader(fn);
+    CrawlReader reader(fn, CrawlReader::WithLastAccess());
     Status s;
     while (s.ok() && !reader.done()) {
       if (queue_->aborted()) {
@@ -105,9 +112,45 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyFn& fn, bool* fell_back) {
   }
 }
 
+Status KeyCrawl::FirstByRecency(bool* fell_back) {
+  const auto t0 = std::chrono::steady_clock::now();
+  RecencyTiers tiers(checkpoint_->keys_dir() + "/" + kRecencyScratchDir, int64_t(std::time(nullptr)));
+  CW_RETURN_IF_ERROR(tiers.Open());
+  CW_RETURN_IF_ERROR(Metadump(
+      CrawlReader::KeyLaFn([&](const Slice& k, int64_t exp, int64_t la, bool fetched) {
+        progress_->keys_listed++;
+        return tiers.Add(k, exp, la, fetched);
+      }),
+      fell_back));
+  if (*fell_back) return Status::OK();
+  bool first = true;
+  KeyChunkWriter w(
+      env_, checkpoint_->keys_dir(), o_.key_file_size, checkpoint_->next_chunk(),
+      [&](uint64_t chunk, uint64_t keys) {
+        if (first) stats_.first_chunk_s = Since(t0);  // the cost: no fetch before the listing ends
+        first = false;
+        Published(chunk, keys);
+      },
+      kPublishQueueDepth);
+  CW_RETURN_IF_ERROR(tiers.Emit([&](const Slice& url, int64_t exp) { return w.Add(url, exp); }));
+  CW_RETURN_IF_ERROR(w.Flush());
+  checkpoint_->set_next_chunk(w.next_chunk());
+  stats_.order = "recency";
+  stats_.tiers.clear();
+  for (int t = 0; t < kRecencyTiers; t++)
+    if (tiers.counts()[size_t(t)])
+      stats_.tiers += (stats_.tiers.empty() ? "" : ",") + std::to_string(t) + ":" + std::to_string(tiers.counts()[size_t(t)]);
+  return Status::OK();
+}
+
 Status KeyCrawl::First() {
   by_hash_ = o_.crawl_mode == "hash";
-  if (by_hash_) {
+  stats_.order = "crawl";
+  if (by_hash_ && o_.order == "recency") {
+    bool fell_back = false;
+    CW_RETURN_IF_ERROR(FirstByRecency(&fell_back));
+    if (!fell_back) return Status::OK();
+  } else if (by_hash_) {
     KeyChunkWriter w(
         env_, checkpoint_->keys_dir(), o_.key_file_size, checkpoint_->next_chunk(),
         [this](uint64_t chunk, uint64_t keys) { Published(chunk, keys); }, kPublishQueueDepth);

@@ -47,6 +47,10 @@ class KeyCrawl {
   // Runs one `lru_crawler metadump` (retrying while the crawler is busy). A `hash` crawl on a server
   // without it sets *fell_back, switches to `all` and returns OK without crawling (no key was listed).
   Status Metadump(const CrawlReader::KeyFn& fn, bool* fell_back);
+  Status Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back);
+  // --order recency: the hash crawl into recency tiers, then the key lists hottest first
+  // (recency.h). *fell_back as for Metadump (nothing listed).
+  Status FirstByRecency(bool* fell_back);
   // Publishes a key list: recorded in the checkpoint, queued for the workers.
   void Published(uint64_t chunk, uint64_t keys);
 

@@ -75,6 +75,11 @@ std::string RenderManifest(const Manifest& m) {
        ", \"reader_buffer_bytes\": " + std::to_string(m.crawl_buffer) +
        ", \"reader_peak_buffered_bytes\": " + std::to_string(m.crawl_peak_buffered) +
        ", \"reader_spilled_bytes\": " + std::to_string(m.crawl_spilled) + "},\n";
+  // Rendered only when not the default (crawl order), like source_protection: the golden vectors stay.
+  if (m.order != "crawl")
+    o += "  \"order\": {\"first_crawl\": " + JsonQuote(m.order) + ", \"first_key_list_after_s\": " +
+       JsonDouble(m.first_chunk_s) + ", \"tiers\": " + JsonQuote(m.tiers) + "},\n";
+  if (!m.protection_json.empty()) o += "  \"source_protection\": " + m.protection_json + ",\n";
   o += m.extra;
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";

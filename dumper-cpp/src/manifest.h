@@ -47,6 +47,13 @@ struct Manifest {
   double answer_wait_s = 0;  // crawl requests' wait for their answer's first byte
   uint64_t crawl_buffer = 0, crawl_peak_buffered = 0, crawl_spilled = 0;
 
+  // The order of the first crawl's key lists (recency.h) and how the source was protected
+  // (source_guard.h): rendered as JSON objects, "" = not rendered.
+  std::string order = "crawl";
+  double first_chunk_s = 0;
+  std::string tiers;
+  std::string protection_json;
+
   // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".
   std::string format = "cachewarm-dump";
   std::string extra;

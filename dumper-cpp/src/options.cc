@@ -52,6 +52,22 @@ Exit status 0 only when OUT/DONE has been published.
                               dump) writes each record as the memcached command that stores it;
                               1 the binary records of version 1. --resume continues in the dump's
                               own version
+  --max-bytes-per-second BYTES
+                              byte rate limit for the whole dump (values + keys read), k, M, G
+                              suffixes, 0 = unlimited (default 0)
+  --adaptive                  protect the source's live clients: probe its latency (a miss `mg`
+                              every 2 ms on 4 connections of its own) and back off the rate, the
+                              batch size and the crawl's pace when it rises above --adaptive-target
+                              x its latency before the dump; speed up again when it falls (AIMD).
+                              --max-items-per-second and --batch stay the ceilings
+  --adaptive-target RATIO     1.05..100 (default 1.5)
+  --crawl-sleep-us N          memcached's `lru_crawler sleep` while the dump runs (microseconds per
+                              1000 items the crawler lists; restored afterwards), 0..1000000
+                              (default: the server's own; with --adaptive the floor it backs off from)
+  --order recency|crawl       recency (default): list every key first (a hash crawl), then fetch the
+                              most recently used first (by the crawl's la=, in tiers on disk); crawl:
+                              fetch in the crawl's order while it runs. An LRU crawl (--crawl all, or
+                              a server without hash crawls) always fetches in crawl order
   --help                      this text
 
 Testing only (a deliberately slow output):
@@ -132,7 +148,7 @@ uint64_t PlannedMemoryBeforeCrawlBuffer(const Options& o) {
                               kBinaryRecvBytes + StreamPlannedMemoryPerWorker(o);
   // The crawl: key chunks in flight, and the reader's two fixed pieces.
   return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size +
-         2 * kCrawlStreamPiece + kFixedOverhead;
+         2 * kCrawlStreamPiece + kFixedOverhead + (o.order == "recency" ? kRecencyMemory : 0);
 }
 }  // namespace
 
@@ -142,7 +158,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   enum {
     kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
     kRate, kNode, kProgress, kCrawl, kReconcile, kBusyTimeout, kCrawlBuffer, kSpillDir, kWriteDelay, kSyncDelay,
-    kHelp, kFormat
+    kHelp, kFormat, kByteRate, kAdaptive, kAdaptiveTarget, kCrawlSleep, kOrder
   };
   static const struct option longopts[] = {
       {"host", required_argument, nullptr, kHost},
@@ -168,6 +184,11 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"debug-sync-delay-us", required_argument, nullptr, kSyncDelay},
       {"help", no_argument, nullptr, kHelp},
       {"format", required_argument, nullptr, kFormat},
+      {"max-bytes-per-second", required_argument, nullptr, kByteRate},
+      {"adaptive", no_argument, nullptr, kAdaptive},
+      {"adaptive-target", required_argument, nullptr, kAdaptiveTarget},
+      {"crawl-sleep-us", required_argument, nullptr, kCrawlSleep},
+      {"order", required_argument, nullptr, kOrder},
       {nullptr, 0, nullptr, 0},
   };
   std::vector<struct option> all(longopts, longopts + sizeof longopts / sizeof longopts[0] - 1);
@@ -234,6 +255,22 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       case kSyncDelay: CW_RETURN_IF_ERROR(IntFlag("debug-sync-delay-us", a, 0, 10000000, &o->debug_sync_delay_us)); break;
       case kFormat: CW_RETURN_IF_ERROR(IntFlag("format", a, 1, 2, &o->format)); break;
       case kHelp: o->help = true; return Status::OK();
+      case kByteRate: CW_RETURN_IF_ERROR(SizeFlag("max-bytes-per-second", a, 0, 1ULL << 40, &o->max_bytes_per_second)); break;
+      case kAdaptive: o->adaptive = true; break;
+      case kAdaptiveTarget: {
+        char* end = nullptr;
+        double d = std::strtod(a, &end);
+        if (end == a || *end || !(d >= 1.05 && d <= 100))
+          return Status::InvalidArgument(std::string("--adaptive-target ") + a + " is out of range 1.05..100");
+        o->adaptive_target = d;
+        break;
+      }
+      case kCrawlSleep: CW_RETURN_IF_ERROR(IntFlag("crawl-sleep-us", a, 0, 1000000, &o->crawl_sleep_us)); break;
+      case kOrder:
+        if (std::string(a) != "recency" && std::string(a) != "crawl")
+          return Status::InvalidArgument(std::string("--order must be recency or crawl, not '") + a + "'");
+        o->order = a;
+        break;
       case ':': return Status::InvalidArgument(std::string(argv[optind - 1]) + " needs a value");
       default: return Status::InvalidArgument(std::string("unknown option ") + argv[optind - 1]);
     }
@@ -248,6 +285,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
     if (n.size() > kMaxNodeIdLen) n.resize(kMaxNodeIdLen);
     o->node_id = n;
   }
+  if (o->order != "recency" || o->crawl_mode != "hash") o->order = "crawl";
   if (o->spill_dir.empty()) {
     const char* t = std::getenv("TMPDIR");
     o->spill_dir = t && *t ? t : "/tmp";

@@ -34,6 +34,12 @@ struct Options {
   // Data format version of the files (docs/data-format.md): 1 or 2; 0 = the dump's own (a new dump: 2,
   // a resumed one: the version keys/META records; the stream mode: 1, its sink's records).
   int format = 0;
+  // Protecting the source (source_guard.h) and the dump's order (recency.h).
+  uint64_t max_bytes_per_second = 0;  // 0 = unlimited
+  bool adaptive = false;              // pace by the source's probe latency
+  double adaptive_target = 1.5;       // back off above this x the probes' latency before the dump
+  int64_t crawl_sleep_us = -1;        // `lru_crawler sleep` during the dump; -1 = the server's own
+  std::string order = "recency";      // fetch the most recently used keys first (hash crawls), or "crawl"
   StreamOptions stream;               // --to and the rest of the stream mode
   bool help = false;
 };
@@ -54,6 +60,8 @@ constexpr uint64_t kBinaryRecvBytes = 64ULL << 10;
 constexpr uint64_t kSendBytesPerKey = 600;
 // Key chunks the crawl may have queued for publishing (each --key-file-size bytes).
 constexpr int kKeyChunksInFlight = 4;
+// The recency tiers' write buffers (recency.h), when --order recency.
+constexpr uint64_t kRecencyMemory = 2ULL << 20;
 // Fixed allowance for code, stacks, the crawl buffer and small tables.
 constexpr uint64_t kFixedOverhead = 16ULL << 20;
 // Parses "123", "64k", "4M", "1G" (binary units).

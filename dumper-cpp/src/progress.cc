@@ -14,11 +14,18 @@ const char* const kPhaseNames[] = {"start", "crawl", "dump", "reconcile", "done"
 
 void ProgressReporter::Print(const char* event) {
   std::lock_guard<std::mutex> l(out_mu_);
+  const uint64_t now = NowMs(), items = p_->items.load();
+  const uint64_t rate = now > last_ms_ && last_ms_ ? (items - last_items_) * 1000 / (now - last_ms_) : 0;
+  last_items_ = items;
+  last_ms_ = now;
   std::printf("{\"event\": \"%s\", \"phase\": \"%s\", \"keys_listed\": %" PRIu64 ", \"items\": %" PRIu64
               ", \"bytes\": %" PRIu64 ", \"files\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"skipped_min_ttl\": %" PRIu64
-              ", \"time_ms\": %" PRIu64 "}\n",
-              event, kPhaseNames[p_->phase.load()], p_->keys_listed.load(), p_->items.load(), p_->bytes.load(),
-              p_->files.load(), p_->misses.load(), p_->skipped_min_ttl.load(), NowMs());
+              ", \"items_per_s\": %" PRIu64 ", \"limit_items_per_s\": %" PRIu64 ", \"batch_cap\": %" PRIu64
+              ", \"backing_off\": %s, \"backoffs\": %" PRIu64 ", \"probe_us\": %" PRIu64 ", \"time_ms\": %" PRIu64 "}\n",
+              event, kPhaseNames[p_->phase.load()], p_->keys_listed.load(), items, p_->bytes.load(),
+              p_->files.load(), p_->misses.load(), p_->skipped_min_ttl.load(), rate, p_->pace_rate.load(),
+              p_->pace_batch.load(), p_->backing_off.load() ? "true" : "false", p_->backoffs.load(),
+              p_->probe_us.load(), now);
   std::fflush(stdout);
 }
 

@@ -1,6 +1,9 @@
 // Progress counters shared by all threads, and the JSON lines that report them on stdout:
 //   {"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
-//    "skipped_min_ttl", "time_ms"}
+//    "skipped_min_ttl", "items_per_s", "limit_items_per_s", "batch_cap", "backing_off", "backoffs",
+//    "probe_us", "time_ms"}
+// items_per_s: measured over the last interval; limit_items_per_s / batch_cap: the pace now (0 = none);
+// backing_off / backoffs / probe_us: the adaptive guard's state (source_guard.h).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -14,6 +17,9 @@ enum Phase { kStart, kCrawl, kDump, kReconcile, kDone };
 struct Progress {
   std::atomic<uint64_t> keys_listed{0}, items{0}, bytes{0}, files{0}, misses{0}, skipped_min_ttl{0};
   std::atomic<int> phase{kStart};  // a Phase
+  // The pace (rate_limiter.h, source_guard.h): set by the guard, or once from the static limits.
+  std::atomic<uint64_t> pace_rate{0}, pace_batch{0}, backoffs{0}, probe_us{0}, probe_baseline_us{0};
+  std::atomic<bool> backing_off{false};
 };
 
 // Prints progress lines (one at a time), on demand and, between Start() and Stop(), every interval.
@@ -32,6 +38,7 @@ class ProgressReporter {
  private:
   const Progress* p_;
   std::mutex out_mu_;
+  uint64_t last_items_ = 0, last_ms_ = 0;  // for items_per_s (under out_mu_)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

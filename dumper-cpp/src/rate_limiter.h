@@ -1,6 +1,11 @@
-// A shared rate limit (--max-items-per-second) for all workers: a virtual clock advanced by each
-// request; callers sleep until their slot. Zero rate = unlimited.
+// A shared pace for all workers: --max-items-per-second and --max-bytes-per-second, and what the
+// adaptive source guard (source_guard.h) sets while the dump runs. A virtual clock advanced by each
+// batch's items before it is sent (Acquire) and by its bytes once they have arrived (Charge); callers
+// sleep until their slot. Zero rate = unlimited. The guard also caps the keys of one batch: a batch is
+// a burst that occupies a memcached worker thread, and bursts raise the live clients' p99 more than
+// the average rate does (FACTS.md).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -10,24 +15,42 @@ namespace cachewarm {
 
 class RateLimiter {
  public:
-  explicit RateLimiter(uint64_t per_second) : rate_(per_second) {}
+  explicit RateLimiter(uint64_t per_second, uint64_t bytes_per_second = 0)
+      : rate_(per_second), bytes_rate_(bytes_per_second) {}
   void Acquire(uint64_t n) {
-    if (rate_ == 0) return;
     using clock = std::chrono::steady_clock;
     clock::time_point slot;
     {
       std::lock_guard<std::mutex> l(mu_);
+      const uint64_t rate = rate_.load();
+      if (rate == 0 && bytes_rate_ == 0) return;
       const clock::time_point now = clock::now();
       if (next_ < now) next_ = now;
       slot = next_;
-      next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(n) / double(rate_)));
+      if (rate) next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(n) / double(rate)));
     }
     std::this_thread::sleep_until(slot);
   }
-  uint64_t rate() const { return rate_; }
+  // The bytes a batch brought (counted against --max-bytes-per-second: known only afterwards).
+  void Charge(uint64_t bytes) {
+    if (bytes_rate_ == 0) return;
+    using clock = std::chrono::steady_clock;
+    std::lock_guard<std::mutex> l(mu_);
+    const clock::time_point now = clock::now();
+    if (next_ < now) next_ = now;
+    next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(bytes) / double(bytes_rate_)));
+  }
+  uint64_t rate() const { return rate_.load(); }
+  uint64_t bytes_rate() const { return bytes_rate_; }
+  // The adaptive guard's controls: items/s (0 = unlimited) and the most keys per batch (0 = no cap).
+  void set_rate(uint64_t per_second) { rate_.store(per_second); }
+  void set_batch_cap(int keys) { batch_cap_.store(keys); }
+  int batch_cap() const { return batch_cap_.load(); }
 
  private:
-  uint64_t rate_;
+  std::atomic<uint64_t> rate_;
+  const uint64_t bytes_rate_;
+  std::atomic<int> batch_cap_{0};
   std::mutex mu_;
   std::chrono::steady_clock::time_point next_{};
 };

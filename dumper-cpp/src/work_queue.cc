@@ -43,6 +43,11 @@ void WorkQueue::Fail(const Status& s) {
   cv_.notify_all();
 }
 
+bool WorkQueue::Empty() {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue_.empty();
+}
+
 Status WorkQueue::error() {
   std::lock_guard<std::mutex> l(mu_);
   return error_;

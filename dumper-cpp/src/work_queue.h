@@ -31,6 +31,8 @@ class WorkQueue {
   // Aborts the dump; the first error is the one reported.
   void Fail(const Status& s);
   bool aborted() const { return aborted_.load(); }
+  // No task is waiting (a worker then closes its connections until the next one).
+  bool Empty();
   Status error();
 
  private:

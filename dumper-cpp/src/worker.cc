@@ -59,10 +59,12 @@ Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* qu
 }
 
 void Worker::Run() {
-  Status s = conn_.Connect(o_.host, o_.port, kConnectTimeoutMs);
+  Status s;
   ChunkTask t;
   while (s.ok() && queue_->Pop(&t)) {
-    s = DoChunk(t);
+    // Connected only while there is work: no idle connection waits on the source between chunks.
+    if (conn_.fd() < 0) s = conn_.Connect(o_.host, o_.port, kConnectTimeoutMs);
+    if (s.ok()) s = DoChunk(t);
     // The stream mode: a destination connection broke and the sink reconnected it; the open part is
     // done again from its start (the source connection too: it may hold a batch's answers).
     ChunkTask again;
@@ -71,6 +73,10 @@ void Worker::Run() {
       if (s.ok()) s = DoChunk(again);
     }
     if (s.ok()) queue_->Done();
+    if (s.ok() && queue_->Empty()) {
+      conn_.Close();
+      binary_.CloseIdle();
+    }
   }
   writer_->Abandon();
   if (!s.ok()) queue_->Fail(s);
@@ -110,6 +116,7 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
     const uint64_t per_item = std::max<uint64_t>(1, batch_bytes_ / (hits - skipped));
     adaptive_batch_ = int(std::clamp<uint64_t>(kTargetBatchBytes / per_item, 8, uint64_t(batch_)));
   }
+  limiter_->Charge(batch_bytes_);  // --max-bytes-per-second
   batch_bytes_ = 0;
   part_stats_.skipped_min_ttl += skipped;
   progress_->skipped_min_ttl += skipped;
@@ -288,7 +295,8 @@ Status Worker::DoChunk(const ChunkTask& t) {
   for (;;) {
     if (queue_->aborted()) return Status::IOError("aborted");
     if (send_off == send_.size() && next < nkeys_ && inflight_.size() < kBatchesInFlight) {
-      const uint64_t n = std::min<uint64_t>(uint64_t(adaptive_batch_), nkeys_ - next);
+      const int cap = limiter_->batch_cap();  // the source guard's (source_guard.h), 0 = none
+      const uint64_t n = std::min<uint64_t>(uint64_t(cap > 0 ? std::min(cap, adaptive_batch_) : adaptive_batch_), nkeys_ - next);
       limiter_->Acquire(n);
       send_.clear();
       send_off = 0;

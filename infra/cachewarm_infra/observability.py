@@ -19,7 +19,19 @@ from cachewarm_infra.props import CacheWarmerProps
 # The per-node progress line CheckProgress logs once per node and poll (handlers._log_node) and the
 # fields of it the dashboard reads (tests check that check_progress emits each).
 NODE_PROGRESS_MESSAGE = "node progress"
-NODE_PROGRESS_FIELDS = ("node_id", "populate_state", "dump_state", "items", "bytes", "files", "still_s")
+NODE_PROGRESS_FIELDS = (
+    "node_id",
+    "populate_state",
+    "dump_state",
+    "items",
+    "bytes",
+    "files",
+    "still_s",
+    # The dumper's pace: items/s read from the source, its limit now (0 = none), backing off (0/1).
+    "dump_items_per_s",
+    "dump_limit_items_per_s",
+    "dump_backing_off",
+)
 
 
 def build_agent_log_group(scope: Construct, props: CacheWarmerProps) -> logs.LogGroup:
@@ -194,6 +206,20 @@ def build_dashboard(
             width=12,
         ),
     )
+    # Protecting the sources: the dumpers' read rate, and how many back off because the sources' live
+    # clients would feel the dump (the adaptive guard, docs/performance.md "Protecting the source").
+    dash.add_widgets(
+        cw.GraphWidget(
+            title="Items/s read from the sources (dumps running), per warm",
+            left=[search("DumpItemsPerSecond", "check_progress", "Maximum")],
+            width=12,
+        ),
+        cw.GraphWidget(
+            title="Dumps backing off to spare the source's clients, per warm",
+            left=[search("DumpsBackingOff", "check_progress", "Maximum")],
+            width=12,
+        ),
+    )
     # One warm: the dashboard's "Warm id" variable sets WarmId in these metrics.
     one = {
         name: warm_metric(name, step, stat, warm_id=NO_WARM)
@@ -239,14 +265,16 @@ def build_dashboard(
         dash.add_widgets(
             cw.LogQueryWidget(
                 title="Per-node progress by warm id (latest CheckProgress poll; still_s = seconds without"
-                " progress)",
+                " progress; dump_backing_off = 1 while the dumper spares its source's clients)",
                 log_group_names=[progress.log_group.log_group_name],
                 query_lines=[
                     f"fields @timestamp, correlation_id, {', '.join(NODE_PROGRESS_FIELDS)}",
                     f'filter message = "{NODE_PROGRESS_MESSAGE}"',
                     "stats latest(populate_state) as populate, latest(dump_state) as dump,"
                     " max(items) as items, max(bytes) as bytes, max(files) as files,"
-                    " latest(still_s) as still_s by correlation_id, node_id",
+                    " latest(still_s) as still_s, latest(dump_items_per_s) as dump_items_per_s,"
+                    " latest(dump_limit_items_per_s) as dump_limit_items_per_s,"
+                    " latest(dump_backing_off) as dump_backing_off by correlation_id, node_id",
                     "sort correlation_id, node_id",
                 ],
                 width=24,

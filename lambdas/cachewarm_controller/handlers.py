@@ -208,6 +208,10 @@ def check_progress(event: StepEvent, deps: Deps) -> dict[str, Any]:
     metrics.add_metric(name="ItemsPopulated", unit=MetricUnit.Count, value=out["items"])
     metrics.add_metric(name="BytesPopulated", unit=MetricUnit.Bytes, value=out["bytes"])
     metrics.add_metric(name="Revives", unit=MetricUnit.Count, value=out["revived_count"])
+    metrics.add_metric(
+        name="DumpItemsPerSecond", unit=MetricUnit.CountPerSecond, value=out["dump_items_per_s"]
+    )
+    metrics.add_metric(name="DumpsBackingOff", unit=MetricUnit.Count, value=out["dumps_backing_off"])
     return out
 
 

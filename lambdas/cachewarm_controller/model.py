@@ -90,6 +90,8 @@ class PopulatorSpec(_Strict):
     subnet_ids: dict[AzName, SubnetId] = Field(default_factory=dict)
     mode: Literal["add", "set"] = inputs.DEFAULT_MODE
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
+    # Bytes/s written to the destination by one populator, 0 = unlimited.
+    max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
 
     @model_validator(mode="after")
     def _one_template(self) -> PopulatorSpec:
@@ -107,8 +109,17 @@ class VolumeSpec(_Strict):
 
 
 class DumperSpec(_Strict):
+    """How each source node's dumper reads: fixed ceilings (0 = unlimited), the adaptive guard that
+    backs off while the source's live clients would feel the dump (on by default), and the order
+    (recency: the most recently used items first, so the destination serves hits early)."""
+
     threads: int = Field(default=4, ge=1, le=inputs.THREADS_MAX)
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
+    max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
+    adaptive: bool = True
+    order: Literal["recency", "crawl"] = "recency"
+    # memcached's `lru_crawler sleep` (us per 1000 items listed) during the dump; None = the server's.
+    crawl_sleep_us: int | None = Field(default=None, ge=0, le=inputs.CRAWL_SLEEP_MAX)
 
 
 class PollingSpec(_Strict):

@@ -76,8 +76,9 @@ def _unit_missing(o: click.Option) -> str | None:
     flag, help_ = o.opts[0], (o.help or "").lower()
     if re.search(r"timeout|interval|seconds|tolerance", flag) and "second" not in help_:
         return "seconds"
-    if "per-second" in flag and "items/s" not in help_:
-        return "items/s"
+    if "per-second" in flag:
+        unit = "bytes/s" if "bytes-per-second" in flag else "items/s"
+        return None if unit in help_ else unit
     if flag.endswith("-size") and not ("bytes" in help_ and "suffix" in help_):
         return "bytes with suffixes"
     return None

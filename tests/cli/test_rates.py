@@ -112,3 +112,47 @@ def test_warm_hands_each_limit_to_its_side(
     assert dumper_limit(argv) == source
     (pcfg,) = seen
     assert pcfg.max_items_per_second == target
+
+
+def test_the_source_protection_reaches_the_dumper_and_bytes_the_populator(
+    memcached, dumper_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16: bytes/s on both sides, the adaptive guard, the crawl's pace and the order."""
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    load(src, 500)
+    dumper, log = recording_dumper(dumper_bin, tmp_path)
+    seen: list[Any] = []
+    real_populate = warm_mod.populate
+    monkeypatch.setattr(warm_mod, "populate", lambda cfg, p=None: seen.append(cfg) or real_populate(cfg, p))
+    args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
+    flags = ["--source-max-bytes-per-second", "64M", "--target-max-bytes-per-second", "32M", "--adaptive"]
+    flags += ["--source-crawl-sleep-us", "300", "--order", "crawl"]
+    res = CliRunner().invoke(main, [*args, "--dumper", str(dumper), "--json", *flags])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output.splitlines()[-1])["items_dumped"] == 500
+    (argv,) = [json.loads(ln) for ln in log.read_text().splitlines()]
+    got = {f: argv[argv.index(f) + 1] for f in ("--max-bytes-per-second", "--crawl-sleep-us", "--order")}
+    assert got == {"--max-bytes-per-second": str(64 << 20), "--crawl-sleep-us": "300", "--order": "crawl"}
+    assert "--adaptive" in argv
+    (pcfg,) = seen
+    assert pcfg.max_bytes_per_second == 32 << 20
+    assert pcfg.worker_params().bytes_per_second == (32 << 20) / pcfg.workers
+
+
+def test_the_populators_limiter_waits_for_the_tighter_of_items_and_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fake clock: 100 items/s and 1000 bytes/s; 10 items of 500 bytes are due after 5 s, not 0.1 s."""
+    from cachewarm.datapath.populate import ratelimit
+
+    now = [0.0]
+    slept: list[float] = []
+    monkeypatch.setattr(ratelimit.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(ratelimit.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
+    lim = ratelimit.RateLimiter(100.0, 1000.0)
+    lim.take(10, 5000)
+    assert slept == [5.0]
+    lim.take(1000, 0)  # now items are the tighter: 1010 items at 100/s are due at 10.1 s
+    assert round(sum(slept), 6) == 10.1
+    ratelimit.RateLimiter(None, None).take(10**6, 10**9)
+    assert len(slept) == 2

@@ -5,8 +5,8 @@ the SSM documents that run it.
   (`cachewarm.contract.inputs`) allows for that parameter — edge cases included (longest value, one
   character more, a trailing newline, shell metacharacters) — with the documented differences only:
   `--device` takes any block device (`DEVICE`, a superset of the documents' `EBS_DEVICE`), `--threads`
-  stops at the dumper's `THREADS_MAX`, and `--max-items-per-second` starts at 1 (the documents drop
-  the flag for 0 = unlimited).
+  stops at the dumper's `THREADS_MAX`, and `--max-items-per-second` / `--max-bytes-per-second` start
+  at 1 (the documents drop the flag for 0 = unlimited).
 - Each document's `runCommand`, run by bash with a stand-in `cachewarm`, passes only flags the agent
   has, and the agent reads back the values the document was given.
 """
@@ -45,6 +45,10 @@ FLAG_PARAM = {
     "--mode": "mode",
     "--threads": "threads",
     "--max-items-per-second": "maxItemsPerSecond",
+    "--max-bytes-per-second": "maxBytesPerSecond",
+    "--adaptive": "adaptive",
+    "--order": "order",
+    "--crawl-sleep-us": "crawlSleepUs",
     "--source": "source",
     "--sample": "sampleKeys",
 }
@@ -104,6 +108,10 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
         ["1000", "0", "04", "-1", str(inputs.THREADS_MAX + 1), ""],
     ),
     "maxItemsPerSecond": (["1", "250000", "9" * 9], ["1" + "0" * 9, "0", "-1", "1e6", "1_000", ""]),
+    "maxBytesPerSecond": (["1", "67108864", "9" * 12], ["1" + "0" * 12, "0", "-1", "64M", "1e6", ""]),
+    "adaptive": (["on", "off"], ["ON", "yes", "true", "1", ""]),
+    "order": (["recency", "crawl"], ["hot", "Recency", "lru", ""]),
+    "crawlSleepUs": (["server", "0", "250", "999999", "1000000"], ["1000001", "-1", "Server", "1e3", ""]),
     "source": (
         ["10.0.1.17:11211", "ip-10-0-0-1.ec2.internal:11211", f"{HOST_MAX}:65535"],
         [f"h{HOST_MAX}:1", "10.0.1.17", "10.0.1.17:123456", ":11211", "a_b:1", ""],
@@ -124,7 +132,7 @@ def contract_allows(param: str, value: str) -> bool:
     ok = inputs.matches(inputs.SSM_PARAMETERS[param], value)
     if ok and param == "threads":
         return int(value) <= inputs.THREADS_MAX
-    if ok and param == "maxItemsPerSecond":
+    if ok and param in ("maxItemsPerSecond", "maxBytesPerSecond"):
         return int(value) >= 1  # 0 = unlimited: the documents leave the flag out
     return ok
 
@@ -253,6 +261,21 @@ def test_unlimited_rate_leaves_the_flag_out(name: str, tmp_path: Path) -> None:
     argv = run_document(name, tmp_path, {**document_values(name, 0), "maxItemsPerSecond": "0"})
     assert "--max-items-per-second" not in argv
     assert parse(name, argv)["max_items_per_second"] is None
+
+
+@pytest.mark.parametrize("name", [n for n in DOCUMENTS if "maxBytesPerSecond" in document(n)["parameters"]])
+def test_unlimited_byte_rate_leaves_the_flag_out(name: str, tmp_path: Path) -> None:
+    argv = run_document(name, tmp_path, {**document_values(name, 0), "maxBytesPerSecond": "0"})
+    assert "--max-bytes-per-second" not in argv
+    assert parse(name, argv)["max_bytes_per_second"] is None
+
+
+def test_the_dump_agent_is_adaptive_and_recency_ordered_by_default(tmp_path: Path) -> None:
+    doc = document("dump")["parameters"]
+    assert doc["adaptive"]["default"] == inputs.DEFAULT_ADAPTIVE == "on"
+    assert doc["order"]["default"] == inputs.DEFAULT_ORDER == "recency"
+    got = parse("dump", run_document("dump", tmp_path, document_values("dump", 0)))
+    assert (got["adaptive"], got["order"], got["crawl_sleep_us"]) == ("on", "recency", "server")
 
 
 @pytest.mark.parametrize("name", DOCUMENTS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -191,6 +192,65 @@ def test_check_progress_logs_one_line_per_node_with_the_dashboard_fields(world: 
     assert sorted(line["node_id"] for line in lines) == sorted(world.source_ids)
     assert set(lines[0]) >= {"node_id", "populate_state", "items", "bytes", "files", "still_s"}
     finish(world, w)
+
+
+def test_check_progress_reports_the_dumpers_pace(world: Any) -> None:
+    """Running dumps' items/s are summed and those backing off counted (the dashboard's metrics); each
+    node's line carries its own pace."""
+    w = through_agents(world)
+    real = world.agents._status
+    slow = world.source_ids[0]
+
+    def pacing(role: str, node: str) -> NodeStatus | None:
+        st = real(role, node)
+        if role != "dump" or st is None:
+            return st
+        pace = Progress(items=10, items_per_s=20_000, limit_items_per_s=0)
+        if node == slow:
+            pace = Progress(items=10, items_per_s=5_000, limit_items_per_s=6_000, backing_off=True)
+        return dataclasses.replace(st, state="running", progress=pace)
+
+    world.agents._status = pacing
+    lines: list[dict[str, Any]] = []
+    out = check_progress(w, 0, world.deps, log=lines.append)
+    n = len(world.source_ids)
+    assert (out["dump_items_per_s"], out["dumps_backing_off"]) == (5_000 + 20_000 * (n - 1), 1)
+    mine = {line["node_id"]: line for line in lines}
+    assert [mine[slow][f] for f in ("dump_items_per_s", "dump_limit_items_per_s", "dump_backing_off")] == [
+        5_000,
+        6_000,
+        1,
+    ]
+    world.agents._status = real
+    out = check_progress(w, 1, world.deps)
+    assert (out["dump_items_per_s"], out["dumps_backing_off"]) == (0, 0)  # done dumps have no pace
+    finish(world, w)
+
+
+def test_the_dumpers_protection_reaches_the_dump_document(world: Any) -> None:
+    """Adaptive on and recency order by default; the input's settings as the document's strings."""
+    w = through_agents(world)
+    [first] = [c for c in world.agents.command_params if c["document"].endswith("dump-agent")][:1]
+    assert (first["adaptive"], first["order"], first["crawlSleepUs"], first["maxBytesPerSecond"]) == (
+        "on",
+        "recency",
+        "server",
+        "0",
+    )
+    finish(world, w)
+
+
+def test_the_inputs_protection_settings_reach_the_documents(world: Any) -> None:
+    dumper = {"adaptive": False, "order": "crawl", "crawl_sleep_us": 250, "max_bytes_per_second": 64 << 20}
+    populator = {"launch_template_id": world.template_id, "max_bytes_per_second": 32 << 20}
+    w = through_agents(world, dumper=dumper, populator=populator)
+    dump = next(c for c in world.agents.command_params if c["document"].endswith("dump-agent"))
+    pop = next(c for c in world.agents.command_params if c["document"].endswith("populate-agent"))
+    assert (dump["adaptive"], dump["order"], dump["crawlSleepUs"]) == ("off", "crawl", "250")
+    assert (dump["maxBytesPerSecond"], pop["maxBytesPerSecond"]) == (str(64 << 20), str(32 << 20))
+    finish(world, w)
+    with pytest.raises(InvalidInputError):
+        parse_input(world.make_input(dumper={"crawl_sleep_us": 1_000_001}))
 
 
 def test_verify_catches_a_populate_that_missed_files(world: Any) -> None:

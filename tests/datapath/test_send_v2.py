@@ -49,6 +49,7 @@ def _send(
     tagged: bool = False,
     batch_items: int = 50,
     rate: float | None = None,
+    byte_rate: float | None = None,
 ) -> tuple[bytes, dict]:
     data = encode_file("n1", 0, 0, recs)
     v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
@@ -61,7 +62,7 @@ def _send(
     for c in conns.values():
         c.connect()
     try:
-        return data, send_planned(conns, data, p, tagged, rate, 10.0, use_c)
+        return data, send_planned(conns, data, p, tagged, rate, byte_rate, 10.0, use_c)
     finally:
         for c in conns.values():
             c.close()
@@ -142,7 +143,7 @@ def test_a_broken_connection_is_reported(memcached: Callable[..., MemcachedServe
     c.connect()
     dst.kill()
     with pytest.raises(DestinationUnavailable):
-        send_planned({0: c}, data, p, False, None, 5.0, use_c)
+        send_planned({0: c}, data, p, False, None, None, 5.0, use_c)
     c.close()
 
 
@@ -153,6 +154,18 @@ def test_the_rate_limit_paces_batches(memcached: Callable[..., MemcachedServer],
     t0 = time.monotonic()
     _, res = _send([dst], _recs(400), use_c, batch_items=100, rate=1000.0)
     assert res[0].sent == 400 and time.monotonic() - t0 >= 0.3
+
+
+@PATHS
+def test_the_byte_rate_paces_batches(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
+    """400 items in batches of 100 at the file's size per second: the last batch starts after about
+    3/4 of a second (its three batches before it are ~3/4 of the file), not at once."""
+    dst = memcached(memory_mb=64)
+    recs = _recs(400)
+    size = len(encode_file("n1", 0, 0, recs))
+    t0 = time.monotonic()
+    _, res = _send([dst], recs, use_c, batch_items=100, byte_rate=float(size))
+    assert res[0].sent == 400 and time.monotonic() - t0 >= 0.6
 
 
 def _dump(out: Path, version: int, seed: int) -> list[df.Record]:

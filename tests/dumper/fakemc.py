@@ -27,6 +27,8 @@ class FakeItem:
     value: bytes
     flags: int = 0
     exptime: int = -1  # absolute unix time, -1 = never
+    la: int = 1795436829  # last access, unix time (`la=` in the listing: the dumper's recency order)
+    fetched: bool = False  # `fetch=yes|no`
 
 
 @dataclass
@@ -146,8 +148,8 @@ class FakeMemcached:
         for k, it in listing + twice:
             url = urllib.parse.quote(k, safe="-._~").encode()
             out.append(
-                b"key=%s exp=%d la=1795436829 cas=1 fetch=no cls=1 size=%d flags=%d \n"
-                % (url, it.exptime, len(it.value) + 60, it.flags)
+                b"key=%s exp=%d la=%d cas=1 fetch=%s cls=1 size=%d flags=%d \n"
+                % (url, it.exptime, it.la, b"yes" if it.fetched else b"no", len(it.value) + 60, it.flags)
             )
         out.append(b"END\r\n")
         return b"".join(out)

@@ -171,6 +171,9 @@ def test_slow_output_never_stops_the_crawl_reader(dumper_bin: Path, memcached, t
         out,
         *("--key-file-size", "16k", "--crawl-buffer", "1M", "--spill-dir", str(spill)),
         *("--debug-sync-delay-us", "20000"),
+        # Crawl order: the key lists are written (and fsynced) while the crawl runs. In recency order
+        # the listing goes to unsynced tier files and the key lists follow the crawl.
+        *("--order", "crawl"),
         timeout=300,
     )
     assert r.returncode == 0, r.stderr

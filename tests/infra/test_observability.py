@@ -74,6 +74,18 @@ def test_dashboard_shows_rates_and_nodes(synth: Synth) -> None:
         assert needle in body, needle
 
 
+def test_dashboard_plots_the_dumpers_pace(synth: Synth) -> None:
+    """Issue 16: the sources' read rate and the dumps backing off, per warm; per node in the table."""
+    titles = {w["properties"].get("title", ""): w for w in _widgets(synth)}
+    rate = next(w for t, w in titles.items() if t.startswith("Items/s read from the sources"))
+    backing = next(w for t, w in titles.items() if t.startswith("Dumps backing off"))
+    assert "DumpItemsPerSecond" in json.dumps(rate)
+    assert "DumpsBackingOff" in json.dumps(backing)
+    [table] = [w for t, w in titles.items() if t.startswith("Per-node progress")]
+    for field in ("dump_items_per_s", "dump_limit_items_per_s", "dump_backing_off"):
+        assert field in table["properties"]["query"]
+
+
 def _widgets(synth: Synth) -> list[dict[str, Any]]:
     """The dashboard body with every token replaced by a readable reference, parsed."""
     [dash] = synth.resources("AWS::CloudWatch::Dashboard").values()
@@ -154,7 +166,14 @@ def test_dashboard_tells_warms_apart(synth: Synth) -> None:
         if isinstance(m[0], dict) and "SEARCH(" in m[0].get("expression", "")
     ]
     names = {re.search(r'MetricName="(\w+)"', m["expression"]).group(1) for m in searches}  # type: ignore[union-attr]
-    assert names == {"ItemsPopulated", "BytesPopulated", "NodesDone", "Revives"}
+    assert names == {
+        "ItemsPopulated",
+        "BytesPopulated",
+        "NodesDone",
+        "Revives",
+        "DumpItemsPerSecond",
+        "DumpsBackingOff",
+    }
     assert all(m["label"] == "${PROP('Dim.WarmId')}" for m in searches)
     assert "RATE(SEARCH(" in json.dumps(searches)
     one_warm = [

@@ -174,7 +174,7 @@ def agent_argv(path: Path) -> list[str]:
     line = line[AGENT_LINE.search(line).start() :]  # type: ignore[union-attr]
     values = {n: VALID.get(n, s.get("default", "")) for n, s in params(path)}
     line = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], line)
-    argv = [a for a in shlex.split(line) if a != "${RATE[@]}"]
+    argv = [a for a in shlex.split(line) if a not in ("${RATE[@]}", "${BRATE[@]}")]
     assert argv[:2] == ["cachewarm", "agent"]
     return argv[2:]
 

@@ -126,6 +126,7 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
         "1000",
         "--progress-interval",
         "0.1",
+        "--adaptive",  # on AWS the adaptive guard is on unless the input turns it off
     ]
 
     # Re-run: the volume already holds the XFS; the dumper resumes from keys/META.

@@ -13,6 +13,9 @@ from moto import mock_aws
 
 from tests.node_agent.support import read_status, where
 
+# A dump's pace (Progress.items_per_s, ...) when the dumper has reported none.
+IDLE_PACE = {"items_per_s": 0, "limit_items_per_s": 0, "backing_off": False}
+
 
 def test_status_object_schema_and_attempts(s3: Any) -> None:
     loc = where()
@@ -26,7 +29,15 @@ def test_status_object_schema_and_attempts(s3: Any) -> None:
         "role": "dump",
         "state": "running",
         "heartbeat_ms": 1_700_000_000_000,
-        "progress": {"items": 0, "bytes": 0, "files": 0, "keys_listed": 0},
+        "progress": {
+            "items": 0,
+            "bytes": 0,
+            "files": 0,
+            "keys_listed": 0,
+            "items_per_s": 0,
+            "limit_items_per_s": 0,
+            "backing_off": False,
+        },
         "error": None,
         "attempt": 1,
     }
@@ -34,7 +45,7 @@ def test_status_object_schema_and_attempts(s3: Any) -> None:
     pub.finish("failed", "the dumper failed")
     body = read_status(s3, loc)
     assert body["state"] == "failed" and body["error"] == "the dumper failed"
-    assert body["progress"] == {"items": 5, "bytes": 50, "files": 1, "keys_listed": 7}
+    assert body["progress"] == {"items": 5, "bytes": 50, "files": 1, "keys_listed": 7, **IDLE_PACE}
     # A re-run (revive) counts the attempt up.
     again = StatusPublisher(s3, loc, interval_s=3600)
     again.start()

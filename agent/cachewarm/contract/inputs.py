@@ -52,6 +52,14 @@ STATUS_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9/_-]{0,98}[A-Za-z0-9]$"
 # ---- agent parameters (as SSM strings) ------------------------------------------------------------
 MODE = r"^(add|set)$"
 RATE = r"^[0-9]{1,9}$"  # items/s, 0 = unlimited
+BYTE_RATE = r"^[0-9]{1,12}$"  # bytes/s, 0 = unlimited
+BYTE_RATE_MAX = 999_999_999_999
+# The dumper's adaptive source guard (on by default on AWS) and the dump's order.
+ADAPTIVE = r"^(on|off)$"
+ORDER = r"^(recency|crawl)$"
+# `lru_crawler sleep` while the dump runs, microseconds (0 .. 1000000); server = leave the server's own.
+CRAWL_SLEEP = r"^(server|[0-9]{1,6}|1000000)$"
+CRAWL_SLEEP_MAX = 1_000_000
 THREADS = r"^([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-6])$"  # 1 .. THREADS_MAX
 THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 # SSM Run Command: 1 s .. 48 h.
@@ -82,6 +90,9 @@ DEFAULT_STATUS_PREFIX = "warms"
 DEFAULT_MOUNT_DIR = "/mnt/cachewarm"
 DEFAULT_MEMCACHED_PORT = 11211
 DEFAULT_MODE = "add"
+DEFAULT_ADAPTIVE = "on"
+DEFAULT_ORDER = "recency"
+DEFAULT_CRAWL_SLEEP = "server"
 
 # The SSM documents' parameters and the pattern each must carry (tests/contract checks both documents).
 SSM_PARAMETERS: dict[str, str] = {
@@ -92,6 +103,10 @@ SSM_PARAMETERS: dict[str, str] = {
     "statusBucket": STATUS_BUCKET,
     "statusPrefix": STATUS_PREFIX,
     "maxItemsPerSecond": RATE,
+    "maxBytesPerSecond": BYTE_RATE,
+    "adaptive": ADAPTIVE,
+    "order": ORDER,
+    "crawlSleepUs": CRAWL_SLEEP,
     "executionTimeout": EXECUTION_TIMEOUT,
     "memcached": ENDPOINT,
     "threads": THREADS,

@@ -37,6 +37,11 @@ class Progress:
     bytes: int = 0
     files: int = 0
     keys_listed: int = 0
+    # Dump only (the dumper's progress line): items/s over its last interval, its pace limit now
+    # (0 = unlimited), and whether its adaptive guard is backing off to spare the source's clients.
+    items_per_s: int = 0
+    limit_items_per_s: int = 0
+    backing_off: bool = False
 
     @staticmethod
     def from_json(body: Any) -> Progress:
@@ -46,6 +51,9 @@ class Progress:
             bytes=int(p.get("bytes", 0)),
             files=int(p.get("files", 0)),
             keys_listed=int(p.get("keys_listed", 0)),
+            items_per_s=int(p.get("items_per_s", 0)),
+            limit_items_per_s=int(p.get("limit_items_per_s", 0)),
+            backing_off=bool(p.get("backing_off", False)),
         )
 
 

@@ -4,10 +4,11 @@
  * without the GIL. Its Python twin is populate/send_v2.py (send_py, over MetaConnection); tests run
  * both against real memcacheds.
  *
- * send_v2(fds, data, pieces, collect_tags, items_per_second, timeout)
+ * send_v2(fds, data, pieces, collect_tags, items_per_second, bytes_per_second, timeout)
  *   fds: one connected socket per destination (already past any handshake); pieces: the plan's bytes
  *   for each; collect_tags: keep the O<offset> of every NS; items_per_second: 0 = no limit, else
- *   batches start no faster than that (all connections together); timeout: seconds without progress
+ *   batches start no faster than that (all connections together); bytes_per_second: the same for the
+ *   bytes written (0 = no limit; the tighter of the two paces); timeout: seconds without progress
  *   on any connection before giving up.
  *   -> [(sent, not_stored, tags | None, errors, first_error | None, failure | None) per connection]
  *   sent: items of the batches written; not_stored: NS replies (add mode: a value was there);
@@ -66,10 +67,18 @@ static void fail(Conn *c, const char *what, int err) {
 
 static int all_sent(const Conn *c) { return c->cur >= c->n_pieces; }
 
-/* Items of the batch starting at piece `i` (the count its mn piece carries). */
-static long batch_items_from(const Conn *c, size_t i) {
-  for (; i < c->n_pieces; i++)
-    if (c->pieces[2 * i] == -1) return (long)c->pieces[2 * i + 1];
+/* The items (its mn's count) and the bytes of the batch starting at piece i. */
+static long batch_from(const Conn *c, size_t i, uint64_t *bytes) {
+  uint64_t b = 0;
+  for (; i < c->n_pieces; i++) {
+    const int64_t off = c->pieces[2 * i], len = c->pieces[2 * i + 1];
+    if (off == -1) {
+      *bytes = b + 4; /* "mn\r\n" */
+      return (long)len;
+    }
+    b += off >= 0 ? (uint64_t)len : 1u;
+  }
+  *bytes = b;
   return 0;
 }
 
@@ -190,8 +199,9 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
   PyObject *fds_o, *pieces_o;
   Py_buffer data;
   int collect;
-  double rate, timeout;
-  if (!PyArg_ParseTuple(args, "Oy*Opdd", &fds_o, &data, &pieces_o, &collect, &rate, &timeout)) return NULL;
+  double rate, byte_rate, timeout;
+  if (!PyArg_ParseTuple(args, "Oy*Opddd", &fds_o, &data, &pieces_o, &collect, &rate, &byte_rate, &timeout))
+    return NULL;
   PyObject *fds = PySequence_Fast(fds_o, "fds: a sequence"), *pcs = PySequence_Fast(pieces_o, "pieces: a sequence");
   Conn *conns = NULL;
   Py_buffer *pbufs = NULL;
@@ -237,6 +247,7 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
   const double t0 = now_s();
   double last_progress = t0;
   long started_items = 0;
+  uint64_t started_bytes = 0;
   int stop_new = 0;
   struct pollfd *pfd = calloc((size_t)(n ? n : 1), sizeof *pfd);
   for (;;) {
@@ -254,11 +265,15 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
       }
       if (c->has_error) stop_new = 1;
       if (!c->in_batch && !all_sent(c) && !stop_new && c->batches_sent - c->batches_acked < IN_FLIGHT) {
-        const long items = batch_items_from(c, c->cur);
-        const double due = rate > 0 ? (double)started_items / rate - (now - t0) : 0;
+        uint64_t bytes = 0;
+        const long items = batch_from(c, c->cur, &bytes);
+        const double by_items = rate > 0 ? (double)started_items / rate : 0;
+        const double by_bytes = byte_rate > 0 ? (double)started_bytes / byte_rate : 0;
+        const double due = (by_items > by_bytes ? by_items : by_bytes) - (now - t0);
         if (due <= 0) {
           c->in_batch = 1;
           started_items += items;
+          started_bytes += bytes;
         } else if (due < wait) {
           wait = due;
         }

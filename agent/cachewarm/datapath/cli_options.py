@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 import sys
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import click
 
@@ -91,6 +91,34 @@ def accept_options(f):  # type: ignore[no-untyped-def]
     ):
         f = click.option(flag, is_flag=True, help=text)(f)
     return f
+
+
+class ByteRate(click.ParamType):
+    """Bytes per second: an integer with an optional k, M, G suffix (powers of 1024), at least 1."""
+
+    name = "BYTES"
+    _UNITS: ClassVar[dict[str, int]] = {
+        "": 1,
+        "k": 1 << 10,
+        "K": 1 << 10,
+        "m": 1 << 20,
+        "M": 1 << 20,
+        "g": 1 << 30,
+        "G": 1 << 30,
+    }
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        unit = text[-1:] if text[-1:] in self._UNITS and not text[-1:].isdigit() else ""
+        digits = text[: len(text) - len(unit)]
+        if not digits.isdigit() or int(digits) < 1:
+            self.fail(f"{value!r} is not a byte rate (e.g. 50000000, 64M)", param, ctx)
+        return int(digits) * self._UNITS[unit]
+
+
+BYTE_RATE = ByteRate()
 
 
 def routing_of(tuning: dict[str, Any]) -> Routing:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from cachewarm.datapath.cli_options import (
+    BYTE_RATE,
     DESTINATION_TIMEOUT_HELP,
     JSON_PROGRESS_HELP,
     WORKERS_DEFAULT,
@@ -78,6 +79,13 @@ E = ExitCode
     type=click.FloatRange(min=1),
     default=None,
     help="Write at most this many items/s to the destinations in all (split over the workers).",
+    show_default="unlimited",
+)
+@click.option(
+    "--max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of 1024).",
     show_default="unlimited",
 )
 @click.option(
@@ -245,6 +253,44 @@ def populate_cmd(
     help="Items/s the populator writes to the target.",
     show_default="--max-items-per-second",
 )
+@click.option(
+    "--source-max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024).",
+    show_default="unlimited",
+)
+@click.option(
+    "--target-max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024).",
+    show_default="unlimited",
+)
+@click.option(
+    "--adaptive/--no-adaptive",
+    default=False,
+    show_default=True,
+    help="Protect the source's live clients: the dumper probes the source's latency and backs off its "
+    "rate, batch size and crawl pace while it is above 1.5x its latency before the dump (on AWS the "
+    "node agent turns this on).",
+)
+@click.option(
+    "--source-crawl-sleep-us",
+    type=click.IntRange(0, 1_000_000),
+    default=None,
+    help="Pace the source's own crawl: memcached's `lru_crawler sleep` (microseconds per 1000 items "
+    "listed) while the dump runs, restored afterwards; with --adaptive the floor it backs off from.",
+    show_default="the server's setting",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["recency", "crawl"]),
+    default="recency",
+    show_default=True,
+    help="recency: the most recently used items first (the listing ends before the first fetch); "
+    "crawl: in the crawl's order, fetching while it lists.",
+)
 @routing_options
 @accept_options
 @click.option(
@@ -292,6 +338,11 @@ def warm_cmd(
     max_items_per_second: float | None,
     source_max_items_per_second: int | None,
     target_max_items_per_second: float | None,
+    source_max_bytes_per_second: int | None,
+    target_max_bytes_per_second: int | None,
+    adaptive: bool,
+    source_crawl_sleep_us: int | None,
+    order: str,
     data_file_size: str,
     resume: bool,
     check: bool,
@@ -326,6 +377,11 @@ def warm_cmd(
             max_items_per_second=max_items_per_second,
             source_max_items_per_second=source_max_items_per_second,
             target_max_items_per_second=target_max_items_per_second,
+            source_max_bytes_per_second=source_max_bytes_per_second,
+            target_max_bytes_per_second=target_max_bytes_per_second,
+            adaptive=adaptive,
+            source_crawl_sleep_us=source_crawl_sleep_us,
+            order=order,
             destination_timeout=destination_timeout,
             routing=routing_of(options),
             accept={k: v for k, v in options.items() if k.startswith("accept_")},

@@ -4,7 +4,10 @@ lines. `cachewarm warm` and the node agent's dump job both run it through `Dumpe
 
 The dumper prints one JSON object a line on stdout (dumper-cpp/src/dumper.cc, `PrintProgress`):
 `{"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
-"skipped_min_ttl", "time_ms"}`; diagnostics go to stderr.
+"skipped_min_ttl", "items_per_s", "limit_items_per_s", "batch_cap", "backing_off", "backoffs", "probe_us",
+"time_ms"}` (the pace: items/s over the last interval, the limit now and the most keys per batch, 0 =
+none; whether the adaptive guard is backing off — dumper-cpp/src/source_guard.h); diagnostics go to
+stderr.
 """
 
 from __future__ import annotations
@@ -54,6 +57,14 @@ class DumperCommand:
     data_file_size: str | None = None
     progress_interval: float | None = None
     resume: bool = False
+    # Protecting the source: bytes/s (0/None = unlimited), the adaptive guard, the crawl's own pace
+    # (`lru_crawler sleep`, microseconds; None = the server's), and the order (recency | crawl; None =
+    # the dumper's default, recency).
+    max_bytes_per_second: int | None = None
+    adaptive: bool = False
+    adaptive_target: float | None = None
+    crawl_sleep_us: int | None = None
+    order: str | None = None
     extra_args: Sequence[str] = ()
 
     def argv(self) -> list[str]:
@@ -68,6 +79,16 @@ class DumperCommand:
             argv += ["--data-file-size", self.data_file_size]
         if self.progress_interval is not None:
             argv += ["--progress-interval", str(self.progress_interval)]
+        if self.max_bytes_per_second:
+            argv += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
+        if self.adaptive:
+            argv.append("--adaptive")
+            if self.adaptive_target is not None:
+                argv += ["--adaptive-target", str(self.adaptive_target)]
+        if self.crawl_sleep_us is not None:
+            argv += ["--crawl-sleep-us", str(self.crawl_sleep_us)]
+        if self.order is not None:
+            argv += ["--order", self.order]
         if self.resume:
             argv.append("--resume")
         return argv + list(self.extra_args)
@@ -86,6 +107,12 @@ class DumperProgress:
     misses: int = 0
     skipped_min_ttl: int = 0
     time_ms: int = 0
+    items_per_s: int = 0
+    limit_items_per_s: int = 0  # 0 = unlimited
+    batch_cap: int = 0
+    backing_off: bool = False
+    backoffs: int = 0
+    probe_us: int = 0
 
     @staticmethod
     def parse(line: str | bytes) -> DumperProgress | None:
@@ -107,6 +134,12 @@ class DumperProgress:
                 misses=int(obj.get("misses", 0)),
                 skipped_min_ttl=int(obj.get("skipped_min_ttl", 0)),
                 time_ms=int(obj.get("time_ms", 0)),
+                items_per_s=int(obj.get("items_per_s", 0)),
+                limit_items_per_s=int(obj.get("limit_items_per_s", 0)),
+                batch_cap=int(obj.get("batch_cap", 0)),
+                backing_off=bool(obj.get("backing_off", False)),
+                backoffs=int(obj.get("backoffs", 0)),
+                probe_us=int(obj.get("probe_us", 0)),
             )
         except (TypeError, ValueError):
             return None

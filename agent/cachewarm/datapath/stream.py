@@ -245,6 +245,11 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
             max_items_per_second=cfg.source_rate,
             progress_interval=0.5,
             resume=cfg.resume,
+            # The same protection of the source as the file path's dump (the same workers read it).
+            max_bytes_per_second=cfg.source_max_bytes_per_second,
+            adaptive=cfg.adaptive,
+            crawl_sleep_us=cfg.source_crawl_sleep_us,
+            order=cfg.order,
             extra_args=cfg.dumper_args,
         ),
         targets=cfg.targets,

@@ -95,6 +95,15 @@ class WarmConfig:
     target_max_items_per_second: float | None = None
     # How long the target may refuse connections before the warm gives up (seconds).
     destination_timeout: float = 120.0
+    # Bytes/s read from the source (the dumper) and written to the target (the populator); None = unlimited.
+    source_max_bytes_per_second: int | None = None
+    target_max_bytes_per_second: float | None = None
+    # The dumper's adaptive source guard (off by default locally: on AWS the node agent turns it on)
+    # and the dump's order (recency: hot items first; crawl).
+    adaptive: bool = False
+    order: str = "recency"
+    # memcached's `lru_crawler sleep` while the dump runs (us per 1000 items listed); None = the server's.
+    source_crawl_sleep_us: int | None = None
 
     @property
     def source_rate(self) -> int | None:
@@ -275,6 +284,10 @@ def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
         data_file_size=cfg.data_file_size,
         progress_interval=0.5,
         resume=cfg.resume,
+        max_bytes_per_second=cfg.source_max_bytes_per_second,
+        adaptive=cfg.adaptive,
+        crawl_sleep_us=cfg.source_crawl_sleep_us,
+        order=cfg.order,
         extra_args=cfg.dumper_args,
     )
 
@@ -294,6 +307,7 @@ def populate_config(
         mode=cfg.mode,
         workers=cfg.workers,
         max_items_per_second=cfg.target_rate,
+        max_bytes_per_second=cfg.target_max_bytes_per_second,
         node_key_format=cfg.routing.node_key_format,
         ketama_reps=cfg.routing.reps,
         hash_delimiter=cfg.routing.hash_delimiter,

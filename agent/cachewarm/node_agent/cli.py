@@ -212,6 +212,59 @@ _RATE_OPTION = click.option(
     default=None,
     help="Rate limit in items/s (leave out for unlimited).",
 )
+_BYTE_RATE_OPTION = click.option(
+    "--max-bytes-per-second",
+    type=MatchingInt(inputs.BYTE_RATE, 1),
+    default=None,
+    help="Rate limit in bytes/s (leave out for unlimited).",
+)
+
+
+_PROTECTION_OPTIONS = [
+    _BYTE_RATE_OPTION,
+    click.option(
+        "--adaptive",
+        type=Matching(inputs.ADAPTIVE),
+        default=inputs.DEFAULT_ADAPTIVE,
+        show_default=True,
+        help="on: the dumper backs off its rate, batch size and crawl pace while the source's latency "
+        "(its own probes) is above 1.5x what it was before the dump; off: only the fixed limits.",
+    ),
+    click.option(
+        "--order",
+        type=Matching(inputs.ORDER),
+        default=inputs.DEFAULT_ORDER,
+        show_default=True,
+        help="recency: fetch the most recently used items first; crawl: in the crawl's order.",
+    ),
+    click.option(
+        "--crawl-sleep-us",
+        type=Matching(inputs.CRAWL_SLEEP),
+        default=inputs.DEFAULT_CRAWL_SLEEP,
+        show_default=True,
+        help="memcached's `lru_crawler sleep` (us per 1000 items listed) while the dump runs, restored "
+        "afterwards; server: leave the server's own.",
+    ),
+]
+
+
+def protection_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The dumper's protection of the source (dump and stream): bytes/s, adaptive, order, crawl pace."""
+    for opt in reversed(_PROTECTION_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def protection_fields(
+    max_bytes_per_second: int | None, adaptive: str, order: str, crawl_sleep_us: str
+) -> dict[str, Any]:
+    """The protection flags as DumpJob / StreamJob fields."""
+    return {
+        "max_bytes_per_second": max_bytes_per_second,
+        "adaptive": adaptive == "on",
+        "order": order,
+        "crawl_sleep_us": None if crawl_sleep_us == "server" else int(crawl_sleep_us),
+    }
 
 
 def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -262,6 +315,7 @@ def agent_group() -> None:
     show_default="the dumper's: 2",
 )
 @_RATE_OPTION
+@protection_options
 @click.option(
     "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
 )
@@ -277,6 +331,10 @@ def dump_cmd(
     memcached: str,
     threads: int | None,
     max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
+    adaptive: str,
+    order: str,
+    crawl_sleep_us: str,
     dumper: str | None,
     publish_interval: float,
 ) -> None:
@@ -292,6 +350,7 @@ def dump_cmd(
             threads=threads,
             max_items_per_second=max_items_per_second,
             publish_interval_s=publish_interval,
+            **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
         run_dump(job, status, runner, _log)
 
@@ -329,6 +388,7 @@ def dump_cmd(
     help="add: never replace a value already in the destination (live traffic wins); set: overwrite.",
 )
 @_RATE_OPTION
+@_BYTE_RATE_OPTION
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
@@ -355,6 +415,7 @@ def populate_cmd(
     to: str,
     mode: str,
     max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
     state_dir: Path,
     source_timeout: float,
     mount_options: str,
@@ -368,6 +429,7 @@ def populate_cmd(
             destinations=to,
             mode=mode,  # type: ignore[arg-type]
             max_items_per_second=max_items_per_second,
+            max_bytes_per_second=max_bytes_per_second,
             state_dir=state_dir,
             source_timeout_s=source_timeout,
         )
@@ -408,6 +470,7 @@ def populate_cmd(
     show_default="the dumper's default",
 )
 @_RATE_OPTION
+@protection_options
 @click.option(
     "--state-dir",
     type=click.Path(path_type=Path),
@@ -436,6 +499,10 @@ def stream_cmd(
     mode: str,
     threads: int | None,
     max_items_per_second: int | None,
+    max_bytes_per_second: int | None,
+    adaptive: str,
+    order: str,
+    crawl_sleep_us: str,
     state_dir: Path,
     dumper: str | None,
     status_bucket: str,
@@ -461,6 +528,7 @@ def stream_cmd(
             threads=threads,
             max_items_per_second=max_items_per_second,
             state_dir=state_dir,
+            **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
         click.echo(json.dumps(run_stream(job, status, SubprocessRunner(), _log)))
 

@@ -51,6 +51,11 @@ class DumpJob:
     dumper: str
     threads: int | None = None
     max_items_per_second: int | None = None
+    max_bytes_per_second: int | None = None
+    # The adaptive source guard: on AWS on by default (`agent dump --adaptive on`), the order of the dump.
+    adaptive: bool = True
+    order: str | None = None
+    crawl_sleep_us: int | None = None  # None: the server's own
     device_timeout_s: float = 600.0
     publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S
     extra_args: list[str] = field(default_factory=list)
@@ -74,6 +79,10 @@ class DumpJob:
             node_id=dumper_node_id(self.node_id),
             threads=self.threads,
             max_items_per_second=self.max_items_per_second,
+            max_bytes_per_second=self.max_bytes_per_second,
+            adaptive=self.adaptive,
+            crawl_sleep_us=self.crawl_sleep_us,
+            order=self.order,
             progress_interval=self.progress_interval_s,
             resume=resume,
             extra_args=self.extra_args,
@@ -127,7 +136,15 @@ class Publication:
 
 
 def progress_of(p: DumperProgress) -> Progress:
-    return Progress(items=p.items, bytes=p.bytes, files=p.files, keys_listed=p.keys_listed)
+    return Progress(
+        items=p.items,
+        bytes=p.bytes,
+        files=p.files,
+        keys_listed=p.keys_listed,
+        items_per_s=p.items_per_s,
+        limit_items_per_s=p.limit_items_per_s,
+        backing_off=p.backing_off,
+    )
 
 
 def progress_from_dumper(line: str) -> Progress | None:
@@ -206,6 +223,7 @@ class PopulateJob:
     destinations: str  # HOST:PORT[,HOST:PORT…]
     mode: Literal["add", "set"] = "add"
     max_items_per_second: int | None = None
+    max_bytes_per_second: int | None = None
     state_dir: Path = DEFAULT_STATE_DIR
     device_timeout_s: float = 600.0
     # How long to wait for the source to format the volume and create the dump directory.
@@ -265,6 +283,7 @@ def run_populate(
         state_file=job.state_file,
         mode=job.mode,
         max_items_per_second=job.max_items_per_second,
+        max_bytes_per_second=job.max_bytes_per_second,
         poll_interval=job.poll_s,
         remounter=CommandRemounter(
             vol.device, str(vol.mount), mount_cmd=vol.reader_mount_template, runner=_raising(vol.runner)

@@ -41,6 +41,11 @@ class StreamJob:
     threads: int | None = None
     max_items_per_second: int | None = None
     state_dir: Path = DEFAULT_STATE_DIR
+    # The dumper's protection of the source, as for the dump job (the same workers read it).
+    max_bytes_per_second: int | None = None
+    adaptive: bool = True
+    order: str | None = None
+    crawl_sleep_us: int | None = None
 
     @property
     def workdir(self) -> Path:
@@ -60,6 +65,10 @@ class StreamJob:
             node_id=dumper_node_id(self.node_id),
             threads=self.threads,
             max_items_per_second=self.max_items_per_second,
+            max_bytes_per_second=self.max_bytes_per_second,
+            adaptive=self.adaptive,
+            order=self.order,
+            crawl_sleep_us=self.crawl_sleep_us,
             progress_interval=1.0,
             resume=(self.workdir / "keys" / "META").exists(),
         )

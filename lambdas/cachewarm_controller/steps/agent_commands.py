@@ -54,12 +54,17 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
             "memcached": f"127.0.0.1:{inp.source.memcached_port}",
             "threads": str(inp.dumper.threads),
             "maxItemsPerSecond": str(inp.dumper.max_items_per_second),
+            "maxBytesPerSecond": str(inp.dumper.max_bytes_per_second),
+            "adaptive": "on" if inp.dumper.adaptive else "off",
+            "order": inp.dumper.order,
+            "crawlSleepUs": "server" if inp.dumper.crawl_sleep_us is None else str(inp.dumper.crawl_sleep_us),
         }
     return {
         **common,
         "to": ",".join(plan.destination_endpoints),
         "mode": inp.populator.mode,
         "maxItemsPerSecond": str(inp.populator.max_items_per_second),
+        "maxBytesPerSecond": str(inp.populator.max_bytes_per_second),
     }
 
 

@@ -125,6 +125,9 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
     failures: list[str] = []
     done = dumped = 0
     items = bytes_ = 0
+    # The dumpers' pace now (running dumps only): items/s read from the sources in all, and how many
+    # are backing off to spare their source's live clients (the adaptive guard).
+    dump_rate = backing_off = 0
     for row in plan.nodes:
         mine = {role: statuses.get((role, row.node_id)) for role in ROLES}
         pop, dump = mine["populate"], mine["dump"]
@@ -132,6 +135,11 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
             items += pop.progress.items
             bytes_ += pop.progress.bytes
         dumped += dump is not None and dump.state == "done"
+        dumping = dump is not None and dump.state not in ("done", "failed")
+        pace = dump.progress if dump is not None and dumping else None
+        if pace is not None:
+            dump_rate += pace.items_per_s
+            backing_off += pace.backing_off
         verdict = assess_node(row, mine, commands, now, stale_ms)
         mark = progress_mark(mine)
         if mark != row.progress_mark or not row.progress_ms:
@@ -156,6 +164,9 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
                 "bytes": pop.progress.bytes if pop else 0,
                 "files": pop.progress.files if pop else 0,
                 "dump_items": dump.progress.items if dump else 0,
+                "dump_items_per_s": pace.items_per_s if pace else 0,
+                "dump_limit_items_per_s": pace.limit_items_per_s if pace else 0,
+                "dump_backing_off": int(pace.backing_off) if pace else 0,
                 "still_s": still_s,
                 "revives": row.revives,
             }
@@ -205,5 +216,7 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
         "bytes": bytes_,
         "revived": [{"node": r.node_id, "role": role, "reason": why} for r, role, why in revive][:20],
         "revived_count": len(revive),
+        "dump_items_per_s": dump_rate,
+        "dumps_backing_off": backing_off,
         "wait_seconds": inp.polling.interval_seconds,
     }

@@ -80,6 +80,8 @@ class PopulateConfig:
     state_file: Path
     mode: Mode = "add"
     max_items_per_second: float | None = None
+    # Bytes/s written to the destinations in all (the encoded sets), split over the workers.
+    max_bytes_per_second: float | None = None
     workers: int = field(default_factory=default_workers)
     node_key_format: str = EVCACHE_NODE_KEY
     ketama_reps: int = 160
@@ -139,6 +141,7 @@ class WorkerParams:
     mode: Mode = "add"
     routing: Routing = field(default_factory=Routing)
     items_per_second: float | None = None  # this worker's share of the limit
+    bytes_per_second: float | None = None  # this worker's share of the byte limit
     batch_items: int = 1000
     batch_bytes: int = 4 << 20
     destination_timeout: float = 120.0
@@ -160,5 +163,6 @@ class WorkerParams:
             nodes=tuple(c.destinations),
             routing=c.routing,
             items_per_second=c.max_items_per_second / c.workers if c.max_items_per_second else None,
+            bytes_per_second=c.max_bytes_per_second / c.workers if c.max_bytes_per_second else None,
             **{name: getattr(c, name) for name in sorted(shared)},
         )

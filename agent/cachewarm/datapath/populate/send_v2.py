@@ -2,35 +2,20 @@
 poll loop over every destination's connection, the file's bytes written as they are, replies read
 concurrently, no GIL) when it is built, else `send_py`, its twin here over MetaConnection. Both keep
 at most two batches in flight per connection, start no batch once any connection has read an error,
-and pace batches by the rate limit; tests run both against real memcacheds."""
+and pace batches by the rate limits (items/s and bytes/s); tests run both against real memcacheds."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 
 from cachewarm.datapath.meta import BatchCounts, DestinationUnavailable, MetaConnection
 from cachewarm.datapath.populate.plan import PIECE_MN, PIECE_S, Plan, pieces_of
+from cachewarm.datapath.populate.ratelimit import RateLimiter
 
 try:
     from cachewarm.datapath import _speedups
 except ImportError:  # pragma: no cover - exercised where no C compiler was available
     _speedups = None  # type: ignore[assignment]
-
-
-class RateLimiter:
-    def __init__(self, rate: float | None) -> None:
-        self.rate = rate
-        self.start = time.monotonic()
-        self.count = 0
-
-    def take(self, n: int) -> None:
-        if not self.rate:
-            return
-        self.count += n
-        ahead = self.count / self.rate - (time.monotonic() - self.start)
-        if ahead > 0:
-            time.sleep(ahead)
 
 
 def send_planned(
@@ -39,6 +24,7 @@ def send_planned(
     plan: Plan,
     tagged: bool,
     items_per_second: float | None,
+    bytes_per_second: float | None,
     timeout: float,
     use_c: bool = True,
 ) -> dict[int, BatchCounts]:
@@ -52,7 +38,13 @@ def send_planned(
             assert sock is not None
             fds.append(sock.fileno())
         res = _speedups.send_v2(
-            fds, data, [plan.nodes[i].pieces for i in idx], tagged, float(items_per_second or 0), timeout
+            fds,
+            data,
+            [plan.nodes[i].pieces for i in idx],
+            tagged,
+            float(items_per_second or 0),
+            float(bytes_per_second or 0),
+            timeout,
         )
         out: dict[int, BatchCounts] = {}
         for i, (sent, not_stored, tags, errors, first_error, failure) in zip(idx, res, strict=True):
@@ -61,7 +53,7 @@ def send_planned(
                 raise DestinationUnavailable(f"{c.host}:{c.port}: {failure}")
             out[i] = BatchCounts(sent, not_stored, errors, first_error, list(tags or []))
         return out
-    return send_py(conns, data, plan, items_per_second)
+    return send_py(conns, data, plan, items_per_second, bytes_per_second)
 
 
 def _batches(data: memoryview, pieces: bytes) -> list[tuple[list[bytes | memoryview], int]]:
@@ -81,12 +73,16 @@ def _batches(data: memoryview, pieces: bytes) -> list[tuple[list[bytes | memoryv
 
 
 def send_py(
-    conns: Mapping[int, MetaConnection], data: bytes | memoryview, plan: Plan, items_per_second: float | None
+    conns: Mapping[int, MetaConnection],
+    data: bytes | memoryview,
+    plan: Plan,
+    items_per_second: float | None,
+    bytes_per_second: float | None = None,
 ) -> dict[int, BatchCounts]:
     """`send_planned` in Python: batches interleaved over the destinations, as the v1 loop sends."""
     mv = memoryview(data)
     queues = {i: _batches(mv, plan.nodes[i].pieces) for i in conns}
-    limiter = RateLimiter(items_per_second)
+    limiter = RateLimiter(items_per_second, bytes_per_second)
     k = 0
     stop = False
     while not stop and any(k < len(q) for q in queues.values()):
@@ -96,7 +92,7 @@ def send_py(
             pieces, count = q[k]
             c = conns[i]
             c.send_batch(pieces, count)
-            limiter.take(count)
+            limiter.take(count, sum(len(p) for p in pieces))
             if any(x.totals.errors for x in conns.values()):
                 stop = True  # each further failed store would delete a live value
                 break

@@ -30,7 +30,8 @@ from cachewarm.datapath.meta import (
 )
 from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import plan
-from cachewarm.datapath.populate.send_v2 import RateLimiter, send_planned
+from cachewarm.datapath.populate.ratelimit import RateLimiter
+from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
@@ -190,14 +191,14 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     out.sent = True
     conns = _connect(params, mine, out)
     try:
-        limiter = RateLimiter(params.items_per_second)
+        limiter = RateLimiter(params.items_per_second, params.bytes_per_second)
         try:
             for idx, payload, count in batches:
                 c = conns[idx]
                 c.send_batch(payload, count)
                 if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
                     break  # deletes its key's live value); the file fails below
-                limiter.take(count)
+                limiter.take(count, len(payload))
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
         totals = {i: c.flush() for i, c in conns.items()}
@@ -242,6 +243,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
             p,
             job.tagged,
             params.items_per_second,
+            params.bytes_per_second,
             params.socket_timeout,
             params.use_speedups,
         )
