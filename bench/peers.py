@@ -13,7 +13,9 @@ starting with its key's number), one source is loaded once; then, alternating an
 `--runs` times each, into a fresh destination (`-m 4096 -t 2`):
   * `mcdumpload --add` (meta adds, like cachewarm's default), source and destination on loopback;
   * `cachewarm warm --no-check --json` (files: the dumper and the populator on this machine);
-  * `cachewarm warm --stream --no-check --json`, when this cachewarm has `--stream`.
+  * `cachewarm warm --stream --no-check --json`, when this cachewarm has `--stream`;
+  * with --crawl-order-too, both again with `--order crawl` (modes `files-crawl`, `stream-crawl`): the
+    default order, recency, lists every key before the first fetch.
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Completeness after each run: the destination's `curr_items` against the source's, and a sample of
@@ -141,8 +143,10 @@ def run_mode(
         shutil.rmtree(work, ignore_errors=True)
         argv = [*cachewarm_argv(), "warm", "--source", src.address, "--target", dst.address]
         argv += ["--workdir", str(work), "--no-check", "--json"]
-        if mode == "stream":
+        if mode.startswith("stream"):
             argv.append("--stream")
+        if mode.endswith("-crawl"):  # the dump in the crawl's order, fetching while it lists
+            argv += ["--order", "crawl"]
     t0 = time.monotonic()
     p = subprocess.run(argv, capture_output=True, text=True, env=env)
     dt = time.monotonic() - t0
@@ -233,6 +237,12 @@ def main() -> None:
         help="where the files mode's work directory goes (default: the system's temporary directory, "
         "a disk here; /dev/shm puts the dump on tmpfs)",
     )
+    ap.add_argument(
+        "--crawl-order-too",
+        action="store_true",
+        help="also run files and stream with --order crawl (the default order, recency, lists every key "
+        "before the first fetch)",
+    )
     args = ap.parse_args()
     modes = []
     peer_note = None
@@ -250,6 +260,8 @@ def main() -> None:
         modes.append("stream")
     else:
         print("stream mode skipped: this cachewarm's `warm` has no --stream", file=sys.stderr)
+    if args.crawl_order_too:
+        modes += [f"{m}-crawl" for m in modes if m in ("files", "stream")]
     sets = {"1k": (1_000_000, 1000), "10k": (100_000, 10_000)}
     result: dict[str, Any] = {
         "benchmark": "peers",
