@@ -51,6 +51,9 @@ def test_populate_names_a_closed_destination_at_once_and_keeps_saying_so(tmp_pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A test run started in the background (`make test &`) ignores SIGINT, and so would the child
+        # (Python keeps an inherited SIG_IGN): give it the terminal's default, as a user's Ctrl-C has.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     first = proc.stderr.readline()
