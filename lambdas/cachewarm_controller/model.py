@@ -117,6 +117,10 @@ class DumperSpec(_Strict):
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
     max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
     adaptive: bool = True
+    # The guard backs off while its probes' latency is above this x their latency before the dump.
+    adaptive_target: float = Field(
+        default=inputs.DEFAULT_ADAPTIVE_TARGET, ge=inputs.ADAPTIVE_TARGET_MIN, le=inputs.ADAPTIVE_TARGET_MAX
+    )
     order: Literal["recency", "crawl"] = "recency"
     # memcached's `lru_crawler sleep` (us per 1000 items listed) during the dump; None = the server's.
     crawl_sleep_us: int | None = Field(default=None, ge=0, le=inputs.CRAWL_SLEEP_MAX)

@@ -126,13 +126,19 @@ def test_the_source_protection_reaches_the_dumper_and_bytes_the_populator(
     monkeypatch.setattr(warm_mod, "populate", lambda cfg, p=None: seen.append(cfg) or real_populate(cfg, p))
     args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
     flags = ["--source-max-bytes-per-second", "64M", "--target-max-bytes-per-second", "32M", "--adaptive"]
-    flags += ["--source-crawl-sleep-us", "300", "--order", "crawl"]
+    flags += ["--adaptive-target", "1.25", "--source-crawl-sleep-us", "300", "--order", "crawl"]
     res = CliRunner().invoke(main, [*args, "--dumper", str(dumper), "--json", *flags])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.splitlines()[-1])["items_dumped"] == 500
     (argv,) = [json.loads(ln) for ln in log.read_text().splitlines()]
-    got = {f: argv[argv.index(f) + 1] for f in ("--max-bytes-per-second", "--crawl-sleep-us", "--order")}
-    assert got == {"--max-bytes-per-second": str(64 << 20), "--crawl-sleep-us": "300", "--order": "crawl"}
+    named = ("--max-bytes-per-second", "--crawl-sleep-us", "--order", "--adaptive-target")
+    got = {f: argv[argv.index(f) + 1] for f in named}
+    assert got == {
+        "--max-bytes-per-second": str(64 << 20),
+        "--crawl-sleep-us": "300",
+        "--order": "crawl",
+        "--adaptive-target": "1.25",
+    }
     assert "--adaptive" in argv
     (pcfg,) = seen
     assert pcfg.max_bytes_per_second == 32 << 20

@@ -251,6 +251,21 @@ def test_the_inputs_protection_settings_reach_the_documents(world: Any) -> None:
     finish(world, w)
     with pytest.raises(InvalidInputError):
         parse_input(world.make_input(dumper={"crawl_sleep_us": 1_000_001}))
+    with pytest.raises(InvalidInputError):
+        parse_input(world.make_input(dumper={"adaptive_target": 1.0}))
+
+
+def test_the_adaptive_threshold_rides_in_the_adaptive_parameter() -> None:
+    """The dump document's one `adaptive` parameter: off, on (the default threshold) or the
+    threshold, always in the form its allowedPattern takes."""
+    from cachewarm.contract import inputs
+    from cachewarm_controller.steps.agent_commands import adaptive_parameter
+
+    cases = {(False, 1.2): "off", (True, 1.5): "on", (True, 1.2): "1.2", (True, 2.0): "2"}
+    cases |= {(True, 100.0): "100", (True, 1.999): "2", (True, 1.054): "1.05", (True, 12.346): "12.35"}
+    for (on, ratio), want in cases.items():
+        got = adaptive_parameter(on, ratio)
+        assert got == want and inputs.matches(inputs.ADAPTIVE, got), (on, ratio, got)
 
 
 def test_verify_catches_a_populate_that_missed_files(world: Any) -> None:

@@ -54,8 +54,13 @@ MODE = r"^(add|set)$"
 RATE = r"^[0-9]{1,9}$"  # items/s, 0 = unlimited
 BYTE_RATE = r"^[0-9]{1,12}$"  # bytes/s, 0 = unlimited
 BYTE_RATE_MAX = 999_999_999_999
-# The dumper's adaptive source guard (on by default on AWS) and the dump's order.
-ADAPTIVE = r"^(on|off)$"
+# The dumper's adaptive source guard (on by default on AWS): on, off, or on with its own threshold (back
+# off above RATIO x the probes' latency before the dump; 1.05 .. 100, at most 2 decimals, as the
+# dumper's --adaptive-target takes it); and the dump's order.
+ADAPTIVE = r"^(on|off|1\.(0[5-9]|[1-9][0-9]?)|[2-9](\.[0-9]{1,2})?|[1-9][0-9](\.[0-9]{1,2})?|100)$"
+ADAPTIVE_TARGET_MIN = 1.05
+ADAPTIVE_TARGET_MAX = 100.0
+DEFAULT_ADAPTIVE_TARGET = 1.5
 ORDER = r"^(recency|crawl)$"
 # `lru_crawler sleep` while the dump runs, microseconds (0 .. 1000000); server = leave the server's own.
 CRAWL_SLEEP = r"^(server|[0-9]{1,6}|1000000)$"

@@ -276,6 +276,14 @@ def populate_cmd(
     "node agent turns this on).",
 )
 @click.option(
+    "--adaptive-target",
+    type=click.FloatRange(1.05, 100.0),
+    default=None,
+    help="With --adaptive: back off while the source's latency is above this many times its latency "
+    "before the dump.",
+    show_default="1.5",
+)
+@click.option(
     "--source-crawl-sleep-us",
     type=click.IntRange(0, 1_000_000),
     default=None,
@@ -341,6 +349,7 @@ def warm_cmd(
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
     adaptive: bool,
+    adaptive_target: float | None,
     source_crawl_sleep_us: int | None,
     order: str,
     data_file_size: str,
@@ -380,6 +389,7 @@ def warm_cmd(
             source_max_bytes_per_second=source_max_bytes_per_second,
             target_max_bytes_per_second=target_max_bytes_per_second,
             adaptive=adaptive,
+            adaptive_target=adaptive_target,
             source_crawl_sleep_us=source_crawl_sleep_us,
             order=order,
             destination_timeout=destination_timeout,

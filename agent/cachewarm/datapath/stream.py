@@ -248,6 +248,7 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
             # The same protection of the source as the file path's dump (the same workers read it).
             max_bytes_per_second=cfg.source_max_bytes_per_second,
             adaptive=cfg.adaptive,
+            adaptive_target=cfg.adaptive_target,
             crawl_sleep_us=cfg.source_crawl_sleep_us,
             order=cfg.order,
             extra_args=cfg.dumper_args,

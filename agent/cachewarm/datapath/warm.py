@@ -101,6 +101,7 @@ class WarmConfig:
     # The dumper's adaptive source guard (off by default locally: on AWS the node agent turns it on)
     # and the dump's order (recency: hot items first; crawl).
     adaptive: bool = False
+    adaptive_target: float | None = None  # None: the dumper's default (1.5)
     order: str = "recency"
     # memcached's `lru_crawler sleep` while the dump runs (us per 1000 items listed); None = the server's.
     source_crawl_sleep_us: int | None = None
@@ -286,6 +287,7 @@ def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
         resume=cfg.resume,
         max_bytes_per_second=cfg.source_max_bytes_per_second,
         adaptive=cfg.adaptive,
+        adaptive_target=cfg.adaptive_target,
         crawl_sleep_us=cfg.source_crawl_sleep_us,
         order=cfg.order,
         extra_args=cfg.dumper_args,

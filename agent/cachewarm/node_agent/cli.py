@@ -228,7 +228,8 @@ _PROTECTION_OPTIONS = [
         default=inputs.DEFAULT_ADAPTIVE,
         show_default=True,
         help="on: the dumper backs off its rate, batch size and crawl pace while the source's latency "
-        "(its own probes) is above 1.5x what it was before the dump; off: only the fixed limits.",
+        "(its own probes) is above 1.5x what it was before the dump; RATIO (1.05..100, e.g. 1.2): on, "
+        "backing off above RATIO x instead; off: only the fixed limits.",
     ),
     click.option(
         "--order",
@@ -261,7 +262,8 @@ def protection_fields(
     """The protection flags as DumpJob / StreamJob fields."""
     return {
         "max_bytes_per_second": max_bytes_per_second,
-        "adaptive": adaptive == "on",
+        "adaptive": adaptive != "off",
+        "adaptive_target": None if adaptive in ("on", "off") else float(adaptive),
         "order": order,
         "crawl_sleep_us": None if crawl_sleep_us == "server" else int(crawl_sleep_us),
     }

@@ -54,6 +54,7 @@ class DumpJob:
     max_bytes_per_second: int | None = None
     # The adaptive source guard: on AWS on by default (`agent dump --adaptive on`), the order of the dump.
     adaptive: bool = True
+    adaptive_target: float | None = None  # None: the dumper's default threshold (1.5)
     order: str | None = None
     crawl_sleep_us: int | None = None  # None: the server's own
     device_timeout_s: float = 600.0
@@ -81,6 +82,7 @@ class DumpJob:
             max_items_per_second=self.max_items_per_second,
             max_bytes_per_second=self.max_bytes_per_second,
             adaptive=self.adaptive,
+            adaptive_target=self.adaptive_target,
             crawl_sleep_us=self.crawl_sleep_us,
             order=self.order,
             progress_interval=self.progress_interval_s,

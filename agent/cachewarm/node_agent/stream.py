@@ -44,6 +44,7 @@ class StreamJob:
     # The dumper's protection of the source, as for the dump job (the same workers read it).
     max_bytes_per_second: int | None = None
     adaptive: bool = True
+    adaptive_target: float | None = None  # None: the dumper's default threshold (1.5)
     order: str | None = None
     crawl_sleep_us: int | None = None
 
@@ -67,6 +68,7 @@ class StreamJob:
             max_items_per_second=self.max_items_per_second,
             max_bytes_per_second=self.max_bytes_per_second,
             adaptive=self.adaptive,
+            adaptive_target=self.adaptive_target,
             order=self.order,
             crawl_sleep_us=self.crawl_sleep_us,
             progress_interval=1.0,

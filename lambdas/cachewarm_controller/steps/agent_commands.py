@@ -26,6 +26,16 @@ from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
 CommandRole = Literal["dump", "populate", "verify"]
 
 
+def adaptive_parameter(adaptive: bool, target: float) -> str:
+    """The dump document's `adaptive`: off, on (the default threshold), or the threshold itself, in
+    the form its pattern takes (at most 2 decimals)."""
+    if not adaptive:
+        return "off"
+    if target == inputs.DEFAULT_ADAPTIVE_TARGET:
+        return "on"
+    return f"{round(target, 2):g}"
+
+
 def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: CommandRole) -> dict[str, str]:
     """The SSM document parameters of one role's command on one node (each passes the document's
     `allowedPattern`, see `cachewarm.contract.inputs.SSM_PARAMETERS`)."""
@@ -55,7 +65,7 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
             "threads": str(inp.dumper.threads),
             "maxItemsPerSecond": str(inp.dumper.max_items_per_second),
             "maxBytesPerSecond": str(inp.dumper.max_bytes_per_second),
-            "adaptive": "on" if inp.dumper.adaptive else "off",
+            "adaptive": adaptive_parameter(inp.dumper.adaptive, inp.dumper.adaptive_target),
             "order": inp.dumper.order,
             "crawlSleepUs": "server" if inp.dumper.crawl_sleep_us is None else str(inp.dumper.crawl_sleep_us),
         }
