@@ -131,6 +131,21 @@ DESTINATION_TIMEOUT_HELP = (
     "Seconds a destination may refuse connections or stay silent before the run fails (exit 6); "
     "meanwhile it says which one it waits for, and retries."
 )
+destination_timeout_option = click.option(
+    "--destination-timeout",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help=DESTINATION_TIMEOUT_HELP,
+)
+# warm and verify: the source and the target(s), named alike.
+source_option = click.option("--source", required=True, help="Source memcached HOST:PORT.")
+target_option = click.option(
+    "--target",
+    required=True,
+    callback=nodes,
+    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
+)
 JSON_PROGRESS_HELP = (
     "Machine output: progress events and the summary as JSON lines on stdout, instead of the progress "
     "display (stderr) and the text summary."

@@ -18,17 +18,19 @@ import click
 
 from cachewarm.datapath.cli_options import (
     BYTE_RATE,
-    DESTINATION_TIMEOUT_HELP,
     JSON_PROGRESS_HELP,
     WORKERS_DEFAULT,
     WORKERS_HELP,
     accept_options,
+    destination_timeout_option,
     fail,
     interrupted,
     mode_option,
     nodes,
     routing_of,
     routing_options,
+    source_option,
+    target_option,
     unreachable,
 )
 from cachewarm.datapath.ketama import parse_nodes
@@ -133,13 +135,7 @@ E = ExitCode
     help="Seconds a data file may stay incomplete or unverifiable, or a file DONE lists stay absent, "
     "before the run fails (exit 7).",
 )
-@click.option(
-    "--destination-timeout",
-    type=click.FloatRange(min=0),
-    default=120.0,
-    show_default=True,
-    help=DESTINATION_TIMEOUT_HELP,
-)
+@destination_timeout_option
 @click.option(
     "--idle-timeout",
     type=click.FloatRange(min=0),
@@ -203,13 +199,8 @@ def populate_cmd(
 @click.command(
     "warm", epilog=epilog(E.OK, E.FAILED, E.USAGE, E.UNREACHABLE, E.DATA, E.INCOMPLETE, E.INTERRUPTED)
 )
-@click.option("--source", required=True, help="Source memcached HOST:PORT.")
-@click.option(
-    "--target",
-    required=True,
-    callback=nodes,
-    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
-)
+@source_option
+@target_option
 @click.option(
     "--workdir",
     required=True,
@@ -323,13 +314,7 @@ def populate_cmd(
     help="cachewarm-dump binary.",
     show_default="$CACHEWARM_DUMP, build/release/, PATH",
 )
-@click.option(
-    "--destination-timeout",
-    type=click.FloatRange(min=0),
-    default=120.0,
-    show_default=True,
-    help=DESTINATION_TIMEOUT_HELP,
-)
+@destination_timeout_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
 @click.option(
     "--stream",
@@ -428,13 +413,8 @@ def warm_cmd(
         INCOMPLETE="differences: keys missing or different in the target (listed)",
     ),
 )
-@click.option("--source", required=True, help="Source memcached HOST:PORT.")
-@click.option(
-    "--target",
-    required=True,
-    callback=nodes,
-    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
-)
+@source_option
+@target_option
 @click.option(
     "--sample",
     type=click.IntRange(min=1),
