@@ -352,6 +352,7 @@ def warm_cmd(
     On a terminal a progress display (dumped / published / populated: items, MB/s, ETA) goes to
     stderr; elsewhere one progress line every few seconds. The summary goes to stdout and ends with
     the speed; --json gives JSON lines instead."""
+    from cachewarm.datapath.dumper import SourceProtection
     from cachewarm.datapath.warm import WarmConfig, WarmError, check_reachable, find_dumper, run_warm
 
     try:
@@ -371,12 +372,14 @@ def warm_cmd(
             max_items_per_second=max_items_per_second,
             source_max_items_per_second=source_max_items_per_second,
             target_max_items_per_second=target_max_items_per_second,
-            source_max_bytes_per_second=source_max_bytes_per_second,
             target_max_bytes_per_second=target_max_bytes_per_second,
-            adaptive=adaptive,
-            adaptive_target=adaptive_target,
-            source_crawl_sleep_us=source_crawl_sleep_us,
-            order=order,
+            source_protection=SourceProtection(
+                max_bytes_per_second=source_max_bytes_per_second,
+                adaptive=adaptive,
+                adaptive_target=adaptive_target,
+                crawl_sleep_us=source_crawl_sleep_us,
+                order=order,
+            ),
             destination_timeout=destination_timeout,
             routing=routing_of(options),
             accept={k: v for k, v in options.items() if k.startswith("accept_")},

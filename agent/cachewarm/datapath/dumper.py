@@ -43,6 +43,35 @@ def dumper_node_id(node_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class SourceProtection:
+    """How the dumper spares the live source (docs/performance.md, "Protecting the source"): a bytes/s
+    ceiling (None = unlimited), the adaptive guard and its threshold (None = the dumper's 1.5), the
+    crawl's own pace (`lru_crawler sleep`, microseconds; None = the server's) and the order (recency |
+    crawl; None = the dumper's default, recency). One value for warm, the stream mode and the node
+    agent's dump and stream jobs."""
+
+    max_bytes_per_second: int | None = None
+    adaptive: bool = False
+    adaptive_target: float | None = None
+    crawl_sleep_us: int | None = None
+    order: str | None = None
+
+    def argv(self) -> list[str]:
+        argv: list[str] = []
+        if self.max_bytes_per_second:
+            argv += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
+        if self.adaptive:
+            argv.append("--adaptive")
+            if self.adaptive_target is not None:
+                argv += ["--adaptive-target", str(self.adaptive_target)]
+        if self.crawl_sleep_us is not None:
+            argv += ["--crawl-sleep-us", str(self.crawl_sleep_us)]
+        if self.order is not None:
+            argv += ["--order", self.order]
+        return argv
+
+
+@dataclass(frozen=True)
 class DumperCommand:
     """The argument list of one `cachewarm-dump` run; options left None are not passed (the
     dumper's defaults apply)."""
@@ -57,14 +86,7 @@ class DumperCommand:
     data_file_size: str | None = None
     progress_interval: float | None = None
     resume: bool = False
-    # Protecting the source: bytes/s (0/None = unlimited), the adaptive guard, the crawl's own pace
-    # (`lru_crawler sleep`, microseconds; None = the server's), and the order (recency | crawl; None =
-    # the dumper's default, recency).
-    max_bytes_per_second: int | None = None
-    adaptive: bool = False
-    adaptive_target: float | None = None
-    crawl_sleep_us: int | None = None
-    order: str | None = None
+    protection: SourceProtection = SourceProtection()
     extra_args: Sequence[str] = ()
 
     def argv(self) -> list[str]:
@@ -79,16 +101,7 @@ class DumperCommand:
             argv += ["--data-file-size", self.data_file_size]
         if self.progress_interval is not None:
             argv += ["--progress-interval", str(self.progress_interval)]
-        if self.max_bytes_per_second:
-            argv += ["--max-bytes-per-second", str(self.max_bytes_per_second)]
-        if self.adaptive:
-            argv.append("--adaptive")
-            if self.adaptive_target is not None:
-                argv += ["--adaptive-target", str(self.adaptive_target)]
-        if self.crawl_sleep_us is not None:
-            argv += ["--crawl-sleep-us", str(self.crawl_sleep_us)]
-        if self.order is not None:
-            argv += ["--order", self.order]
+        argv += self.protection.argv()
         if self.resume:
             argv.append("--resume")
         return argv + list(self.extra_args)

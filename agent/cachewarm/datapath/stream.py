@@ -24,7 +24,7 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -234,25 +234,13 @@ class _Lines:
 
 
 def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
+    from cachewarm.datapath.warm import dumper_command
+
     target_rate = cfg.target_rate
     return StreamCommand(
-        dump=DumperCommand(
-            binary=cfg.dumper,
-            host=cfg.source.host,
-            port=cfg.source.port,
-            out=out,
-            threads=cfg.threads,
-            max_items_per_second=cfg.source_rate,
-            progress_interval=0.5,
-            resume=cfg.resume,
-            # The same protection of the source as the file path's dump (the same workers read it).
-            max_bytes_per_second=cfg.source_max_bytes_per_second,
-            adaptive=cfg.adaptive,
-            adaptive_target=cfg.adaptive_target,
-            crawl_sleep_us=cfg.source_crawl_sleep_us,
-            order=cfg.order,
-            extra_args=cfg.dumper_args,
-        ),
+        # The file path's dump command (the same workers read the source, with the same protection),
+        # writing no data files.
+        dump=replace(dumper_command(cfg, out), data_file_size=None),
         targets=cfg.targets,
         mode=cfg.mode,
         routing=cfg.routing,

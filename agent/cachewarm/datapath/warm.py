@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
-from cachewarm.datapath.dumper import DumperCommand, DumperProgress
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection
@@ -95,16 +95,11 @@ class WarmConfig:
     target_max_items_per_second: float | None = None
     # How long the target may refuse connections before the warm gives up (seconds).
     destination_timeout: float = 120.0
-    # Bytes/s read from the source (the dumper) and written to the target (the populator); None = unlimited.
-    source_max_bytes_per_second: int | None = None
+    # Bytes/s written to the target (the populator); None = unlimited.
     target_max_bytes_per_second: float | None = None
-    # The dumper's adaptive source guard (off by default locally: on AWS the node agent turns it on)
-    # and the dump's order (recency: hot items first; crawl).
-    adaptive: bool = False
-    adaptive_target: float | None = None  # None: the dumper's default (1.5)
-    order: str = "recency"
-    # memcached's `lru_crawler sleep` while the dump runs (us per 1000 items listed); None = the server's.
-    source_crawl_sleep_us: int | None = None
+    # How the dumper spares the source: bytes/s, the adaptive guard (off by default locally: on AWS
+    # the node agent turns it on), the crawl's pace and the order (the dumper's default: recency).
+    source_protection: SourceProtection = field(default_factory=SourceProtection)
 
     @property
     def source_rate(self) -> int | None:
@@ -285,11 +280,7 @@ def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
         data_file_size=cfg.data_file_size,
         progress_interval=0.5,
         resume=cfg.resume,
-        max_bytes_per_second=cfg.source_max_bytes_per_second,
-        adaptive=cfg.adaptive,
-        adaptive_target=cfg.adaptive_target,
-        crawl_sleep_us=cfg.source_crawl_sleep_us,
-        order=cfg.order,
+        protection=cfg.source_protection,
         extra_args=cfg.dumper_args,
     )
 

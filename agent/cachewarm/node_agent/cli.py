@@ -24,6 +24,7 @@ import click
 
 from cachewarm.contract import inputs
 from cachewarm.contract.status import Role, StatusLocation, VerifyResult, verify_key
+from cachewarm.datapath.dumper import SourceProtection
 from cachewarm.exitcodes import epilog
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
@@ -259,13 +260,15 @@ def protection_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def protection_fields(
     max_bytes_per_second: int | None, adaptive: str, order: str, crawl_sleep_us: str
 ) -> dict[str, Any]:
-    """The protection flags as DumpJob / StreamJob fields."""
+    """The protection flags as DumpJob / StreamJob's `protection`."""
     return {
-        "max_bytes_per_second": max_bytes_per_second,
-        "adaptive": adaptive != "off",
-        "adaptive_target": None if adaptive in ("on", "off") else float(adaptive),
-        "order": order,
-        "crawl_sleep_us": None if crawl_sleep_us == "server" else int(crawl_sleep_us),
+        "protection": SourceProtection(
+            max_bytes_per_second=max_bytes_per_second,
+            adaptive=adaptive != "off",
+            adaptive_target=None if adaptive in ("on", "off") else float(adaptive),
+            order=order,
+            crawl_sleep_us=None if crawl_sleep_us == "server" else int(crawl_sleep_us),
+        )
     }
 
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
-from cachewarm.datapath.dumper import DumperCommand, DumperProgress, dumper_node_id
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
 from cachewarm.exitcodes import code_of
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.runner import CommandRunner
@@ -41,6 +41,10 @@ def find_dumper(explicit: str | None) -> str:
     )
 
 
+# On AWS the dumper's adaptive guard is on unless the input turns it off.
+AWS_PROTECTION = SourceProtection(adaptive=True)
+
+
 @dataclass
 class DumpJob:
     warm_id: str
@@ -51,12 +55,8 @@ class DumpJob:
     dumper: str
     threads: int | None = None
     max_items_per_second: int | None = None
-    max_bytes_per_second: int | None = None
-    # The adaptive source guard: on AWS on by default (`agent dump --adaptive on`), the order of the dump.
-    adaptive: bool = True
-    adaptive_target: float | None = None  # None: the dumper's default threshold (1.5)
-    order: str | None = None
-    crawl_sleep_us: int | None = None  # None: the server's own
+    # How the dumper spares the source: on AWS the adaptive guard is on by default.
+    protection: SourceProtection = AWS_PROTECTION
     device_timeout_s: float = 600.0
     publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S
     extra_args: list[str] = field(default_factory=list)
@@ -80,11 +80,7 @@ class DumpJob:
             node_id=dumper_node_id(self.node_id),
             threads=self.threads,
             max_items_per_second=self.max_items_per_second,
-            max_bytes_per_second=self.max_bytes_per_second,
-            adaptive=self.adaptive,
-            adaptive_target=self.adaptive_target,
-            crawl_sleep_us=self.crawl_sleep_us,
-            order=self.order,
+            protection=self.protection,
             progress_interval=self.progress_interval_s,
             resume=resume,
             extra_args=self.extra_args,

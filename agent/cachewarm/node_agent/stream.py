@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cachewarm.contract.status import StatusLocation
-from cachewarm.datapath.dumper import DumperCommand, DumperProgress, dumper_node_id
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
 from cachewarm.datapath.ketama import parse_nodes
 from cachewarm.datapath.stream import StreamCommand, failure_message, parse_summary
 from cachewarm.node_agent.errors import AgentError, ExitCode
-from cachewarm.node_agent.jobs import DEFAULT_STATE_DIR, progress_of
+from cachewarm.node_agent.jobs import AWS_PROTECTION, DEFAULT_STATE_DIR, progress_of
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import Progress, StatusPublisher
 
@@ -42,11 +42,7 @@ class StreamJob:
     max_items_per_second: int | None = None
     state_dir: Path = DEFAULT_STATE_DIR
     # The dumper's protection of the source, as for the dump job (the same workers read it).
-    max_bytes_per_second: int | None = None
-    adaptive: bool = True
-    adaptive_target: float | None = None  # None: the dumper's default threshold (1.5)
-    order: str | None = None
-    crawl_sleep_us: int | None = None
+    protection: SourceProtection = AWS_PROTECTION
 
     @property
     def workdir(self) -> Path:
@@ -66,11 +62,7 @@ class StreamJob:
             node_id=dumper_node_id(self.node_id),
             threads=self.threads,
             max_items_per_second=self.max_items_per_second,
-            max_bytes_per_second=self.max_bytes_per_second,
-            adaptive=self.adaptive,
-            adaptive_target=self.adaptive_target,
-            order=self.order,
-            crawl_sleep_us=self.crawl_sleep_us,
+            protection=self.protection,
             progress_interval=1.0,
             resume=(self.workdir / "keys" / "META").exists(),
         )
