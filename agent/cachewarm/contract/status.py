@@ -57,6 +57,18 @@ class Progress:
         )
 
 
+def _json_object(body: Any) -> dict[str, Any]:
+    """A status body (bytes, text or already parsed) as a JSON object; StatusFormatError otherwise."""
+    if isinstance(body, (bytes, str)):
+        try:
+            body = json.loads(body)
+        except ValueError as e:
+            raise StatusFormatError(f"not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise StatusFormatError(f"not a JSON object: {type(body).__name__}")
+    return body
+
+
 @dataclass(frozen=True)
 class NodeStatus:
     warm_id: str
@@ -74,13 +86,7 @@ class NodeStatus:
     @staticmethod
     def from_json(body: Any) -> NodeStatus:
         """From the parsed JSON object; StatusFormatError names what is wrong."""
-        if isinstance(body, (bytes, str)):
-            try:
-                body = json.loads(body)
-            except ValueError as e:
-                raise StatusFormatError(f"not JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise StatusFormatError(f"not a JSON object: {type(body).__name__}")
+        body = _json_object(body)
         try:
             state = str(body["state"])
             role = str(body["role"])
@@ -164,13 +170,7 @@ class VerifyResult:
 
     @staticmethod
     def from_json(body: Any) -> VerifyResult:
-        if isinstance(body, (bytes, str)):
-            try:
-                body = json.loads(body)
-            except ValueError as e:
-                raise StatusFormatError(f"not JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise StatusFormatError(f"not a JSON object: {type(body).__name__}")
+        body = _json_object(body)
         try:
             counts = {
                 k: int(body.get(k, 0))
