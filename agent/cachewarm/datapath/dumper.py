@@ -16,9 +16,11 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from cachewarm.datapath.format import NODE_RE
 
@@ -33,6 +35,19 @@ def find_dumper(explicit: str | os.PathLike[str] | None, installed: str | os.Pat
         if cand and Path(cand).is_file() and os.access(cand, os.X_OK):
             return Path(cand)
     return None
+
+
+def terminate_child(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """Stop a child this process started (the dumper, an agent's command) when the caller is failing
+    or interrupted: SIGTERM, then SIGKILL after `grace_s`; never leave it running."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def dumper_node_id(node_id: str) -> str:

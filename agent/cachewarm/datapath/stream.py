@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cachewarm.datapath.dumper import DumperCommand, DumperProgress
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.pool import process_pool
@@ -131,12 +131,7 @@ def run_stream(
                 tail.append(raw.decode(errors="replace").rstrip())
         proc.wait()
     except BaseException:
-        proc.terminate()  # never leave the dumper writing to the destinations
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate_child(proc, 10)  # never leave the dumper writing to the destinations
         raise
     finally:
         drain.join(timeout=5)

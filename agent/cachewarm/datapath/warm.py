@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
-from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection
+from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.meta import MetaConnection
@@ -356,13 +356,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
             raise WarmError(dumper.failure() or f"cachewarm-dump exited {rc}")
     except BaseException:  # PopulateError, WarmError, KeyboardInterrupt: stop the dumper too
         display.close()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate_child(proc, 10)
         raise
     display.close()
     dump_end = dumper.ended_at or time.monotonic()

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from cachewarm.datapath.dumper import terminate_child
+
 
 @dataclass(frozen=True)
 class CommandResult:
@@ -70,12 +72,7 @@ class SubprocessRunner:
             proc.wait()
         except BaseException:
             # Interrupted (SIGTERM handler, KeyboardInterrupt): never leave the child running.
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate_child(proc, 30)
             raise
         finally:
             drain.join(timeout=5)
