@@ -182,6 +182,19 @@ STATUS_PREFIX_OPTION = click.option(
     type=Matching(inputs.STATUS_PREFIX),
     help="Key prefix of the status objects in --status-bucket.",
 )
+HEARTBEAT_OPTION = click.option(
+    "--heartbeat-seconds",
+    type=click.FloatRange(min=0.01),
+    default=30.0,
+    show_default=True,
+    help="Seconds between status uploads (heartbeats) while the job runs.",
+)
+REGION_OPTION = click.option(
+    "--region", default=None, help="AWS region of the status bucket (default: the SDK's)."
+)
+DUMPER_OPTION = click.option(
+    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
+)
 _AGENT_FLAGS = [
     WARM_ID_OPTION,
     click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
@@ -190,13 +203,7 @@ _AGENT_FLAGS = [
     click.option("--mount", required=True, type=Matching(inputs.MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
     STATUS_PREFIX_OPTION,
-    click.option(
-        "--heartbeat-seconds",
-        type=click.FloatRange(min=0.01),
-        default=30.0,
-        show_default=True,
-        help="Seconds between status uploads (heartbeats) while the job runs.",
-    ),
+    HEARTBEAT_OPTION,
     click.option(
         "--device-timeout",
         type=click.FloatRange(min=0),
@@ -204,7 +211,7 @@ _AGENT_FLAGS = [
         show_default=True,
         help="Seconds to wait for the device to appear.",
     ),
-    click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's)."),
+    REGION_OPTION,
 ]
 # 0 (unlimited) is never passed: the SSM documents leave the flag out for it.
 _RATE_OPTION = click.option(
@@ -321,9 +328,7 @@ def agent_group() -> None:
 )
 @_RATE_OPTION
 @protection_options
-@click.option(
-    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
-)
+@DUMPER_OPTION
 @click.option(
     "--publish-interval",
     type=click.FloatRange(min=0.1, max=3600),
@@ -483,19 +488,11 @@ def populate_cmd(
     show_default=True,
     help="Where the stream keeps its key lists and checkpoint (a re-run resumes).",
 )
-@click.option(
-    "--dumper", default=None, help="cachewarm-dump binary (default: $CACHEWARM_DUMP, /opt/cachewarm/bin)."
-)
+@DUMPER_OPTION
 @STATUS_BUCKET_OPTION
 @STATUS_PREFIX_OPTION
-@click.option(
-    "--heartbeat-seconds",
-    type=click.FloatRange(min=0.01),
-    default=30.0,
-    show_default=True,
-    help="Seconds between status uploads (heartbeats) while the job runs.",
-)
-@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+@HEARTBEAT_OPTION
+@REGION_OPTION
 def stream_cmd(
     warm_id: str,
     node_id: str,
@@ -620,7 +617,7 @@ def run_verify(
     show_default=True,
     help="Seconds a destination item's remaining TTL may differ from the source's.",
 )
-@click.option("--region", default=None, help="AWS region of the status bucket (default: the SDK's).")
+@REGION_OPTION
 def verify_cmd(
     warm_id: str,
     node_id: str,
