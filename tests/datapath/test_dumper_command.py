@@ -69,3 +69,19 @@ def test_the_real_dumper_accepts_the_argv_and_its_lines_parse(
     assert parsed and all(p is not None for p in parsed), out
     last = parsed[-1]
     assert last is not None and last.event == "done" and last.items == 1 and last.keys_listed == 1
+
+
+def test_the_agents_adaptive_flag_becomes_the_dumpers_guard_and_threshold() -> None:
+    """`agent dump|stream --adaptive on|off|RATIO` (the dump document's one parameter) reaches
+    cachewarm-dump as --adaptive [--adaptive-target RATIO]; the other protection flags ride along."""
+    from cachewarm.node_agent.cli import protection_fields
+
+    def argv(adaptive: str, sleep: str = "server") -> list[str]:
+        prot = protection_fields(None, adaptive, "recency", sleep)["protection"]
+        return DumperCommand(binary="d", host="h", port=1, out=Path("o"), protection=prot).argv()[7:]
+
+    assert argv("off") == ["--order", "recency"]
+    assert argv("on") == ["--adaptive", "--order", "recency"]
+    assert argv("2.5", "250") == [
+        "--adaptive", "--adaptive-target", "2.5", "--crawl-sleep-us", "250", "--order", "recency"
+    ]  # fmt: skip
