@@ -28,3 +28,10 @@ def deployment_marker(group: dict[str, Any]) -> str:
         if tag.get("Key") == tags.DEPLOYMENT and tag.get("Value"):
             return str(tag["Value"])
     return str(group.get("CreatedTime", ""))
+
+
+def warm_id_of_group(autoscaling: Any, asg_name: str) -> str | None:
+    """The warm id of a launch of the group, asking Auto Scaling (a boto3 client) for its deployment
+    marker; None when the group does not exist. AWS errors are the caller's to name."""
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"]
+    return asg_warm_id(asg_name, deployment_marker(groups[0])) if groups else None

@@ -63,15 +63,15 @@ def input_warm_id(doc: object, autoscaling: Any | None) -> str | None:
     if not isinstance(asg, str) or not asg or autoscaling is None:
         return None
     try:
-        groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"]
+        warm_id = warm_ids.warm_id_of_group(autoscaling, asg)
     except ClientError as e:
         raise OperatorError(f"cannot describe the destination's Auto Scaling group {asg!r}: {e}") from e
-    if not groups:
+    if warm_id is None:
         raise OperatorError(
             f"the destination's Auto Scaling group {asg!r} no longer exists: the warm id ValidateInput "
             "derived from it cannot be derived again (see the execution's ValidateInput output)"
         )
-    return warm_ids.asg_warm_id(asg, warm_ids.deployment_marker(groups[0]))
+    return warm_id
 
 
 def status_location(

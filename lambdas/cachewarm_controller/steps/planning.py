@@ -38,14 +38,6 @@ from cachewarm_controller.steps.inventory import (
 # ---- ValidateInput --------------------------------------------------------------------------------
 
 
-def deployment_marker(asg_name: str, autoscaling: Any) -> str:
-    """The group's deployment marker (contract.warm_ids), naming a group that does not exist."""
-    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg_name])["AutoScalingGroups"]
-    if not groups:
-        raise InvalidInputError(f"destination.asg_name {asg_name!r}: no such Auto Scaling group")
-    return warm_ids.deployment_marker(groups[0])
-
-
 def validate(raw: object, deps: Deps) -> WarmInput:
     """Reject bad input before anything exists, naming the field. An input without `warm_id` whose
     destination is an Auto Scaling group (the launch trigger's) gets one derived from the group."""
@@ -56,7 +48,10 @@ def validate(raw: object, deps: Deps) -> WarmInput:
             else None
         )
         if isinstance(asg, str) and inputs.matches(inputs.ASG_NAME, asg) and deps.autoscaling is not None:
-            raw = {**raw, "warm_id": warm_ids.asg_warm_id(asg, deployment_marker(asg, deps.autoscaling))}
+            warm_id = warm_ids.warm_id_of_group(deps.autoscaling, asg)
+            if warm_id is None:
+                raise InvalidInputError(f"destination.asg_name {asg!r}: no such Auto Scaling group")
+            raw = {**raw, "warm_id": warm_id}
     inp = parse_input(raw)
     problem = history_problem(inp)
     if problem:

@@ -56,15 +56,10 @@ def _with_warm_id(target: TeardownTarget, deps: Deps) -> TeardownTarget:
     if target.warm_id is not None or target.asg_name is None or deps.autoscaling is None:
         return target
     try:
-        groups = deps.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[target.asg_name])
+        warm_id = warm_ids.warm_id_of_group(deps.autoscaling, target.asg_name)
     except ClientError:
         return target
-    found = groups.get("AutoScalingGroups") or []
-    if not found:
-        return target
-    return replace(
-        target, warm_id=warm_ids.asg_warm_id(target.asg_name, warm_ids.deployment_marker(found[0]))
-    )
+    return target if warm_id is None else replace(target, warm_id=warm_id)
 
 
 @dataclass
