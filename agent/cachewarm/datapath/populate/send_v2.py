@@ -92,7 +92,7 @@ def send_py(
             pieces, count = q[k]
             c = conns[i]
             c.send_batch(pieces, count)
-            limiter.take(count, sum(len(p) for p in pieces))
+            limiter.take(count, sum(len(p) for p in pieces) + len(b"mn\r\n"))  # as _v2send.c counts
             if any(x.totals.errors for x in conns.values()):
                 stop = True  # each further failed store would delete a live value
                 break
