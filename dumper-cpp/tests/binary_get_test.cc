@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "binary_get.h"
+#include "testutil.h"
 
 namespace cachewarm {
 namespace {
@@ -60,7 +61,7 @@ void Serve(int fd, const std::map<std::string, std::pair<uint32_t, std::string>>
       const std::string flags = {char(f >> 24), char(f >> 16), char(f >> 8), char(f)};
       out = Response(binproto::kGetKQ, 0, opaque, flags, key, it->second.second);
     }
-    if (::write(fd, out.data(), out.size()) != ssize_t(out.size())) return;
+    if (SocketWrite(fd, out.data(), out.size()) != ssize_t(out.size())) return;
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <random>
 #include <string>
 #include <thread>
@@ -27,7 +28,7 @@ void WriteAll(int fd, const std::string& s, std::mt19937* rng) {
   size_t pos = 0;
   while (pos < s.size()) {
     size_t n = std::min<size_t>(s.size() - pos, 1 + (*rng)() % 9000);
-    ssize_t w = ::write(fd, s.data() + pos, n);
+    ssize_t w = SocketWrite(fd, s.data() + pos, n);
     ASSERT_GT(w, 0);
     pos += size_t(w);
   }
@@ -104,7 +105,7 @@ TEST(CrawlStream, ShortAnswersEndTheResponse) {
                                     std::string("OK\r\nEND\r\n")}) {
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    ASSERT_EQ(::write(sv[1], answer.data(), answer.size()), ssize_t(answer.size()));
+    ASSERT_EQ(SocketWrite(sv[1], answer.data(), answer.size()), ssize_t(answer.size()));
     CrawlStream stream(1 << 20, t.path());
     stream.StartOnFd(sv[0]);
     std::string got;
@@ -126,7 +127,7 @@ TEST(CrawlStream, ConnectionClosedBeforeTheEndIsAnErrorAfterTheBytes) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   const std::string part = "OK\r\nkey=a exp=-1\nkey=b exp=-1\n";
-  ASSERT_EQ(::write(sv[1], part.data(), part.size()), ssize_t(part.size()));
+  ASSERT_EQ(SocketWrite(sv[1], part.data(), part.size()), ssize_t(part.size()));
   ::close(sv[1]);
   CrawlStream stream(1 << 20, t.path());
   stream.StartOnFd(sv[0]);
@@ -155,7 +156,7 @@ TEST(CrawlStream, SpillDirThatCannotHoldAFileIsNamed) {
     std::mt19937 rng(1);
     size_t pos = 0;
     while (pos < dump.size()) {
-      ssize_t w = ::write(sv[1], dump.data() + pos, std::min<size_t>(4096, dump.size() - pos));
+      ssize_t w = SocketWrite(sv[1], dump.data() + pos, std::min<size_t>(4096, dump.size() - pos));
       if (w <= 0) return;  // the reader gave up
       pos += size_t(w);
     }
@@ -174,6 +175,18 @@ TEST(CrawlStream, SpillDirThatCannotHoldAFileIsNamed) {
   writer.join();
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("--spill-dir /nonexistent/spill"), std::string::npos) << s.ToString();
+  ::close(sv[1]);
+}
+
+// The tests' socket writes must survive a reader that has gone away whatever SIGPIPE's disposition
+// (default from a terminal): the write fails with EPIPE and the test binary lives on.
+TEST(TestSockets, WriteToAClosedPeerIsEPIPENotADeath) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  ::close(sv[0]);
+  errno = 0;
+  EXPECT_EQ(SocketWrite(sv[1], "x", 1), -1);
+  EXPECT_EQ(errno, EPIPE);
   ::close(sv[1]);
 }
 

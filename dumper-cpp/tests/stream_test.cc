@@ -18,6 +18,7 @@
 #include "ketama.h"
 #include "net.h"
 #include "stream_conn.h"
+#include "testutil.h"
 
 namespace cachewarm {
 namespace {
@@ -163,7 +164,7 @@ class Scripted {
           if (n <= 0) break;
           got.append(buf, size_t(n));
         }
-        if (::write(fd, r.data(), r.size()) < 0) break;
+        if (SocketWrite(fd, r.data(), r.size()) < 0) break;
       }
       ::close(fd);
     });
@@ -213,7 +214,7 @@ TEST(DestConn, MetaRepliesCountedAndErrorsStopWriting) {
   DestConn d("127.0.0.1:1", DestConn::kMeta);
   d.UseFd(sv[0]);
   const std::string replies = "NS\r\nNS O17\r\nMN\r\nNS\r\n";
-  ASSERT_EQ(::write(sv[1], replies.data(), replies.size()), ssize_t(replies.size()));
+  ASSERT_EQ(SocketWrite(sv[1], replies.data(), replies.size()), ssize_t(replies.size()));
   // A mark answered: AwaitMarks returns once MN is in.
   d.QueueMark();
   DestConn* conns[] = {&d};
@@ -226,7 +227,7 @@ TEST(DestConn, MetaRepliesCountedAndErrorsStopWriting) {
   char buf[16];
   EXPECT_EQ(::read(sv[1], buf, sizeof buf), 4);  // "mn\r\n" went out
   const std::string err = "SERVER_ERROR out of memory storing object\r\n";
-  ASSERT_EQ(::write(sv[1], err.data(), err.size()), ssize_t(err.size()));
+  ASSERT_EQ(SocketWrite(sv[1], err.data(), err.size()), ssize_t(err.size()));
   static const char value[] = "ms k 1 T0 F0 ME q\r\nv\r\n";
   d.QueueMark();
   Status s = DestConn::AwaitMarks(conns, 1, 2000);
@@ -271,12 +272,12 @@ TEST(DestConn, BinaryRepliesExistsNoopAndErrors) {
   const std::string in = response(binstore::kAddQ, binstore::kKeyExists, 5, "Data exists for key.") +
                          response(binstore::kNoop, 0, 0, "");
   // Fed in two pieces: a response split across reads.
-  ASSERT_EQ(::write(sv[1], in.data(), 30), 30);
+  ASSERT_EQ(SocketWrite(sv[1], in.data(), 30), 30);
   d.QueueMark();
   DestConn* conns[] = {&d};
   std::thread later([&] {
     usleep(50000);
-    EXPECT_EQ(::write(sv[1], in.data() + 30, in.size() - 30), ssize_t(in.size() - 30));
+    EXPECT_EQ(SocketWrite(sv[1], in.data() + 30, in.size() - 30), ssize_t(in.size() - 30));
   });
   ASSERT_TRUE(DestConn::AwaitMarks(conns, 1, 2000).ok());
   later.join();
@@ -285,7 +286,7 @@ TEST(DestConn, BinaryRepliesExistsNoopAndErrors) {
   ASSERT_EQ(r.tags.size(), 1u);
   EXPECT_EQ(r.tags[0], 5u);
   const std::string big = response(binstore::kAddQ, 0x0003, 9, "Too large.");
-  ASSERT_EQ(::write(sv[1], big.data(), big.size()), ssize_t(big.size()));
+  ASSERT_EQ(SocketWrite(sv[1], big.data(), big.size()), ssize_t(big.size()));
   d.QueueMark();
   Status s = DestConn::AwaitMarks(conns, 1, 2000);
   EXPECT_EQ(s.code(), Status::kServer);

@@ -119,7 +119,12 @@ void Send(const char* host, int port, const std::vector<Batch>& batches, Result*
       if (off < len) iov[n++] = {const_cast<char*>(files[b.file].data() + b.begin + off), len - off};
       const size_t mn_done = off > len ? off - len : 0;
       iov[n++] = {const_cast<char*>(&"mn\r\n"[mn_done]), 4 - mn_done};
-      const ssize_t w = ::writev(c.fd(), iov, n);
+      // sendmsg + MSG_NOSIGNAL, not writev: a destination that goes away is "send failed", not a
+      // SIGPIPE death (whatever disposition the benchmark inherited).
+      struct msghdr m = {};
+      m.msg_iov = iov;
+      m.msg_iovlen = size_t(n);
+      const ssize_t w = ::sendmsg(c.fd(), &m, MSG_NOSIGNAL);
       if (w < 0 && errno != EAGAIN && errno != EINTR) Die("send failed");
       if (w > 0) off += size_t(w);
       if (off == len + 4) {
