@@ -1,6 +1,6 @@
 """`python -m cachewarm ...` runs the CLI (what `make demo` uses, independent of PATH)."""
 
-from cachewarm.cli import main
+from cachewarm.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

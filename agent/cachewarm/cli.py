@@ -6,6 +6,7 @@ import click
 
 from cachewarm import __version__
 from cachewarm.exitcodes import ExitCode, epilog
+from cachewarm.stdio import survive_closed_outputs
 
 
 @click.group(
@@ -15,6 +16,13 @@ from cachewarm.exitcodes import ExitCode, epilog
 @click.version_option(__version__, prog_name="cachewarm")
 def main() -> None:
     """Warm a new memcached replica from an existing one."""
+
+
+def run() -> None:
+    """The console entry point (`cachewarm`, `python -m cachewarm`): main() with a stdout and stderr
+    that outlive their reader (`cachewarm warm --json | head -1`; cachewarm.stdio)."""
+    survive_closed_outputs()
+    main()
 
 
 # Each area adds one line below: `main.add_command(<its click command or group>)`.

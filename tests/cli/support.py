@@ -13,7 +13,7 @@ from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 
-CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 
 
 def run(

@@ -19,7 +19,7 @@ from cachewarm.datapath.writer import DirWriter, PublishedFile
 from cachewarm.testing.populating import Background, config, fetch, node, records
 
 MONTH = MAX_RELATIVE_TTL
-CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 
 
 def test_ttl_token() -> None:

@@ -18,7 +18,7 @@ from cachewarm.testing.populating import expiries, fetch
 
 from tests.conftest import DEFAULT_VERSION
 
-CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 BIG = bytes(range(256)) * (5 * 4096)  # 5 MiB
 
 

@@ -20,7 +20,7 @@ from cachewarm.testing.populating import expiries, fetch
 
 from tests.datapath.test_warm import put
 
-CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 SPECIAL = bytes([0x00, 0x20, 0x0A, 0x0D, 0xFF])
 MIB = 1 << 20
 

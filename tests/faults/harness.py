@@ -19,7 +19,7 @@ from cachewarm.testing.memcached import MemcachedServer
 
 # `make faults TRIALS=20` sets FAULT_TRIALS; the default keeps `make test` fast.
 DEFAULT_TRIALS = 3
-CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
+CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 
 
 def trials() -> int:
