@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,19 +103,23 @@ class MemcachedServer:
         if os.geteuid() == 0:  # memcached refuses to run as root without -u
             args += ["-u", "root"]
         args += self.extra_args
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
-                raise RuntimeError(f"memcached exited at start (port {self.port}): {err}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2) as s:
-                    s.sendall(b"version\r\n")
-                    if s.recv(64).startswith(b"VERSION"):
-                        return self
-            except OSError:
-                time.sleep(0.02)
+        # stderr into an unnamed file, not a pipe: nobody reads a pipe while the server runs, and a
+        # memcached that fills one (warnings, -v) would block in write() and stall every test using it.
+        with tempfile.TemporaryFile() as errors:  # the server keeps its own descriptor
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=errors)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    errors.seek(0)
+                    err = errors.read().decode(errors="replace")
+                    raise RuntimeError(f"memcached exited at start (port {self.port}): {err}")
+                try:
+                    with socket.create_connection((self.host, self.port), timeout=0.2) as s:
+                        s.sendall(b"version\r\n")
+                        if s.recv(64).startswith(b"VERSION"):
+                            return self
+                except OSError:
+                    time.sleep(0.02)
         self.stop()
         raise RuntimeError(f"memcached did not answer on port {self.port}")
 
