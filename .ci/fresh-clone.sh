@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Acceptance check for the README's two commands as a newcomer runs them: a fresh clone, PATH reduced to
-# the system's directories (so the system's python3 — Debian's — is the only one there), then
+# the system's directories (so the system's python3 — Debian's — is the only one there), every signal at
+# its default action and none blocked (.ci/default-signals: as from an ordinary shell), then
 # `make demo` and `make test`. Both must pass; nothing may be pip-installed outside the clone's .venv.
 #
 #   .ci/fresh-clone.sh [REF] [TARGET...]     REF: a commit of this repository (default HEAD; uncommitted
@@ -56,7 +57,8 @@ status=0
 results=()
 for t in "${targets[@]}"; do
   start=$(date +%s)
-  if (cd "$work/clone" && env -u VIRTUAL_ENV -u PYENV_VERSION "${envs[@]}" make "$t") >"$work/logs/$t.log" 2>&1; then
+  if (cd "$work/clone" && env -u VIRTUAL_ENV -u PYENV_VERSION "${envs[@]}" "$repo/.ci/default-signals" make "$t") \
+    >"$work/logs/$t.log" 2>&1; then
     r=pass
   else
     r="FAIL (see $work/logs/$t.log)"
