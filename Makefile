@@ -131,9 +131,12 @@ bench-peers: deps-apt-run deps-py dumper memcached-versions
 	  MCDUMPLOAD=$(MCDUMPLOAD) $(PY) bench/peers.py --runs $(BENCH_RUNS)
 
 TRIALS ?= 20
-# Fault scenarios with TRIALS trials each; the closing table also goes to build/faults.md.
-faults: deps build
+# Fault scenarios with TRIALS trials each, on every memcached release (stream scenarios too); the closing
+# table (one row per scenario and release) also goes to build/faults.md. RELEASES=1.6.45,... narrows it.
+RELEASES ?=
+faults: deps build memcached-versions
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md \
+	  CACHEWARM_STREAM_VERSIONS=all $(if $(RELEASES),CACHEWARM_MEMCACHED_VERSIONS=$(RELEASES)) \
 	  $(PY) -m pytest -q -s --timeout=0 tests/faults
 
 # Longer fuzzing runs (FUZZ_SECONDS per target); corpora are kept in build/fuzz/corpus between runs.

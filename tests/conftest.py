@@ -37,6 +37,12 @@ WARM_MODES = ("files", "stream")
 STREAM_VERSIONS = (DEFAULT_VERSION,)
 
 
+def stream_versions() -> tuple[str, ...]:
+    """The releases stream-only tests run on: STREAM_VERSIONS, or every release of MATRIX with
+    CACHEWARM_STREAM_VERSIONS=all (`make faults` sets it)."""
+    return MATRIX if os.environ.get("CACHEWARM_STREAM_VERSIONS") == "all" else STREAM_VERSIONS
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "memcached_versions(*versions): the memcached releases this test runs against"

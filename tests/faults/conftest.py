@@ -1,4 +1,5 @@
-"""Fault-suite fixtures and the closing table (scenario, trials, lost, corrupt, leaked).
+"""Fault-suite fixtures and the closing table (scenario, memcached release, trials, lost, corrupt,
+leaked).
 
 The table is printed at the end of the pytest run (terminal summary) and, when FAULT_REPORT names a
 file, written there as Markdown (`make faults` puts it in build/faults.md)."""
@@ -30,11 +31,9 @@ def tally(request: pytest.FixtureRequest) -> Callable[..., Tally]:
     xfail = request.node.get_closest_marker("xfail")
 
     def make(scenario: str, known_bug: str | None = None) -> Tally:
-        if version:
-            scenario = f"{scenario} [memcached {version}]"
         if known_bug is None and xfail is not None:
             known_bug = str(xfail.kwargs.get("reason", "xfail"))
-        t = Tally(scenario, known_bug=known_bug)
+        t = Tally(scenario, known_bug=known_bug, release=version)
         request.config.stash[_ROWS].append(t)
         return t
 
@@ -42,15 +41,21 @@ def tally(request: pytest.FixtureRequest) -> Callable[..., Tally]:
 
 
 def table(rows: list[Tally]) -> str:
+    """One row per scenario and memcached release ("—": the scenario starts no server), in the
+    order the scenarios ran, each scenario's releases together."""
     out = [
-        "| scenario | trials | lost | corrupt | leaked | result |",
-        "|---|---:|---:|---:|---:|---|",
+        "| scenario | memcached | trials | lost | corrupt | leaked | result |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
+    order: dict[str, int] = {}
     for r in rows:
+        order.setdefault(r.scenario, len(order))
+    for r in sorted(rows, key=lambda r: (order[r.scenario], r.release or "")):
         result = "ok" if r.clean else "FAIL"
         if r.known_bug:
             result = f"known bug (xfail): {r.known_bug}"
-        out.append(f"| {r.scenario} | {r.trials} | {r.lost} | {r.corrupt} | {r.leaked} | {result} |")
+        figures = f"{r.trials} | {r.lost} | {r.corrupt} | {r.leaked}"
+        out.append(f"| {r.scenario} | {r.release or '—'} | {figures} | {result} |")
     return "\n".join(out)
 
 

@@ -48,6 +48,8 @@ class Tally:
     notes: list[str] = field(default_factory=list)
     # Set when the scenario is an xfail(strict=True) test pinning a known bug in another area.
     known_bug: str | None = None
+    # The memcached release the trials ran against (None: the scenario starts no server).
+    release: str | None = None
 
     def note(self, text: str) -> None:
         if len(self.notes) < 20:
@@ -59,7 +61,8 @@ class Tally:
 
     def line(self) -> str:
         figures = f"trials={self.trials} lost={self.lost} corrupt={self.corrupt} leaked={self.leaked}"
-        line = f"{self.scenario}: {figures}"
+        where = f" [memcached {self.release}]" if self.release else ""
+        line = f"{self.scenario}{where}: {figures}"
         return line + (f" (known bug: {self.known_bug})" if self.known_bug else "")
 
     def check(self) -> None:

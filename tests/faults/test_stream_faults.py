@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from cachewarm.testing.memcached import MemcachedServer
 
-from tests.conftest import DEFAULT_VERSION
+from tests.conftest import stream_versions
 from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, load_numbered, run_dump
 from tests.faults.harness import Tally, fetch_all, kill9, survivors, tmp_leftovers, trials
 
-# Stream-only scenarios: the default release (the writes are the same meta commands on every one).
-pytestmark = pytest.mark.memcached_versions(DEFAULT_VERSION)
+# Stream-only scenarios: in `make test` the default release (CI time; the writes are the same meta
+# commands on every one), in `make faults` every release (CACHEWARM_STREAM_VERSIONS=all).
+pytestmark = pytest.mark.memcached_versions(*stream_versions())
 
 N_ITEMS = 6000
 VALUE_SIZE = 64
