@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -327,4 +328,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

@@ -37,6 +37,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(REPO / "agent"))
 sys.path.insert(0, str(BENCH))
 
+from cachewarm.stdio import survive_closed_outputs  # noqa: E402
 from cachewarm.testing.memcached import MemcachedServer  # noqa: E402
 from source_latency import load  # noqa: E402
 from zipf_client import ZipfKeys  # noqa: E402
@@ -164,4 +165,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

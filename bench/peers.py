@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer, binary_version, memcached_binary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -283,4 +284,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

@@ -40,6 +40,7 @@ from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.populate import PopulateConfig, populate
 from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer
 
 TRIALS = int(os.environ.get("BENCH_TRIALS", "3"))
@@ -291,4 +292,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

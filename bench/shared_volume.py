@@ -48,6 +48,7 @@ from cachewarm.node_agent.jobs import DumpJob, PopulateJob, Publication, run_dum
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
 from cachewarm.node_agent.volume import Published, Volume
+from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.shared_volume import TEST_READER_OPTIONS, LoopVolume, unavailable_reason
 
@@ -279,4 +280,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "agent"))
 
+from cachewarm.stdio import survive_closed_outputs  # noqa: E402
 from cachewarm.testing.memcached import MemcachedServer  # noqa: E402
 
 DUMPER = Path(os.environ.get("CACHEWARM_DUMP", REPO / "build" / "release" / "cachewarm-dump"))
@@ -337,6 +338,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         h, p, n, rate, secs, out = sys.argv[2:8]
         client_main(h, int(p), int(n), float(rate), float(secs), out)

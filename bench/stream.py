@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedNotFound, MemcachedServer, memcached_binary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -162,4 +163,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()

@@ -27,6 +27,8 @@ import threading
 import time
 from collections import deque
 
+from cachewarm.stdio import survive_closed_outputs
+
 
 class ZipfKeys:
     """Key indexes in [0, items) by Zipf rank (s = `exponent`), hotness spread by a fixed permutation."""
@@ -151,4 +153,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    survive_closed_outputs()  # `... | head`: the run still finishes and stops what it started
     main()
