@@ -4,6 +4,8 @@
 pure-Python encoder (slower: see agent/cachewarm/datapath/_speedups.c). `make test` requires the extension.
 """
 
+import glob
+
 from setuptools import Extension, setup
 
 setup(
@@ -14,9 +16,12 @@ setup(
                 "agent/cachewarm/datapath/_speedups.c",
                 "agent/cachewarm/datapath/_v2plan.c",
                 "agent/cachewarm/datapath/_v2send.c",
+                "agent/cachewarm/datapath/_placement.c",
+                # The placement core, shared with the C++ dumper (hashkit/hashkit.h).
+                *sorted(glob.glob("hashkit/*.c")),
             ],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"],
-            depends=["agent/cachewarm/datapath/_v2record.h"],
+            depends=["agent/cachewarm/datapath/_v2record.h", "hashkit/hashkit.h", "hashkit/placement.h"],
             optional=True,
         )
     ]

@@ -7,7 +7,8 @@
  *         delimiter, only)
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
- *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: the ketama ring (sorted little-endian
+ *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: a Placement (_placement.c; owners
+ *   None), or the ketama ring (sorted little-endian
  *   u32 points and the u32 destination index owning each) or None for one destination; delimiter:
  *   hash only the key's part before it (bytes, or None); only: bytes with one flag per destination
  *   (0: skip its records) or None.
@@ -118,6 +119,11 @@ static int end_batch(Node *n) {
   return v2buf_put(&n->pieces, p, sizeof p);
 }
 
+/* A Placement object (_placement.c), or NULL. */
+struct cw_placement;
+const struct cw_placement *placement_of(PyObject *o);
+long cw_place(const struct cw_placement *p, const unsigned char *key, size_t len);
+
 static PyObject *plan_v2(PyObject *self, PyObject *args) {
   (void)self;
   Py_buffer view, points = {0}, owners = {0}, delim = {0}, only = {0};
@@ -137,7 +143,9 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_TypeError, "budgets: a non-empty tuple");
     goto done;
   }
-  if ((points_o != Py_None && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
+  /* ring_points may be a Placement (any scheme; ring_owners and delimiter None) */
+  const struct cw_placement *placement = placement_of(points_o);
+  if ((points_o != Py_None && !placement && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
       (owners_o != Py_None && PyObject_GetBuffer(owners_o, &owners, PyBUF_SIMPLE) < 0) ||
       (delim_o != Py_None && PyObject_GetBuffer(delim_o, &delim, PyBUF_SIMPLE) < 0) ||
       (only_o != Py_None && PyObject_GetBuffer(only_o, &only, PyBUF_SIMPLE) < 0))
@@ -180,7 +188,13 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     const Py_ssize_t at = pos;
     pos = r.next;
     Py_ssize_t idx = 0;
-    if (points.buf) {
+    if (placement) {
+      idx = (Py_ssize_t)cw_place(placement, r.key, r.key_len);
+      if (idx < 0 || idx >= n_nodes) {
+        PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: the placement cannot place its key", records - 1, at);
+        goto done;
+      }
+    } else if (points.buf) {
       size_t hl = r.key_len;
       if (delim.buf) { /* as ketama.index_for: the part before the delimiter's first occurrence */
         const unsigned char *cut = memmem(r.key, r.key_len, delim.buf, (size_t)delim.len);

@@ -1,0 +1,251 @@
+"""`--placement SCHEME[,KEY=VALUE...]`: which client's key -> node mapping a warm reproduces.
+
+A scheme resolves, for the destination nodes, to a hashkit description (hashkit/placement.h): the
+distribution, the key hash, the node names and point counts, the key transforms. The C extension
+parses it (the C++ dumper parses the same text), so the placement is written once, in C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cachewarm.datapath.ketama import Node
+
+# scheme -> (allowed options, what the user must give)
+SCHEMES: dict[str, tuple[frozenset[str], str]] = {
+    "twemproxy": (frozenset({"config", "pool"}), "config=NUTCRACKER.yml,pool=NAME"),
+    "mcrouter": (frozenset({"config", "pool"}), "config=MCROUTER.json,pool=NAME"),
+    "libmemcached": (
+        frozenset({"distribution", "hash", "namespace"}),
+        "[distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=PREFIX]",
+    ),
+    "pymemcache": (frozenset({"keys", "prefix"}), "[keys=str|bytes][,prefix=KEY_PREFIX]"),
+    "gomemcache": (frozenset(), ""),
+}
+_REQUIRED = {"twemproxy": ("config", "pool"), "mcrouter": ("config", "pool")}
+
+# libmemcached's hash names (memcached_behavior_set MEMCACHED_BEHAVIOR_HASH) -> hashkit's.
+LIBMEMCACHED_HASHES = {
+    "default": "one_at_a_time",
+    "one_at_a_time": "one_at_a_time",
+    "md5": "md5",
+    "crc": "crc32",
+    "fnv1_64": "fnv1_64",
+    "fnv1a_64": "fnv1a_64",
+    "fnv1_32": "fnv1_32",
+    "fnv1a_32": "fnv1a_32",
+    "hsieh": "hsieh",
+    "murmur": "murmur",
+    "jenkins": "jenkins",
+}
+
+
+class PlacementError(ValueError):
+    """A scheme that cannot be used as given (named in the message); nothing has been sent."""
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One node of a description: the name its points hash, its count (ketama points, modula slots,
+    else 1) and the destination its keys go to."""
+
+    name: str
+    count: int
+    dest: int
+
+
+@dataclass(frozen=True)
+class Description:
+    dist: str
+    nodes: tuple[NodeEntry, ...]
+    hash: str | None = None
+    points: str | None = None  # ketama: "md5x4" | "hash"
+    collision: str = "first"
+    prefix: bytes = b""
+    hash_stop: bool = False
+    tag: bytes = b""
+    salt: bytes = b""
+    keyform: str | None = None
+
+    def text(self) -> str:
+        lines = [f"dist {self.dist}"]
+        if self.hash:
+            lines.append(f"hash {self.hash}")
+        if self.points:
+            lines.append(f"points {self.points}")
+        if self.dist == "ketama":
+            lines.append(f"collision {self.collision}")
+        if self.keyform:
+            lines.append(f"keyform {self.keyform}")
+        if self.prefix:
+            lines.append(f"prefix {self.prefix.hex()}")
+        if self.hash_stop:
+            lines.append("hash-stop")
+        if self.tag:
+            lines.append(f"tag {self.tag.hex()}")
+        if self.salt:
+            lines.append(f"salt {self.salt.hex()}")
+        lines += [f"node {n.name.encode().hex()} {n.count} {n.dest}" for n in self.nodes]
+        return "\n".join(lines) + "\n"
+
+
+def _speedups():  # type: ignore[no-untyped-def]
+    try:
+        from cachewarm.datapath import _speedups
+    except ImportError:
+        _speedups = None
+    if _speedups is None or not hasattr(_speedups, "Placement"):
+        raise PlacementError(
+            "--placement needs cachewarm's C extension (hashkit), which this installation lacks: "
+            "reinstall with a C compiler and Python headers (python3-dev)"
+        )
+    return _speedups
+
+
+def weighted_points(weight: int, total: int, n: int, base: int = 160) -> int:
+    """Weighted ketama's points for one server (float32 arithmetic, as twemproxy/libmemcached)."""
+    return int(_speedups().ketama_weighted_points(weight, total, n, base))
+
+
+def node_name(host: str, port: int) -> str:
+    """libmemcached's and twemproxy's name for an unnamed server: the host alone on 11211."""
+    return host if port == 11211 else f"{host}:{port}"
+
+
+@dataclass
+class Placer:
+    """A scheme resolved for a destination list: `index_for(key)` is the index in `nodes` of the
+    node the client looks on. Duck-compatible with ketama.KetamaRing where the data paths route."""
+
+    nodes: Sequence[Node]
+    scheme: str
+    description: Description
+    hash_delimiter: bytes | None = None  # (KetamaRing's field; the description carries the transforms)
+    _c: object = field(init=False, repr=False)
+    _place: Callable[[bytes], int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        sp = _speedups()
+        try:
+            self._c = sp.Placement(self.description.text().encode())
+        except ValueError as e:
+            raise PlacementError(f"{self.scheme}: {e}") from e
+        self._place = self._c.place  # type: ignore[attr-defined]
+
+    @property
+    def c_placement(self) -> object:
+        """The extension's Placement (plan_v2 routes with it)."""
+        return self._c
+
+    def index_for(self, key: bytes) -> int:
+        try:
+            return self._place(key)
+        except ValueError as e:
+            raise PlacementError(f"{self.scheme}: key {key[:60]!r}: {e}") from e
+
+    def node_for(self, key: bytes) -> Node:
+        return self.nodes[self.index_for(key)]
+
+    def describe(self) -> dict[str, object]:
+        return {"scheme": self.scheme, "description": self.description.text()}
+
+
+@dataclass(frozen=True)
+class PlacementSpec:
+    """`SCHEME[,KEY=VALUE...]` as the user gave it (validated by `parse`)."""
+
+    scheme: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> PlacementSpec:
+        scheme, *parts = [p.strip() for p in text.split(",")]
+        if scheme not in SCHEMES:
+            raise PlacementError(
+                f"unknown placement scheme {scheme!r}: use evcache (the default) or one of "
+                + ", ".join(sorted(SCHEMES))
+            )
+        allowed, usage = SCHEMES[scheme]
+        opts: dict[str, str] = {}
+        for part in parts:
+            k, sep, v = part.partition("=")
+            if not sep or not v:
+                raise PlacementError(f"--placement {text!r}: {part!r} is not KEY=VALUE (usage: {scheme},{usage})")
+            if k not in allowed:
+                raise PlacementError(
+                    f"--placement {text!r}: {scheme} takes no option {k!r} (usage: {scheme}{',' if usage else ''}{usage})"
+                )
+            if k in opts:
+                raise PlacementError(f"--placement {text!r}: {k!r} given twice")
+            opts[k] = v
+        for k in _REQUIRED.get(scheme, ()):
+            if k not in opts:
+                raise PlacementError(f"--placement {text!r}: {scheme} needs {k}= (usage: {scheme},{usage})")
+        spec = cls(scheme, tuple(sorted(opts.items())))
+        spec._check_values()
+        return spec
+
+    def option(self, key: str, default: str | None = None) -> str | None:
+        return dict(self.options).get(key, default)
+
+    def text(self) -> str:
+        return ",".join([self.scheme, *(f"{k}={v}" for k, v in self.options)])
+
+    def _check_values(self) -> None:
+        if self.scheme == "libmemcached":
+            dist = self.option("distribution", "modula")
+            if dist not in ("modula", "ketama", "ketama-weighted", "ketama-spy"):
+                raise PlacementError(f"libmemcached distribution {dist!r}: use modula, ketama, ketama-weighted or ketama-spy")
+            h = self.option("hash", "default")
+            if h not in LIBMEMCACHED_HASHES:
+                raise PlacementError(f"libmemcached hash {h!r}: use one of {', '.join(LIBMEMCACHED_HASHES)}")
+        if self.scheme == "pymemcache" and self.option("keys", "str") not in ("str", "bytes"):
+            raise PlacementError(f"pymemcache keys={self.option('keys')!r}: use str or bytes (how your code passes keys)")
+
+    def placer(self, nodes: Sequence[Node]) -> Placer:
+        """The placement over `nodes` (the destinations, in the order given). Raises PlacementError
+        naming a bad configuration or a node it does not list — before anything is sent."""
+        if not nodes:
+            raise PlacementError("a placement needs at least one destination")
+        if self.scheme == "twemproxy":
+            from cachewarm.datapath.placement import twemproxy
+
+            desc = twemproxy.description(Path(str(self.option("config"))), str(self.option("pool")), nodes)
+        elif self.scheme == "mcrouter":
+            from cachewarm.datapath.placement import mcrouter
+
+            desc = mcrouter.description(Path(str(self.option("config"))), str(self.option("pool")), nodes)
+        elif self.scheme == "libmemcached":
+            desc = _libmemcached(self, nodes)
+        elif self.scheme == "pymemcache":
+            desc = Description(
+                "rendezvous",
+                tuple(NodeEntry(f"{n.host}:{n.port}", 1, i) for i, n in enumerate(nodes)),
+                keyform=str(self.option("keys", "str")).replace("bytes", "repr"),
+                prefix=str(self.option("prefix", "")).encode(),
+            )
+        else:  # gomemcache: crc32.ChecksumIEEE(key) % len(servers), servers in the order given
+            desc = Description("modula", tuple(NodeEntry(n.address, 1, i) for i, n in enumerate(nodes)), hash="crc32a")
+        return Placer(nodes, self.scheme, desc)
+
+
+def _libmemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
+    dist = str(spec.option("distribution", "modula"))
+    key_hash = LIBMEMCACHED_HASHES[str(spec.option("hash", "default"))]
+    prefix = str(spec.option("namespace", "")).encode()
+    n = len(nodes)
+    if dist == "modula":
+        entries = tuple(NodeEntry(n_.address, 1, i) for i, n_ in enumerate(nodes))
+        return Description("modula", entries, hash=key_hash, prefix=prefix)
+    if dist == "ketama":  # 100 points per server, each the key hash of "<name>-<i>"
+        entries = tuple(NodeEntry(node_name(x.host, x.port), 100, i) for i, x in enumerate(nodes))
+        return Description("ketama", entries, hash=key_hash, points="hash", prefix=prefix)
+    if dist == "ketama-spy":  # spymemcached-compatible: "/host:port-<i>", 160 md5 points
+        entries = tuple(NodeEntry(f"/{x.host}:{x.port}", 160, i) for i, x in enumerate(nodes))
+        return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)
+    # ketama-weighted: equal weights, the float32-scaled 160 points (156 for some pool sizes), md5
+    pts = weighted_points(1, n, n)
+    entries = tuple(NodeEntry(node_name(x.host, x.port), pts, i) for i, x in enumerate(nodes))
+    return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)
