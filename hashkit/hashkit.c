@@ -39,3 +39,9 @@ uint32_t cw_ketama_weighted_points(uint32_t weight, uint32_t total, uint32_t n, 
   const float pct = (float)weight / (float)total;
   return (uint32_t)floorf((float)(pct * (float)base / 4 * (float)n + 0.0000000001)) * 4;
 }
+
+uint32_t cw_libmemcached_weighted_points(uint32_t weight, uint32_t total, uint32_t n, uint32_t base) {
+  /* libmemcached's: the same but its epsilon is a float literal (twemproxy's is a double) */
+  const float pct = (float)weight / (float)total;
+  return (uint32_t)floor((float)(pct * (float)base / 4 * (float)n + 0.0000000001F)) * 4;
+}

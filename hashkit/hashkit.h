@@ -75,6 +75,8 @@ static inline uint32_t cw_sbyte(unsigned char c) { return (uint32_t)(int32_t)(si
  * floor(float32(w / total * base / 4 * n) + 1e-10) * 4, computed in float as twemproxy and
  * libmemcached do — 156 instead of 160 with equal weights for some n (25, 47, 50, ...). */
 uint32_t cw_ketama_weighted_points(uint32_t weight, uint32_t total, uint32_t n, uint32_t base);
+/* libmemcached's (hosts.cc): its epsilon is 1e-10F, a float. */
+uint32_t cw_libmemcached_weighted_points(uint32_t weight, uint32_t total, uint32_t n, uint32_t base);
 
 #ifdef __cplusplus
 }

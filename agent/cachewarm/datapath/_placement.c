@@ -5,7 +5,7 @@
  *   .ring() -> (points, owners)   ketama's sorted points and their owners as little-endian u32 bytes
  *   .nodes -> int
  * hash(name, key) -> int          a key hash by its name (hashkit.c's table)
- * ketama_weighted_points(weight, total, n, base) -> int
+ * ketama_weighted_points(weight, total, n, base, libmemcached=False) -> int
  * furc_hash(key, m) -> int
  *
  * plan_v2 (_v2plan.c) routes with a Placement through placement_of().
@@ -137,9 +137,11 @@ static PyObject *py_hash(PyObject *self, PyObject *args) {
 static PyObject *py_weighted_points(PyObject *self, PyObject *args) {
   (void)self;
   unsigned int w, total, n, base;
-  if (!PyArg_ParseTuple(args, "IIII", &w, &total, &n, &base)) return NULL;
+  int libmemcached = 0;
+  if (!PyArg_ParseTuple(args, "IIII|p", &w, &total, &n, &base, &libmemcached)) return NULL;
   if (total == 0 || w > total) return PyErr_Format(PyExc_ValueError, "weight %u of a total %u", w, total);
-  return PyLong_FromUnsignedLong(cw_ketama_weighted_points(w, total, n, base));
+  return PyLong_FromUnsignedLong(libmemcached ? cw_libmemcached_weighted_points(w, total, n, base)
+                                              : cw_ketama_weighted_points(w, total, n, base));
 }
 
 static PyObject *py_furc(PyObject *self, PyObject *args) {

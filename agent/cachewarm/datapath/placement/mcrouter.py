@@ -69,9 +69,11 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
         raise PlacementError(f"mcrouter config {path} is not JSON (comments are not supported): {e}") from e
     pools = doc.get("pools") if isinstance(doc, dict) else None
     if not isinstance(pools, dict):
-        raise PlacementError(f"mcrouter config {path} has no \"pools\" object")
+        raise PlacementError(f'mcrouter config {path} has no "pools" object')
     if pool not in pools:
-        raise PlacementError(f"{path} has no pool {pool!r} (its pools: {', '.join(map(str, pools)) or 'none'})")
+        raise PlacementError(
+            f"{path} has no pool {pool!r} (its pools: {', '.join(map(str, pools)) or 'none'})"
+        )
     servers_raw = pools[pool].get("servers") if isinstance(pools[pool], dict) else None
     if not isinstance(servers_raw, list) or not servers_raw:
         raise PlacementError(f"{path}: pool {pool!r} lists no servers")

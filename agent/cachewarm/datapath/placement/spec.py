@@ -104,9 +104,9 @@ def _speedups():  # type: ignore[no-untyped-def]
     return _speedups
 
 
-def weighted_points(weight: int, total: int, n: int, base: int = 160) -> int:
-    """Weighted ketama's points for one server (float32 arithmetic, as twemproxy/libmemcached)."""
-    return int(_speedups().ketama_weighted_points(weight, total, n, base))
+def weighted_points(weight: int, total: int, n: int, base: int = 160, libmemcached: bool = False) -> int:
+    """Weighted ketama's points for one server (float32 arithmetic, as twemproxy or libmemcached)."""
+    return int(_speedups().ketama_weighted_points(weight, total, n, base, libmemcached))
 
 
 def node_name(host: str, port: int) -> str:
@@ -172,7 +172,9 @@ class PlacementSpec:
         for part in parts:
             k, sep, v = part.partition("=")
             if not sep or not v:
-                raise PlacementError(f"--placement {text!r}: {part!r} is not KEY=VALUE (usage: {scheme},{usage})")
+                raise PlacementError(
+                    f"--placement {text!r}: {part!r} is not KEY=VALUE (usage: {scheme},{usage})"
+                )
             if k not in allowed:
                 raise PlacementError(
                     f"--placement {text!r}: {scheme} takes no option {k!r} (usage: {scheme}{',' if usage else ''}{usage})"
@@ -197,12 +199,16 @@ class PlacementSpec:
         if self.scheme == "libmemcached":
             dist = self.option("distribution", "modula")
             if dist not in ("modula", "ketama", "ketama-weighted", "ketama-spy"):
-                raise PlacementError(f"libmemcached distribution {dist!r}: use modula, ketama, ketama-weighted or ketama-spy")
+                raise PlacementError(
+                    f"libmemcached distribution {dist!r}: use modula, ketama, ketama-weighted or ketama-spy"
+                )
             h = self.option("hash", "default")
             if h not in LIBMEMCACHED_HASHES:
                 raise PlacementError(f"libmemcached hash {h!r}: use one of {', '.join(LIBMEMCACHED_HASHES)}")
         if self.scheme == "pymemcache" and self.option("keys", "str") not in ("str", "bytes"):
-            raise PlacementError(f"pymemcache keys={self.option('keys')!r}: use str or bytes (how your code passes keys)")
+            raise PlacementError(
+                f"pymemcache keys={self.option('keys')!r}: use str or bytes (how your code passes keys)"
+            )
 
     def placer(self, nodes: Sequence[Node]) -> Placer:
         """The placement over `nodes` (the destinations, in the order given). Raises PlacementError
@@ -227,7 +233,9 @@ class PlacementSpec:
                 prefix=str(self.option("prefix", "")).encode(),
             )
         else:  # gomemcache: crc32.ChecksumIEEE(key) % len(servers), servers in the order given
-            desc = Description("modula", tuple(NodeEntry(n.address, 1, i) for i, n in enumerate(nodes)), hash="crc32a")
+            desc = Description(
+                "modula", tuple(NodeEntry(n.address, 1, i) for i, n in enumerate(nodes)), hash="crc32a"
+            )
         return Placer(nodes, self.scheme, desc)
 
 
@@ -242,10 +250,13 @@ def _libmemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
     if dist == "ketama":  # 100 points per server, each the key hash of "<name>-<i>"
         entries = tuple(NodeEntry(node_name(x.host, x.port), 100, i) for i, x in enumerate(nodes))
         return Description("ketama", entries, hash=key_hash, points="hash", prefix=prefix)
-    if dist == "ketama-spy":  # spymemcached-compatible: "/host:port-<i>", 160 md5 points
-        entries = tuple(NodeEntry(f"/{x.host}:{x.port}", 160, i) for i, x in enumerate(nodes))
-        return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)
-    # ketama-weighted: equal weights, the float32-scaled 160 points (156 for some pool sizes), md5
-    pts = weighted_points(1, n, n)
+    if dist == "ketama-spy":  # "/host:port-<i>" (i from 0), 100 points, the key hash
+        entries = tuple(NodeEntry(f"/{x.host}:{x.port}", 100, i) for i, x in enumerate(nodes))
+        return Description("ketama", entries, hash=key_hash, points="hash", prefix=prefix)
+    # ketama-weighted (its behavior sets md5 as the key hash): equal weights, the float32-scaled 160
+    # points (156 for some pool sizes), md5 x 4 per "<name>-<i>"
+    if spec.option("hash") is None:
+        key_hash = "md5"
+    pts = weighted_points(1, n, n, libmemcached=True)
     entries = tuple(NodeEntry(node_name(x.host, x.port), pts, i) for i, x in enumerate(nodes))
     return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from cachewarm.datapath.ketama import Node
-from cachewarm.datapath.placement.spec import Description, NodeEntry, PlacementError, node_name, weighted_points
+from cachewarm.datapath.placement.spec import (
+    Description,
+    NodeEntry,
+    PlacementError,
+    node_name,
+    weighted_points,
+)
 
 HASHES = (
     "one_at_a_time",
@@ -49,15 +55,19 @@ def load(path: Path) -> dict[str, Any]:
 def _server(path: Path, pool: str, text: object) -> tuple[str, int, int, str]:
     """(host, port, weight, name) of a "host:port:weight [name]" entry."""
     if not isinstance(text, str):
-        raise PlacementError(f"{path}: pool {pool!r}: server {text!r} is not a \"host:port:weight [name]\" string")
+        raise PlacementError(
+            f'{path}: pool {pool!r}: server {text!r} is not a "host:port:weight [name]" string'
+        )
     addr, _, name = text.partition(" ")
     host, port_s, weight_s = (addr.rsplit(":", 2) + ["", ""])[:3] if addr.count(":") >= 2 else ("", "", "")
     if not host or not port_s.isdigit() or not weight_s.isdigit() or not 0 < int(port_s) < 65536:
         raise PlacementError(
-            f"{path}: pool {pool!r}: server {text!r} is not \"host:port:weight [name]\" (unix sockets cannot be warmed)"
+            f'{path}: pool {pool!r}: server {text!r} is not "host:port:weight [name]" (unix sockets cannot be warmed)'
         )
     if int(weight_s) == 0:
-        raise PlacementError(f"{path}: pool {pool!r}: server {text!r} has weight 0 (nutcracker refuses it too)")
+        raise PlacementError(
+            f"{path}: pool {pool!r}: server {text!r} has weight 0 (nutcracker refuses it too)"
+        )
     port = int(port_s)
     return host, port, int(weight_s), name.strip() or node_name(host, port)
 
@@ -78,7 +88,9 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
         )
     key_hash = conf.get("hash", "fnv1a_64")
     if key_hash not in HASHES:
-        raise PlacementError(f"{path}: pool {pool!r}: unknown hash {key_hash!r} (nutcracker's: {', '.join(HASHES)})")
+        raise PlacementError(
+            f"{path}: pool {pool!r}: unknown hash {key_hash!r} (nutcracker's: {', '.join(HASHES)})"
+        )
     tag = conf.get("hash_tag", "")
     if not isinstance(tag, str) or len(tag.encode()) not in (0, 2):
         raise PlacementError(f"{path}: pool {pool!r}: hash_tag {tag!r} must be two characters")
@@ -89,7 +101,9 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
         entries = tuple(NodeEntry(nm, w, dest[i]) for i, (_, _, w, nm) in enumerate(servers))
         return Description("modula", entries, hash=key_hash, tag=tag.encode())
     n = len(servers)
-    entries = tuple(NodeEntry(nm, weighted_points(w, total, n), dest[i]) for i, (_, _, w, nm) in enumerate(servers))
+    entries = tuple(
+        NodeEntry(nm, weighted_points(w, total, n), dest[i]) for i, (_, _, w, nm) in enumerate(servers)
+    )
     return Description("ketama", entries, hash=key_hash, points="md5x4", tag=tag.encode())
 
 

@@ -1,0 +1,210 @@
+"""hashkit (the C placement core) against published vectors and independent implementations:
+mcrouter's own test values (FACTS.md), zlib, hashlib, mmh3 and pymemcache's murmur3, pymemcache's
+RendezvousHash, spymemcached's KetamaNodeLocatorTest vectors, cachewarm's EVCache ring. The C
+clients themselves (pylibmc, nutcracker) are in test_libmemcached.py and test_twemproxy.py."""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+
+import mmh3
+import pytest
+from cachewarm.datapath import _speedups
+from cachewarm.datapath.ketama import KetamaRing, Node, parse_nodes
+from cachewarm.datapath.placement import PlacementError, PlacementSpec
+from cachewarm.datapath.placement.spec import Description, NodeEntry, Placer
+from pymemcache.client.murmur3 import murmur3_32
+from pymemcache.client.rendezvous import RendezvousHash
+
+from tests.placement.keys import corpus
+
+KEYS = corpus()
+SIGNED = bytes(range(-128 + 256, 256)) + bytes(range(0, 128))  # -128 .. 127 as C chars
+SIGNED_DOWN = bytes(reversed(SIGNED))  # 127 .. -128
+
+
+def test_mcrouter_published_ch3_values() -> None:
+    furc = _speedups.furc_hash
+    assert furc(b"sample", 100) == 97 and furc(b"", 100) == 72
+    assert furc(b"sample", 1) == 0
+    assert furc(b"", 1 << 23) == 6173600 and furc(b"sample", 1 << 23) == 5167780
+    assert furc(SIGNED, 99999) == 31015 and furc(SIGNED_DOWN, 99999) == 67101
+    counts = [0] * 3
+    for i in range(1000):
+        counts[furc(str(i).encode(), 3)] += 1
+    assert counts == [307, 342, 351]
+    counts = [0] * 10
+    for i in range(10000):
+        counts[furc(str(i).encode(), 10)] += 1
+    assert counts == [995, 955, 1046, 968, 1032, 972, 1016, 1038, 1010, 968]
+
+
+def test_mcrouter_published_crc32_values() -> None:
+    def crc(key: bytes, n: int) -> int:
+        return _speedups.hash("crc32_mcrouter", key) % n
+
+    assert crc(b"sample", 100) == 7 and crc(b"", 100) == 0
+    assert crc(b"sample", 2**30 - 1) == 822834884
+    assert crc(SIGNED, 99999) == 11697 and crc(SIGNED_DOWN, 99999) == 97630
+
+
+def test_standard_hashes_equal_independent_implementations() -> None:
+    for k in KEYS:
+        assert _speedups.hash("crc32a", k) == zlib.crc32(k)
+        assert _speedups.hash("crc32", k) == (zlib.crc32(k) >> 16) & 0x7FFF
+        assert _speedups.hash("md5", k) == int.from_bytes(hashlib.md5(k).digest()[:4], "little")
+        assert _speedups.hash("murmur3", k) == mmh3.hash(k, 0, signed=False)
+    # pymemcache's own murmur3 hashes a str's characters, each & 0xff
+    for k in KEYS[:300]:
+        s = k.decode("latin-1")
+        assert _speedups.hash("murmur3", k) == murmur3_32(s)
+
+
+def test_signed_char_hashes_move_high_bytes() -> None:
+    """The C clients' byte hashes read `char` as signed: a byte >= 0x80 is not its unsigned value."""
+
+    def one_at_a_time_unsigned(k: bytes) -> int:
+        h = 0
+        for b in k:
+            h = (h + b) & 0xFFFFFFFF
+            h = (h + (h << 10)) & 0xFFFFFFFF
+            h ^= h >> 6
+        h = (h + (h << 3)) & 0xFFFFFFFF
+        h ^= h >> 11
+        return (h + (h << 15)) & 0xFFFFFFFF
+
+    def one_at_a_time_signed(k: bytes) -> int:
+        h = 0
+        for b in k:
+            h = (h + (b - 256 if b >= 0x80 else b)) & 0xFFFFFFFF
+            h = (h + (h << 10)) & 0xFFFFFFFF
+            h ^= h >> 6
+        h = (h + (h << 3)) & 0xFFFFFFFF
+        h ^= h >> 11
+        return (h + (h << 15)) & 0xFFFFFFFF
+
+    def fnv1a_32_signed(k: bytes) -> int:
+        h = 2166136261
+        for b in k:
+            h = ((h ^ ((b - 256) & 0xFFFFFFFF if b >= 0x80 else b)) * 16777619) & 0xFFFFFFFF
+        return h
+
+    assert _speedups.hash("one_at_a_time", b"abc") == one_at_a_time_unsigned(b"abc")
+    high = [k for k in KEYS if max(k) >= 0x80]
+    assert len(high) > 400
+    for k in high:
+        assert _speedups.hash("one_at_a_time", k) == one_at_a_time_signed(k)
+        assert _speedups.hash("fnv1a_32", k) == fnv1a_32_signed(k)
+    assert sum(_speedups.hash("one_at_a_time", k) != one_at_a_time_unsigned(k) for k in high) == len(high)
+
+
+def test_weighted_ketama_gives_156_points_for_some_pool_sizes() -> None:
+    pts = {n: _speedups.ketama_weighted_points(1, n, n, 160) for n in range(1, 101)}
+    assert [n for n, p in pts.items() if p == 156] == [25, 47, 50, 55, 61, 71, 94, 100]
+    assert {p for p in pts.values()} == {156, 160}
+
+
+def _evcache_like(nodes: list[Node], fmt: str) -> Placer:
+    ring = KetamaRing(nodes, fmt)
+    entries = tuple(NodeEntry(ring.node_key(n), 160, i) for i, n in enumerate(nodes))
+    return Placer(
+        nodes, "evcache", Description("ketama", entries, hash="md5", points="md5x4", collision="last")
+    )
+
+
+def test_spymemcached_published_vectors_through_hashkit() -> None:
+    four = [Node("127.0.0.1", 10000 + i) for i in range(4)]
+    p = _evcache_like(four, "{host}:{port}")
+    assert [p.index_for(k) for k in (b"dustin", b"noelani", b"some other key", b"7QHNPFVC", b"N6H4245M")] == [
+        0,
+        2,
+        0,
+        1,
+        1,
+    ]
+    five = [Node("127.0.0.1", 10000 + i) for i in range(5)]
+    p = _evcache_like(five, "{host}:{port}")
+    assert [p.index_for(k) for k in (b"36", b"10037", b"22051", b"49044", b"some other key")] == [
+        2,
+        3,
+        1,
+        4,
+        4,
+    ]
+
+
+@pytest.mark.parametrize("n", [3, 25])
+def test_hashkit_ketama_equals_the_evcache_ring(n: int) -> None:
+    nodes = [Node(f"127.0.0.{2 + i}", 11211, f"127.0.0.{2 + i}") for i in range(n)]
+    ring = KetamaRing(nodes)
+    p = _evcache_like(nodes, ring.node_key_format)
+    assert [p.index_for(k) for k in KEYS] == [ring.index_for(k) for k in KEYS]
+
+
+@pytest.mark.parametrize("n", [3, 25])
+@pytest.mark.parametrize("keys", ["str", "bytes"])
+def test_pymemcache_rendezvous(n: int, keys: str) -> None:
+    nodes = [Node(f"127.0.0.{2 + i}", 11211) for i in range(n)]
+    names = [f"{x.host}:{x.port}" for x in nodes]
+    hasher = RendezvousHash(list(names))
+    p = PlacementSpec.parse(f"pymemcache,keys={keys}").placer(nodes)
+    utf8 = [k for k in KEYS if _is_utf8(k)]
+    for k in utf8 if keys == "str" else KEYS:
+        want = hasher.get_node(k.decode() if keys == "str" else k)
+        assert names[p.index_for(k)] == want, k
+    if keys == "bytes":  # the same key as str lands elsewhere for most keys
+        assert sum(names[p.index_for(k)] != hasher.get_node(k.decode()) for k in utf8) > len(utf8) // 2
+
+
+def test_pymemcache_prefix_is_stored_not_hashed() -> None:
+    nodes = parse_nodes("127.0.0.2:11211,127.0.0.3:11211,127.0.0.4:11211")
+    plain = PlacementSpec.parse("pymemcache").placer(nodes)
+    prefixed = PlacementSpec.parse("pymemcache,prefix=app1:").placer(nodes)
+    for k in KEYS[:200]:
+        if _is_utf8(k):
+            assert prefixed.index_for(b"app1:" + k) == plain.index_for(k)
+
+
+def test_pymemcache_str_keys_refuse_a_key_that_is_not_utf8() -> None:
+    p = PlacementSpec.parse("pymemcache").placer(parse_nodes("127.0.0.2:1,127.0.0.3:1"))
+    with pytest.raises(PlacementError, match=r"pymemcache: key b'\\xff': .*not UTF-8"):
+        p.index_for(b"\xff")
+
+
+def test_gomemcache_is_crc32_mod_n() -> None:
+    nodes = [Node(f"127.0.0.{2 + i}", 11211) for i in range(25)]
+    p = PlacementSpec.parse("gomemcache").placer(nodes)
+    assert [p.index_for(k) for k in KEYS] == [zlib.crc32(k) % 25 for k in KEYS]
+
+
+def test_bad_specs_are_refused_with_their_usage() -> None:
+    with pytest.raises(PlacementError, match="unknown placement scheme 'nutcrackr'"):
+        PlacementSpec.parse("nutcrackr")
+    with pytest.raises(
+        PlacementError, match=r"twemproxy needs config= \(usage: twemproxy,config=NUTCRACKER.yml"
+    ):
+        PlacementSpec.parse("twemproxy,pool=alpha")
+    with pytest.raises(PlacementError, match="libmemcached takes no option 'pool'"):
+        PlacementSpec.parse("libmemcached,pool=x")
+    with pytest.raises(PlacementError, match="libmemcached distribution 'ring'"):
+        PlacementSpec.parse("libmemcached,distribution=ring")
+    with pytest.raises(PlacementError, match="'keys' given twice"):
+        PlacementSpec.parse("pymemcache,keys=str,keys=bytes")
+
+
+def test_bad_descriptions_name_their_line() -> None:
+    with pytest.raises(ValueError, match='line 2: cannot read "hash nope"|unknown hash nope'):
+        _speedups.Placement(b"dist ketama\nhash nope\n")
+    with pytest.raises(ValueError, match="no node"):
+        _speedups.Placement(b"dist modula\nhash md5\n")
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        _speedups.Placement(b"dist ketama\nhash md5\npoints md5x4\nnode 61 6\n")
+
+
+def _is_utf8(k: bytes) -> bool:
+    try:
+        k.decode()
+        return True
+    except UnicodeDecodeError:
+        return False
