@@ -379,11 +379,8 @@ static long rendezvous(const cw_placement *p, const unsigned char *key, size_t l
   /* the key's text once, after a gap the node name is copied into each time */
   unsigned char *kt = buf + MAX_NAME + 1;
   long kn;
-  if (p->keyform_repr) {
-    kn = (long)bytes_repr(kt, key, len);
-  } else {
-    kn = utf8_low_bytes(kt, key, len);
-  }
+  /* a key that is not UTF-8 cannot have come from a str: the app passed bytes */
+  if (p->keyform_repr || (kn = utf8_low_bytes(kt, key, len)) < 0) kn = (long)bytes_repr(kt, key, len);
   long best = -1;
   uint32_t best_score = 0;
   if (kn >= 0) {

@@ -15,7 +15,8 @@
  *   delimiter <hex>              EVCache hash.on.partial.key: hash only the part before it
  *   salt <hex>                   mcrouter: appended to the hashed key
  *   keyform str|repr             rendezvous: the key as pymemcache formats a str key (its UTF-8
- *                                characters, each & 0xff) or a bytes key (Python's repr, b'...')
+ *                                characters, each & 0xff; a key that is not UTF-8 was bytes) or a
+ *                                bytes key (Python's repr, b'...')
  *   node <hex name> <count> [<dest>]
  *                                in pool order; count = ketama points, modula slots (weight), else 1;
  *                                dest: what cw_place answers for this node's keys (default: its index)
@@ -37,8 +38,8 @@ cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t
 void cw_placement_free(cw_placement *p);
 size_t cw_placement_nodes(const cw_placement *p);
 
-/* The dest of key's node (its index in node order unless the description says otherwise); -1 when the scheme cannot have stored this key (a
- * pymemcache str-key scheme and a key that is not UTF-8). */
+/* The dest of key's node (its index in node order unless the description says otherwise); -1 only
+ * when memory runs out. */
 long cw_place(const cw_placement *p, const unsigned char *key, size_t len);
 
 /* The ring's points and owners (ketama only; 0 points otherwise), for tests and descriptions. */

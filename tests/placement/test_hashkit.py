@@ -166,10 +166,15 @@ def test_pymemcache_prefix_is_stored_not_hashed() -> None:
             assert prefixed.index_for(b"app1:" + k) == plain.index_for(k)
 
 
-def test_pymemcache_str_keys_refuse_a_key_that_is_not_utf8() -> None:
-    p = PlacementSpec.parse("pymemcache").placer(parse_nodes("127.0.0.2:1,127.0.0.3:1"))
-    with pytest.raises(PlacementError, match=r"pymemcache: key b'\\xff': .*not UTF-8"):
-        p.index_for(b"\xff")
+def test_pymemcache_str_keys_place_a_key_that_is_not_utf8_as_bytes() -> None:
+    """Such a key cannot have come from a str: the application passed bytes."""
+    nodes = [Node(f"127.0.0.{2 + i}", 11211) for i in range(25)]
+    names = [f"{x.host}:{x.port}" for x in nodes]
+    hasher = RendezvousHash(list(names))
+    p = PlacementSpec.parse("pymemcache").placer(nodes)
+    raw = [k for k in KEYS if not _is_utf8(k)]
+    assert len(raw) > 100
+    assert all(names[p.index_for(k)] == hasher.get_node(k) for k in raw)
 
 
 def test_gomemcache_is_crc32_mod_n() -> None:

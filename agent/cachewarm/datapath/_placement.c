@@ -61,7 +61,7 @@ static PyObject *placement_place(PyObject *self, PyObject *args) {
   const long idx = cw_place(po->p, key.buf, (size_t)key.len);
   PyBuffer_Release(&key);
   if (idx < 0) {
-    PyErr_SetString(PyExc_ValueError, "this placement cannot place the key (a str-key scheme and a key that is not UTF-8)");
+    PyErr_SetString(PyExc_ValueError, "out of memory placing a key");
     return NULL;
   }
   return PyLong_FromLong(idx);

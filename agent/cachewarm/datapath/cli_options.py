@@ -45,8 +45,30 @@ mode_option = click.option(
 )
 
 
+def _placement(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
+    from cachewarm.datapath.placement import PlacementError, PlacementSpec
+
+    if value is None or value == "evcache":
+        return None
+    try:
+        return PlacementSpec.parse(value)
+    except PlacementError as e:
+        raise click.BadParameter(str(e), ctx, param) from e
+
+
 def routing_options(f):  # type: ignore[no-untyped-def]
     """How keys spread over several destinations: the same for populate, warm and verify."""
+    f = click.option(
+        "--placement",
+        default=None,
+        metavar="SCHEME[,KEY=VALUE...]",
+        callback=_placement,
+        help="Place keys where this client looks for them: evcache (the default: the ketama options "
+        "below), twemproxy,config=NUTCRACKER.yml,pool=NAME; mcrouter,config=MCROUTER.json,pool=NAME; "
+        "libmemcached[,distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=P]; "
+        "pymemcache[,keys=str|bytes][,prefix=P]; gomemcache (docs/placement.md).",
+        show_default="evcache",
+    )(f)
     f = click.option(
         "--node-key-format",
         default=EVCACHE_NODE_KEY,
@@ -122,7 +144,17 @@ BYTE_RATE = ByteRate()
 
 
 def routing_of(tuning: dict[str, Any]) -> Routing:
-    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"])
+    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"], tuning["placement"])
+
+
+def check_routing(routing: Routing, nodes: list, param_hint: str = "--placement") -> None:  # type: ignore[type-arg]
+    """Refuse, before anything is sent, a placement that does not fit the destinations."""
+    from cachewarm.datapath.placement import PlacementError
+
+    try:
+        routing.ring(nodes)
+    except PlacementError as e:
+        raise click.BadParameter(str(e), param_hint=param_hint) from e
 
 
 WORKERS_HELP = "Populator worker processes, each writing one data file at a time."

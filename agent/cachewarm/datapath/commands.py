@@ -27,6 +27,7 @@ from cachewarm.datapath.cli_options import (
     interrupted,
     mode_option,
     nodes,
+    check_routing,
     routing_of,
     routing_options,
     source_option,
@@ -179,6 +180,7 @@ def populate_cmd(
         remounter=remounter or NoopRemounter(),
         **tuning,  # every other option, named as PopulateConfig's field
     )
+    check_routing(config.routing, to)
     display = JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr)
     try:
         try:
@@ -359,6 +361,14 @@ def warm_cmd(
         (src,) = parse_nodes(source)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
+    routing = routing_of(options)
+    if stream and routing.placement is not None:
+        raise click.BadParameter(
+            f"{routing.placement.text()!r} is not available with --stream yet (the dumper routes by "
+            "EVCache's ketama only): warm without --stream, through data files",
+            param_hint="--placement",
+        )
+    check_routing(routing, target)
     try:
         check_reachable(src, "source")
         cfg = WarmConfig(
@@ -381,7 +391,7 @@ def warm_cmd(
                 order=order,
             ),
             destination_timeout=destination_timeout,
-            routing=routing_of(options),
+            routing=routing,
             accept={k: v for k, v in options.items() if k.startswith("accept_")},
             data_file_size=data_file_size,
             resume=resume,
@@ -451,6 +461,7 @@ def verify_cmd(
         (src,) = parse_nodes(source)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
+    check_routing(routing_of(routing), target)
     try:
         check_reachable(src, "source")
         for t in target:

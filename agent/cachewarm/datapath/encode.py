@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.ketama import KetamaRing
+from cachewarm.datapath.placement import Placer
 
 try:  # the encoding loop in C (setup.py builds it; optional: without it the Python loop runs)
     from cachewarm.datapath import _speedups
@@ -188,7 +189,7 @@ Batch = tuple[int, bytes | list[bytes | memoryview], int]
 
 
 def encode_sets(
-    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | None, stats: EncodeStats
+    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | Placer | None, stats: EncodeStats
 ) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
     """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
     running the format's record checks (section 3, check 4) on the way; raises df.CorruptRecord
@@ -308,7 +309,7 @@ def encode_sets_c(
 
 
 def encode_file(
-    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | None, stats: EncodeStats
+    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | Placer | None, stats: EncodeStats
 ) -> Iterable[Batch]:
     """The batches of a verified file, by the cheapest way that never lets a bad file be partly
     sent: a file up to `one_pass_max_bytes` is checked and encoded in one pass and held encoded (the

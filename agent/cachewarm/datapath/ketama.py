@@ -21,7 +21,10 @@ import socket
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cachewarm.datapath.placement import PlacementSpec, Placer
 
 # EVCache: hostName + "/" + ip + ":11211", the port always written as 11211; {ip} is the address
 # the host name resolves to (the name itself when it is an IP address).
@@ -184,18 +187,32 @@ class Routing:
     reps: int = 160
     # EVCache's hash.on.partial.key: hash only the part before the first delimiter.
     hash_delimiter: bytes | None = None
+    # Another client's placement (--placement; cachewarm.datapath.placement); None: EVCache's ketama.
+    placement: PlacementSpec | None = None
 
-    def ring(self, nodes: Sequence[Node]) -> KetamaRing | None:
-        """The ring of several nodes (None for one: every key goes there). Raises ValueError."""
+    def ring(self, nodes: Sequence[Node]) -> KetamaRing | Placer | None:
+        """What routes keys over several nodes (None for one: every key goes there). Raises
+        ValueError (a PlacementError for a scheme that does not fit the nodes, even one)."""
+        if self.placement is not None:
+            placer = self.placement.placer(nodes)
+            return placer if len(nodes) > 1 else None
         if len(nodes) < 2:
             return None
         return KetamaRing(nodes, self.node_key_format, self.reps, self.hash_delimiter)
 
     def describe(self, nodes: Sequence[Node]) -> dict[str, Any]:
         """What a key's node depends on (the populator's state file records it)."""
+        if self.placement is not None:
+            placer = self.placement.placer(nodes)
+            return {
+                "destinations": [n.address for n in nodes],
+                "placement": self.placement.text(),
+                "description": placer.description.text(),
+            }
         ring = self.ring(nodes)
         if ring is None:
             return {"destinations": [n.address for n in nodes]}
+        assert isinstance(ring, KetamaRing)
         return {
             "destinations": [n.address for n in nodes],
             "node_keys": [ring.node_key(n) for n in nodes],

@@ -304,6 +304,7 @@ def populate_config(
         node_key_format=cfg.routing.node_key_format,
         ketama_reps=cfg.routing.reps,
         hash_delimiter=cfg.routing.hash_delimiter,
+        placement=cfg.routing.placement,
         poll_interval=cfg.poll_interval,
         destination_timeout=cfg.destination_timeout,
         should_abort=should_abort,

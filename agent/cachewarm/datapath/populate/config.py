@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cachewarm.datapath.encode import Mode
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node, Routing
+from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.remount import NoopRemounter, Remounter
 from cachewarm.exitcodes import ExitCode
 
@@ -86,6 +87,8 @@ class PopulateConfig:
     node_key_format: str = EVCACHE_NODE_KEY
     ketama_reps: int = 160
     hash_delimiter: bytes | None = None
+    # Another client's placement (--placement); None: EVCache's ketama (the three fields above).
+    placement: PlacementSpec | None = None
     poll_interval: float = 1.0
     # How long a file may stay incomplete/unverifiable, or a DONE-listed file stay absent.
     bad_file_timeout: float = 300.0
@@ -123,7 +126,7 @@ class PopulateConfig:
 
     @property
     def routing(self) -> Routing:
-        return Routing(self.node_key_format, self.ketama_reps, self.hash_delimiter)
+        return Routing(self.node_key_format, self.ketama_reps, self.hash_delimiter, self.placement)
 
     @property
     def oversize_report_path(self) -> Path:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.ketama import KetamaRing
+from cachewarm.datapath.placement import Placer
 
 try:
     from cachewarm.datapath import _speedups
@@ -50,9 +51,11 @@ def pieces_of(pieces: bytes) -> list[tuple[int, int]]:
     return [_PAIR.unpack_from(pieces, i) for i in range(0, len(pieces), _PAIR.size)]
 
 
-def _ring_arrays(ring: KetamaRing | None) -> tuple[bytes | None, bytes | None]:
+def _ring_arrays(ring: KetamaRing | Placer | None) -> tuple[object, bytes | None]:
     if ring is None:
         return None, None
+    if isinstance(ring, Placer):  # plan_v2 routes with the extension's Placement itself
+        return ring.c_placement, None
     points, owners = array("I", ring.points), array("I", ring.owners)
     if sys.byteorder != "little":  # pragma: no cover
         points.byteswap()
@@ -69,7 +72,7 @@ def plan(
     set_mode: bool,
     batch_items: int,
     batch_bytes: int,
-    ring: KetamaRing | None = None,
+    ring: KetamaRing | Placer | None = None,
     only: frozenset[int] | None = None,
     use_c: bool = True,
 ) -> Plan:
@@ -144,7 +147,7 @@ def plan_py(
     set_mode: bool,
     batch_items: int,
     batch_bytes: int,
-    ring: KetamaRing | None = None,
+    ring: KetamaRing | Placer | None = None,
     only: frozenset[int] | None = None,
 ) -> Plan:
     """`plan` in Python (see the module doc)."""
