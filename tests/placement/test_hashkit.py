@@ -199,7 +199,7 @@ def test_bad_specs_are_refused_with_their_usage() -> None:
 
 
 def test_bad_descriptions_name_their_line() -> None:
-    with pytest.raises(ValueError, match='line 2: cannot read "hash nope"|unknown hash nope'):
+    with pytest.raises(ValueError, match=r"unknown hash nope"):
         _speedups.Placement(b"dist ketama\nhash nope\n")
     with pytest.raises(ValueError, match="no node"):
         _speedups.Placement(b"dist modula\nhash md5\n")

@@ -144,7 +144,9 @@ BYTE_RATE = ByteRate()
 
 
 def routing_of(tuning: dict[str, Any]) -> Routing:
-    return Routing(tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"], tuning["placement"])
+    return Routing(
+        tuning["node_key_format"], tuning["ketama_reps"], tuning["hash_delimiter"], tuning["placement"]
+    )
 
 
 def check_routing(routing: Routing, nodes: list, param_hint: str = "--placement") -> None:  # type: ignore[type-arg]

@@ -189,7 +189,11 @@ Batch = tuple[int, bytes | list[bytes | memoryview], int]
 
 
 def encode_sets(
-    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | Placer | None, stats: EncodeStats
+    verdict: df.Verdict,
+    params: EncodeParams,
+    job: FileJob,
+    ring: KetamaRing | Placer | None,
+    stats: EncodeStats,
 ) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
     """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
     running the format's record checks (section 3, check 4) on the way; raises df.CorruptRecord
@@ -309,7 +313,11 @@ def encode_sets_c(
 
 
 def encode_file(
-    verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | Placer | None, stats: EncodeStats
+    verdict: df.Verdict,
+    params: EncodeParams,
+    job: FileJob,
+    ring: KetamaRing | Placer | None,
+    stats: EncodeStats,
 ) -> Iterable[Batch]:
     """The batches of a verified file, by the cheapest way that never lets a bad file be partly
     sent: a file up to `one_pass_max_bytes` is checked and encoded in one pass and held encoded (the

@@ -87,7 +87,8 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
     func, salt = _hash_of(path, pool, doc)
     if func not in SUPPORTED:
         raise PlacementError(
-            f"{path}: pool {pool!r} is hashed with {func!r}; cachewarm places keys for {', '.join(SUPPORTED)} only"
+            f"{path}: pool {pool!r} is hashed with {func!r}; "
+            f"cachewarm places keys for {', '.join(SUPPORTED)} only"
         )
     dest = _match(path, pool, servers, nodes)
     entries = tuple(NodeEntry(f"{h}:{p}", 1, dest[i]) for i, (h, p) in enumerate(servers))

@@ -177,7 +177,8 @@ class PlacementSpec:
                 )
             if k not in allowed:
                 raise PlacementError(
-                    f"--placement {text!r}: {scheme} takes no option {k!r} (usage: {scheme}{',' if usage else ''}{usage})"
+                    f"--placement {text!r}: {scheme} takes no option {k!r} "
+                    f"(usage: {scheme}{',' if usage else ''}{usage})"
                 )
             if k in opts:
                 raise PlacementError(f"--placement {text!r}: {k!r} given twice")

@@ -59,10 +59,11 @@ def _server(path: Path, pool: str, text: object) -> tuple[str, int, int, str]:
             f'{path}: pool {pool!r}: server {text!r} is not a "host:port:weight [name]" string'
         )
     addr, _, name = text.partition(" ")
-    host, port_s, weight_s = (addr.rsplit(":", 2) + ["", ""])[:3] if addr.count(":") >= 2 else ("", "", "")
+    host, port_s, weight_s = addr.rsplit(":", 2) if addr.count(":") >= 2 else ("", "", "")
     if not host or not port_s.isdigit() or not weight_s.isdigit() or not 0 < int(port_s) < 65536:
         raise PlacementError(
-            f'{path}: pool {pool!r}: server {text!r} is not "host:port:weight [name]" (unix sockets cannot be warmed)'
+            f'{path}: pool {pool!r}: server {text!r} is not "host:port:weight [name]" '
+            "(unix sockets cannot be warmed)"
         )
     if int(weight_s) == 0:
         raise PlacementError(
@@ -84,7 +85,8 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
     dist = conf.get("distribution", "ketama")
     if dist not in ("ketama", "modula"):
         raise PlacementError(
-            f"{path}: pool {pool!r}: distribution {dist!r} cannot be warmed (ketama or modula; random places no key)"
+            f"{path}: pool {pool!r}: distribution {dist!r} cannot be warmed "
+            "(ketama or modula; random places no key)"
         )
     key_hash = conf.get("hash", "fnv1a_64")
     if key_hash not in HASHES:
