@@ -19,6 +19,7 @@ PROVIDES = {
     "aws-lambda-powertools": {"aws_lambda_powertools"},
     "aws-cdk-lib": {"aws_cdk"},
     "cdk-nag": {"cdk_nag"},
+    "pyyaml": {"yaml"},
 }
 
 
