@@ -75,6 +75,13 @@ void cw_placement_free(cw_placement *p) {
 
 size_t cw_placement_nodes(const cw_placement *p) { return p->nnodes; }
 
+size_t cw_placement_max_dest(const cw_placement *p) {
+  size_t m = 0;
+  for (size_t i = 0; i < p->nnodes; i++)
+    if (p->dest[i] > m) m = p->dest[i];
+  return m;
+}
+
 size_t cw_placement_ring(const cw_placement *p, const uint32_t **points, const uint32_t **owners) {
   *points = p->points;
   *owners = p->owners;

@@ -37,6 +37,8 @@ typedef struct cw_placement cw_placement;
 cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t errlen);
 void cw_placement_free(cw_placement *p);
 size_t cw_placement_nodes(const cw_placement *p);
+/* The largest dest a key can get (the caller checks it names one of its destinations). */
+size_t cw_placement_max_dest(const cw_placement *p);
 
 /* The dest of key's node (its index in node order unless the description says otherwise); -1 only
  * when memory runs out. */

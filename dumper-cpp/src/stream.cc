@@ -73,7 +73,9 @@ std::string Stream::OversizeReportPath() const {
 std::string Stream::Routing() const {
   std::string r = std::string("mode=") + (o_.stream.set_mode ? "set" : "add") + " nodes=";
   for (size_t i = 0; i < eps_.size(); i++) r += (i ? "," : "") + eps_[i].address();
-  if (eps_.size() > 1) {
+  if (!o_.stream.placement.empty()) {
+    r += " placement=" + Hex(o_.stream.placement);
+  } else if (eps_.size() > 1) {
     r += " keys=";
     for (size_t i = 0; i < eps_.size(); i++) {
       std::string k;
@@ -88,7 +90,14 @@ std::string Stream::Routing() const {
 Status Stream::Open() {
   CW_RETURN_IF_ERROR(ParseEndpoints(o_.stream.to, &eps_));
   for (Endpoint& e : eps_) CW_RETURN_IF_ERROR(ResolveEndpoint(&e));
-  if (eps_.size() > 1) {
+  if (!o_.stream.placement.empty()) {
+    placement_.reset(new Placement);
+    CW_RETURN_IF_ERROR(placement_->Parse(o_.stream.placement));
+    // the description names each destination once (cachewarm.datapath.placement matched them)
+    if (placement_->nodes() != eps_.size() || placement_->max_dest() >= eps_.size())
+      return Status::InvalidArgument("--placement-description names " + std::to_string(placement_->nodes()) +
+                                     " nodes, --to " + std::to_string(eps_.size()));
+  } else if (eps_.size() > 1) {
     std::vector<std::string> keys;
     for (const Endpoint& e : eps_) {
       keys.emplace_back();

@@ -30,6 +30,7 @@
 #include "env.h"
 #include "format.h"  // kExpiryMargin
 #include "ketama.h"
+#include "placement.h"
 #include "manifest.h"
 #include "options.h"
 #include "part_writer.h"
@@ -91,7 +92,9 @@ class Stream {
   size_t destinations() const { return eps_.size(); }
   const Endpoint& endpoint(size_t i) const { return eps_[i]; }
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
-  size_t Route(const Slice& key) const { return ring_ ? ring_->Index(key) : 0; }
+  size_t Route(const Slice& key) const {
+    return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
+  }
   bool add_mode() const { return !o_.stream.set_mode; }
   // Whether the part may hold items an earlier run sent: a resumed chunk's parts from where it
   // resumes (an earlier run may have cut its parts elsewhere).
@@ -124,6 +127,7 @@ class Stream {
   std::vector<DestinationInfo> infos_;
   std::vector<std::pair<int64_t, uint64_t>> evictions_base_;  // (pid, evictions) at the first run's start
   std::unique_ptr<KetamaRing> ring_;
+  std::unique_ptr<Placement> placement_;  // --placement-description: another client's, instead of ring_
   RateLimiter items_, bytes_;
 
   std::mutex mu_;

@@ -6,6 +6,7 @@
 
 #include "destination.h"
 #include "ketama.h"
+#include "placement.h"
 #include "options.h"
 #include "stream_sink.h"
 
@@ -13,7 +14,7 @@ namespace cachewarm {
 
 namespace {
 enum {
-  kTo = kStreamOptionFirst, kMode, kNodeKeyFormat, kKetamaReps, kHashDelimiter, kAcceptOversize,
+  kTo = kStreamOptionFirst, kMode, kNodeKeyFormat, kKetamaReps, kHashDelimiter, kPlacement, kAcceptOversize,
   kAcceptEvictions, kAcceptIncompleteDump, kAcceptNoEvictions, kOversizeReport, kWriteItems, kWriteBytes,
   kDestinationTimeout, kDestinationCheck
 };
@@ -35,6 +36,7 @@ const struct option kStreamLongOptions[] = {
     {"mode", required_argument, nullptr, kMode},
     {"node-key-format", required_argument, nullptr, kNodeKeyFormat},
     {"ketama-reps", required_argument, nullptr, kKetamaReps},
+    {"placement-description", required_argument, nullptr, kPlacement},
     {"hash-delimiter", required_argument, nullptr, kHashDelimiter},
     {"accept-oversize", no_argument, nullptr, kAcceptOversize},
     {"accept-evictions", no_argument, nullptr, kAcceptEvictions},
@@ -78,6 +80,12 @@ Status ParseStreamOption(int id, const char* a, StreamOptions* s) {
       if (!*a) return Status::InvalidArgument("--hash-delimiter must not be empty");
       s->hash_delimiter = a;
       return Status::OK();
+    case kPlacement: {
+      Placement p;
+      CW_RETURN_IF_ERROR(p.Parse(a));
+      s->placement = a;
+      return Status::OK();
+    }
     case kAcceptOversize: s->accept_oversize = true; return Status::OK();
     case kAcceptEvictions: s->accept_evictions = true; return Status::OK();
     case kAcceptIncompleteDump: s->accept_incomplete_dump = true; return Status::OK();
@@ -107,9 +115,9 @@ Status CheckStreamOptions(const Options& o) {
   if (s.to.empty()) {
     if (s.set_mode || s.accept_oversize || s.accept_evictions || s.accept_incomplete_dump || s.accept_no_evictions ||
         !s.oversize_report.empty() || s.write_items_per_second || s.write_bytes_per_second ||
-        !s.hash_delimiter.empty())
-      return Status::InvalidArgument("--mode, --accept-*, --oversize-report, --max-write-* and --hash-delimiter "
-                                     "need --to (the stream mode)");
+        !s.hash_delimiter.empty() || !s.placement.empty())
+      return Status::InvalidArgument("--mode, --accept-*, --oversize-report, --max-write-*, --hash-delimiter and "
+                                     "--placement-description need --to (the stream mode)");
     return Status::OK();
   }
   if (o.format == 2) return Status::InvalidArgument("--format 2 is for data files; the stream mode (--to) writes none");
@@ -128,6 +136,10 @@ checkpoints stay in --out for reconciliation and --resume):
                               (default {host}/{ip}:11211, EVCache's)
   --ketama-reps N             ring points per node, a multiple of 4 (default 160)
   --hash-delimiter STR        hash only the key part before STR (hash.on.partial.key)
+  --placement-description TEXT
+                              another client's placement instead of EVCache's ketama: a hashkit
+                              description (hashkit/placement.h; `cachewarm warm --placement`
+                              writes it), one node line per --to destination
   --accept-oversize           exit 0 although items too large for a destination were skipped
   --accept-evictions          exit 0 although the destinations evicted items meanwhile
   --accept-incomplete-dump    exit 0 although the dump is incomplete

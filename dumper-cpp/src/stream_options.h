@@ -20,6 +20,7 @@ struct StreamOptions {
   std::string node_key_format = "{host}/{ip}:11211";  // ketama.h kEvcacheNodeKey
   int ketama_reps = 160;              // EVCache's bucket.size
   std::string hash_delimiter;         // EVCache's hash.on.partial.key; empty: the whole key
+  std::string placement;              // a hashkit description (placement.h); empty: EVCache's ketama
   bool accept_oversize = false;       // exit 0 although items too large for a destination were skipped
   bool accept_evictions = false;      // ... although the destinations evicted items meanwhile
   bool accept_incomplete_dump = false;  // ... although the dump is incomplete

@@ -1,13 +1,18 @@
 // ketama_route --reps N [--delimiter HEX] NODEKEY...: reads keys as hex, one a line, on stdin and
 // prints each key's node index (the position of its NODEKEY), one a line. Test-only: pytest
 // compares it with the Python ring on generated keys (tests/datapath/test_stream_routing.py).
+// ketama_route --placement-file PATH: the same with the stream mode's Placement (a hashkit
+// description), compared with the populator's in tests/placement/test_stream_placement.py.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "ketama.h"
+#include "placement.h"
 
 namespace {
 std::string FromHex(const std::string& h) {
@@ -19,17 +24,33 @@ std::string FromHex(const std::string& h) {
 
 int main(int argc, char** argv) {
   int reps = 160;
-  std::string delimiter;
+  std::string delimiter, placement_file;
   std::vector<std::string> nodes;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
+    } else if (a == "--placement-file" && i + 1 < argc) {
+      placement_file = argv[++i];
     } else if (a == "--delimiter" && i + 1 < argc) {
       delimiter = FromHex(argv[++i]);
     } else {
       nodes.push_back(a);
     }
+  }
+  if (!placement_file.empty()) {
+    std::ifstream f(placement_file);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    cachewarm::Placement p;
+    cachewarm::Status s = p.Parse(text);
+    if (!s.ok()) {
+      std::fprintf(stderr, "ketama_route: %s\n", s.ToString().c_str());
+      return 2;
+    }
+    std::string line, out;
+    while (std::getline(std::cin, line)) out += std::to_string(p.Index(FromHex(line))) + "\n";
+    std::fputs(out.c_str(), stdout);
+    return 0;
   }
   cachewarm::KetamaRing ring;
   cachewarm::Status s = ring.Build(nodes, reps, delimiter);

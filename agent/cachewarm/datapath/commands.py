@@ -362,12 +362,6 @@ def warm_cmd(
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--source") from e
     routing = routing_of(options)
-    if stream and routing.placement is not None:
-        raise click.BadParameter(
-            f"{routing.placement.text()!r} is not available with --stream yet (the dumper routes by "
-            "EVCache's ketama only): warm without --stream, through data files",
-            param_hint="--placement",
-        )
     check_routing(routing, target)
     try:
         check_reachable(src, "source")

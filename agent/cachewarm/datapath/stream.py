@@ -65,9 +65,18 @@ class StreamCommand:
     def argv(self) -> list[str]:
         argv = self.dump.argv()
         argv += ["--to", ",".join(n.address for n in self.targets), "--mode", self.mode]
-        argv += ["--node-key-format", self.routing.node_key_format, "--ketama-reps", str(self.routing.reps)]
-        if self.routing.hash_delimiter is not None:
-            argv += ["--hash-delimiter", self.routing.hash_delimiter.decode()]
+        if self.routing.placement is not None:  # the dumper places keys with the same hashkit description
+            desc = self.routing.placement.placer(self.targets).description.text()
+            argv += ["--placement-description", desc]
+        else:
+            argv += [
+                "--node-key-format",
+                self.routing.node_key_format,
+                "--ketama-reps",
+                str(self.routing.reps),
+            ]
+            if self.routing.hash_delimiter is not None:
+                argv += ["--hash-delimiter", self.routing.hash_delimiter.decode()]
         argv += [f"--{name.replace('_', '-')}" for name, on in sorted(self.accept.items()) if on]
         if self.max_write_items_per_second:
             argv += ["--max-write-items-per-second", str(self.max_write_items_per_second)]
