@@ -1,8 +1,8 @@
-"""The acceptance of issue 24: `cachewarm warm --placement ...` (files and --stream) from one source
-into N = 3 and 25 destinations on distinct loopback addresses, then every key read back through the
-cluster's own client or proxy — nutcracker, pylibmc (libmemcached), pymemcache's HashClient; gomemcache and mcrouter
-(not installable here) through independent implementations: zlib's crc32 and a pure-Python furc
-pinned to mcrouter's published values. 0 keys may be missing."""
+"""The acceptance of issue 24: `cachewarm warm --placement ...` (files and --stream) from one
+source into N = 3 and 25 destinations on distinct loopback addresses, then every key read back
+through the cluster's own client or proxy — nutcracker, pylibmc (libmemcached), pymemcache's
+HashClient; gomemcache and mcrouter (not installable here) through independent implementations:
+zlib's crc32 and a pure-Python furc pinned to mcrouter's published values. 0 keys may be missing."""
 
 from __future__ import annotations
 
