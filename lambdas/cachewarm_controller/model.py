@@ -89,6 +89,9 @@ class PopulatorSpec(_Strict):
     # Per AZ; a node whose AZ is missing here gets a populator in the source node's own subnet.
     subnet_ids: dict[AzName, SubnetId] = Field(default_factory=dict)
     mode: Literal["add", "set"] = inputs.DEFAULT_MODE
+    # Where the destination's client looks for a key (docs/placement.md): evcache (EVCache's ketama),
+    # libmemcached[,...], pymemcache[,...] or gomemcache; the populators and verify place keys so.
+    placement: Annotated[str, Field(pattern=inputs.PLACEMENT)] = inputs.DEFAULT_PLACEMENT
     max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
     # Bytes/s written to the destination by one populator, 0 = unlimited.
     max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)

@@ -51,6 +51,7 @@ FLAG_PARAM = {
     "--crawl-sleep-us": "crawlSleepUs",
     "--source": "source",
     "--sample": "sampleKeys",
+    "--placement": "placement",
 }
 # Document parameters that are not passed to the agent: SSM's own run time limit, and the version
 # the document checks `cachewarm --version` against before it starts the agent (filled in by the stack).
@@ -103,6 +104,16 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
         [ENDPOINTS_MAX + ",10.9.9.9:1", "10.0.0.1:11211,", ",10.0.0.1:11211", "10.0.0.1", ""],
     ),
     "mode": (["add", "set"], ["adds", "ADD", "clobber", ""]),
+    "placement": (
+        [
+            "evcache",
+            "gomemcache",
+            "libmemcached",
+            "libmemcached,distribution=ketama-weighted,hash=md5,namespace=app1:",
+            "pymemcache,keys=bytes,prefix=a/b.c-d:",
+        ],
+        ["twemproxy,config=/etc/n.yml,pool=a", "libmemcached,hash=sha1", "pymemcache,prefix=", "EVCACHE", ""],
+    ),
     "threads": (
         ["1", "4", str(inputs.THREADS_MAX)],
         ["1000", "0", "04", "-1", str(inputs.THREADS_MAX + 1), ""],

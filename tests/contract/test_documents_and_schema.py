@@ -43,6 +43,7 @@ SCHEMA_PATTERNS: dict[tuple[str | int, ...], str] = {
     (_D, "PopulatorSpec", "properties", "launch_template_version", "pattern"): inputs.LAUNCH_TEMPLATE_VERSION,
     (_D, "VolumeSpec", "properties", "kms_key_id", "anyOf", 0, "pattern"): inputs.KMS_KEY_ID,
     (_D, "VolumeSpec", "properties", "device_name", "pattern"): inputs.ATTACH_DEVICE_NAME,
+    (_D, "PopulatorSpec", "properties", "placement", "pattern"): inputs.PLACEMENT,
 }
 # Maps keyed by a pattern (JSON Schema `patternProperties`): where the map is, the key's pattern, and
 # the pattern of its values (None: the values are objects).
@@ -57,6 +58,7 @@ SCHEMA_VALUES: dict[tuple[str | int, ...], object] = {
     (_D, "DestinationSpec", "properties", "port", "default"): inputs.DEFAULT_MEMCACHED_PORT,
     (_D, "SourceSpec", "properties", "memcached_port", "default"): inputs.DEFAULT_MEMCACHED_PORT,
     (_D, "PopulatorSpec", "properties", "mode", "default"): inputs.DEFAULT_MODE,
+    (_D, "PopulatorSpec", "properties", "placement", "default"): inputs.DEFAULT_PLACEMENT,
 }
 # Integer fields the controller passes on to an SSM document parameter: the schema's whole range
 # must pass that parameter's pattern (or SSM would refuse a valid execution's command).

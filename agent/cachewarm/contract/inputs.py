@@ -65,6 +65,18 @@ ORDER = r"^(recency|crawl)$"
 # `lru_crawler sleep` while the dump runs, microseconds (0 .. 1000000); server = leave the server's own.
 CRAWL_SLEEP = r"^(server|[0-9]{1,6}|1000000)$"
 CRAWL_SLEEP_MAX = 1_000_000
+# Where the destination's client looks for a key (docs/placement.md): the `--placement` schemes that
+# need no configuration file on the populator (twemproxy's and mcrouter's read one: CLI only).
+_PREFIX = r"[A-Za-z0-9._:/-]{1,64}"
+_LIBMEMCACHED_OPTION = (
+    r"(distribution=(modula|ketama|ketama-weighted|ketama-spy)"
+    r"|hash=(default|one_at_a_time|md5|crc|fnv1_64|fnv1a_64|fnv1_32|fnv1a_32|hsieh|murmur|jenkins)"
+    rf"|namespace={_PREFIX})"
+)
+PLACEMENT = (
+    rf"^(evcache|gomemcache|libmemcached(,{_LIBMEMCACHED_OPTION}){{0,3}}"
+    rf"|pymemcache(,(keys=(str|bytes)|prefix={_PREFIX})){{0,2}})$"
+)
 THREADS = r"^([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-6])$"  # 1 .. THREADS_MAX
 THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 # SSM Run Command: 1 s .. 48 h.
@@ -95,6 +107,7 @@ DEFAULT_STATUS_PREFIX = "warms"
 DEFAULT_MOUNT_DIR = "/mnt/cachewarm"
 DEFAULT_MEMCACHED_PORT = 11211
 DEFAULT_MODE = "add"
+DEFAULT_PLACEMENT = "evcache"
 DEFAULT_ADAPTIVE = "on"
 DEFAULT_ORDER = "recency"
 DEFAULT_CRAWL_SLEEP = "server"
@@ -117,6 +130,7 @@ SSM_PARAMETERS: dict[str, str] = {
     "threads": THREADS,
     "to": ENDPOINT_LIST,
     "mode": MODE,
+    "placement": PLACEMENT,
     "source": ENDPOINT,
     "sampleKeys": SAMPLE_KEYS,
     "agentVersion": VERSION,

@@ -214,6 +214,14 @@ _AGENT_FLAGS = [
     REGION_OPTION,
 ]
 # 0 (unlimited) is never passed: the SSM documents leave the flag out for it.
+_PLACEMENT_OPTION = click.option(
+    "--placement",
+    type=Matching(inputs.PLACEMENT),
+    default=inputs.DEFAULT_PLACEMENT,
+    show_default=True,
+    help="Where the destination's client looks for a key: evcache, libmemcached[,…], pymemcache[,…], "
+    "gomemcache (docs/placement.md; twemproxy and mcrouter read a configuration: `cachewarm warm`).",
+)
 _RATE_OPTION = click.option(
     "--max-items-per-second",
     type=MatchingInt(inputs.RATE, 1),
@@ -420,10 +428,12 @@ def dump_cmd(
     callback=lambda ctx, param, value: _checked(reader_mount_options, value, param),
     help="Read-only mount options; must include ro,norecovery (tests add nouuid: two mounts, one kernel).",
 )
+@_PLACEMENT_OPTION
 def populate_cmd(
     flags: AgentFlags,
     to: str,
     mode: str,
+    placement: str,
     max_items_per_second: int | None,
     max_bytes_per_second: int | None,
     state_dir: Path,
@@ -442,6 +452,7 @@ def populate_cmd(
             max_bytes_per_second=max_bytes_per_second,
             state_dir=state_dir,
             source_timeout_s=source_timeout,
+            placement=placement,
         )
         summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
@@ -493,6 +504,7 @@ def populate_cmd(
 @STATUS_PREFIX_OPTION
 @HEARTBEAT_OPTION
 @REGION_OPTION
+@_PLACEMENT_OPTION
 def stream_cmd(
     warm_id: str,
     node_id: str,
@@ -511,6 +523,7 @@ def stream_cmd(
     status_prefix: str,
     heartbeat_seconds: float,
     region: str | None,
+    placement: str,
 ) -> None:
     """Stream the source straight into the destination(s): no volume, no populator (same-AZ warms).
     The status is published as this node's `populate` object."""
@@ -530,6 +543,7 @@ def stream_cmd(
             threads=threads,
             max_items_per_second=max_items_per_second,
             state_dir=state_dir,
+            placement=placement,
             **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
         click.echo(json.dumps(run_stream(job, status, SubprocessRunner(), _log)))
@@ -559,14 +573,20 @@ def run_verify(
     sample: int,
     ttl_tolerance: int,
     now_ms: Callable[[], int],
+    placement: str = inputs.DEFAULT_PLACEMENT,
 ) -> VerifyResult:
     """Compare `sample` of the source's keys with the destination; any failure to compare becomes
     the result's `error` (the controller reports it), never an exception."""
     try:
         verify, parse_nodes = _data_path_verify()
+        from cachewarm.datapath.ketama import Routing
+        from cachewarm.node_agent.jobs import placement_spec
+
         (src,) = parse_nodes(source)
-        rep = verify(src, parse_nodes(to), sample, ttl_tolerance)
-    except (OSError, RuntimeError, ValueError) as e:
+        targets = parse_nodes(to)
+        routing = Routing(placement=placement_spec(placement, targets))
+        rep = verify(src, targets, sample, ttl_tolerance, routing)
+    except (OSError, RuntimeError, ValueError, AgentError) as e:
         return VerifyResult(warm_id, node_id, now_ms(), error=f"{type(e).__name__}: {e}")
     return VerifyResult(
         warm_id=warm_id,
@@ -618,6 +638,7 @@ def run_verify(
     help="Seconds a destination item's remaining TTL may differ from the source's.",
 )
 @REGION_OPTION
+@_PLACEMENT_OPTION
 def verify_cmd(
     warm_id: str,
     node_id: str,
@@ -628,6 +649,7 @@ def verify_cmd(
     status_prefix: str,
     ttl_tolerance: int,
     region: str | None,
+    placement: str,
 ) -> None:
     """Compare a sample of one source node's keys with the destination (`cachewarm verify --sample`)
     and write the result to `<prefix>/<warm-id>/verify/<node-id>.json`; the controller judges it.
@@ -637,7 +659,9 @@ def verify_cmd(
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    result = run_verify(warm_id, node_id, source, to, sample, ttl_tolerance, lambda: int(time.time() * 1000))
+    result = run_verify(
+        warm_id, node_id, source, to, sample, ttl_tolerance, lambda: int(time.time() * 1000), placement
+    )
     key = verify_key(status_prefix, warm_id, node_id)
     try:
         boto3.client("s3", region_name=region).put_object(

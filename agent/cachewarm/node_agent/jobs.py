@@ -4,7 +4,7 @@ runner / S3 client / populate function, so tests drive them without AWS, root or
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -12,6 +12,8 @@ from typing import Any, Literal
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.placement import PlacementError, PlacementSpec
 from cachewarm.exitcodes import code_of
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.runner import CommandRunner
@@ -213,6 +215,19 @@ def run_dump(
 PopulateFn = Callable[[Any, Callable[[Any], None]], Any]
 
 
+def placement_spec(text: str, destinations: Sequence[Node]) -> PlacementSpec | None:
+    """The agent's --placement for these destinations (None: EVCache's ketama); a scheme that does
+    not fit them is a usage error before anything is sent."""
+    if text == "evcache":
+        return None
+    try:
+        spec = PlacementSpec.parse(text)
+        spec.placer(destinations)
+    except PlacementError as e:
+        raise AgentError(ExitCode.USAGE, f"--placement {text!r}: {e}") from e
+    return spec
+
+
 @dataclass
 class PopulateJob:
     warm_id: str
@@ -223,6 +238,8 @@ class PopulateJob:
     max_items_per_second: int | None = None
     max_bytes_per_second: int | None = None
     state_dir: Path = DEFAULT_STATE_DIR
+    # Where the destination's client looks for a key (docs/placement.md; contract.inputs.PLACEMENT).
+    placement: str = "evcache"
     device_timeout_s: float = 600.0
     # How long to wait for the source to format the volume and create the dump directory.
     source_timeout_s: float = 3600.0
@@ -274,6 +291,7 @@ def run_populate(
         destinations = parse_nodes(job.destinations)
     except ValueError as e:
         raise AgentError(ExitCode.USAGE, f"--to {job.destinations!r}: {e}") from e
+    placement = placement_spec(job.placement, destinations)
     job.state_file.parent.mkdir(parents=True, exist_ok=True)
     config = PopulateConfig(
         source_dir=job.source_dir,
@@ -282,6 +300,7 @@ def run_populate(
         mode=job.mode,
         max_items_per_second=job.max_items_per_second,
         max_bytes_per_second=job.max_bytes_per_second,
+        placement=placement,
         poll_interval=job.poll_s,
         remounter=CommandRemounter(
             vol.device, str(vol.mount), mount_cmd=vol.reader_mount_template, runner=_raising(vol.runner)

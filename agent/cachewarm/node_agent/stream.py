@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 from cachewarm.contract.status import StatusLocation
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
-from cachewarm.datapath.ketama import parse_nodes
+from cachewarm.datapath.ketama import Routing, parse_nodes
 from cachewarm.datapath.stream import StreamCommand, failure_message, parse_summary
 from cachewarm.node_agent.errors import AgentError, ExitCode
-from cachewarm.node_agent.jobs import AWS_PROTECTION, DEFAULT_STATE_DIR, progress_of
+from cachewarm.node_agent.jobs import AWS_PROTECTION, DEFAULT_STATE_DIR, placement_spec, progress_of
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import Progress, StatusPublisher
 
@@ -41,6 +41,8 @@ class StreamJob:
     threads: int | None = None
     max_items_per_second: int | None = None
     state_dir: Path = DEFAULT_STATE_DIR
+    # Where the destination's client looks for a key (docs/placement.md; contract.inputs.PLACEMENT).
+    placement: str = "evcache"
     # The dumper's protection of the source, as for the dump job (the same workers read it).
     protection: SourceProtection = AWS_PROTECTION
 
@@ -67,7 +69,11 @@ class StreamJob:
             resume=(self.workdir / "keys" / "META").exists(),
         )
         return StreamCommand(
-            dump=dump, targets=targets, mode=self.mode, max_write_items_per_second=self.max_items_per_second
+            dump=dump,
+            targets=targets,
+            mode=self.mode,
+            routing=Routing(placement=placement_spec(self.placement, targets)),
+            max_write_items_per_second=self.max_items_per_second,
         ).argv()
 
 

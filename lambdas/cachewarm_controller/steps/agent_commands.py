@@ -52,6 +52,7 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
             "source": f"{row.private_ip}:{inp.source.memcached_port}",
             "to": ",".join(plan.destination_endpoints),
             "sampleKeys": str(inp.verify.sample_keys),
+            "placement": inp.populator.placement,
         }
     common = {
         **status,
@@ -73,6 +74,7 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
         **common,
         "to": ",".join(plan.destination_endpoints),
         "mode": inp.populator.mode,
+        "placement": inp.populator.placement,
         "maxItemsPerSecond": str(inp.populator.max_items_per_second),
         "maxBytesPerSecond": str(inp.populator.max_bytes_per_second),
     }
