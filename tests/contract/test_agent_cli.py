@@ -111,6 +111,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
             "libmemcached",
             "libmemcached,distribution=ketama-weighted,hash=md5,namespace=app1:",
             "pymemcache,keys=bytes,prefix=a/b.c-d:",
+            "spymemcached,format=libmemcached,reps=160,weighted=true",
         ],
         ["twemproxy,config=/etc/n.yml,pool=a", "libmemcached,hash=sha1", "pymemcache,prefix=", "EVCACHE", ""],
     ),

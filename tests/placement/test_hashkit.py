@@ -213,3 +213,40 @@ def _is_utf8(k: bytes) -> bool:
         return True
     except UnicodeDecodeError:
         return False
+
+
+def test_spymemcached_scheme_reproduces_the_published_vectors() -> None:
+    four = [Node("127.0.0.1", 10000 + i) for i in range(4)]
+    p = PlacementSpec.parse("spymemcached").placer(four)
+    assert p.description.nodes[0].name == "127.0.0.1:10000"  # an IP literal: ip:port
+    assert [p.index_for(k) for k in (b"dustin", b"noelani", b"some other key", b"7QHNPFVC", b"N6H4245M")] == [
+        0,
+        2,
+        0,
+        1,
+        1,
+    ]
+    five = [Node("127.0.0.1", 10000 + i) for i in range(5)]
+    p = PlacementSpec.parse("spymemcached").placer(five)
+    assert [p.index_for(k) for k in (b"36", b"10037", b"22051", b"49044", b"some other key")] == [
+        2,
+        3,
+        1,
+        4,
+        4,
+    ]
+
+
+def test_spymemcached_node_key_formats_and_weights() -> None:
+    named = [Node("cache-1.internal", 11211, "10.0.0.1"), Node("cache-2.internal", 22122, "10.0.0.2")]
+    spy = PlacementSpec.parse("spymemcached").placer(named).description
+    assert [e.name for e in spy.nodes] == [
+        "cache-1.internal/10.0.0.1:11211",
+        "cache-2.internal/10.0.0.2:22122",
+    ]
+    lib = PlacementSpec.parse("spymemcached,format=libmemcached").placer(named).description
+    assert [e.name for e in lib.nodes] == ["cache-1.internal", "cache-2.internal:22122"]
+    nodes = [Node(f"127.0.0.{2 + i}", 11211) for i in range(25)]
+    weighted = PlacementSpec.parse("spymemcached,weighted=true").placer(nodes).description
+    assert {e.count for e in weighted.nodes} == {156}  # Java's float arithmetic, as twemproxy's
+    assert {e.count for e in PlacementSpec.parse("spymemcached").placer(nodes).description.nodes} == {160}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from pymemcache.client.hash import HashClient
 
@@ -227,6 +228,9 @@ def test_every_scheme_every_key_found_by_the_real_client(
     )
     run("pymemcache bytes keys", "pymemcache,keys=bytes", lambda: missing_via_pymemcache(dsts, "bytes"))
     run("gomemcache", "gomemcache", lambda: missing_on_predicted_nodes(dsts, lambda k: zlib.crc32(k) % n))
+    # spymemcached (no Java here): cachewarm's own pure-Python ring, pinned to its published vectors
+    ring = KetamaRing([Node(d.host, d.port) for d in dsts], "{host}:{port}")
+    run("spymemcached", "spymemcached", lambda: missing_on_predicted_nodes(dsts, ring.index_for))
 
     conf = tmp_path / "mcrouter.json"
     pools = {"A": {"servers": [d.address for d in dsts]}}
@@ -248,7 +252,7 @@ def test_every_scheme_every_key_found_by_the_real_client(
             dsts, lambda k: (zlib.crc32(mcrouter_routing_key(k, b"")) & 0x7FFFFFFF) % n
         ),
     )
-    assert len(missing) == (10 if _has_pylibmc() else 7)
+    assert len(missing) == (11 if _has_pylibmc() else 8)
     assert missing == {k: 0 for k in missing}
     # the control: EVCache's ketama (the default) is not where nutcracker looks
     conf = tmp_path / "nutcracker0.yml"

@@ -73,8 +73,10 @@ _LIBMEMCACHED_OPTION = (
     r"|hash=(default|one_at_a_time|md5|crc|fnv1_64|fnv1a_64|fnv1_32|fnv1a_32|hsieh|murmur|jenkins)"
     rf"|namespace={_PREFIX})"
 )
+_SPYMEMCACHED_OPTION = r"(format=(spymemcached|libmemcached)|reps=[0-9]{1,5}|weighted=(true|false))"
 PLACEMENT = (
     rf"^(evcache|gomemcache|libmemcached(,{_LIBMEMCACHED_OPTION}){{0,3}}"
+    rf"|spymemcached(,{_SPYMEMCACHED_OPTION}){{0,3}}"
     rf"|pymemcache(,(keys=(str|bytes)|prefix={_PREFIX})){{0,2}})$"
 )
 THREADS = r"^([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-6])$"  # 1 .. THREADS_MAX

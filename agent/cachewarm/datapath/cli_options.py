@@ -66,7 +66,8 @@ def routing_options(f):  # type: ignore[no-untyped-def]
         help="Place keys where this client looks for them: evcache (the default: the ketama options "
         "below), twemproxy,config=NUTCRACKER.yml,pool=NAME; mcrouter,config=MCROUTER.json,pool=NAME; "
         "libmemcached[,distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=P]; "
-        "pymemcache[,keys=str|bytes][,prefix=P]; gomemcache (docs/placement.md).",
+        "pymemcache[,keys=str|bytes][,prefix=P]; gomemcache; "
+        "spymemcached[,format=spymemcached|libmemcached][,reps=N][,weighted=true] (docs/placement.md).",
         show_default="evcache",
     )(f)
     f = click.option(

@@ -7,11 +7,12 @@ parses it (the C++ dumper parses the same text), so the placement is written onc
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.ketama import Node, resolve
 
 # scheme -> (allowed options, what the user must give)
 SCHEMES: dict[str, tuple[frozenset[str], str]] = {
@@ -23,6 +24,10 @@ SCHEMES: dict[str, tuple[frozenset[str], str]] = {
     ),
     "pymemcache": (frozenset({"keys", "prefix"}), "[keys=str|bytes][,prefix=KEY_PREFIX]"),
     "gomemcache": (frozenset(), ""),
+    "spymemcached": (
+        frozenset({"format", "reps", "weighted"}),
+        "[format=spymemcached|libmemcached][,reps=N][,weighted=true]",
+    ),
 }
 _REQUIRED = {"twemproxy": ("config", "pool"), "mcrouter": ("config", "pool")}
 
@@ -206,6 +211,16 @@ class PlacementSpec:
             h = self.option("hash", "default")
             if h not in LIBMEMCACHED_HASHES:
                 raise PlacementError(f"libmemcached hash {h!r}: use one of {', '.join(LIBMEMCACHED_HASHES)}")
+        if self.scheme == "spymemcached":
+            if self.option("format", "spymemcached") not in ("spymemcached", "libmemcached"):
+                raise PlacementError(
+                    f"spymemcached format={self.option('format')!r}: use spymemcached or libmemcached"
+                )
+            reps = str(self.option("reps", "160"))
+            if not reps.isdigit() or not 4 <= int(reps) <= 10000 or int(reps) % 4:
+                raise PlacementError(f"spymemcached reps={reps!r}: a multiple of 4, 4..10000")
+            if self.option("weighted", "false") not in ("true", "false"):
+                raise PlacementError(f"spymemcached weighted={self.option('weighted')!r}: true or false")
         if self.scheme == "pymemcache" and self.option("keys", "str") not in ("str", "bytes"):
             raise PlacementError(
                 f"pymemcache keys={self.option('keys')!r}: use str or bytes (how your code passes keys)"
@@ -226,6 +241,8 @@ class PlacementSpec:
             desc = mcrouter.description(Path(str(self.option("config"))), str(self.option("pool")), nodes)
         elif self.scheme == "libmemcached":
             desc = _libmemcached(self, nodes)
+        elif self.scheme == "spymemcached":
+            desc = _spymemcached(self, nodes)
         elif self.scheme == "pymemcache":
             desc = Description(
                 "rendezvous",
@@ -261,3 +278,34 @@ def _libmemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
     pts = weighted_points(1, n, n, libmemcached=True)
     entries = tuple(NodeEntry(node_name(x.host, x.port), pts, i) for i, x in enumerate(nodes))
     return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)
+
+
+def spymemcached_node_key(node: Node, fmt: str) -> str:
+    """spymemcached's KetamaNodeKeyFormatter: SPYMEMCACHED = the socket address's text, `host/ip:port`
+    (`ip:port` for an address given as an IP literal); LIBMEMCACHED = the host name, `:port` unless 11211."""
+    if fmt == "libmemcached":
+        return node_name(node.host, node.port)
+    try:
+        ipaddress.ip_address(node.host)
+        return f"{node.host}:{node.port}"
+    except ValueError:
+        pass
+    if node.ip is None:
+        try:
+            node = resolve(node)
+        except ValueError as e:
+            raise PlacementError(f"spymemcached: {e}") from e
+    return f"{node.host}/{node.ip}:{node.port}"
+
+
+def _spymemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
+    """spymemcached's KetamaNodeLocator: md5 of "<nodekey>-<i>", 4 points per digest, reps points per
+    node (weighted: the float32-scaled count, as twemproxy's), a later node wins a shared point."""
+    fmt = str(spec.option("format", "spymemcached"))
+    reps = int(str(spec.option("reps", "160")))
+    n = len(nodes)
+    count = weighted_points(1, n, n, reps) if spec.option("weighted") == "true" else reps
+    entries = tuple(NodeEntry(spymemcached_node_key(x, fmt), count, i) for i, x in enumerate(nodes))
+    if len({e.name for e in entries}) != len(entries):
+        raise PlacementError(f"spymemcached: node keys collide ({[e.name for e in entries]})")
+    return Description("ketama", entries, hash="md5", points="md5x4", collision="last")
