@@ -1,13 +1,15 @@
 """The acceptance of issue 24: `cachewarm warm --placement ...` (files and --stream) from one
 source into N = 3 and 25 destinations on distinct loopback addresses, then every key read back
 through the cluster's own client or proxy — nutcracker, pylibmc (libmemcached), pymemcache's
-HashClient; gomemcache and mcrouter (not installable here) through independent implementations:
-zlib's crc32 and a pure-Python furc pinned to mcrouter's published values. 0 keys may be missing."""
+HashClient, gomemcache (built with Go when Go and its module proxy are there, else zlib's crc32);
+mcrouter (not installable here) through a pure-Python furc pinned to its published values and zlib.
+0 keys may be missing."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -166,6 +168,37 @@ def missing_on_predicted_nodes(dsts: list[MemcachedServer], index_for) -> list[b
     return gone
 
 
+@pytest.fixture(scope="module")
+def gomemcache_get(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """gomemcache_get/ built with Go and the gomemcache module (None without Go or the module proxy:
+    the gomemcache check falls back to zlib's crc32, which is Go's crc32.ChecksumIEEE)."""
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        return None
+    work = tmp_path_factory.mktemp("gomemcache")
+    shutil.copytree(Path(__file__).with_name("gomemcache_get"), work / "src")
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    out = subprocess.run(
+        [go, "build", "-o", str(work / "gomemcache_get"), "."],
+        cwd=work / "src",
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
+    return work / "gomemcache_get" if out.returncode == 0 else None
+
+
+def missing_via_gomemcache(binary: Path, dsts: list[MemcachedServer]) -> list[bytes]:
+    out = subprocess.run(
+        [str(binary), *(d.address for d in dsts)],
+        input="\n".join(k.hex() for k in KEYS),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [bytes.fromhex(x) for x in out.split()]
+
+
 def mcrouter_routing_key(k: bytes, salt: bytes) -> bytes:
     cut = k.find(b"|#|")
     return (k if cut < 0 else k[:cut]) + salt
@@ -173,7 +206,7 @@ def mcrouter_routing_key(k: bytes, salt: bytes) -> bytes:
 
 @pytest.mark.parametrize("n", [3, 25])
 def test_every_scheme_every_key_found_by_the_real_client(
-    n: int, memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+    n: int, memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str], gomemcache_get: Path | None
 ) -> None:  # type: ignore[no-untyped-def]
     import zlib
 
@@ -227,7 +260,10 @@ def test_every_scheme_every_key_found_by_the_real_client(
         lambda: missing_via_pymemcache(dsts, "str", b"app1:"),
     )
     run("pymemcache bytes keys", "pymemcache,keys=bytes", lambda: missing_via_pymemcache(dsts, "bytes"))
-    run("gomemcache", "gomemcache", lambda: missing_on_predicted_nodes(dsts, lambda k: zlib.crc32(k) % n))
+    if gomemcache_get is not None:
+        run("gomemcache", "gomemcache", lambda: missing_via_gomemcache(gomemcache_get, dsts))
+    else:
+        run("gomemcache", "gomemcache", lambda: missing_on_predicted_nodes(dsts, lambda k: zlib.crc32(k) % n))
     # spymemcached (no Java here): cachewarm's own pure-Python ring, pinned to its published vectors
     ring = KetamaRing([Node(d.host, d.port) for d in dsts], "{host}:{port}")
     run("spymemcached", "spymemcached", lambda: missing_on_predicted_nodes(dsts, ring.index_for))
