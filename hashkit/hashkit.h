@@ -68,6 +68,12 @@ void cw_md5(const unsigned char *s, size_t n, unsigned char digest[16]);
 #define CW_FURC_MAX (1u << 23)
 uint32_t cw_furc_hash(const unsigned char *key, size_t len, uint32_t m);
 
+/* SpookyHash V2's 32-bit hash (folly's Hash32: both 64-bit seeds = seed). */
+uint32_t cw_spooky32(const unsigned char *key, size_t len, uint32_t seed);
+
+/* mcrouter's WeightedCh3: the index in [0, n) of key for these server weights (each in [0, 1]). */
+uint32_t cw_wch3_hash(const unsigned char *key, size_t len, const double *weights, uint32_t n);
+
 /* A byte as C `char` on x86 (signed), widened as the clients' `(uint32_t)key[i]` does. */
 static inline uint32_t cw_sbyte(unsigned char c) { return (uint32_t)(int32_t)(signed char)c; }
 

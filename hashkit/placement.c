@@ -10,7 +10,7 @@
 
 #include "hashkit.h"
 
-enum dist { D_KETAMA, D_MODULA, D_RENDEZVOUS, D_FURC };
+enum dist { D_KETAMA, D_MODULA, D_RENDEZVOUS, D_FURC, D_WCH3 };
 enum { MAX_NAME = 1024, MAX_NODES = 1 << 16, MAX_COUNT = 1 << 16 };
 
 typedef struct {
@@ -30,6 +30,8 @@ struct cw_placement {
   uint32_t *points, *owners;
   size_t nslots; /* modula */
   uint32_t *slots;
+  size_t nweights; /* wch3: one per node, in [0, 1] */
+  double *weights;
 };
 
 static void fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -70,6 +72,7 @@ void cw_placement_free(cw_placement *p) {
   free(p->points);
   free(p->owners);
   free(p->slots);
+  free(p->weights);
   free(p);
 }
 
@@ -177,6 +180,40 @@ static int read_count(const char *s, size_t n, unsigned long *out) {
   return c > MAX_COUNT ? -1 : 0;
 }
 
+/* "w1,w2,..." each a decimal in [0, 1] */
+static int parse_weights(cw_placement *p, const char *s, size_t n) {
+  char *text = malloc(n + 1);
+  if (!text) return -1;
+  memcpy(text, s, n);
+  text[n] = 0;
+  free(p->weights);
+  p->weights = NULL;
+  p->nweights = 0;
+  size_t cap = 0;
+  int rc = 0;
+  for (char *c = text; *c;) {
+    char *end;
+    const double v = strtod(c, &end);
+    if (end == c || !(v >= 0 && v <= 1) || (*end && *end != ',')) {
+      rc = -1;
+      break;
+    }
+    if (p->nweights == cap) {
+      cap = cap ? 2 * cap : 16;
+      double *nw = realloc(p->weights, cap * sizeof *nw);
+      if (!nw) {
+        rc = -1;
+        break;
+      }
+      p->weights = nw;
+    }
+    p->weights[p->nweights++] = v;
+    c = *end ? end + 1 : end;
+  }
+  free(text);
+  return rc;
+}
+
 static int word_is(const char *w, size_t n, const char *lit) { return strlen(lit) == n && memcmp(w, lit, n) == 0; }
 
 cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t errlen) {
@@ -217,6 +254,7 @@ cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t
                 : word_is(w[1], wl[1], "modula") ? D_MODULA
                 : word_is(w[1], wl[1], "rendezvous") ? D_RENDEZVOUS
                 : word_is(w[1], wl[1], "furc") ? D_FURC
+                : word_is(w[1], wl[1], "wch3") ? D_WCH3
                                                  : -2;
       if (p->dist == -2) goto bad_line;
     } else if (word_is(w[0], wl[0], "hash")) {
@@ -237,6 +275,9 @@ cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t
       ARGS(1);
       if (word_is(w[1], wl[1], "repr")) p->keyform_repr = 1;
       else if (!word_is(w[1], wl[1], "str")) goto bad_line;
+    } else if (word_is(w[0], wl[0], "weights")) {
+      ARGS(1);
+      if (parse_weights(p, w[1], wl[1])) goto bad_line;
     } else if (word_is(w[0], wl[0], "hash-stop")) {
       ARGS(0);
       p->hash_stop = 1;
@@ -307,7 +348,11 @@ cw_placement *cw_placement_parse(const char *text, size_t len, char *err, size_t
     fail(err, errlen, "placement description has no hash");
     goto error;
   }
-  if (p->dist == D_FURC && p->nnodes > CW_FURC_MAX) {
+  if (p->dist == D_WCH3 && p->nweights != p->nnodes) {
+    fail(err, errlen, "wch3 needs one weight per node (%zu weights, %zu nodes)", p->nweights, p->nnodes);
+    goto error;
+  }
+  if ((p->dist == D_FURC || p->dist == D_WCH3) && p->nnodes > CW_FURC_MAX) {
     fail(err, errlen, "furc pools have at most %u nodes", CW_FURC_MAX);
     goto error;
   }
@@ -450,6 +495,8 @@ long cw_place(const cw_placement *p, const unsigned char *key, size_t len) {
   long idx;
   if (p->dist == D_FURC) {
     idx = (long)p->dest[cw_furc_hash(key, len, (uint32_t)p->nnodes)];
+  } else if (p->dist == D_WCH3) {
+    idx = (long)p->dest[cw_wch3_hash(key, len, p->weights, (uint32_t)p->nnodes)];
   } else {
     const uint32_t h = cw_hash((cw_hash_id)p->hash, key, len);
     if (p->dist == D_MODULA) {

@@ -3,7 +3,7 @@
  * Built from a text description (one directive a line; names and byte strings in hex), which Python
  * writes (cachewarm.placement.Placement.describe) and both data paths hand to this parser:
  *
- *   dist ketama|modula|rendezvous|furc
+ *   dist ketama|modula|rendezvous|furc|wch3
  *   hash <name>                  the key hash (hashkit.h; rendezvous: murmur3; furc: none)
  *   points md5x4|hash            ketama: 4 points per md5 digest of "<name>-<i>", or one point per key
  *                                hash of "<name>-<i>" (libmemcached's non-weighted ketama)
@@ -14,6 +14,7 @@
  *   tag <hex of 2 bytes>         twemproxy hash_tag: hash only the non-empty text between the two
  *   delimiter <hex>              EVCache hash.on.partial.key: hash only the part before it
  *   salt <hex>                   mcrouter: appended to the hashed key
+ *   weights <w>,<w>,...          wch3 (mcrouter's WeightedCh3): one weight in [0, 1] per node
  *   keyform str|repr             rendezvous: the key as pymemcache formats a str key (its UTF-8
  *                                characters, each & 0xff; a key that is not UTF-8 was bytes) or a
  *                                bytes key (Python's repr, b'...')

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "../../hashkit/hashkit.h"
 
@@ -86,6 +87,36 @@ TEST(Placement, BadDescriptionsAreNamed) {
   EXPECT_NE(s.ToString().find("no node"), std::string::npos) << s.ToString();
   s = p.Parse("dist ketama\nhash md5\npoints md5x4\nnode 61 6\n");
   EXPECT_NE(s.ToString().find("not a multiple of 4"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace cachewarm
+
+namespace cachewarm {
+namespace {
+
+TEST(Hashkit, Spooky32PublishedValues) {
+  unsigned char buf[512];
+  for (int i = 0; i < 512; i++) buf[i] = (unsigned char)(i + 128);
+  EXPECT_EQ(cw_spooky32(buf, 0, 0), 0x6bf50919u);
+  EXPECT_EQ(cw_spooky32(buf, 31, 0), 0x027bca7cu);
+  EXPECT_EQ(cw_spooky32(buf, 191, 0), 0xe13d9e19u);
+  EXPECT_EQ(cw_spooky32(buf, 192, 0), 0x77e012bdu);
+  EXPECT_EQ(cw_spooky32(buf, 511, 0), 0xcc1c8250u);
+}
+
+TEST(Hashkit, McrouterPublishedWeightedCh3Values) {
+  const double w3[] = {1.0, 1.0, 0.7};
+  size_t counts[3] = {0, 0, 0};
+  for (int i = 0; i < 1000; i++) {
+    const std::string k = std::to_string(i);
+    counts[cw_wch3_hash(reinterpret_cast<const unsigned char*>(k.data()), k.size(), w3, 3)]++;
+  }
+  EXPECT_EQ(counts[0], 341u);
+  EXPECT_EQ(counts[1], 371u);
+  EXPECT_EQ(counts[2], 288u);
+  const std::vector<double> zero(100, 0.0);
+  EXPECT_EQ(cw_wch3_hash(reinterpret_cast<const unsigned char*>("sample"), 6, zero.data(), 100), 59u);
 }
 
 }  // namespace

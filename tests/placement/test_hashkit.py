@@ -250,3 +250,63 @@ def test_spymemcached_node_key_formats_and_weights() -> None:
     weighted = PlacementSpec.parse("spymemcached,weighted=true").placer(nodes).description
     assert {e.count for e in weighted.nodes} == {156}  # Java's float arithmetic, as twemproxy's
     assert {e.count for e in PlacementSpec.parse("spymemcached").placer(nodes).description.nodes} == {160}
+
+
+# folly's SpookyHashV2Test: Hash32(buf, n, 0) over buf[i] = i + 128, at lengths through both paths
+# (short < 192 bytes, long >= 192).
+SPOOKY32 = {
+    0: 0x6BF50919,
+    1: 0x70DE1D26,
+    15: 0x83EC01F9,
+    16: 0xF274736C,
+    31: 0x027BCA7C,
+    32: 0xE5CFC8B6,
+    191: 0xE13D9E19,
+    192: 0x77E012BD,
+    193: 0x2D05114C,
+    300: 0x37E2B1DA,
+    511: 0xCC1C8250,
+}
+
+
+def test_spooky32_published_values() -> None:
+    buf = bytes((i + 128) & 0xFF for i in range(512))
+    assert {n: _speedups.spooky32(buf[:n], 0) for n in SPOOKY32} == SPOOKY32
+
+
+def test_mcrouter_published_weighted_ch3_values() -> None:
+    wch3 = _speedups.wch3_hash
+    assert wch3(b"sample", [1.0] * 100) == 97 and wch3(b"", [1.0] * 100) == 72  # all 1.0 = Ch3
+    assert wch3(b"sample", [0.0]) == 0 and wch3(b"sample", [0.0] * 100) == 59 and wch3(b"", [0.0] * 100) == 45
+    counts = [0] * 3
+    for i in range(1000):
+        counts[wch3(str(i).encode(), [1.0, 1.0, 0.7])] += 1
+    assert counts == [341, 371, 288]
+    w10 = [0.429, 0.541, 0.117, 0.998, 0.283, 0.065, 0.109, 0.042, 0.676, 0.943]
+    counts = [0] * 10
+    for i in range(10000):
+        counts[wch3(str(i).encode(), w10)] += 1
+    assert counts == [1016, 1252, 288, 2354, 661, 195, 247, 122, 1668, 2197]
+
+    def checksum(n: int, w: float) -> int:
+        acc = 0
+        for i in range(10000):
+            acc = (acc * 31 + wch3(b"k%d" % i, [w] * n)) & 0xFFFFFFFF
+        return acc
+
+    assert checksum(2, 0.5) == 2395690262 and checksum(10, 0.5) == 547444706
+    assert checksum(2, 0.0) == 3431444300 and checksum(10, 0.0) == 1290067504
+
+
+def test_mcrouter_weighted_ch3_from_the_config(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    nodes = [Node(f"127.0.0.{2 + i}", 5000) for i in range(3)]
+    conf = tmp_path / "mcrouter.json"
+    route = {"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "WeightedCh3", "weights": [1.0, 1.0]}}
+    conf.write_text(json.dumps({"pools": {"A": {"servers": [n.address for n in nodes]}}, "route": route}))
+    p = PlacementSpec.parse(f"mcrouter,config={conf},pool=A").placer(nodes)
+    assert p.description.weights == (1.0, 1.0, 0.5)  # a missing weight is 0.5, as mcrouter reads it
+    keys = [b"%d" % i for i in range(1000)] + [k + b"|#|x" for k in KEYS[:200]]
+    want = [_speedups.wch3_hash(k.split(b"|#|")[0], [1.0, 1.0, 0.5]) for k in keys]
+    assert [p.index_for(k) for k in keys] == want

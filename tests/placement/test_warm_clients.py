@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cachewarm.datapath import _speedups
 from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from pymemcache.client.hash import HashClient
@@ -288,7 +289,17 @@ def test_every_scheme_every_key_found_by_the_real_client(
             dsts, lambda k: (zlib.crc32(mcrouter_routing_key(k, b"")) & 0x7FFFFFFF) % n
         ),
     )
-    assert len(missing) == (11 if _has_pylibmc() else 8)
+    weights = [round(1.0 - 0.6 * i / n, 3) for i in range(n)]
+    route = {"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "WeightedCh3", "weights": weights}}
+    conf.write_text(json.dumps({"pools": pools, "route": route}))
+    run(
+        "mcrouter WeightedCh3",  # hashkit's WeightedCh3 is pinned to mcrouter's published values
+        f"mcrouter,config={conf},pool=A",
+        lambda: missing_on_predicted_nodes(
+            dsts, lambda k: _speedups.wch3_hash(mcrouter_routing_key(k, b""), weights)
+        ),
+    )
+    assert len(missing) == (12 if _has_pylibmc() else 9)
     assert missing == {k: 0 for k in missing}
     # the control: EVCache's ketama (the default) is not where nutcracker looks
     conf = tmp_path / "nutcracker0.yml"

@@ -7,6 +7,8 @@
  * hash(name, key) -> int          a key hash by its name (hashkit.c's table)
  * ketama_weighted_points(weight, total, n, base, libmemcached=False) -> int
  * furc_hash(key, m) -> int
+ * wch3_hash(key, weights) -> int  (mcrouter's WeightedCh3 over len(weights) servers)
+ * spooky32(key, seed) -> int
  *
  * plan_v2 (_v2plan.c) routes with a Placement through placement_of().
  */
@@ -154,7 +156,48 @@ static PyObject *py_furc(PyObject *self, PyObject *args) {
   return PyLong_FromUnsignedLong(h);
 }
 
+static PyObject *py_wch3(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer key;
+  PyObject *seq;
+  if (!PyArg_ParseTuple(args, "y*O", &key, &seq)) return NULL;
+  PyObject *fast = PySequence_Fast(seq, "weights: a sequence of floats");
+  if (!fast) {
+    PyBuffer_Release(&key);
+    return NULL;
+  }
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  double *w = n > 0 ? PyMem_Malloc((size_t)n * sizeof *w) : NULL;
+  PyObject *result = NULL;
+  if (n <= 0 || n > CW_FURC_MAX || !w) {
+    PyErr_SetString(PyExc_ValueError, "weights: 1 .. 2^23 of them");
+  } else {
+    Py_ssize_t i = 0;
+    for (; i < n; i++) {
+      w[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+      if (w[i] == -1.0 && PyErr_Occurred()) break;
+    }
+    if (i == n) result = PyLong_FromUnsignedLong(cw_wch3_hash(key.buf, (size_t)key.len, w, (uint32_t)n));
+  }
+  PyMem_Free(w);
+  Py_DECREF(fast);
+  PyBuffer_Release(&key);
+  return result;
+}
+
+static PyObject *py_spooky32(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer key;
+  unsigned int seed;
+  if (!PyArg_ParseTuple(args, "y*I", &key, &seed)) return NULL;
+  const uint32_t h = cw_spooky32(key.buf, (size_t)key.len, seed);
+  PyBuffer_Release(&key);
+  return PyLong_FromUnsignedLong(h);
+}
+
 PyMethodDef kPlacementModuleMethods[] = {
+    {"spooky32", py_spooky32, METH_VARARGS, "SpookyHash V2's 32-bit hash."},
+    {"wch3_hash", py_wch3, METH_VARARGS, "mcrouter's WeightedCh3."},
     {"hash", py_hash, METH_VARARGS, "A key hash by its name (hashkit)."},
     {"ketama_weighted_points", py_weighted_points, METH_VARARGS, "Weighted ketama's points for a server."},
     {"furc_hash", py_furc, METH_VARARGS, "mcrouter's furc_hash (Ch3)."},

@@ -4,7 +4,8 @@ mcrouter (facebook/mcrouter, lib/Ch3HashFunc.h, lib/Crc32HashFunc.h, lib/carbon/
 lib/HashSelector.h): a pool route hashes the routing key — the key up to its first "|#|" (the
 `/region/cluster/` routing prefix never reaches the server, so a stored key has none) — with the
 route's salt appended: `Ch3` = furc_hash(key, N) (the default), `Crc32` = (crc32 & 0x7fffffff) % N,
-over the pool's servers in order.
+`WeightedCh3` = furc retried with reversed-decimal salts until a SpookyHash V2 draw falls under the
+server's weight, over the pool's servers in order.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.placement.spec import Description, NodeEntry, PlacementError
 from cachewarm.datapath.placement.twemproxy import _match
 
-SUPPORTED = ("Ch3", "Crc32")
+SUPPORTED = ("Ch3", "Crc32", "WeightedCh3")
 
 
 def _routes(obj: Any) -> Iterator[Any]:
@@ -34,13 +35,13 @@ def _routes(obj: Any) -> Iterator[Any]:
         yield obj
 
 
-def _hash_of(path: Path, pool: str, doc: dict[str, Any]) -> tuple[str, str]:
-    """(hash_func, salt) of the routes that send to `pool`; they must agree."""
-    found: set[tuple[str, str]] = set()
+def _hash_of(path: Path, pool: str, doc: dict[str, Any]) -> tuple[str, str, tuple[Any, ...]]:
+    """(hash_func, salt, weights) of the routes that send to `pool`; they must agree."""
+    found: set[tuple[str, str, tuple[Any, ...]]] = set()
     for r in _routes({k: v for k, v in doc.items() if k != "pools"}):
         if isinstance(r, str):
             if r in (f"PoolRoute|{pool}", f"Pool|{pool}"):
-                found.add(("Ch3", ""))
+                found.add(("Ch3", "", ()))
             continue
         pool_ref = r.get("pool")
         if r.get("type") not in ("PoolRoute", "HashRoute") or pool_ref not in (pool, f"Pool|{pool}"):
@@ -50,9 +51,12 @@ def _hash_of(path: Path, pool: str, doc: dict[str, Any]) -> tuple[str, str]:
             h = {"hash_func": h}
         if not isinstance(h, dict):
             raise PlacementError(f"{path}: a route to pool {pool!r} has a hash that is not an object or name")
-        found.add((str(h.get("hash_func", "Ch3")), str(h.get("salt", ""))))
+        weights = h.get("weights", [])
+        if not isinstance(weights, list):
+            raise PlacementError(f"{path}: a route to pool {pool!r} has weights that are not a list")
+        found.add((str(h.get("hash_func", "Ch3")), str(h.get("salt", "")), tuple(weights)))
     if not found:
-        found.add(("Ch3", ""))  # no route names it yet: mcrouter's default pool hash
+        found.add(("Ch3", "", ()))  # no route names it yet: mcrouter's default pool hash
     if len(found) > 1:
         raise PlacementError(
             f"{path}: routes hash pool {pool!r} in different ways ({sorted(found)}): a key has no one home"
@@ -84,7 +88,7 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
         if len(parts) < 2 or not parts[1].isdigit():
             raise PlacementError(f"{path}: pool {pool!r}: server {s!r} is not host:port")
         servers.append((parts[0], int(parts[1])))
-    func, salt = _hash_of(path, pool, doc)
+    func, salt, weights = _hash_of(path, pool, doc)
     if func not in SUPPORTED:
         raise PlacementError(
             f"{path}: pool {pool!r} is hashed with {func!r}; "
@@ -94,4 +98,24 @@ def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
     entries = tuple(NodeEntry(f"{h}:{p}", 1, dest[i]) for i, (h, p) in enumerate(servers))
     if func == "Ch3":
         return Description("furc", entries, hash_stop=True, salt=salt.encode())
+    if func == "WeightedCh3":
+        return Description(
+            "wch3",
+            entries,
+            hash_stop=True,
+            salt=salt.encode(),
+            weights=_weights(path, pool, weights, len(servers)),
+        )
     return Description("modula", entries, hash="crc32_mcrouter", hash_stop=True, salt=salt.encode())
+
+
+def _weights(path: Path, pool: str, raw: tuple[Any, ...], n: int) -> tuple[float, ...]:
+    """WeightedCh3's `weights`, as mcrouter reads them (WeightedChHashFuncBase::parseWeights): one
+    number in [0, 1] per server; extra ones ignored, missing ones 0.5 (mcrouter logs the config as
+    broken and goes on)."""
+    out = []
+    for w in raw[:n]:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w <= 1:
+            raise PlacementError(f"{path}: pool {pool!r}: WeightedCh3 weight {w!r} is not a number in [0, 1]")
+        out.append(float(w))
+    return tuple(out + [0.5] * (n - len(out)))

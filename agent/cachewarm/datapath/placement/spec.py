@@ -73,6 +73,7 @@ class Description:
     tag: bytes = b""
     salt: bytes = b""
     keyform: str | None = None
+    weights: tuple[float, ...] = ()  # wch3
 
     def text(self) -> str:
         lines = [f"dist {self.dist}"]
@@ -92,6 +93,8 @@ class Description:
             lines.append(f"tag {self.tag.hex()}")
         if self.salt:
             lines.append(f"salt {self.salt.hex()}")
+        if self.weights:  # repr: the shortest text that reads back as the same double
+            lines.append("weights " + ",".join(repr(float(w)) for w in self.weights))
         lines += [f"node {n.name.encode().hex()} {n.count} {n.dest}" for n in self.nodes]
         return "\n".join(lines) + "\n"
 
