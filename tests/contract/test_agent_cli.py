@@ -112,6 +112,7 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
             "libmemcached,distribution=ketama-weighted,hash=md5,namespace=app1:",
             "pymemcache,keys=bytes,prefix=a/b.c-d:",
             "spymemcached,format=libmemcached,reps=160,weighted=true",
+            "libmemcached,distribution=ketama-weighted,weights=2:1:1",
         ],
         ["twemproxy,config=/etc/n.yml,pool=a", "libmemcached,hash=sha1", "pymemcache,prefix=", "EVCACHE", ""],
     ),

@@ -250,6 +250,13 @@ def test_spymemcached_node_key_formats_and_weights() -> None:
     weighted = PlacementSpec.parse("spymemcached,weighted=true").placer(nodes).description
     assert {e.count for e in weighted.nodes} == {156}  # Java's float arithmetic, as twemproxy's
     assert {e.count for e in PlacementSpec.parse("spymemcached").placer(nodes).description.nodes} == {160}
+    three = nodes[:3]
+    heavy = PlacementSpec.parse("spymemcached,weighted=true,weights=2:1:1").placer(three).description
+    assert [e.count for e in heavy.nodes] == [240, 120, 120]
+    with pytest.raises(PlacementError, match="weights count only with weighted=true"):
+        PlacementSpec.parse("spymemcached,weights=2:1:1").placer(three)
+    with pytest.raises(PlacementError, match="give 3 positive integers"):
+        PlacementSpec.parse("libmemcached,distribution=ketama-weighted,weights=2:1").placer(three)
 
 
 # folly's SpookyHashV2Test: Hash32(buf, n, 0) over buf[i] = i + 128, at lengths through both paths

@@ -31,12 +31,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def pylibmc_indices(servers: list[str], behaviors: dict[str, object], keys: list[bytes]) -> list[int]:
+def pylibmc_indices(
+    servers: list[str], behaviors: dict[str, object], keys: list[bytes], then: dict[str, object] | None = None
+) -> list[int]:
     out = subprocess.run(
         [
             DEBIAN_PYTHON,
             str(Path(__file__).with_name("pylibmc_hash.py")),
-            json.dumps({"servers": servers, "behaviors": behaviors}),
+            json.dumps({"servers": servers, "behaviors": behaviors, "then": then or {}}),
         ],
         input="\n".join(k.hex() for k in keys),
         capture_output=True,
@@ -77,4 +79,18 @@ def test_weighted_ketama_156_points(n: int, port: int) -> None:
     nodes = _nodes(n, port)
     want = pylibmc_indices([f"{x.host}:{x.port}" for x in nodes], {"ketama_weighted": True}, KEYS)
     p = PlacementSpec.parse("libmemcached,distribution=ketama-weighted").placer(nodes)
+    assert [p.index_for(k) for k in KEYS] == want
+
+
+@pytest.mark.parametrize("n", [3, 25])
+@pytest.mark.parametrize("hash_name", [None, "crc", "fnv1a_32"])
+def test_weighted_ketama_with_server_weights_and_a_key_hash(n: int, hash_name: str | None) -> None:
+    nodes = _nodes(n, 22122)
+    weights = [1 + (i * 7) % 5 for i in range(n)]
+    servers = [f"{x.host}:{x.port}:{w}" for x, w in zip(nodes, weights, strict=True)]
+    want = pylibmc_indices(
+        servers, {"ketama_weighted": True}, KEYS, {"hash": hash_name} if hash_name else None
+    )
+    spec = "libmemcached,distribution=ketama-weighted,weights=" + ":".join(map(str, weights))
+    p = PlacementSpec.parse(spec + (f",hash={hash_name}" if hash_name else "")).placer(nodes)
     assert [p.index_for(k) for k in KEYS] == want

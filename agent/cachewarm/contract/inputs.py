@@ -71,12 +71,15 @@ _PREFIX = r"[A-Za-z0-9._:/-]{1,64}"
 _LIBMEMCACHED_OPTION = (
     r"(distribution=(modula|ketama|ketama-weighted|ketama-spy)"
     r"|hash=(default|one_at_a_time|md5|crc|fnv1_64|fnv1a_64|fnv1_32|fnv1a_32|hsieh|murmur|jenkins)"
-    rf"|namespace={_PREFIX})"
+    rf"|namespace={_PREFIX}|weights=[0-9]{{1,7}}(:[0-9]{{1,7}}){{0,499}})"
 )
-_SPYMEMCACHED_OPTION = r"(format=(spymemcached|libmemcached)|reps=[0-9]{1,5}|weighted=(true|false))"
+_SPYMEMCACHED_OPTION = (
+    r"(format=(spymemcached|libmemcached)|reps=[0-9]{1,5}|weighted=(true|false)"
+    r"|weights=[0-9]{1,7}(:[0-9]{1,7}){0,499})"
+)
 PLACEMENT = (
-    rf"^(evcache|gomemcache|libmemcached(,{_LIBMEMCACHED_OPTION}){{0,3}}"
-    rf"|spymemcached(,{_SPYMEMCACHED_OPTION}){{0,3}}"
+    rf"^(evcache|gomemcache|libmemcached(,{_LIBMEMCACHED_OPTION}){{0,4}}"
+    rf"|spymemcached(,{_SPYMEMCACHED_OPTION}){{0,4}}"
     rf"|pymemcache(,(keys=(str|bytes)|prefix={_PREFIX})){{0,2}})$"
 )
 THREADS = r"^([1-9][0-9]?|1[0-9]{2}|2[0-4][0-9]|25[0-6])$"  # 1 .. THREADS_MAX

@@ -65,9 +65,11 @@ def routing_options(f):  # type: ignore[no-untyped-def]
         callback=_placement,
         help="Place keys where this client looks for them: evcache (the default: the ketama options "
         "below), twemproxy,config=NUTCRACKER.yml,pool=NAME; mcrouter,config=MCROUTER.json,pool=NAME; "
-        "libmemcached[,distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=P]; "
+        "libmemcached[,distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=P]"
+        "[,weights=W1:W2:...]; "
         "pymemcache[,keys=str|bytes][,prefix=P]; gomemcache; "
-        "spymemcached[,format=spymemcached|libmemcached][,reps=N][,weighted=true] (docs/placement.md).",
+        "spymemcached[,format=spymemcached|libmemcached][,reps=N][,weighted=true][,weights=W1:W2:...] "
+        "(docs/placement.md).",
         show_default="evcache",
     )(f)
     f = click.option(

@@ -19,14 +19,15 @@ SCHEMES: dict[str, tuple[frozenset[str], str]] = {
     "twemproxy": (frozenset({"config", "pool"}), "config=NUTCRACKER.yml,pool=NAME"),
     "mcrouter": (frozenset({"config", "pool"}), "config=MCROUTER.json,pool=NAME"),
     "libmemcached": (
-        frozenset({"distribution", "hash", "namespace"}),
-        "[distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=PREFIX]",
+        frozenset({"distribution", "hash", "namespace", "weights"}),
+        "[distribution=modula|ketama|ketama-weighted|ketama-spy][,hash=NAME][,namespace=PREFIX]"
+        "[,weights=W1:W2:...]",
     ),
     "pymemcache": (frozenset({"keys", "prefix"}), "[keys=str|bytes][,prefix=KEY_PREFIX]"),
     "gomemcache": (frozenset(), ""),
     "spymemcached": (
-        frozenset({"format", "reps", "weighted"}),
-        "[format=spymemcached|libmemcached][,reps=N][,weighted=true]",
+        frozenset({"format", "reps", "weighted", "weights"}),
+        "[format=spymemcached|libmemcached][,reps=N][,weighted=true][,weights=W1:W2:...]",
     ),
 }
 _REQUIRED = {"twemproxy": ("config", "pool"), "mcrouter": ("config", "pool")}
@@ -278,9 +279,32 @@ def _libmemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
     # points (156 for some pool sizes), md5 x 4 per "<name>-<i>"
     if spec.option("hash") is None:
         key_hash = "md5"
-    pts = weighted_points(1, n, n, libmemcached=True)
-    entries = tuple(NodeEntry(node_name(x.host, x.port), pts, i) for i, x in enumerate(nodes))
-    return Description("ketama", entries, hash="md5", points="md5x4", prefix=prefix)
+    ws = _weights(spec, n)
+    total = sum(ws)
+    entries = tuple(
+        NodeEntry(node_name(x.host, x.port), weighted_points(ws[i], total, n, libmemcached=True), i)
+        for i, x in enumerate(nodes)
+    )
+    return Description("ketama", entries, hash=key_hash, points="md5x4", prefix=prefix)
+
+
+def _weights(spec: PlacementSpec, n: int) -> list[int]:
+    """`weights=W1:W2:...`, one positive integer per destination in --target's order (default 1 each);
+    only weighted ketama counts them, so they are refused elsewhere rather than silently ignored."""
+    text = spec.option("weights")
+    if text is None:
+        return [1] * n
+    weighted = spec.option("distribution") == "ketama-weighted" or spec.option("weighted") == "true"
+    if not weighted:
+        what = "distribution=ketama-weighted" if spec.scheme == "libmemcached" else "weighted=true"
+        raise PlacementError(f"{spec.scheme} weights count only with {what}")
+    parts = text.split(":")
+    if len(parts) != n or not all(p.isdigit() and 0 < int(p) < 1 << 20 for p in parts):
+        raise PlacementError(
+            f"{spec.scheme} weights={text!r}: give {n} positive integers separated by ':', "
+            "one per destination"
+        )
+    return [int(p) for p in parts]
 
 
 def spymemcached_node_key(node: Node, fmt: str) -> str:
@@ -307,8 +331,15 @@ def _spymemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
     fmt = str(spec.option("format", "spymemcached"))
     reps = int(str(spec.option("reps", "160")))
     n = len(nodes)
-    count = weighted_points(1, n, n, reps) if spec.option("weighted") == "true" else reps
-    entries = tuple(NodeEntry(spymemcached_node_key(x, fmt), count, i) for i, x in enumerate(nodes))
+    ws = _weights(spec, n)
+    total = sum(ws)
+    weighted = spec.option("weighted") == "true"
+    entries = tuple(
+        NodeEntry(
+            spymemcached_node_key(x, fmt), weighted_points(ws[i], total, n, reps) if weighted else reps, i
+        )
+        for i, x in enumerate(nodes)
+    )
     if len({e.name for e in entries}) != len(entries):
         raise PlacementError(f"spymemcached: node keys collide ({[e.name for e in entries]})")
     return Description("ketama", entries, hash="md5", points="md5x4", collision="last")
