@@ -5,7 +5,6 @@ consistent (ketama), consistent weighted and ketama spy, at N = 3 and 25."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,21 +13,13 @@ from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.placement.spec import LIBMEMCACHED_HASHES
 
+from tests.placement.conftest import DEBIAN_PYTHON
 from tests.placement.keys import corpus
 
-DEBIAN_PYTHON = "/usr/bin/python3"
 KEYS = corpus(600)
 
 
-def _has_pylibmc() -> bool:
-    if not shutil.which(DEBIAN_PYTHON):
-        return False
-    return subprocess.run([DEBIAN_PYTHON, "-c", "import pylibmc"], capture_output=True).returncode == 0
-
-
-pytestmark = pytest.mark.skipif(
-    not _has_pylibmc(), reason="needs Debian's python3-pylibmc (apt-get install python3-pylibmc)"
-)
+pytestmark = pytest.mark.usefixtures("pylibmc_installed")
 
 
 def pylibmc_indices(

@@ -5,7 +5,6 @@ N = 3 and 25. A misconfigured pool is refused before anything is sent."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,10 +21,7 @@ from tests.placement.keys import corpus
 from tests.placement.proxies import get_many, nutcracker, set_many, wait_listening
 
 pytestmark = [
-    pytest.mark.skipif(
-        not shutil.which("nutcracker") and not Path("/usr/sbin/nutcracker").exists(),
-        reason="needs nutcracker",
-    ),
+    pytest.mark.usefixtures("nutcracker_installed"),
     pytest.mark.memcached_versions(DEFAULT_VERSION),  # placement is decided on our side
 ]
 

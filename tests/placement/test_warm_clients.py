@@ -23,11 +23,14 @@ from cachewarm.testing.memcached import MemcachedServer, free_port
 from pymemcache.client.hash import HashClient
 
 from tests.conftest import DEFAULT_VERSION
+from tests.placement.conftest import DEBIAN_PYTHON
 from tests.placement.keys import corpus
 from tests.placement.proxies import get_many, nutcracker, set_many, wait_listening
-from tests.placement.test_libmemcached import DEBIAN_PYTHON, _has_pylibmc
 
-pytestmark = pytest.mark.memcached_versions(DEFAULT_VERSION)  # placement is decided on our side
+pytestmark = [
+    pytest.mark.usefixtures("nutcracker_installed", "pylibmc_installed"),
+    pytest.mark.memcached_versions(DEFAULT_VERSION),  # placement is decided on our side
+]
 
 CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 KEYS = corpus(2000)
@@ -243,18 +246,17 @@ def test_every_scheme_every_key_found_by_the_real_client(
             lambda c=conf: missing_via_nutcracker(tmp_path, dsts, c, listen),
         )
 
-    if _has_pylibmc():
-        run("libmemcached modula", "libmemcached", lambda: missing_via_pylibmc(dsts, {}))
-        run(
-            "libmemcached ketama",
-            "libmemcached,distribution=ketama",
-            lambda: missing_via_pylibmc(dsts, {"distribution": "consistent ketama"}),
-        )
-        run(
-            "libmemcached ketama weighted",
-            "libmemcached,distribution=ketama-weighted",
-            lambda: missing_via_pylibmc(dsts, {"ketama_weighted": True}),
-        )
+    run("libmemcached modula", "libmemcached", lambda: missing_via_pylibmc(dsts, {}))
+    run(
+        "libmemcached ketama",
+        "libmemcached,distribution=ketama",
+        lambda: missing_via_pylibmc(dsts, {"distribution": "consistent ketama"}),
+    )
+    run(
+        "libmemcached ketama weighted",
+        "libmemcached,distribution=ketama-weighted",
+        lambda: missing_via_pylibmc(dsts, {"ketama_weighted": True}),
+    )
     run(
         "pymemcache str keys, key_prefix",
         "pymemcache,prefix=app1:",
@@ -299,7 +301,7 @@ def test_every_scheme_every_key_found_by_the_real_client(
             dsts, lambda k: _speedups.wch3_hash(mcrouter_routing_key(k, b""), weights)
         ),
     )
-    assert len(missing) == (12 if _has_pylibmc() else 9)
+    assert len(missing) == 12
     assert missing == {k: 0 for k in missing}
     # the control: EVCache's ketama (the default) is not where nutcracker looks
     conf = tmp_path / "nutcracker0.yml"
