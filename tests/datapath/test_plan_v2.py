@@ -15,6 +15,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.encode import UNLIMITED
 from cachewarm.datapath.ketama import KetamaRing, Node
+from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.populate import plan as planmod
 from cachewarm.datapath.populate.plan import PIECE_MN, PIECE_S, Plan, pieces_of, plan, plan_py
 from cachewarm.datapath.writer import encode_file
@@ -100,12 +101,21 @@ def test_c_and_python_plan_alike(set_mode: bool, batch_items: int, batch_bytes: 
     )
 
 
-def test_every_destination_gets_its_keys_and_only_nodes_are_kept() -> None:
+PLACEMENTS = ["gomemcache", "libmemcached,distribution=ketama", "pymemcache,keys=bytes"]
+
+
+@pytest.mark.parametrize("scheme", [None, *PLACEMENTS])
+def test_every_destination_gets_its_keys_and_only_nodes_are_kept(scheme: str | None) -> None:
     recs = _records(random.Random(7), 1200)
     data, start, end = _file(recs)
     nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 4)]
-    for delim in (None, b":"):
-        ring = KetamaRing(nodes, hash_delimiter=delim)
+    for delim in (None, b":") if scheme is None else (None,):
+        # EVCache's ring, or another client's placement (the C walk routes with hashkit's Placement)
+        ring = (
+            KetamaRing(nodes, hash_delimiter=delim)
+            if scheme is None
+            else PlacementSpec.parse(scheme).placer(nodes)
+        )
         p = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring)
         for i, n in enumerate(p.nodes):
             keys = [
