@@ -317,3 +317,28 @@ def test_mcrouter_weighted_ch3_from_the_config(tmp_path) -> None:  # type: ignor
     keys = [b"%d" % i for i in range(1000)] + [k + b"|#|x" for k in KEYS[:200]]
     want = [_speedups.wch3_hash(k.split(b"|#|")[0], [1.0, 1.0, 0.5]) for k in keys]
     assert [p.index_for(k) for k in keys] == want
+
+
+def test_mcrouter_config_with_comments_and_misconfigurations(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    nodes = [Node(f"127.0.0.{2 + i}", 5000) for i in range(2)]
+    conf = tmp_path / "mcrouter.json"
+    conf.write_text(
+        "// a pool of two\n{\n"
+        '  "pools": {"A": {"servers": ["127.0.0.2:5000", "127.0.0.3:5000"]}}, /* the route: */\n'
+        '  "route": {"type": "PoolRoute", "pool": "A", "hash": {"hash_func": "Crc32", "salt": "//x/*"}}\n}\n'
+    )
+    p = PlacementSpec.parse(f"mcrouter,config={conf},pool=A").placer(nodes)
+    assert p.description.salt == b"//x/*" and p.description.hash == "crc32_mcrouter"
+    with pytest.raises(PlacementError, match=r"has no pool 'B' \(its pools: A\)"):
+        PlacementSpec.parse(f"mcrouter,config={conf},pool=B").placer(nodes)
+    with pytest.raises(PlacementError, match=r"does not list the destination\(s\) 127.0.0.9:5000"):
+        PlacementSpec.parse(f"mcrouter,config={conf},pool=A").placer([*nodes, Node("127.0.0.9", 5000)])
+    conf.write_text('{"pools": {"A": {"servers": ["127.0.0.2:5000"]}}, "route": "PoolRoute|A", "macros": {}}')
+    with pytest.raises(PlacementError, match="macros or named handles"):
+        PlacementSpec.parse(f"mcrouter,config={conf},pool=A").placer(nodes[:1])
+    conf.write_text(
+        '{"pools": {"A": {"servers": ["127.0.0.2:5000"]}}, "route": {"type": "PoolRoute", '
+        '"pool": "A", "hash": "WeightedCh3Rv"}}'
+    )
+    with pytest.raises(PlacementError, match="hashed with 'WeightedCh3Rv'"):
+        PlacementSpec.parse(f"mcrouter,config={conf},pool=A").placer(nodes[:1])

@@ -64,13 +64,45 @@ def _hash_of(path: Path, pool: str, doc: dict[str, Any]) -> tuple[str, str, tupl
     return found.pop()
 
 
+def strip_comments(text: str) -> str:
+    """mcrouter's configuration is JSON with // and /* */ comments: the comments out (not inside
+    strings), the line breaks kept so that a JSON error still names the right line."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            end = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, end))
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
 def description(path: Path, pool: str, nodes: Sequence[Node]) -> Description:
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(strip_comments(path.read_text()))
     except OSError as e:
         raise PlacementError(f"mcrouter config {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
-        raise PlacementError(f"mcrouter config {path} is not JSON (comments are not supported): {e}") from e
+        raise PlacementError(f"mcrouter config {path} is not JSON: {e}") from e
+    if isinstance(doc, dict) and ("macros" in doc or "named_handles" in doc):
+        raise PlacementError(
+            f"mcrouter config {path} uses macros or named handles, which cachewarm does not expand: "
+            "give it the expanded configuration (mcrouter's --config-dump / the admin get_config)"
+        )
     pools = doc.get("pools") if isinstance(doc, dict) else None
     if not isinstance(pools, dict):
         raise PlacementError(f'mcrouter config {path} has no "pools" object')
