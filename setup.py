@@ -17,11 +17,11 @@ setup(
                 "agent/cachewarm/datapath/_v2plan.c",
                 "agent/cachewarm/datapath/_v2send.c",
                 "agent/cachewarm/datapath/_placement.c",
-                # The placement core, shared with the C++ dumper (hashkit/hashkit.h).
-                *sorted(glob.glob("hashkit/*.c")),
+                # The placement core, shared with the C++ dumper (dumper-cpp/hashkit/hashkit.h).
+                *sorted(glob.glob("dumper-cpp/hashkit/*.c")),
             ],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"],
-            depends=["agent/cachewarm/datapath/_v2record.h", "hashkit/hashkit.h", "hashkit/placement.h"],
+            depends=["agent/cachewarm/datapath/_v2record.h", "dumper-cpp/hashkit/hashkit.h", "dumper-cpp/hashkit/placement.h"],
             optional=True,
         )
     ]

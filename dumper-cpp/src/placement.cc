@@ -1,6 +1,6 @@
 #include "placement.h"
 
-#include "../../hashkit/placement.h"
+#include "../hashkit/placement.h"
 
 namespace cachewarm {
 

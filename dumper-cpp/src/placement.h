@@ -1,5 +1,5 @@
 // Another client's key placement for the stream mode (--placement-description): hashkit
-// (../hashkit/, C, shared with the populator's Python extension) parses the description that
+// (dumper-cpp/hashkit/, C, shared with the populator's Python extension) parses the description that
 // cachewarm.datapath.placement writes and places each key, so both data paths route alike.
 #pragma once
 #include <memory>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../../hashkit/hashkit.h"
+#include "../hashkit/hashkit.h"
 
 namespace cachewarm {
 namespace {

@@ -1,4 +1,4 @@
-/* hashkit (../../../hashkit/, the placement core shared with the C++ dumper) bound for Python:
+/* hashkit (../../../dumper-cpp/hashkit/, the placement core shared with the C++ dumper) bound for Python:
  *
  * Placement(description: bytes)   a placement (hashkit/placement.h); ValueError on a bad description
  *   .place(key) -> int            the index of key's node; ValueError when the scheme cannot place it
@@ -15,8 +15,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "../../../hashkit/hashkit.h"
-#include "../../../hashkit/placement.h"
+#include "../../../dumper-cpp/hashkit/hashkit.h"
+#include "../../../dumper-cpp/hashkit/placement.h"
 
 typedef struct {
   PyObject_HEAD cw_placement *p;

@@ -2,7 +2,7 @@
 
 `spec.py` parses `--placement SCHEME[,KEY=VALUE...]` and builds a `Placer` for a destination list;
 `twemproxy.py` and `mcrouter.py` read the user's own proxy configuration; the hashing itself is
-hashkit (C, the repository's `hashkit/`), through the `_speedups` extension.
+hashkit (C, `dumper-cpp/hashkit/`), through the `_speedups` extension.
 """
 
 from cachewarm.datapath.placement.spec import SCHEMES, PlacementError, PlacementSpec, Placer
