@@ -19,21 +19,24 @@ import click
 from cachewarm.datapath.cli_options import (
     BYTE_RATE,
     JSON_PROGRESS_HELP,
+    RATE,
     WORKERS_DEFAULT,
     WORKERS_HELP,
     accept_options,
+    command_with,
     destination_timeout_option,
     fail,
     interrupted,
     mode_option,
     nodes,
+    os_error,
     routing_of,
     routing_options,
     source_option,
     target_option,
     unreachable,
 )
-from cachewarm.datapath.ketama import parse_nodes
+from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
@@ -78,16 +81,18 @@ E = ExitCode
 @mode_option
 @click.option(
     "--max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
-    help="Write at most this many items/s to the destinations in all (split over the workers).",
+    help="Write at most this many items/s to the destinations in all (split over the workers); "
+    "0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of 1024).",
+    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of "
+    "1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
@@ -191,6 +196,8 @@ def populate_cmd(
         fail(e)
     except PopulateError as e:
         fail(e)
+    except OSError as e:  # the state file, the oversize report: one line with the path
+        fail(os_error(e), ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
     except KeyboardInterrupt:
         interrupted()
     click.echo(summary.to_json() if as_json else populate_summary_text(summary))
@@ -224,38 +231,39 @@ def populate_cmd(
 )
 @click.option(
     "--max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
     help="Rate limit in items/s for both the reads from the source (the dumper) and the writes to "
-    "the target (the populator); --source-/--target-max-items-per-second replace it on one side.",
+    "the target (the populator); --source-/--target-max-items-per-second replace it on one side. "
+    "0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--source-max-items-per-second",
-    type=click.IntRange(min=1),
+    type=RATE,
     default=None,
-    help="Items/s the dumper reads from the source (cachewarm-dump --max-items-per-second).",
+    help="Items/s the dumper reads from the source (cachewarm-dump --max-items-per-second); 0 = unlimited.",
     show_default="--max-items-per-second",
 )
 @click.option(
     "--target-max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
-    help="Items/s the populator writes to the target.",
+    help="Items/s the populator writes to the target; 0 = unlimited.",
     show_default="--max-items-per-second",
 )
 @click.option(
     "--source-max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024).",
+    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--target-max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024).",
+    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
@@ -322,15 +330,15 @@ def populate_cmd(
     help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
 )
 def warm_cmd(
-    source: str,
+    source: Node,
     target: list,  # type: ignore[type-arg]
     workdir: Path,
     threads: int,
     mode: str,
     workers: int,
-    max_items_per_second: float | None,
+    max_items_per_second: int | None,
     source_max_items_per_second: int | None,
-    target_max_items_per_second: float | None,
+    target_max_items_per_second: int | None,
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
     adaptive: bool,
@@ -353,16 +361,11 @@ def warm_cmd(
     stderr; elsewhere one progress line every few seconds. The summary goes to stdout and ends with
     the speed; --json gives JSON lines instead."""
     from cachewarm.datapath.dumper import SourceProtection
-    from cachewarm.datapath.warm import WarmConfig, WarmError, check_reachable, find_dumper, run_warm
+    from cachewarm.datapath.warm import DumpExists, WarmConfig, WarmError, find_dumper, run_warm
 
     try:
-        (src,) = parse_nodes(source)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--source") from e
-    try:
-        check_reachable(src, "source")
         cfg = WarmConfig(
-            source=src,
+            source=source,
             targets=target,
             workdir=workdir,
             dumper=find_dumper(dumper),
@@ -391,10 +394,14 @@ def warm_cmd(
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)
         )
+    except DumpExists as e:
+        fail(f"{e}; to continue it: {command_with('--resume')}", ExitCode.USAGE)
     except (WarmError, PopulateError) as e:
         fail(e)
+    except OSError as e:  # the workdir's files: one line with the path
+        fail(os_error(e), ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
     except KeyboardInterrupt:
-        interrupted()
+        interrupted("--resume")
     click.echo(summary.to_json() if as_json else summary.text())
     if not summary.ok:
         for problem in summary.problems:
@@ -435,7 +442,7 @@ def warm_cmd(
 @routing_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def verify_cmd(
-    source: str,
+    source: Node,
     target: list,  # type: ignore[type-arg]
     sample: int | None,
     ttl_tolerance: int,
@@ -448,14 +455,10 @@ def verify_cmd(
     from cachewarm.datapath.warm import WarmError, check_reachable
 
     try:
-        (src,) = parse_nodes(source)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--source") from e
-    try:
-        check_reachable(src, "source")
+        check_reachable(source, "source")
         for t in target:
             check_reachable(t, "target")
-        rep = verify(src, target, sample, ttl_tolerance, routing_of(routing))
+        rep = verify(source, target, sample, ttl_tolerance, routing_of(routing))
     except WarmError as e:
         fail(e)
     except (OSError, RuntimeError, ValueError) as e:

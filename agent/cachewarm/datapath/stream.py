@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import subprocess
 import threading
 import time
@@ -37,6 +38,8 @@ from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZ
 if TYPE_CHECKING:
     from cachewarm.datapath.warm import WarmConfig, WarmSummary
 
+# How the dumper says it gave up on a destination (dumper-cpp/src/stream.cc, stream_sink.cc).
+_UNAVAILABLE = re.compile(r"destination \S+ unavailable for [^|]*")
 # The dumper's --out inside a warm's work directory.
 STREAM_DIR = "stream"
 SUMMARY_EVENT = "stream_summary"
@@ -61,6 +64,8 @@ class StreamCommand:
     # Destination writes (the dump's own --max-items-per-second paces the source reads).
     max_write_items_per_second: int | None = None
     oversize_report: Path | None = None
+    # Seconds a destination may refuse connections before the stream fails (None: the dumper's).
+    destination_timeout: float | None = None
 
     def argv(self) -> list[str]:
         argv = self.dump.argv()
@@ -73,6 +78,8 @@ class StreamCommand:
             argv += ["--max-write-items-per-second", str(self.max_write_items_per_second)]
         if self.oversize_report is not None:
             argv += ["--oversize-report", str(self.oversize_report)]
+        if self.destination_timeout is not None:
+            argv += ["--destination-timeout", f"{self.destination_timeout:g}"]
         return argv
 
 
@@ -241,20 +248,23 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
         routing=cfg.routing,
         accept=cfg.accept,
         max_write_items_per_second=max(1, round(target_rate)) if target_rate else None,
+        destination_timeout=cfg.destination_timeout,
     )
 
 
 def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
     """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`."""
-    from cachewarm.datapath.warm import WarmError, WarmSummary
+    from cachewarm.datapath.warm import Unreachable, WarmError, WarmSummary, prepare_workdir
 
     out = cfg.workdir / STREAM_DIR
-    cfg.workdir.mkdir(parents=True, exist_ok=True)
-    if out.exists() and any(out.iterdir()) and not cfg.resume:
-        raise WarmError(f"{out} already holds a dump: use an empty --workdir, or --resume to continue it")
+    prepare_workdir(cfg)
     start = time.monotonic()
     res = run_stream(stream_command(cfg, out).argv(), _Lines(stream))
     s = res.summary
+    if s is None and any(_UNAVAILABLE.search(line) for line in res.stderr_tail):
+        # The dumper gave up on a destination after --destination-timeout: exit 6, as the file path.
+        why = next(m.group(0) for line in res.stderr_tail if (m := _UNAVAILABLE.search(line)))
+        raise Unreachable(f"{why} (--destination-timeout)")
     if s is None or res.returncode not in (0, 1):
         raise WarmError(res.failure())
     elapsed = time.monotonic() - start

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,7 +27,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
-from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.meta import MetaConnection, ServerIdentity
 from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
     Mode,
@@ -53,14 +53,82 @@ class Unreachable(WarmError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class SettingError(WarmError):
+    """The command line asks for something that must not run (exit 2): fix the flags."""
+
+    exit_code = ExitCode.USAGE
+
+
+class DumpExists(SettingError):
+    """A new warm over an old dump: the command line to continue it is `--resume` added."""
+
+
 def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> None:
     """Fail at once, naming it, when a memcached does not answer within `timeout` seconds (for the
     source, the dumper would only say so after the populator has started)."""
+    look(node, role, timeout)
+
+
+@dataclass(frozen=True)
+class ServerLook:
+    """What `warm` knows of a memcached before anything moves: who it is and how full."""
+
+    address: str
+    identity: ServerIdentity
+    items: int  # stats curr_items
+    bytes: int  # stats bytes
+    limit_maxbytes: int
+    item_size_max: int
+
+
+def look(node: Node, role: str, timeout: float = 5.0) -> ServerLook:
+    """One look at a memcached (`stats`, `stats settings`); Unreachable names `role` and the address."""
     try:
         with MetaConnection(node.connect_host, node.port, timeout) as c:
-            c.version()
-    except (OSError, ValueError) as e:  # DestinationUnavailable, a timeout, a name that does not resolve
+            stats = c.stats()
+            settings = c.stats(b"settings")
+        return ServerLook(
+            address=node.address,
+            identity=ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"])),
+            items=int(stats.get("curr_items", 0)),
+            bytes=int(stats.get("bytes", 0)),
+            limit_maxbytes=int(stats.get("limit_maxbytes", 0)),
+            item_size_max=int(settings.get("item_size_max", 1 << 20)),
+        )
+    except (OSError, ValueError, KeyError) as e:  # refused, a timeout, a name that does not resolve
         raise Unreachable(f"{role} {node.address} unreachable: {reason(e)}") from e
+
+
+@dataclass(frozen=True)
+class Preflight:
+    source: ServerLook
+    targets: list[ServerLook]
+    # Said before anything moves (stderr) and again in the summary.
+    warnings: list[str]
+
+
+def preflight(source: Node, targets: list[Node], mode: str = "add") -> Preflight:
+    """Reach, identify and size the source and every target before the dumper starts: a target
+    that cannot be reached fails now (exit 6), not after the whole source is dumped; a target that
+    *is* the source (same pid and start time, whatever the address says: localhost = 127.0.0.1) is
+    refused (exit 2) — in set mode it would rewrite the live source with its own values."""
+    src = look(source, "source")
+    looks = [look(t, "target") for t in targets]
+    for t in looks:
+        if t.identity.same_as(src.identity):
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(src.identity.started))
+            harm = "rewrite the live source with its own values" if mode == "set" else "copy it onto itself"
+            raise SettingError(
+                f"target {t.address} is the source {src.address}: the same memcached (pid "
+                f"{src.identity.pid}, up since {since}); a warm would {harm}"
+            )
+    warnings = []
+    if src.items == 0:
+        warnings.append(
+            f"the source {src.address} holds no items (stats curr_items 0): nothing to copy; is it the "
+            "right server?"
+        )
+    return Preflight(src, looks, warnings)
 
 
 def find_dumper(explicit: str | None = None) -> Path:
@@ -142,6 +210,8 @@ class WarmSummary:
     problems: list[str] = field(default_factory=list)
     # Items dumped per second of dump + populate (overlapped; the target check not counted), like mb_per_s.
     items_per_s: float = 0.0
+    # What the look before the warm found suspicious (an empty source): said, never silent.
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({"event": "warm_summary", **asdict(self)}, separators=(",", ":"))
@@ -179,6 +249,7 @@ class WarmSummary:
         check = self.total_s - self.populate_s
         after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
         lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))
+        lines += [f"  WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -314,24 +385,60 @@ def populate_config(
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
+    checked = preflight(cfg.source, cfg.targets, cfg.mode)
+    for w in checked.warnings:
+        stream.write(f"warning: {w}\n")
+        stream.flush()
+    cfg = replace(cfg, resume=cfg.resume and holds_dump(cfg.workdir / work_dir_name(cfg)))
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
-        return run_stream_warm(cfg, stream)
-    # The worker processes (populate, then the target check) start before this process has threads
-    # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
-    with started_pool(cfg.workers) as pool:
-        return _run_warm(cfg, stream, display, pool)
+        summary = run_stream_warm(cfg, stream)
+    else:
+        prepare_workdir(cfg)
+        # The worker processes (populate, then the target check) start before this process has threads
+        # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
+        with started_pool(cfg.workers) as pool:
+            summary = _run_warm(cfg, stream, display, pool)
+    summary.warnings = checked.warnings
+    return summary
+
+
+def work_dir_name(cfg: WarmConfig) -> str:
+    from cachewarm.datapath.stream import STREAM_DIR
+
+    return STREAM_DIR if cfg.stream else "dump"
+
+
+def holds_dump(path: Path) -> bool:
+    """Whether a dump (or a stream's key lists) has begun in `path`: `--resume` continues it; on an
+    empty or missing directory `--resume` simply starts (a script may always pass it)."""
+    try:
+        return path.is_dir() and any(path.iterdir())
+    except OSError as e:
+        raise WarmError(f"cannot read {path}: {e.strerror}") from e
+
+
+def prepare_workdir(cfg: WarmConfig) -> None:
+    """Create the work directory (one `error:` line naming the path when that fails) and refuse to
+    start a new dump over an old one (exit 2: add --resume, or use an empty --workdir)."""
+    out = cfg.workdir / work_dir_name(cfg)
+    try:
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
+        if holds_dump(out) and not cfg.resume:
+            raise DumpExists(
+                f"{out} already holds a dump: add --resume to continue it, or use an empty --workdir"
+            )
+        probe = cfg.workdir / ".cachewarm-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:  # the flag's value is the problem: exit 2, like a missing --from
+        raise SettingError(f"cannot write the --workdir {e.filename or cfg.workdir}: {e.strerror}") from e
 
 
 def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: Executor) -> WarmSummary:
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
-    cfg.workdir.mkdir(parents=True, exist_ok=True)
-    if dump_dir.exists() and any(dump_dir.iterdir()) and not cfg.resume:
-        raise WarmError(
-            f"{dump_dir} already holds a dump: use an empty --workdir, or --resume to continue it"
-        )
     if not cfg.resume:  # a new dump: what a previous populate remembered is about other files
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)

@@ -41,6 +41,7 @@ from cachewarm.datapath.populate.config import (
     PopulateConfig,
     PopulateError,
     PopulateIncomplete,
+    PopulateSettingError,
     VolumeError,
 )
 from cachewarm.datapath.populate.destinations import DestinationProbe
@@ -224,10 +225,11 @@ class Populator:
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
         if self.state.consumed and self.state.routing != routing:
-            raise PopulateError(
+            raise PopulateSettingError(
                 f"state file {c.state_file} records files written with routing "
                 f"{json.dumps(self.state.routing)}, not {json.dumps(routing)}: give the same destinations "
-                "and routing options, or use another --state-file"
+                "and routing options, or start afresh (populate: another --state-file; warm: an empty "
+                "--workdir)"
             )
         if not self.state.consumed and c.oversize_report_path.exists():
             c.oversize_report_path.unlink()  # a previous run's, of a state that is gone
