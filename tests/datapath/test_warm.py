@@ -197,7 +197,7 @@ def test_warm_refuses_a_used_workdir(
         ],
         dumper_bin,
     )
-    assert r.returncode == 1 and "already holds a dump" in r.stderr
+    assert r.returncode == 2 and "already holds a dump" in r.stderr  # a setting error
 
 
 def test_demo_small(dumper_bin: Path) -> None:
@@ -206,7 +206,7 @@ def test_demo_small(dumper_bin: Path) -> None:
     assert "demo OK" in r.stdout and "verify OK: 20,000 keys compared" in r.stdout
 
 
-@pytest.mark.parametrize("bad", ["--target nohost", "--target x;y:1"])
+@pytest.mark.parametrize("bad", ["--target nohost:0", "--target x;y:1"])
 def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path, warm_args: list[str]) -> None:
     r = run(
         ["warm", "--source", "127.0.0.1:1", *bad.split(), "--workdir", str(tmp_path), *warm_args], dumper_bin

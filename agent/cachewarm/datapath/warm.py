@@ -389,7 +389,10 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     for w in checked.warnings:
         stream.write(f"warning: {w}\n")
         stream.flush()
-    cfg = replace(cfg, resume=cfg.resume and holds_dump(cfg.workdir / work_dir_name(cfg)))
+    out = cfg.workdir / work_dir_name(cfg)
+    if cfg.resume and not resumable(out) and holds_dump(out):
+        raise SettingError(f"{out} holds files but no dump to resume (no keys/META): use an empty --workdir")
+    cfg = replace(cfg, resume=cfg.resume and resumable(out))
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
@@ -411,12 +414,22 @@ def work_dir_name(cfg: WarmConfig) -> str:
 
 
 def holds_dump(path: Path) -> bool:
-    """Whether a dump (or a stream's key lists) has begun in `path`: `--resume` continues it; on an
-    empty or missing directory `--resume` simply starts (a script may always pass it)."""
+    """Whether a dump (or a stream's key lists) has begun in `path`, as cachewarm-dump sees it:
+    anything but an empty `keys/` (and `lost+found`)."""
     try:
-        return path.is_dir() and any(path.iterdir())
+        if not path.is_dir():
+            return False
+        names = {p.name for p in path.iterdir()} - {"lost+found"}
+        return bool(names - {"keys"}) or ("keys" in names and any((path / "keys").iterdir()))
     except OSError as e:
         raise WarmError(f"cannot read {path}: {e.strerror}") from e
+
+
+def resumable(path: Path) -> bool:
+    """Whether cachewarm-dump can `--resume` the dump in `path` (its checkpoint's keys/META exists):
+    `--resume` continues it; on an empty or missing directory — or one interrupted before its first
+    checkpoint — `--resume` simply starts (a script may always pass it)."""
+    return (path / "keys" / "META").is_file()
 
 
 def prepare_workdir(cfg: WarmConfig) -> None:

@@ -1,0 +1,265 @@
+"""The operator's first hour (issue 27): each row of what a new user met is a test here — the CLI in a
+subprocess (real exit codes, real pipes, a real process group for Ctrl-C) against real memcacheds."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cachewarm.datapath.ketama import Node, parse_nodes
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.stream import StreamCommand
+from cachewarm.datapath.warm import WarmConfig, dumper_command
+from cachewarm.exitcodes import ExitCode
+from cachewarm.testing.memcached import MemcachedServer, free_port
+
+from tests.cli.support import CLI, load, run
+
+Start = Callable[..., MemcachedServer]
+
+
+def one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def warm(src: MemcachedServer | str, tgt: MemcachedServer | str, workdir: Path, *extra: str) -> list[str]:
+    def addr(s: MemcachedServer | str) -> str:
+        return s if isinstance(s, str) else f"127.0.0.1:{s.port}"
+
+    return ["warm", "--source", addr(src), "--target", addr(tgt), "--workdir", str(workdir), *extra]
+
+
+def holds(srv: MemcachedServer, n: int) -> int:
+    """How many of load()'s `n` keys the server holds."""
+    with MetaConnection(srv.host, srv.port) as c:
+        return n - len(c.missing([b"item:%d" % i for i in range(n)]))
+
+
+# ---- Ctrl-C and resume ---------------------------------------------------------------------------
+
+
+def test_ctrl_c_prints_the_command_that_continues_and_no_worker_traceback(
+    memcached: Start, tmp_path: Path
+) -> None:
+    """A real Ctrl-C reaches the whole process group (the CLI, its pool workers, the dumper): one
+    `error:` line with the exact command to continue, no ForkProcess traceback; that command then
+    finishes the warm."""
+    src, tgt = memcached(), memcached()
+    load(src, 20_000)
+    wd = tmp_path / "wd"
+    # Slow enough (2,000 items/s for 20,000 items) that the interrupt lands mid-dump.
+    args = warm(src, tgt, wd, "--max-items-per-second", "2000", "--workers", "2")
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stderr is not None
+    # The populator's start line comes once the dumper and the workers are running.
+    for line in proc.stderr:
+        if line.startswith("cachewarm: populating"):
+            break
+    # Mid-dump: once the dumper's first checkpoint exists (the interrupt before it is the "--resume
+    # on an empty workdir" case).
+    while not (wd / "dump" / "keys" / "META").exists() and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INTERRUPTED, rest
+    assert "Traceback" not in rest and "ForkProcess" not in rest, rest
+    line = one_error_line(rest)
+    prefix = "error: interrupted; to continue: "
+    assert line.startswith(prefix), line
+    again = shlex.split(line[len(prefix) :])
+    assert again[0] == "cachewarm" and again[-1] == "--resume" and again[1:-1] == args
+    # Without the throttle: the printed command with the rate lifted (0 = unlimited).
+    again[again.index("--max-items-per-second") + 1] = "0"
+    r = run(again[1:])
+    assert r.returncode == 0, r.stderr
+    assert "warm OK" in r.stdout
+    assert holds(tgt, 20_000) == 20_000
+
+
+def test_resume_on_an_empty_workdir_simply_starts(
+    memcached: Start, tmp_path: Path, warm_args: list[str]
+) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 500)
+    r = run(warm(src, tgt, tmp_path / "fresh", "--resume", *warm_args))
+    assert r.returncode == 0, r.stderr
+    assert holds(tgt, 500) == 500
+
+
+def test_a_new_warm_over_an_old_dump_is_a_setting_error_with_the_command(
+    memcached: Start, tmp_path: Path
+) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 100)
+    args = warm(src, tgt, tmp_path / "wd")
+    assert run(args).returncode == 0
+    r = run(args)
+    assert r.returncode == ExitCode.USAGE, r.stderr
+    line = one_error_line(r.stderr)
+    assert "already holds a dump: add --resume to continue it, or use an empty --workdir" in line
+    assert line.endswith(f"to continue it: {shlex.join(['cachewarm', *args, '--resume'])}"), line
+
+
+# ---- check before you cost -----------------------------------------------------------------------
+
+
+def test_a_target_on_a_wrong_port_fails_before_any_dump(
+    memcached: Start, tmp_path: Path, warm_args: list[str]
+) -> None:
+    """Exit 6 naming the target, before the dumper starts: no dump left behind to --resume (the default
+    --destination-timeout of 120 s would outlast the subprocess timeout)."""
+    src = memcached()
+    load(src, 1000)
+    port = free_port()
+    wd = tmp_path / "wd"
+    r = run(warm(src, f"127.0.0.1:{port}", wd, *warm_args), timeout=60)
+    assert r.returncode == ExitCode.UNREACHABLE, r.stderr
+    assert one_error_line(r.stderr) == (
+        f"error: target 127.0.0.1:{port} unreachable: cannot connect: Connection refused"
+    )
+    assert not wd.exists() or not any(p.is_file() for p in wd.rglob("*"))
+
+
+def test_stream_passes_the_destination_timeout_to_the_dumper(tmp_path: Path, dumper_bin: Path) -> None:
+    cfg = WarmConfig(
+        source=Node("127.0.0.1", 1),
+        targets=[Node("127.0.0.1", 2)],
+        workdir=tmp_path,
+        dumper=dumper_bin,
+        destination_timeout=2.0,
+        stream=True,
+    )
+    from cachewarm.datapath.stream import stream_command
+
+    argv = stream_command(cfg, tmp_path / "stream").argv()
+    assert argv[argv.index("--destination-timeout") + 1] == "2"
+    assert isinstance(stream_command(cfg, tmp_path), StreamCommand)
+    assert "--destination-timeout" not in dumper_command(cfg, tmp_path).argv()
+
+
+def test_stream_to_a_dead_port_with_a_destination_timeout_exits_6(memcached: Start, tmp_path: Path) -> None:
+    src = memcached()
+    load(src, 100)
+    port = free_port()
+    r = run(
+        warm(src, f"127.0.0.1:{port}", tmp_path / "wd", "--stream", "--destination-timeout", "2"), timeout=60
+    )
+    assert r.returncode == ExitCode.UNREACHABLE, r.stderr
+    assert f"127.0.0.1:{port} unreachable" in one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize("mode", ["add", "set"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_the_source_as_target_is_refused(memcached: Start, tmp_path: Path, host: str, mode: str) -> None:
+    src = memcached()
+    load(src, 50)
+    r = run(warm(src, f"{host}:{src.port}", tmp_path / "wd", "--mode", mode))
+    assert r.returncode == ExitCode.USAGE, r.stderr
+    line = one_error_line(r.stderr)
+    assert line.startswith(
+        f"error: target {host}:{src.port} is the source 127.0.0.1:{src.port}: the same memcached"
+    )
+    assert ("rewrite the live source" in line) == (mode == "set")
+    assert not (tmp_path / "wd").exists()
+    assert int(src.stats()["cmd_set"]) == 50  # nothing written back
+
+
+def test_an_empty_source_is_named(memcached: Start, tmp_path: Path, warm_args: list[str]) -> None:
+    src, tgt = memcached(), memcached()
+    r = run(warm(src, tgt, tmp_path / "wd", *warm_args))
+    assert r.returncode == 0, r.stderr
+    said = f"the source 127.0.0.1:{src.port} holds no items (stats curr_items 0)"
+    assert f"warning: {said}" in r.stderr.splitlines()[0]
+    assert f"WARNING: {said}" in r.stdout
+
+
+def test_a_workdir_it_cannot_write_is_one_line_with_the_path(memcached: Start, tmp_path: Path) -> None:
+    """As root no mode bit stops a write: a workdir under a regular file fails the same way."""
+    src, tgt = memcached(), memcached()
+    load(src, 10)
+    (tmp_path / "file").write_text("")
+    r = run(warm(src, tgt, tmp_path / "file" / "wd"))
+    assert r.returncode == ExitCode.USAGE, r.stderr
+    assert (
+        one_error_line(r.stderr)
+        == f"error: cannot write the --workdir {tmp_path / 'file' / 'wd'}: Not a directory"
+    )
+
+
+# ---- flags -------------------------------------------------------------------------------------
+
+
+def test_host_without_port_means_11211_and_errors_name_the_flag() -> None:
+    assert parse_nodes("127.0.0.1", "--source", 11211) == [Node("127.0.0.1", 11211)]
+    assert parse_nodes("a,b:5,[::1]", "--target", 11211) == [
+        Node("a", 11211),
+        Node("b", 5),
+        Node("::1", 11211),
+    ]
+    with pytest.raises(ValueError, match=re.escape("bad destination '127.0.0.1': expected HOST:PORT")):
+        parse_nodes("127.0.0.1")  # the node agent's lists still need ports
+
+
+@pytest.mark.parametrize(
+    "flag,value,said",
+    [
+        ("--source", "127.0.0.1:99999", "bad --source '127.0.0.1:99999': port 99999 is not in 1..65535"),
+        ("--target", "127.0.0.1:0", "bad --target '127.0.0.1:0': port 0 is not in 1..65535"),
+        ("--source", "no_such host", "bad --source 'no_such host': 'no_such host' is not a host name"),
+    ],
+)
+def test_a_bad_address_names_its_flag(tmp_path: Path, flag: str, value: str, said: str) -> None:
+    args = {"--source": "127.0.0.1:1", "--target": "127.0.0.1:2", flag: value}
+    r = run(["warm", *[x for kv in args.items() for x in kv], "--workdir", str(tmp_path)])
+    assert r.returncode == ExitCode.USAGE
+    assert said in r.stderr and "destination" not in r.stderr, r.stderr
+
+
+def test_source_without_port_is_11211(tmp_path: Path) -> None:
+    """The source's address as the error shows it: the default port filled in (nothing listens on
+    11211 on a test machine; if something does, the target's closed port fails instead)."""
+    port = free_port()
+    r = run(["warm", "--source", "127.0.0.1", "--target", f"127.0.0.1:{port}", "--workdir", str(tmp_path)])
+    assert r.returncode == ExitCode.UNREACHABLE
+    line = one_error_line(r.stderr)
+    assert line.startswith(("error: source 127.0.0.1:11211 unreachable", f"error: target 127.0.0.1:{port}"))
+
+
+@pytest.mark.parametrize(
+    "flag",
+    ["--max-items-per-second", "--source-max-items-per-second", "--target-max-items-per-second"],
+)
+def test_items_per_second_flags_take_whole_numbers_and_0_is_unlimited(
+    memcached: Start, tmp_path: Path, flag: str
+) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 300)
+    r = run(warm(src, tgt, tmp_path / "a", flag, "1.5"))
+    assert r.returncode == ExitCode.USAGE
+    assert "'1.5' is not a rate: whole items per second, 0 = unlimited" in r.stderr
+    r = run(warm(src, tgt, tmp_path / "b", flag, "0"))
+    assert r.returncode == 0, r.stderr
+    assert holds(tgt, 300) == 300
+
+
+def test_populate_rates_are_the_same_type(tmp_path: Path) -> None:
+    r = run(["populate", "--from", str(tmp_path), "--to", "127.0.0.1:1", "--max-items-per-second", "2.5"])
+    assert r.returncode == ExitCode.USAGE
+    assert "'2.5' is not a rate" in r.stderr
