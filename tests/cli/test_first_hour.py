@@ -263,3 +263,10 @@ def test_populate_rates_are_the_same_type(tmp_path: Path) -> None:
     r = run(["populate", "--from", str(tmp_path), "--to", "127.0.0.1:1", "--max-items-per-second", "2.5"])
     assert r.returncode == ExitCode.USAGE
     assert "'2.5' is not a rate" in r.stderr
+
+
+def test_the_dumper_has_a_version(dumper_bin: Path) -> None:
+    from cachewarm import __version__
+
+    r = subprocess.run([str(dumper_bin), "--version"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"cachewarm-dump {__version__}\n", "")
