@@ -270,3 +270,36 @@ def test_the_dumper_has_a_version(dumper_bin: Path) -> None:
 
     r = subprocess.run([str(dumper_bin), "--version"], capture_output=True, text=True)
     assert (r.returncode, r.stdout, r.stderr) == (0, f"cachewarm-dump {__version__}\n", "")
+
+
+# ---- output --------------------------------------------------------------------------------------
+
+
+def test_verify_prints_plain_keys_and_n_examples_of_m(memcached: Start) -> None:
+    """Keys as text (a binary one escaped), never b'...'; "10 examples of 25"; a key whose value and
+    flags both differ says both."""
+    from tests.datapath.test_verify import put
+
+    src, tgt = memcached(), memcached()
+    put(src, [(b"gone:%d" % i, 0, 0, b"v") for i in range(24)] + [(b"bin\x00\xff", 1, 0, b"aa")])
+    put(tgt, [(b"bin\x00\xff", 2, 0, b"b")])
+    r = run(["verify", "--source", f"127.0.0.1:{src.port}", "--target", f"127.0.0.1:{tgt.port}"])
+    assert r.returncode == ExitCode.INCOMPLETE, r.stderr
+    lines = r.stdout.splitlines()
+    assert "missing 24, different 1 (value 1, flags 1, ttl 0)" in lines[0]
+    assert lines[1] == "10 examples of 25:"
+    assert "b'" not in r.stdout
+    examples = [ln.strip() for ln in lines[2:]]
+    assert len(examples) == 10
+    assert all(e.startswith("gone:") and e.endswith(": missing") for e in examples if "bin" not in e)
+    r = run(
+        ["verify", "--source", f"127.0.0.1:{src.port}", "--target", f"127.0.0.1:{tgt.port}", "--sample", "1"]
+    )
+    assert "b'" not in r.stdout
+
+
+def test_key_text_escapes_only_what_is_not_printable() -> None:
+    from cachewarm.datapath.keytext import key_text
+
+    assert key_text(b"user:42") == "user:42"
+    assert key_text(b"a b\x00\xff\\") == "a\\x20b\\x00\\xff\\\\"

@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
@@ -277,7 +278,10 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
             out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers
         )
         if missing:
-            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+            stream.write(
+                f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
+                f"{missing:,}: {keys_text(examples)}\n"
+            )
             if not (cfg.accept.get("accept_evictions") and missing <= int(s["destination_evictions"])):
                 problems.append(f"the target is missing {missing} items")
     total = time.monotonic() - start

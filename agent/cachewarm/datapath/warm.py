@@ -27,6 +27,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection, ServerIdentity
 from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
@@ -486,7 +487,10 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     if cfg.check:
         checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary, pool)
         if missing:
-            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+            stream.write(
+                f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
+                f"{missing:,}: {keys_text(examples)}\n"
+            )
             # Accepted evictions explain as many missing keys as were evicted, no more.
             if not (cfg.accept.get("accept_evictions") and missing <= summary.destination_evictions):
                 problems.append(f"the target is missing {missing} items")
