@@ -303,3 +303,54 @@ def test_key_text_escapes_only_what_is_not_printable() -> None:
 
     assert key_text(b"user:42") == "user:42"
     assert key_text(b"a b\x00\xff\\") == "a\\x20b\\x00\\xff\\\\"
+
+
+def test_populate_on_an_empty_directory_says_it_waits_for_a_dumper(tmp_path: Path, memcached: Start) -> None:
+    tgt = memcached()
+    (tmp_path / "dump").mkdir()
+    r = run(
+        [
+            "populate",
+            "--from",
+            str(tmp_path / "dump"),
+            "--to",
+            f"127.0.0.1:{tgt.port}",
+            "--state-file",
+            str(tmp_path / "s"),
+            "--idle-timeout",
+            "0.5",
+            "--poll-interval",
+            "0.1",
+        ]
+    )
+    assert r.returncode == ExitCode.TIMEOUT, r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first.startswith(
+        f"cachewarm: {tmp_path / 'dump'} holds no data files and no DONE yet: waiting for a dumper"
+    )
+
+
+def test_a_rerun_of_a_finished_populate_says_already_complete(tmp_path: Path, memcached: Start) -> None:
+    from tests.cli.support import small_dump
+
+    tgt = memcached()
+    dump = small_dump(tmp_path / "dump")
+    args = [
+        "populate",
+        "--from",
+        str(dump),
+        "--to",
+        f"127.0.0.1:{tgt.port}",
+        "--state-file",
+        str(tmp_path / "s"),
+    ]
+    first = run(args)
+    assert first.returncode == 0 and "items/s" in first.stdout, first.stderr
+    again = run(args)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        "populate OK: already complete — all 2 files (200 items) were applied by an earlier run (the state "
+        "file remembers them); nothing written"
+    )
+    assert "items/s" not in again.stdout
+    assert '"already_complete":true' in run([*args, "--json"]).stdout

@@ -10,6 +10,7 @@ exit code of its kind, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,12 @@ def populate_cmd(
         **tuning,  # every other option, named as PopulateConfig's field
     )
     display = JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr)
+    if not _holds_dump_files(source_dir):
+        click.echo(
+            f"cachewarm: {source_dir} holds no data files and no DONE yet: waiting for a dumper to publish "
+            "them (cachewarm-dump --out, cachewarm agent dump); --idle-timeout gives up",
+            err=True,
+        )
     try:
         try:
             summary = populate(config, display.populator)
@@ -201,6 +208,16 @@ def populate_cmd(
     except KeyboardInterrupt:
         interrupted()
     click.echo(summary.to_json() if as_json else populate_summary_text(summary))
+
+
+def _holds_dump_files(path: Path) -> bool:
+    """Whether a dump directory holds DONE or a data file yet (an empty one: a dumper is awaited)."""
+    from cachewarm.datapath import format as df
+
+    try:
+        return any(n == df.MANIFEST_NAME or df.parse_name(n) is not None for n in os.listdir(path))
+    except OSError:
+        return True  # the populator says what is wrong with it
 
 
 @click.command(

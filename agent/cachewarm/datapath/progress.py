@@ -192,7 +192,9 @@ class PlainDisplay(_Human):
                 f"dumped {_count(d.items if d else 0, st.dump_total)} items{phase}, "
                 f"{_mb_s(d.bytes if d else 0, elapsed):.1f} MB/s"
             )
-        parts.append(f"published {_plural(st.published, 'file')}")
+        idle = st.published == 0 and not self.with_dumper
+        waiting = " (waiting for a dumper to publish data files)" if idle else ""
+        parts.append(f"published {_plural(st.published, 'file')}{waiting}")
         p = st.pop
         n = p.items if p else 0
         total = st.populate_total
@@ -344,6 +346,11 @@ def speed_line(items: int, nbytes: int, seconds: float, note: str = "") -> str:
 def populate_summary_text(s: PopulateSummary) -> str:
     """`cachewarm populate`'s summary for people (`--json` prints `s.to_json()`)."""
     state = "OK" if s.ok else "INCOMPLETE"
+    if s.already_complete:
+        return (
+            f"populate {state}: already complete — all {_plural(s.files, 'file')} ({s.records:,} items) were "
+            "applied by an earlier run (the state file remembers them); nothing written"
+        )
     lines = [
         f"populate {state}: {s.records:,} items from {_plural(s.files, 'file')} into "
         f"{_plural(len(s.per_node), 'destination')}",

@@ -224,6 +224,8 @@ class Populator:
             raise PopulateError(f"source directory {c.source_dir} does not exist")
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
+        # A re-run of a finished populate applies nothing: its summary says so, not a speed.
+        self._consumed_before = frozenset(self.state.consumed)
         if self.state.consumed and self.state.routing != routing:
             raise PopulateSettingError(
                 f"state file {c.state_file} records files written with routing "
@@ -465,6 +467,7 @@ class Populator:
             restarts_detected=self.state.restarts_detected,
             oversize_report=self._report.finish(),
         )
+        summary.already_complete = all(f.name in self._consumed_before for f in manifest.files)
         for why in judge(summary, c):
             self._emit("warning", detail=why + (" (accepted)" if why in summary.accepted else ""))
         if not summary.ok:

@@ -82,6 +82,8 @@ class PopulateSummary:
     # Why the destinations do not hold every item of the dump; `accepted` are those the user accepted.
     incomplete: list[str] = field(default_factory=list)
     accepted: list[str] = field(default_factory=list)
+    # Every file DONE lists had been applied by an earlier run (the state file): nothing was written.
+    already_complete: bool = False
 
     @property
     def ok(self) -> bool:
