@@ -354,3 +354,35 @@ def test_a_rerun_of_a_finished_populate_says_already_complete(tmp_path: Path, me
     )
     assert "items/s" not in again.stdout
     assert '"already_complete":true' in run([*args, "--json"]).stdout
+
+
+def test_json_events_carry_a_time_on_both_paths(
+    memcached: Start, tmp_path: Path, warm_args: list[str]
+) -> None:
+    """Every line of `warm --json` is an event with an ISO UTC time; the stream mode emits the
+    dumper's progress too (it emitted none); docs/json-events.md names the events."""
+    import json
+
+    src, tgt = memcached(), memcached()
+    load(src, 2000)
+    r = run(warm(src, tgt, tmp_path / "wd", "--json", *warm_args))
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert all(list(e)[:2] == ["event", "time"] and e["time"].endswith("Z") for e in events), events[:3]
+    kinds = {e["event"] for e in events}
+    assert "dump_done" in kinds and events[-1]["event"] == "warm_summary"
+    assert events[-1]["stream"] == ("--stream" in warm_args)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "json-events.md").read_text()
+    assert all(f"`{k}`" in doc for k in kinds), kinds
+
+
+def test_the_stream_summary_names_no_files(memcached: Start, tmp_path: Path, warm_args: list[str]) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 300)
+    r = run(warm(src, tgt, tmp_path / "wd", *warm_args))
+    assert r.returncode == 0, r.stderr
+    bytes_line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("bytes"))
+    if "--stream" in warm_args:
+        assert bytes_line.endswith("(streamed: no data files)")
+    else:
+        assert bytes_line.endswith("data file)") or bytes_line.endswith("data files)")

@@ -37,6 +37,7 @@ from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
 
 if TYPE_CHECKING:
+    from cachewarm.datapath.progress import Display
     from cachewarm.datapath.warm import WarmConfig, WarmSummary
 
 # How the dumper says it gave up on a destination (dumper-cpp/src/stream.cc, stream_sink.cc).
@@ -253,14 +254,19 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
     )
 
 
-def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
-    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`."""
+def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = None) -> WarmSummary:
+    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`.
+    Progress: plain lines on `stream`, or the dumper's events to `display` (`--json`: `dump_progress`)."""
     from cachewarm.datapath.warm import Unreachable, WarmError, WarmSummary, prepare_workdir
 
     out = cfg.workdir / STREAM_DIR
     prepare_workdir(cfg)
     start = time.monotonic()
-    res = run_stream(stream_command(cfg, out).argv(), _Lines(stream))
+    res = run_stream(
+        stream_command(cfg, out).argv(), display.dumper if display is not None else _Lines(stream)
+    )
+    if display is not None:
+        display.close()
     s = res.summary
     if s is None and any(_UNAVAILABLE.search(line) for line in res.stderr_tail):
         # The dumper gave up on a destination after --destination-timeout: exit 6, as the file path.
@@ -303,4 +309,5 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
         mb_per_s=round(int(s["bytes"]) / 1e6 / elapsed, 1) if elapsed else 0.0,
         populate=dict(s),
         problems=problems,
+        stream=True,
     )

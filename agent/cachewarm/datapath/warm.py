@@ -39,7 +39,8 @@ from cachewarm.datapath.populate import (
     populate,
 )
 from cachewarm.datapath.populate.destinations import reason
-from cachewarm.datapath.progress import Display, make_display, speed_line
+from cachewarm.datapath.populate.report import event_time
+from cachewarm.datapath.progress import Display, JsonDisplay, _plural, make_display, speed_line
 from cachewarm.exitcodes import ExitCode
 
 # Where `make build` puts the dumper in this repository.
@@ -213,9 +214,13 @@ class WarmSummary:
     items_per_s: float = 0.0
     # What the look before the warm found suspicious (an empty source): said, never silent.
     warnings: list[str] = field(default_factory=list)
+    # The stream mode: no data files (`files` counts the checkpoint's acknowledged parts).
+    stream: bool = False
 
     def to_json(self) -> str:
-        return json.dumps({"event": "warm_summary", **asdict(self)}, separators=(",", ":"))
+        return json.dumps(
+            {"event": "warm_summary", "time": event_time(), **asdict(self)}, separators=(",", ":")
+        )
 
     def text(self) -> str:
         lines = [
@@ -226,7 +231,8 @@ class WarmSummary:
             f"  items copied        {self.copied:>12,}",
             f"  already present     {self.already_present:>12,}  (fresher values kept: add mode)",
             f"  skipped (expired)   {self.skipped_expired:>12,}",
-            f"  bytes               {self.bytes:>12,}  ({self.files} files)",
+            f"  bytes               {self.bytes:>12,}  "
+            + ("(streamed: no data files)" if self.stream else f"({_plural(self.files, 'data file')})"),
         ]
         p = self.populate
         if p.get("resent_own"):
@@ -397,7 +403,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
-        summary = run_stream_warm(cfg, stream)
+        summary = run_stream_warm(cfg, stream, display if isinstance(display, JsonDisplay) else None)
     else:
         prepare_workdir(cfg)
         # The worker processes (populate, then the target check) start before this process has threads

@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +41,11 @@ class Progress:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def event_time() -> str:
+    """When a JSON event was emitted: UTC, ISO 8601 with milliseconds (docs/json-events.md)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def progress_printer(stream: Any) -> Callable[[Progress], None]:
@@ -99,7 +105,9 @@ class PopulateSummary:
         return [(r, f) for r in self.incomplete for head, f in _FLAG.items() if r.startswith(head)]
 
     def to_json(self) -> str:
-        return json.dumps({"event": "summary", "ok": self.ok, **asdict(self)}, separators=(",", ":"))
+        return json.dumps(
+            {"event": "summary", "time": event_time(), "ok": self.ok, **asdict(self)}, separators=(",", ":")
+        )
 
 
 def summarize(
