@@ -386,3 +386,13 @@ def test_the_stream_summary_names_no_files(memcached: Start, tmp_path: Path, war
         assert bytes_line.endswith("(streamed: no data files)")
     else:
         assert bytes_line.endswith("data file)") or bytes_line.endswith("data files)")
+
+
+def test_the_summary_says_the_workdir_stays_and_its_size(memcached: Start, tmp_path: Path) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 1000, size=1000)
+    r = run(warm(src, tgt, tmp_path / "wd"))
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if "workdir kept" in ln)
+    mb = float(line.split()[2].replace(",", ""))
+    assert mb >= 1.0 and f"({tmp_path / 'wd'}; remove it when done" in line

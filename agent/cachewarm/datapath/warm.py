@@ -216,6 +216,10 @@ class WarmSummary:
     warnings: list[str] = field(default_factory=list)
     # The stream mode: no data files (`files` counts the checkpoint's acknowledged parts).
     stream: bool = False
+    # The work directory stays after the warm (the dump or key lists, the populator's state): where
+    # and how large, so it is not forgotten on a disk.
+    workdir: str = ""
+    workdir_bytes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -255,8 +259,13 @@ class WarmSummary:
             )
         check = self.total_s - self.populate_s
         after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
-        lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))
+        if self.workdir:
+            lines.append(
+                f"  workdir kept        {self.workdir_bytes / 1e6:>12,.1f} MB  ({self.workdir}; "
+                "remove it when done, or --resume continues from it)"
+            )
         lines += [f"  WARNING: {w}" for w in self.warnings]
+        lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))  # always last
         return "\n".join(lines)
 
 
@@ -411,7 +420,20 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
         with started_pool(cfg.workers) as pool:
             summary = _run_warm(cfg, stream, display, pool)
     summary.warnings = checked.warnings
+    summary.workdir, summary.workdir_bytes = str(cfg.workdir), disk_usage(cfg.workdir)
     return summary
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under `path` (what removing it frees)."""
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            pass  # a file removed meanwhile
+    return total
 
 
 def work_dir_name(cfg: WarmConfig) -> str:
