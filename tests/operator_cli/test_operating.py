@@ -128,7 +128,7 @@ def test_watch_json_is_one_line_per_look_with_a_time(finishing: Clients, tmp_pat
     res = invoke(finishing, "watch", "warm-1", "--json", "--interval", "0")
     assert res.exit_code == 0, res.output
     events = [json.loads(ln) for ln in res.output.splitlines()]
-    assert events and all(e["event"] == "warm_status" and e["time"].endswith("+00:00") for e in events)
+    assert events and all(e["event"] == "warm_status" and e["time"].endswith("Z") for e in events)
     assert events[-1]["status"] == "SUCCEEDED"
 
 

@@ -14,6 +14,7 @@ from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import key_text
 from cachewarm.datapath.meta import Item, MetaConnection, list_keys
 from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate.report import event_time
 
 # Examples of differences a report keeps (the counts are complete).
 EXAMPLES = 10
@@ -44,7 +45,13 @@ class VerifyReport:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"event": "verify", "ok": self.ok, "differences": self.differences, **asdict(self)},
+            {
+                "event": "verify",
+                "time": event_time(),
+                "ok": self.ok,
+                "differences": self.differences,
+                **asdict(self),
+            },
             separators=(",", ":"),
         )
 

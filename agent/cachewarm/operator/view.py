@@ -132,7 +132,8 @@ def watch_json(
 
 
 def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """As every JSON event's `time` (docs/json-events.md)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _pct(n: int, total: int | None) -> str:
