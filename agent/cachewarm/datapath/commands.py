@@ -174,7 +174,13 @@ def populate_cmd(
 
     On a terminal a progress display (published files, populated items, MB/s, ETA) goes to stderr;
     elsewhere one progress line every few seconds. The summary goes to stdout and ends with the speed;
-    --json gives JSON lines instead. Any failure ends in one `error:` line naming the problem."""
+    --json gives JSON lines instead (docs/json-events.md). Any failure ends in one `error:` line naming
+    the problem. On an empty directory it says so and waits for a dumper to publish files.
+
+    \b
+    Example:
+      cachewarm populate --from /mnt/cw --to 10.0.2.5:11211,10.0.2.6:11211 \\
+        --state-file /var/lib/cachewarm/state.json --max-items-per-second 100000"""
     if (device is None) != (mount_dir is None):
         raise click.UsageError("--device and --mount go together")
     remounter = CommandRemounter(device, mount_dir, mount_cmd, umount_cmd) if device and mount_dir else None
@@ -376,7 +382,18 @@ def warm_cmd(
 
     On a terminal a progress display (dumped / published / populated: items, MB/s, ETA) goes to
     stderr; elsewhere one progress line every few seconds. The summary goes to stdout and ends with
-    the speed; --json gives JSON lines instead."""
+    the speed; --json gives JSON lines instead (docs/json-events.md).
+
+    Before the dumper starts, the source and every target are reached (a dead one fails now, exit 6),
+    identified (a target that is the source is refused, exit 2) and sized (an empty source is named).
+    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists) and
+    stays afterwards: remove it when done. --resume continues an interrupted warm (on an empty
+    WORKDIR it simply starts); Ctrl-C prints the exact command.
+
+    \b
+    Example:
+      cachewarm warm --source 10.0.1.5 --target 10.0.2.5:11211 --workdir /var/tmp/cw \\
+        --source-max-items-per-second 50000"""
     from cachewarm.datapath.dumper import SourceProtection
     from cachewarm.datapath.warm import DumpExists, WarmConfig, WarmError, find_dumper, run_warm
 
@@ -467,7 +484,12 @@ def verify_cmd(
     **routing: Any,
 ) -> None:
     """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
-    value and flags and a TTL within tolerance. Non-zero exit on any difference."""
+    value and flags and a TTL within tolerance. Non-zero exit on any difference; up to 10 examples are
+    named (keys as text, other bytes escaped as \\xNN).
+
+    \b
+    Example:
+      cachewarm verify --source 10.0.1.5:11211 --target 10.0.2.5:11211 --sample 100000"""
     from cachewarm.datapath.verify import verify
     from cachewarm.datapath.warm import WarmError, check_reachable
 
@@ -515,7 +537,12 @@ def verify_cmd(
     show_default="every key",
 )
 def demo_cmd(items: int, sample: int | None) -> None:
-    """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them."""
+    """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them
+    (`make demo` runs it with a million).
+
+    \b
+    Example:
+      cachewarm demo --items 100000"""
     from cachewarm.datapath.demo import run_demo
     from cachewarm.datapath.warm import WarmError
 
