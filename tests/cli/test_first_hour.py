@@ -396,3 +396,23 @@ def test_the_summary_says_the_workdir_stays_and_its_size(memcached: Start, tmp_p
     line = next(ln for ln in r.stdout.splitlines() if "workdir kept" in ln)
     mb = float(line.split()[2].replace(",", ""))
     assert mb >= 1.0 and f"({tmp_path / 'wd'}; remove it when done" in line
+
+
+# ---- finding things ------------------------------------------------------------------------------
+
+
+def test_the_docs_index_and_the_readme_name_every_page() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    pages = sorted(p.name for p in (repo / "docs").glob("*.md") if p.name != "README.md")
+    index = (repo / "docs" / "README.md").read_text()
+    readme = (repo / "README.md").read_text()
+    assert [p for p in pages if f"]({p})" not in index] == []
+    assert [p for p in pages if f"](docs/{p})" not in readme] == []
+    assert "](docs/README.md)" in readme
+    for said in (
+        "cachewarm demo",
+        "_CACHEWARM_COMPLETE=bash_source",
+        "stays after the warm",
+        "cachewarm stop",
+    ):
+        assert said in readme, said
