@@ -416,3 +416,32 @@ def test_the_docs_index_and_the_readme_name_every_page() -> None:
         "cachewarm stop",
     ):
         assert said in readme, said
+
+
+def test_plan_says_what_a_warm_would_do_and_moves_nothing(memcached: Start, tmp_path: Path) -> None:
+    src, tgt = memcached(memory_mb=64), memcached(memory_mb=1, max_item_size="512k")
+    load(src, 2000, size=1000)
+    wd = tmp_path / "wd"
+    r = run(warm(src, tgt, wd, "--plan", "--source-max-items-per-second", "100"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == (
+        f"plan: warm 127.0.0.1:{src.port} -> 127.0.0.1:{tgt.port} (add mode, data files); nothing was moved"
+    )
+    assert lines[1].split()[:3] == ["source", "2,000", "items,"]
+    assert "memory limit 1 MB, items up to 512 KiB" in lines[2]
+    assert any("the targets' memory (1 MB) is less than the source's data" in ln for ln in lines)
+    assert any(ln.startswith("  workdir") and "MB free on" in ln for ln in lines)
+    assert any("at least 20s at 100 items/s from the source" in ln for ln in lines)
+    assert any("takes items up to 512 KiB (-I), the source" in ln for ln in lines)
+    assert not wd.exists() and int(tgt.stats()["curr_items"]) == 0
+
+
+def test_a_target_with_a_smaller_item_limit_is_named_before_the_warm(
+    memcached: Start, tmp_path: Path
+) -> None:
+    src, tgt = memcached(), memcached(max_item_size="512k")
+    load(src, 10)
+    r = run(warm(src, tgt, tmp_path / "wd"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith(f"warning: the target 127.0.0.1:{tgt.port} takes items up to 512 KiB (-I)")

@@ -352,6 +352,12 @@ def _holds_dump_files(path: Path) -> bool:
     is_flag=True,
     help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
 )
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Look at the source and the targets and print what the warm would do (items, bytes, the "
+    "targets' memory, the work directory's disk, the time at the source rate limit); move nothing.",
+)
 def warm_cmd(
     source: Node,
     target: list,  # type: ignore[type-arg]
@@ -375,6 +381,7 @@ def warm_cmd(
     destination_timeout: float,
     as_json: bool,
     stream: bool,
+    plan: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -395,7 +402,7 @@ def warm_cmd(
       cachewarm warm --source 10.0.1.5 --target 10.0.2.5:11211 --workdir /var/tmp/cw \\
         --source-max-items-per-second 50000"""
     from cachewarm.datapath.dumper import SourceProtection
-    from cachewarm.datapath.warm import DumpExists, WarmConfig, WarmError, find_dumper, run_warm
+    from cachewarm.datapath.warm import DumpExists, PlanOnly, WarmConfig, WarmError, find_dumper, run_warm
 
     try:
         cfg = WarmConfig(
@@ -424,10 +431,14 @@ def warm_cmd(
             resume=resume,
             check=check,
             stream=stream,
+            plan=plan,
         )
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)
         )
+    except PlanOnly as e:
+        click.echo(str(e))
+        return
     except DumpExists as e:
         fail(f"{e}; to continue it: {command_with('--resume')}", ExitCode.USAGE)
     except (WarmError, PopulateError) as e:

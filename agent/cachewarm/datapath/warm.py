@@ -61,6 +61,10 @@ class SettingError(WarmError):
     exit_code = ExitCode.USAGE
 
 
+class PlanOnly(Exception):
+    """`--plan`: the look before the warm is all that was asked; its text is the message."""
+
+
 class DumpExists(SettingError):
     """A new warm over an old dump: the command line to continue it is `--resume` added."""
 
@@ -130,7 +134,60 @@ def preflight(source: Node, targets: list[Node], mode: str = "add") -> Preflight
             f"the source {src.address} holds no items (stats curr_items 0): nothing to copy; is it the "
             "right server?"
         )
+    for t in looks:
+        if t.item_size_max < src.item_size_max and src.items:
+            warnings.append(
+                f"the target {t.address} takes items up to {_mib(t.item_size_max)} (-I), the source "
+                f"{src.address} up to {_mib(src.item_size_max)}: larger items will be skipped and named "
+                "(exit 8 unless --accept-oversize)"
+            )
     return Preflight(src, looks, warnings)
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / 1024:g} KiB"
+
+
+def plan_text(cfg: WarmConfig, checked: Preflight) -> str:
+    """`warm --plan`: what the warm would do, from the look before it — and nothing moved."""
+    import shutil
+
+    src = checked.source
+    lines = [
+        f"plan: warm {src.address} -> {', '.join(t.address for t in checked.targets)} "
+        f"({cfg.mode} mode, {'stream: no data files' if cfg.stream else 'data files'}); nothing was moved",
+        f"  source              {src.items:>12,} items, {src.bytes / 1e6:,.1f} MB (stats curr_items, bytes)",
+    ]
+    for t in checked.targets:
+        lines.append(
+            f"  target              {t.items:>12,} items now, memory limit {t.limit_maxbytes / 1e6:,.0f} MB, "
+            f"items up to {_mib(t.item_size_max)}  ({t.address})"
+        )
+    memory = sum(t.limit_maxbytes for t in checked.targets)
+    if memory and src.bytes > memory:
+        lines.append(
+            f"  WARNING: the targets' memory ({memory / 1e6:,.0f} MB) is less than the source's data "
+            f"({src.bytes / 1e6:,.0f} MB): they will evict (exit 8 unless --accept-evictions)"
+        )
+    need = 0 if cfg.stream else src.bytes
+    where = cfg.workdir if cfg.workdir.exists() else next(p for p in cfg.workdir.parents if p.exists())
+    free = shutil.disk_usage(where).free
+    what = "stream: key lists only" if cfg.stream else "about the source's bytes"
+    lines.append(
+        f"  workdir             {need / 1e6:>12,.1f} MB needed ({what}), {free / 1e6:,.0f} MB free on "
+        f"{where}; it stays after the warm"
+    )
+    if need > free:
+        lines.append("  WARNING: not enough free disk for the dump: use another --workdir")
+    rate = cfg.source_rate
+    if rate:
+        lines.append(
+            f"  time                at least {src.items / rate:,.0f}s at {rate:,} items/s from the source"
+        )
+    else:
+        lines.append("  time                unlimited rate: as fast as the source and this machine allow")
+    lines += [f"  WARNING: {w}" for w in checked.warnings]
+    return "\n".join(lines)
 
 
 def find_dumper(explicit: str | None = None) -> Path:
@@ -187,6 +244,8 @@ class WarmConfig:
 
     # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
     stream: bool = False
+    # `--plan`: look at the source and the targets, say what the warm would do, move nothing.
+    plan: bool = False
 
 
 @dataclass
@@ -402,6 +461,8 @@ def populate_config(
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
     checked = preflight(cfg.source, cfg.targets, cfg.mode)
+    if cfg.plan:
+        raise PlanOnly(plan_text(cfg, checked))
     for w in checked.warnings:
         stream.write(f"warning: {w}\n")
         stream.flush()
