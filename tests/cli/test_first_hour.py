@@ -445,3 +445,29 @@ def test_a_target_with_a_smaller_item_limit_is_named_before_the_warm(
     r = run(warm(src, tgt, tmp_path / "wd"))
     assert r.returncode == 0, r.stderr
     assert r.stderr.startswith(f"warning: the target 127.0.0.1:{tgt.port} takes items up to 512 KiB (-I)")
+
+
+def test_the_stream_giving_up_on_a_destination_is_exit_6(
+    memcached: Start, tmp_path: Path, dumper_bin: Path
+) -> None:
+    """Past the look before the warm (a target that dies later): the dumper's own
+    --destination-timeout ends the stream, and that is `Unreachable` (exit 6), not a failure (1)."""
+    import io
+
+    from cachewarm.datapath.stream import run_stream_warm
+    from cachewarm.datapath.warm import Unreachable
+
+    src = memcached()
+    load(src, 100)
+    port = free_port()
+    cfg = WarmConfig(
+        source=Node("127.0.0.1", src.port),
+        targets=[Node("127.0.0.1", port)],
+        workdir=tmp_path / "wd",
+        dumper=dumper_bin,
+        destination_timeout=1.0,
+        stream=True,
+    )
+    with pytest.raises(Unreachable, match=rf"destination 127.0.0.1:{port} unavailable for \d+ s") as e:
+        run_stream_warm(cfg, io.StringIO())
+    assert e.value.exit_code == ExitCode.UNREACHABLE and "(--destination-timeout)" in str(e.value)
