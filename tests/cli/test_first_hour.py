@@ -471,3 +471,15 @@ def test_the_stream_giving_up_on_a_destination_is_exit_6(
     with pytest.raises(Unreachable, match=rf"destination 127.0.0.1:{port} unavailable for \d+ s") as e:
         run_stream_warm(cfg, io.StringIO())
     assert e.value.exit_code == ExitCode.UNREACHABLE and "(--destination-timeout)" in str(e.value)
+
+
+def test_a_state_file_it_cannot_write_is_one_line_with_the_path(tmp_path: Path, memcached: Start) -> None:
+    from tests.cli.support import small_dump
+
+    tgt = memcached()
+    dump = small_dump(tmp_path / "dump")
+    (tmp_path / "file").write_text("")
+    state = tmp_path / "file" / "s.json"
+    r = run(["populate", "--from", str(dump), "--to", f"127.0.0.1:{tgt.port}", "--state-file", str(state)])
+    assert r.returncode == ExitCode.FAILED
+    assert one_error_line(r.stderr).startswith(f"error: Not a directory: {state}")
