@@ -112,9 +112,10 @@ def test_a_new_warm_over_an_old_dump_is_a_setting_error_with_the_command(
     assert run(args).returncode == 0
     r = run(args)
     assert r.returncode == ExitCode.USAGE, r.stderr
-    line = one_error_line(r.stderr)
-    assert "already holds a dump: add --resume to continue it, or use an empty --workdir" in line
-    assert line.endswith(f"to continue it: {shlex.join(['cachewarm', *args, '--resume'])}"), line
+    assert one_error_line(r.stderr) == (
+        f"error: {tmp_path / 'wd' / 'dump'} already holds a dump; to continue it: "
+        f"{shlex.join(['cachewarm', *args, '--resume'])} (or use an empty --workdir)"
+    )
 
 
 # ---- check before you cost -----------------------------------------------------------------------

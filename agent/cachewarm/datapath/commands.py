@@ -440,7 +440,11 @@ def warm_cmd(
         click.echo(str(e))
         return
     except DumpExists as e:
-        fail(f"{e}; to continue it: {command_with('--resume')}", ExitCode.USAGE)
+        fail(
+            f"{e.path} already holds a dump; to continue it: {command_with('--resume')} "
+            "(or use an empty --workdir)",
+            ExitCode.USAGE,
+        )
     except (WarmError, PopulateError) as e:
         fail(e)
     except OSError as e:  # the workdir's files: one line with the path

@@ -68,6 +68,12 @@ class PlanOnly(Exception):
 class DumpExists(SettingError):
     """A new warm over an old dump: the command line to continue it is `--resume` added."""
 
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"{path} already holds a dump: add --resume to continue it, or use an empty --workdir"
+        )
+        self.path = path
+
 
 def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> None:
     """Fail at once, naming it, when a memcached does not answer within `timeout` seconds (for the
@@ -529,9 +535,7 @@ def prepare_workdir(cfg: WarmConfig) -> None:
     try:
         cfg.workdir.mkdir(parents=True, exist_ok=True)
         if holds_dump(out) and not cfg.resume:
-            raise DumpExists(
-                f"{out} already holds a dump: add --resume to continue it, or use an empty --workdir"
-            )
+            raise DumpExists(out)
         probe = cfg.workdir / ".cachewarm-write-test"
         probe.touch()
         probe.unlink()
