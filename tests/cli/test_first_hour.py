@@ -484,3 +484,13 @@ def test_a_state_file_it_cannot_write_is_one_line_with_the_path(tmp_path: Path, 
     r = run(["populate", "--from", str(dump), "--to", f"127.0.0.1:{tgt.port}", "--state-file", str(state)])
     assert r.returncode == ExitCode.FAILED
     assert one_error_line(r.stderr).startswith(f"error: Not a directory: {state}")
+
+
+def test_one_target_named_twice_is_refused(memcached: Start, tmp_path: Path) -> None:
+    src, tgt = memcached(), memcached()
+    load(src, 10)
+    r = run(warm(src, f"127.0.0.1:{tgt.port},localhost:{tgt.port}", tmp_path / "wd"))
+    assert r.returncode == ExitCode.USAGE
+    assert one_error_line(r.stderr).startswith(
+        f"error: targets 127.0.0.1:{tgt.port} and localhost:{tgt.port} are the same memcached"
+    )

@@ -134,6 +134,13 @@ def preflight(source: Node, targets: list[Node], mode: str = "add") -> Preflight
                 f"target {t.address} is the source {src.address}: the same memcached (pid "
                 f"{src.identity.pid}, up since {since}); a warm would {harm}"
             )
+    for i, a in enumerate(looks):
+        for b in looks[i + 1 :]:
+            if a.identity.same_as(b.identity):
+                raise SettingError(
+                    f"targets {a.address} and {b.address} are the same memcached (pid {a.identity.pid}): "
+                    "name each target node once"
+                )
     warnings = []
     if src.items == 0:
         warnings.append(
