@@ -456,7 +456,7 @@ def test_the_stream_giving_up_on_a_destination_is_exit_6(
     import io
 
     from cachewarm.datapath.stream import run_stream_warm
-    from cachewarm.datapath.warm import Unreachable
+    from cachewarm.datapath.warm_errors import Unreachable
 
     src = memcached()
     load(src, 100)

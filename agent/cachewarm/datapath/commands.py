@@ -402,7 +402,8 @@ def warm_cmd(
       cachewarm warm --source 10.0.1.5 --target 10.0.2.5:11211 --workdir /var/tmp/cw \\
         --source-max-items-per-second 50000"""
     from cachewarm.datapath.dumper import SourceProtection
-    from cachewarm.datapath.warm import DumpExists, PlanOnly, WarmConfig, WarmError, find_dumper, run_warm
+    from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+    from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, WarmError
 
     try:
         cfg = WarmConfig(
@@ -505,8 +506,9 @@ def verify_cmd(
     \b
     Example:
       cachewarm verify --source 10.0.1.5:11211 --target 10.0.2.5:11211 --sample 100000"""
+    from cachewarm.datapath.preflight import check_reachable
     from cachewarm.datapath.verify import verify
-    from cachewarm.datapath.warm import WarmError, check_reachable
+    from cachewarm.datapath.warm_errors import WarmError
 
     try:
         check_reachable(source, "source")
@@ -559,7 +561,7 @@ def demo_cmd(items: int, sample: int | None) -> None:
     Example:
       cachewarm demo --items 100000"""
     from cachewarm.datapath.demo import run_demo
-    from cachewarm.datapath.warm import WarmError
+    from cachewarm.datapath.warm_errors import WarmError
 
     try:
         ok = run_demo(items, sample=sample)

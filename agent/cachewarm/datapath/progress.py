@@ -201,7 +201,7 @@ class PlainDisplay(_Human):
             )
         idle = st.published == 0 and not self.with_dumper
         waiting = " (waiting for a dumper to publish data files)" if idle else ""
-        parts.append(f"published {_plural(st.published, 'file')}{waiting}")
+        parts.append(f"published {plural(st.published, 'file')}{waiting}")
         p = st.pop
         n = p.items if p else 0
         total = st.populate_total
@@ -218,7 +218,7 @@ def _count(n: int, total: int | None) -> str:
     return f"{n:,}/{total:,}" if total else f"{n:,}"
 
 
-def _plural(n: int, what: str) -> str:
+def plural(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
@@ -286,7 +286,7 @@ class LiveDisplay(_Human):
     def _draw(self, name: str, n: int, total: int | None, seconds: float | None, nbytes: int) -> None:
         b = self.bars[name]
         if seconds is None:  # published: a count of files
-            text = _plural(n, "file")
+            text = plural(n, "file")
         else:
             rate = n / seconds if seconds > 0 else 0.0
             text = f"{_si(n)}{f'/{_si(total)}' if total else ''} items"
@@ -361,12 +361,12 @@ def populate_summary_text(s: PopulateSummary) -> str:
     state = "OK" if s.ok else "INCOMPLETE"
     if s.already_complete:
         return (
-            f"populate {state}: already complete — all {_plural(s.files, 'file')} ({s.records:,} items) were "
+            f"populate {state}: already complete — all {plural(s.files, 'file')} ({s.records:,} items) were "
             "applied by an earlier run (the state file remembers them); nothing written"
         )
     lines = [
-        f"populate {state}: {s.records:,} items from {_plural(s.files, 'file')} into "
-        f"{_plural(len(s.per_node), 'destination')}",
+        f"populate {state}: {s.records:,} items from {plural(s.files, 'file')} into "
+        f"{plural(len(s.per_node), 'destination')}",
         f"  stored              {s.stored:>12,}",
         f"  already present     {s.already_present:>12,}  (fresher values kept: add mode)",
         f"  skipped (expired)   {s.expired:>12,}",

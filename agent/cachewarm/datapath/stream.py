@@ -257,7 +257,8 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
 def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = None) -> WarmSummary:
     """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`.
     Progress: plain lines on `stream`, or the dumper's events to `display` (`--json`: `dump_progress`)."""
-    from cachewarm.datapath.warm import Unreachable, WarmError, WarmSummary, prepare_workdir
+    from cachewarm.datapath.warm import WarmSummary, prepare_workdir
+    from cachewarm.datapath.warm_errors import Unreachable, WarmError
 
     out = cfg.workdir / STREAM_DIR
     prepare_workdir(cfg)
