@@ -494,3 +494,12 @@ def test_one_target_named_twice_is_refused(memcached: Start, tmp_path: Path) -> 
     assert one_error_line(r.stderr).startswith(
         f"error: targets 127.0.0.1:{tgt.port} and localhost:{tgt.port} are the same memcached"
     )
+
+
+def test_verify_refuses_the_source_as_target(memcached: Start) -> None:
+    """Comparing a server with itself would say OK about nothing."""
+    src = memcached()
+    load(src, 10)
+    r = run(["verify", "--source", f"127.0.0.1:{src.port}", "--target", f"localhost:{src.port}"])
+    assert r.returncode == ExitCode.USAGE
+    assert f"target localhost:{src.port} is the source 127.0.0.1:{src.port}" in one_error_line(r.stderr)

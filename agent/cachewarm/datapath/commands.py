@@ -506,14 +506,12 @@ def verify_cmd(
     \b
     Example:
       cachewarm verify --source 10.0.1.5:11211 --target 10.0.2.5:11211 --sample 100000"""
-    from cachewarm.datapath.preflight import check_reachable
+    from cachewarm.datapath.preflight import preflight
     from cachewarm.datapath.verify import verify
     from cachewarm.datapath.warm_errors import WarmError
 
     try:
-        check_reachable(source, "source")
-        for t in target:
-            check_reachable(t, "target")
+        preflight(source, target)  # each side reached and named; a target that is the source refused
         rep = verify(source, target, sample, ttl_tolerance, routing_of(routing))
     except WarmError as e:
         fail(e)
