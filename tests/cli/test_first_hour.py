@@ -93,6 +93,31 @@ def test_ctrl_c_prints_the_command_that_continues_and_no_worker_traceback(
     assert holds(tgt, 20_000) == 20_000
 
 
+def test_a_background_warm_that_ignores_ctrl_c_keeps_its_workers(memcached: Start, tmp_path: Path) -> None:
+    """A job started in the background (`cmd &`) ignores SIGINT, and so must its pool workers: a
+    Ctrl-C meant for the foreground must not kill them under a warm that goes on (BrokenProcessPool)."""
+    src, tgt = memcached(), memcached()
+    load(src, 6000)
+    args = warm(src, tgt, tmp_path / "wd", "--max-items-per-second", "2000", "--workers", "2")
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("cachewarm: populating"):
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "warm OK" in out
+    assert holds(tgt, 6000) == 6000
+
+
 def test_resume_on_an_empty_workdir_simply_starts(
     memcached: Start, tmp_path: Path, warm_args: list[str]
 ) -> None:

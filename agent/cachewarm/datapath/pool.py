@@ -16,7 +16,8 @@ def worker_init() -> None:
     behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere). A Ctrl-C reaches
     the whole process group: the parent reports it (one line, exit 130) and stops the run; a worker
     just ends, without the traceback multiprocessing would print for its KeyboardInterrupt."""
-    signal.signal(signal.SIGINT, _quiet_exit)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job ignores it: so do we
+        signal.signal(signal.SIGINT, _quiet_exit)
     parent = os.getppid()
     try:
         import ctypes

@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, BrokenExecutor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
@@ -288,7 +288,10 @@ class Populator:
                     started = self._journal.add_many(todo[:room])
                     for n in todo[:room]:
                         job = self._file_job(n, n in started)
-                        inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
+                        try:
+                            inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
+                        except BrokenExecutor as e:  # a worker was killed (OOM, a signal sent to it)
+                            raise PopulateError(f"a worker process died before {n}: {e}") from e
                     progressed = False
                     if inflight:
                         finished, _ = wait(
