@@ -35,8 +35,10 @@ main.add_command(demo_cmd)
 from cachewarm.node_agent.cli import agent_group  # noqa: E402
 
 main.add_command(agent_group)
-from cachewarm.operator.commands import start_cmd, status_cmd, watch_cmd  # noqa: E402
+from cachewarm.operator.commands import list_cmd, start_cmd, status_cmd, stop_cmd, watch_cmd  # noqa: E402
 
 main.add_command(start_cmd)
+main.add_command(list_cmd)
 main.add_command(status_cmd)
 main.add_command(watch_cmd)
+main.add_command(stop_cmd)

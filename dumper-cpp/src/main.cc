@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
     std::fputs(cachewarm::Usage().c_str(), stdout);
     return 0;
   }
+  if (o.version) {
+    std::printf("cachewarm-dump %s\n", CACHEWARM_VERSION);
+    return 0;
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "cachewarm-dump: %s\n(see --help)\n", s.ToString().c_str());
     return 2;

@@ -69,6 +69,7 @@ Exit status 0 only when OUT/DONE has been published.
                               fetch in the crawl's order while it runs. An LRU crawl (--crawl all, or
                               a server without hash crawls) always fetches in crawl order
   --help                      this text
+  --version                   the version (cachewarm's: one number for the agent and the dumper)
 
 Testing only (a deliberately slow output):
   --debug-write-delay-us N    sleep N microseconds before every write to an output file
@@ -158,7 +159,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
   enum {
     kHost = 1000, kPort, kOut, kThreads, kBuffer, kMemory, kKeyFile, kDataFile, kBatch, kResume, kMinTtl,
     kRate, kNode, kProgress, kCrawl, kReconcile, kBusyTimeout, kCrawlBuffer, kSpillDir, kWriteDelay, kSyncDelay,
-    kHelp, kFormat, kByteRate, kAdaptive, kAdaptiveTarget, kCrawlSleep, kOrder
+    kHelp, kVersion, kFormat, kByteRate, kAdaptive, kAdaptiveTarget, kCrawlSleep, kOrder
   };
   static const struct option longopts[] = {
       {"host", required_argument, nullptr, kHost},
@@ -183,6 +184,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       {"debug-write-delay-us", required_argument, nullptr, kWriteDelay},
       {"debug-sync-delay-us", required_argument, nullptr, kSyncDelay},
       {"help", no_argument, nullptr, kHelp},
+      {"version", no_argument, nullptr, kVersion},
       {"format", required_argument, nullptr, kFormat},
       {"max-bytes-per-second", required_argument, nullptr, kByteRate},
       {"adaptive", no_argument, nullptr, kAdaptive},
@@ -255,6 +257,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       case kSyncDelay: CW_RETURN_IF_ERROR(IntFlag("debug-sync-delay-us", a, 0, 10000000, &o->debug_sync_delay_us)); break;
       case kFormat: CW_RETURN_IF_ERROR(IntFlag("format", a, 1, 2, &o->format)); break;
       case kHelp: o->help = true; return Status::OK();
+      case kVersion: o->version = true; return Status::OK();
       case kByteRate: CW_RETURN_IF_ERROR(SizeFlag("max-bytes-per-second", a, 0, 1ULL << 40, &o->max_bytes_per_second)); break;
       case kAdaptive: o->adaptive = true; break;
       case kAdaptiveTarget: {

@@ -42,6 +42,7 @@ struct Options {
   std::string order = "recency";      // fetch the most recently used keys first (hash crawls), or "crawl"
   StreamOptions stream;               // --to and the rest of the stream mode
   bool help = false;
+  bool version = false;  // --version: print it and exit 0
 };
 
 std::string Usage();

@@ -139,5 +139,11 @@ TEST(Options, MemoryPlanCountsEveryBuffer) {
   EXPECT_TRUE(help.help);
 }
 
+TEST(Options, VersionNeedsNoOut) {
+  Options o;
+  ASSERT_TRUE(Parse({"--version"}, &o).ok());
+  EXPECT_TRUE(o.version);
+}
+
 }  // namespace
 }  // namespace cachewarm

@@ -130,8 +130,12 @@ def test_warm_names_an_unreachable_target(memcached, dumper_bin: Path, tmp_path:
     ]
     r = run([*args, "--dumper", str(dumper_bin), "--destination-timeout", "1"])
     assert r.returncode == ExitCode.UNREACHABLE, r.stderr
-    assert f"cachewarm: waiting for 127.0.0.1:{port} (" in r.stderr
-    assert one_error_line(r.stderr).startswith(f"error: destination 127.0.0.1:{port} unavailable for 1s")
+    # Named before the dumper starts (issue 27): no dump of the source to a target that is not there.
+    assert (
+        one_error_line(r.stderr)
+        == f"error: target 127.0.0.1:{port} unreachable: cannot connect: Connection refused"
+    )
+    assert not (tmp_path / "w").exists()
 
 
 def test_verify_names_the_unreachable_side(memcached) -> None:
@@ -233,7 +237,9 @@ def no_aws(tmp_path: Path, **extra: str) -> dict[str, str]:
 )
 def test_no_aws_credentials_is_one_line(tmp_path: Path, args: list[str]) -> None:
     if args[-1] == "--input":
-        (tmp_path / "in.json").write_text('{"warm_id": "warm-1"}')
+        (tmp_path / "in.json").write_text(
+            '{"warm_id": "warm-1", "destination": {"endpoints": ["10.0.0.1:11211"]}, "populator": {}}'
+        )
         args = [*args, str(tmp_path / "in.json")]
     r = run(args, env=no_aws(tmp_path))
     assert r.returncode == ExitCode.AWS_CONFIG, r.stderr
@@ -243,11 +249,37 @@ def test_no_aws_credentials_is_one_line(tmp_path: Path, args: list[str]) -> None
 
 
 def test_no_aws_region_is_one_line(tmp_path: Path) -> None:
+    """A warm id names no region (an ARN does: see below)."""
     env = no_aws(tmp_path)
     del env["AWS_DEFAULT_REGION"]
-    r = run(["status", EXECUTION], env=env)
+    r = run(["status", "warm-1"], env=env)
     assert r.returncode == ExitCode.AWS_CONFIG
     assert one_error_line(r.stderr).startswith("error: no AWS region")
+
+
+@pytest.mark.parametrize(
+    "args,extra",
+    [(["status", EXECUTION], {}), (["status", "warm-1"], {"AWS_REGION": "us-east-1"})],
+    ids=["region-of-the-arn", "AWS_REGION"],
+)
+def test_the_region_comes_from_the_arn_or_aws_region(
+    tmp_path: Path, args: list[str], extra: dict[str, str]
+) -> None:
+    """Issue 27: `AWS_REGION=us-east-1 cachewarm status ARN` said "no AWS region" (the SDK reads only
+    AWS_DEFAULT_REGION). Past the region, this environment has no credentials: that is the line."""
+    env = no_aws(tmp_path, **extra)
+    del env["AWS_DEFAULT_REGION"]
+    r = run(args, env=env)
+    assert r.returncode == ExitCode.AWS_CONFIG
+    assert one_error_line(r.stderr).startswith("error: Unable to locate credentials"), r.stderr
+
+
+@pytest.mark.parametrize("command", [["status", EXECUTION], ["list"], ["stop", "warm-1"]])
+def test_a_missing_profile_exits_9(tmp_path: Path, command: list[str]) -> None:
+    r = run(command, env=no_aws(tmp_path, AWS_PROFILE="no-such-profile"))
+    assert r.returncode == ExitCode.AWS_CONFIG, r.stderr
+    line = one_error_line(r.stderr)
+    assert line.startswith("error: The config profile (no-such-profile) could not be found"), line
 
 
 def test_an_unreachable_aws_endpoint_is_named(tmp_path: Path) -> None:

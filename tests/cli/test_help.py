@@ -130,3 +130,13 @@ def test_the_docs_name_the_commands_of_each_code() -> None:
         want = {f"cachewarm {name}" for name, cmd in ALL if code in epilog_codes(cmd)}
         have = {c for c in cmds if c.startswith("cachewarm ")}
         assert have == want, f"exit {code}: the docs name {sorted(have)}, the epilogs {sorted(want)}"
+
+
+@pytest.mark.parametrize(("name", "cmd"), ALL, ids=IDS)
+def test_every_command_shows_an_example(name: str, cmd: click.Command) -> None:
+    """Issue 27: no command's --help had an example."""
+    res = CliRunner().invoke(main, [*name.split(), "--help"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    text = res.output.split("Example", 1)
+    assert len(text) == 2, f"cachewarm {name} --help has no Example"
+    assert f"cachewarm {name} " in text[1], text[1][:300]

@@ -216,3 +216,11 @@ def test_make_display_picks_by_stream() -> None:
     live = make_display(Tty())
     assert isinstance(live, LiveDisplay)
     live.close()
+
+
+def test_plain_display_keeps_the_dumps_rate_once_it_ended() -> None:
+    """Issue 27: the dump's MB/s kept falling after the dump ended (divided by the warm's time)."""
+    d = PlainDisplay(io.StringIO(), dumper=True, interval_s=3600)
+    d.dumper(DumperProgress("done", "done", keys_listed=10, items=10, bytes=50_000_000, files=1))
+    dumped = [d.line(e).split(" | ")[1] for e in (100.0, 200.0)]
+    assert dumped[0] == dumped[1] and dumped[0].startswith("dumped 10/10 items,"), dumped

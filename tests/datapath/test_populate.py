@@ -556,5 +556,8 @@ def test_state_file_of_other_destinations_is_refused(memcached, tmp_path: Path) 
     w.write(0, 0, records(5))
     w.done()
     populate(config(out, tmp_path, [a]))
-    with pytest.raises(PopulateError, match="use another --state-file"):
+    with pytest.raises(
+        PopulateError, match=r"start afresh \(populate: another --state-file; warm: an empty --workdir\)"
+    ) as e:
         populate(config(out, tmp_path, [b]))
+    assert e.value.exit_code == 2  # a setting: fix the flags

@@ -38,9 +38,10 @@ def test_every_kind_of_difference_is_counted_and_named(memcached) -> None:
     assert (rep.missing, rep.flags_mismatch, rep.ttl_mismatch, rep.value_mismatch) == (1, 1, 1, 1)
     assert not rep.ok and rep.differences == 4
     # A TTL ticks down while the test runs: compare the kind of each example, not the exact TTL.
-    kinds = sorted(e.split(":")[0] for e in rep.examples)
-    assert kinds[:2] == ["flags 1 != 2", "missing"] and kinds[3] == "value differs"
-    assert kinds[2].startswith("ttl -1 vs 3")
+    kinds = sorted(e.split(": ", 1)[1] for e in rep.examples)
+    assert kinds[:2] == ["flags (1 vs 2) differs", "missing"] and kinds[3] == "value (1 bytes vs 1) differs"
+    assert kinds[2].startswith("ttl (-1 vs 3")
+    assert sorted(e.split(": ", 1)[0] for e in rep.examples) == ["flags", "gone", "ttl", "val"]
     put(dst, [(b"gone", 0, 0, b"x"), (b"flags", 1, 0, b"x"), (b"ttl", 0, 0, b"x"), (b"val", 0, 0, b"a")])
     assert verify(node(src), [node(dst)]).ok
 
@@ -55,3 +56,12 @@ def test_sample_and_binary_keys(memcached) -> None:
     rep = verify(node(src), [node(dst)], sample=100, seed=3)
     assert rep.ok and rep.checked == 100 and rep.source_keys == 1000
     assert verify(node(src), [node(dst)]).checked == 1000
+
+
+def test_a_key_differing_in_value_and_flags_counts_in_both_once(memcached) -> None:
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    put(src, [(b"both", 1, 0, b"aa"), (b"same", 0, 0, b"x")])
+    put(dst, [(b"both", 2, 0, b"b"), (b"same", 0, 0, b"x")])
+    rep = verify(node(src), [node(dst)])
+    assert (rep.value_mismatch, rep.flags_mismatch, rep.keys_different, rep.differences) == (1, 1, 1, 1)
+    assert rep.examples == ["both: value (2 bytes vs 1) and flags (1 vs 2) differ"]

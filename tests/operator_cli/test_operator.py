@@ -68,6 +68,10 @@ def invoke(clients: Clients, *args: str) -> Any:
     return CliRunner().invoke(main, list(args), obj=clients)
 
 
+# The smallest input the schema accepts (statemachine/input.schema.json).
+MINIMAL = {"warm_id": "warm-1", "destination": {"endpoints": ["10.0.0.1:11211"]}, "populator": {}}
+
+
 def write_input(tmp_path: Path, doc: object) -> Path:
     p = tmp_path / "input.json"
     p.write_text(json.dumps(doc))
@@ -76,7 +80,7 @@ def write_input(tmp_path: Path, doc: object) -> Path:
 
 def test_start_is_idempotent_by_warm_id(aws: Clients, tmp_path: Path) -> None:
     sm = machine(aws)
-    inp = write_input(tmp_path, {"warm_id": "warm-1", "destination": {"endpoints": ["10.0.0.1:11211"]}})
+    inp = write_input(tmp_path, MINIMAL)
     res = invoke(aws, "start", "--state-machine", sm, "--input", str(inp))
     assert res.exit_code == 0, res.output
     arn = res.output.split()[-1]
@@ -101,9 +105,7 @@ def test_start_rejects_bad_input(aws: Clients, tmp_path: Path, content: str, mes
 
 def test_status_shows_each_node(aws: Clients, tmp_path: Path) -> None:
     sm = machine(aws)
-    arn = invoke(
-        aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, {"warm_id": "warm-1"}))
-    )
+    arn = invoke(aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, MINIMAL)))
     arn = arn.output.split()[-1]
     put_status(aws, "dump", "i-0aaa", "done", 1000)
     put_status(aws, "populate", "i-0aaa", "done", 1000)
@@ -127,9 +129,7 @@ def test_status_shows_each_node(aws: Clients, tmp_path: Path) -> None:
 
 def test_status_without_bucket_tag_names_the_fix(aws: Clients, tmp_path: Path) -> None:
     sm = machine(aws, tagged=False)
-    arn = invoke(
-        aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, {"warm_id": "warm-1"}))
-    )
+    arn = invoke(aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, MINIMAL)))
     arn = arn.output.split()[-1]
     res = invoke(aws, "status", arn)
     assert res.exit_code == 1 and "--status-bucket" in res.output
@@ -182,9 +182,7 @@ def test_status_of_unknown_execution(aws: Clients) -> None:
 
 def test_watch_until_the_end(aws: Clients, tmp_path: Path) -> None:
     sm = machine(aws)
-    arn = invoke(
-        aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, {"warm_id": "warm-1"}))
-    )
+    arn = invoke(aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, MINIMAL)))
     arn = arn.output.split()[-1]
     put_status(aws, "dump", "i-0aaa", "done", 10)
     put_status(aws, "populate", "i-0aaa", "done", 10)

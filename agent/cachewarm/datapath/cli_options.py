@@ -4,13 +4,14 @@ errors with the exit code of their kind (cachewarm/exitcodes.py)."""
 
 from __future__ import annotations
 
+import shlex
 import socket
 import sys
 from typing import Any, ClassVar, NoReturn
 
 import click
 
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Routing, parse_nodes
+from cachewarm.datapath.ketama import DEFAULT_PORT, EVCACHE_NODE_KEY, Node, Routing, parse_nodes
 from cachewarm.exitcodes import ExitCode, code_of
 
 
@@ -20,9 +21,26 @@ def fail(e: BaseException, code: ExitCode | None = None) -> NoReturn:
     sys.exit(int(code if code is not None else code_of(e)))
 
 
-def interrupted() -> NoReturn:
-    click.echo("error: interrupted; run the same command again to resume", err=True)
+def interrupted(resume_flag: str | None = None) -> NoReturn:
+    """Exit 130 with the way to continue: the same command (populate: its state file resumes), or —
+    `resume_flag` given — the exact command line with that flag added (warm: `--resume`)."""
+    if resume_flag is None:
+        click.echo("error: interrupted; run the same command again to resume", err=True)
+    else:
+        click.echo(f"error: interrupted; to continue: {command_with(resume_flag)}", err=True)
     sys.exit(int(ExitCode.INTERRUPTED))
+
+
+def command_with(flag: str) -> str:
+    """This process's `cachewarm` command line (as the shell gets it back) with `flag` added once."""
+    args = sys.argv[1:]
+    return shlex.join(["cachewarm", *args, *([] if flag in args else [flag])])
+
+
+def os_error(e: OSError) -> str:
+    """One line for a file system error: what failed, on which path (no traceback)."""
+    where = f" {e.filename}" if e.filename else ""
+    return f"{e.strerror or e}:{where}" if where else str(e.strerror or e)
 
 
 def unreachable(e: BaseException) -> bool:
@@ -30,10 +48,40 @@ def unreachable(e: BaseException) -> bool:
 
 
 def nodes(ctx: click.Context, param: click.Parameter, value: str) -> list:  # type: ignore[type-arg]
+    """HOST[:PORT][,...] (memcached's port 11211 by default); an error names the flag."""
     try:
-        return parse_nodes(value)
+        return parse_nodes(value, what=param.opts[0], default_port=DEFAULT_PORT)
     except ValueError as e:
         raise click.BadParameter(str(e), ctx, param) from e
+
+
+def one_node(ctx: click.Context, param: click.Parameter, value: str) -> Node:
+    found = nodes(ctx, param, value)
+    if len(found) != 1:
+        raise click.BadParameter(f"{param.opts[0]} takes one HOST[:PORT], not {len(found)}", ctx, param)
+    return found[0]
+
+
+def unlimited_if_zero(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    return value or None
+
+
+class Rate(click.ParamType):
+    """Items per second: a whole number, 0 = unlimited (as cachewarm-dump reads it)."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value or None
+        text = str(value).strip()
+        if not text.isdigit():
+            self.fail(f"{value!r} is not a rate: whole items per second, 0 = unlimited", param, ctx)
+        return int(text) or None
+
+
+# Every items/s flag of the data path takes this (one number type; 0 = unlimited, like the dumper).
+RATE = Rate()
 
 
 mode_option = click.option(
@@ -119,7 +167,7 @@ def accept_options(f):  # type: ignore[no-untyped-def]
 
 
 class ByteRate(click.ParamType):
-    """Bytes per second: an integer with an optional k, M, G suffix (powers of 1024), at least 1."""
+    """Bytes per second: an integer with an optional k, M, G suffix (powers of 1024); 0 = unlimited."""
 
     name = "BYTES"
     _UNITS: ClassVar[dict[str, int]] = {
@@ -138,9 +186,9 @@ class ByteRate(click.ParamType):
         text = str(value).strip()
         unit = text[-1:] if text[-1:] in self._UNITS and not text[-1:].isdigit() else ""
         digits = text[: len(text) - len(unit)]
-        if not digits.isdigit() or int(digits) < 1:
-            self.fail(f"{value!r} is not a byte rate (e.g. 50000000, 64M)", param, ctx)
-        return int(digits) * self._UNITS[unit]
+        if not digits.isdigit():
+            self.fail(f"{value!r} is not a byte rate (e.g. 50000000, 64M; 0 = unlimited)", param, ctx)
+        return int(digits) * self._UNITS[unit] or None  # type: ignore[return-value]
 
 
 BYTE_RATE = ByteRate()
@@ -176,12 +224,18 @@ destination_timeout_option = click.option(
     help=DESTINATION_TIMEOUT_HELP,
 )
 # warm and verify: the source and the target(s), named alike.
-source_option = click.option("--source", required=True, help="Source memcached HOST:PORT.")
+source_option = click.option(
+    "--source",
+    required=True,
+    callback=one_node,
+    help="Source memcached HOST[:PORT] (port 11211 by default).",
+)
 target_option = click.option(
     "--target",
     required=True,
     callback=nodes,
-    help="Target memcached(s), HOST:PORT[,HOST:PORT...]; several are routed by ketama.",
+    help="Target memcached(s), HOST[:PORT][,HOST[:PORT]...] (port 11211 by default); several are "
+    "routed by ketama.",
 )
 JSON_PROGRESS_HELP = (
     "Machine output: progress events and the summary as JSON lines on stdout, instead of the progress "

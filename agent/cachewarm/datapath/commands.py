@@ -10,6 +10,7 @@ exit code of its kind, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,22 +20,25 @@ import click
 from cachewarm.datapath.cli_options import (
     BYTE_RATE,
     JSON_PROGRESS_HELP,
+    RATE,
     WORKERS_DEFAULT,
     WORKERS_HELP,
     accept_options,
     check_routing,
+    command_with,
     destination_timeout_option,
     fail,
     interrupted,
     mode_option,
     nodes,
+    os_error,
     routing_of,
     routing_options,
     source_option,
     target_option,
     unreachable,
 )
-from cachewarm.datapath.ketama import parse_nodes
+from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,
@@ -79,16 +83,18 @@ E = ExitCode
 @mode_option
 @click.option(
     "--max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
-    help="Write at most this many items/s to the destinations in all (split over the workers).",
+    help="Write at most this many items/s to the destinations in all (split over the workers); "
+    "0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of 1024).",
+    help="Write at most this many bytes/s to the destinations in all; k, M, G suffixes (powers of "
+    "1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
@@ -169,7 +175,13 @@ def populate_cmd(
 
     On a terminal a progress display (published files, populated items, MB/s, ETA) goes to stderr;
     elsewhere one progress line every few seconds. The summary goes to stdout and ends with the speed;
-    --json gives JSON lines instead. Any failure ends in one `error:` line naming the problem."""
+    --json gives JSON lines instead (docs/json-events.md). Any failure ends in one `error:` line naming
+    the problem. On an empty directory it says so and waits for a dumper to publish files.
+
+    \b
+    Example:
+      cachewarm populate --from /mnt/cw --to 10.0.2.5:11211,10.0.2.6:11211 \\
+        --state-file /var/lib/cachewarm/state.json --max-items-per-second 100000"""
     if (device is None) != (mount_dir is None):
         raise click.UsageError("--device and --mount go together")
     remounter = CommandRemounter(device, mount_dir, mount_cmd, umount_cmd) if device and mount_dir else None
@@ -182,6 +194,12 @@ def populate_cmd(
     )
     check_routing(config.routing, to)
     display = JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr)
+    if not _holds_dump_files(source_dir):
+        click.echo(
+            f"cachewarm: {source_dir} holds no data files and no DONE yet: waiting for a dumper to publish "
+            "them (cachewarm-dump --out, cachewarm agent dump); --idle-timeout gives up",
+            err=True,
+        )
     try:
         try:
             summary = populate(config, display.populator)
@@ -193,9 +211,21 @@ def populate_cmd(
         fail(e)
     except PopulateError as e:
         fail(e)
+    except OSError as e:  # the state file, the oversize report: one line with the path
+        fail(os_error(e), ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
     except KeyboardInterrupt:
         interrupted()
     click.echo(summary.to_json() if as_json else populate_summary_text(summary))
+
+
+def _holds_dump_files(path: Path) -> bool:
+    """Whether a dump directory holds DONE or a data file yet (an empty one: a dumper is awaited)."""
+    from cachewarm.datapath import format as df
+
+    try:
+        return any(n == df.MANIFEST_NAME or df.parse_name(n) is not None for n in os.listdir(path))
+    except OSError:
+        return True  # the populator says what is wrong with it
 
 
 @click.command(
@@ -226,38 +256,39 @@ def populate_cmd(
 )
 @click.option(
     "--max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
     help="Rate limit in items/s for both the reads from the source (the dumper) and the writes to "
-    "the target (the populator); --source-/--target-max-items-per-second replace it on one side.",
+    "the target (the populator); --source-/--target-max-items-per-second replace it on one side. "
+    "0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--source-max-items-per-second",
-    type=click.IntRange(min=1),
+    type=RATE,
     default=None,
-    help="Items/s the dumper reads from the source (cachewarm-dump --max-items-per-second).",
+    help="Items/s the dumper reads from the source (cachewarm-dump --max-items-per-second); 0 = unlimited.",
     show_default="--max-items-per-second",
 )
 @click.option(
     "--target-max-items-per-second",
-    type=click.FloatRange(min=1),
+    type=RATE,
     default=None,
-    help="Items/s the populator writes to the target.",
+    help="Items/s the populator writes to the target; 0 = unlimited.",
     show_default="--max-items-per-second",
 )
 @click.option(
     "--source-max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024).",
+    help="Bytes/s the dumper reads from the source; k, M, G suffixes (powers of 1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
     "--target-max-bytes-per-second",
     type=BYTE_RATE,
     default=None,
-    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024).",
+    help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024); 0 = unlimited.",
     show_default="unlimited",
 )
 @click.option(
@@ -323,16 +354,22 @@ def populate_cmd(
     is_flag=True,
     help="No data files: the dumper writes each item straight to its target node (docs/stream.md).",
 )
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Look at the source and the targets and print what the warm would do (items, bytes, the "
+    "targets' memory, the work directory's disk, the time at the source rate limit); move nothing.",
+)
 def warm_cmd(
-    source: str,
+    source: Node,
     target: list,  # type: ignore[type-arg]
     workdir: Path,
     threads: int,
     mode: str,
     workers: int,
-    max_items_per_second: float | None,
+    max_items_per_second: int | None,
     source_max_items_per_second: int | None,
-    target_max_items_per_second: float | None,
+    target_max_items_per_second: int | None,
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
     adaptive: bool,
@@ -346,6 +383,7 @@ def warm_cmd(
     destination_timeout: float,
     as_json: bool,
     stream: bool,
+    plan: bool,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -353,20 +391,27 @@ def warm_cmd(
 
     On a terminal a progress display (dumped / published / populated: items, MB/s, ETA) goes to
     stderr; elsewhere one progress line every few seconds. The summary goes to stdout and ends with
-    the speed; --json gives JSON lines instead."""
-    from cachewarm.datapath.dumper import SourceProtection
-    from cachewarm.datapath.warm import WarmConfig, WarmError, check_reachable, find_dumper, run_warm
+    the speed; --json gives JSON lines instead (docs/json-events.md).
 
-    try:
-        (src,) = parse_nodes(source)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--source") from e
+    Before the dumper starts, the source and every target are reached (a dead one fails now, exit 6),
+    identified (a target that is the source is refused, exit 2) and sized (an empty source is named).
+    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists) and
+    stays afterwards: remove it when done. --resume continues an interrupted warm (on an empty
+    WORKDIR it simply starts); Ctrl-C prints the exact command.
+
+    \b
+    Example:
+      cachewarm warm --source 10.0.1.5 --target 10.0.2.5:11211 --workdir /var/tmp/cw \\
+        --source-max-items-per-second 50000"""
+    from cachewarm.datapath.dumper import SourceProtection
+    from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+    from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, WarmError
+
     routing = routing_of(options)
     check_routing(routing, target)
     try:
-        check_reachable(src, "source")
         cfg = WarmConfig(
-            source=src,
+            source=source,
             targets=target,
             workdir=workdir,
             dumper=find_dumper(dumper),
@@ -391,14 +436,26 @@ def warm_cmd(
             resume=resume,
             check=check,
             stream=stream,
+            plan=plan,
         )
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)
         )
+    except PlanOnly as e:
+        click.echo(str(e))
+        return
+    except DumpExists as e:
+        fail(
+            f"{e.path} already holds a dump; to continue it: {command_with('--resume')} "
+            "(or use an empty --workdir)",
+            ExitCode.USAGE,
+        )
     except (WarmError, PopulateError) as e:
         fail(e)
+    except OSError as e:  # the workdir's files: one line with the path
+        fail(os_error(e), ExitCode.UNREACHABLE if unreachable(e) else ExitCode.FAILED)
     except KeyboardInterrupt:
-        interrupted()
+        interrupted("--resume")
     click.echo(summary.to_json() if as_json else summary.text())
     if not summary.ok:
         for problem in summary.problems:
@@ -439,7 +496,7 @@ def warm_cmd(
 @routing_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def verify_cmd(
-    source: str,
+    source: Node,
     target: list,  # type: ignore[type-arg]
     sample: int | None,
     ttl_tolerance: int,
@@ -447,20 +504,20 @@ def verify_cmd(
     **routing: Any,
 ) -> None:
     """Compare SOURCE and TARGET: every (or a sample of) source key on its target node with the same
-    value and flags and a TTL within tolerance. Non-zero exit on any difference."""
-    from cachewarm.datapath.verify import verify
-    from cachewarm.datapath.warm import WarmError, check_reachable
+    value and flags and a TTL within tolerance. Non-zero exit on any difference; up to 10 examples are
+    named (keys as text, other bytes escaped as \\xNN).
 
-    try:
-        (src,) = parse_nodes(source)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--source") from e
+    \b
+    Example:
+      cachewarm verify --source 10.0.1.5:11211 --target 10.0.2.5:11211 --sample 100000"""
+    from cachewarm.datapath.preflight import preflight
+    from cachewarm.datapath.verify import verify
+    from cachewarm.datapath.warm_errors import WarmError
+
     check_routing(routing_of(routing), target)
     try:
-        check_reachable(src, "source")
-        for t in target:
-            check_reachable(t, "target")
-        rep = verify(src, target, sample, ttl_tolerance, routing_of(routing))
+        preflight(source, target)  # each side reached and named; a target that is the source refused
+        rep = verify(source, target, sample, ttl_tolerance, routing_of(routing))
     except WarmError as e:
         fail(e)
     except (OSError, RuntimeError, ValueError) as e:
@@ -500,9 +557,14 @@ def verify_cmd(
     show_default="every key",
 )
 def demo_cmd(items: int, sample: int | None) -> None:
-    """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them."""
+    """Start two local memcacheds, load ITEMS mixed items, warm, verify, print the summary, stop them
+    (`make demo` runs it with a million).
+
+    \b
+    Example:
+      cachewarm demo --items 100000"""
     from cachewarm.datapath.demo import run_demo
-    from cachewarm.datapath.warm import WarmError
+    from cachewarm.datapath.warm_errors import WarmError
 
     try:
         ok = run_demo(items, sample=sample)

@@ -97,21 +97,31 @@ def valid_host(host: str) -> bool:
         return bool(_HOSTNAME.match(host))
 
 
-def parse_nodes(spec: str) -> list[Node]:
-    """`HOST:PORT[,HOST:PORT...]` -> nodes, in order. Raises ValueError naming the bad part."""
+DEFAULT_PORT = 11211
+
+
+def parse_nodes(spec: str, what: str = "destination", default_port: int | None = None) -> list[Node]:
+    """`HOST[:PORT][,HOST[:PORT]...]` -> nodes, in order. Raises ValueError naming `what` (the flag or
+    role, e.g. "--source") and the bad part. A missing port is `default_port` (the command line passes
+    memcached's 11211); without one, the port is required."""
     nodes = []
     for part in spec.split(","):
         part = part.strip()
         host, sep, port_s = part.rpartition(":")
+        if (part.startswith("[") and part.endswith("]")) or (not sep and default_port is not None):
+            host, sep, port_s = part, ":", str(default_port)
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]
-        if not sep or not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
-            raise ValueError(f"bad destination {part!r}: expected HOST:PORT")
+        form = "HOST[:PORT]" if default_port is not None else "HOST:PORT"
+        if not sep or not host or not port_s.isdigit():
+            raise ValueError(f"bad {what} {part!r}: expected {form}")
+        if not 0 < int(port_s) < 65536:
+            raise ValueError(f"bad {what} {part!r}: port {port_s} is not in 1..65535")
         if not valid_host(host):
-            raise ValueError(f"bad destination {part!r}: {host!r} is not a host name or IP address")
+            raise ValueError(f"bad {what} {part!r}: {host!r} is not a host name or IP address")
         nodes.append(Node(host, int(port_s)))
     if len(set(nodes)) != len(nodes):
-        raise ValueError(f"destination list {spec!r} names a node twice")
+        raise ValueError(f"{what} list {spec!r} names a node twice")
     return nodes
 
 

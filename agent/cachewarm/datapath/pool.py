@@ -13,7 +13,11 @@ from concurrent.futures import ProcessPoolExecutor
 
 def worker_init() -> None:
     """Tie a pool worker's life to its parent: a kill -9 of the populator must not leave workers
-    behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere)."""
+    behind on the node (PR_SET_PDEATHSIG on Linux; a parent-pid watch elsewhere). A Ctrl-C reaches
+    the whole process group: the parent reports it (one line, exit 130) and stops the run; a worker
+    just ends, without the traceback multiprocessing would print for its KeyboardInterrupt."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job ignores it: so do we
+        signal.signal(signal.SIGINT, _quiet_exit)
     parent = os.getppid()
     try:
         import ctypes
@@ -33,6 +37,10 @@ def worker_init() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True).start()
+
+
+def _quiet_exit(signum: int, frame: object) -> None:
+    os._exit(128 + signum)
 
 
 def process_pool(workers: int) -> ProcessPoolExecutor:

@@ -29,6 +29,7 @@ from typing import IO, Any, Literal, Protocol
 
 from cachewarm.datapath.dumper import DumperProgress
 from cachewarm.datapath.populate import PopulateSummary, Progress
+from cachewarm.datapath.populate.report import event_time
 
 OutputMode = Literal["auto", "live", "plain", "json"]
 # Populator events that carry a message for the user (the others only move the counters).
@@ -119,10 +120,15 @@ class _Human:
         self.lock = threading.Lock()
         self.start = time.monotonic()
         self._noticed: dict[str, float] = {}
+        # When the dumper said `done`: its rate is over its own time, not the warm's (it would keep
+        # falling while the populator finishes).
+        self.dump_ended: float | None = None
 
     def dumper(self, p: DumperProgress) -> None:
         with self.lock:
             self.state.dump = p
+            if p.event == "done" and self.dump_ended is None:
+                self.dump_ended = time.monotonic()
             self._changed(final=False)
 
     def populator(self, p: Progress) -> None:
@@ -188,11 +194,14 @@ class PlainDisplay(_Human):
         if self.with_dumper:
             d = st.dump
             phase = f" ({d.phase})" if d is not None and d.phase not in ("dump", "done") else ""
+            dump_s = min(elapsed, self.dump_ended - self.start) if self.dump_ended is not None else elapsed
             parts.append(
                 f"dumped {_count(d.items if d else 0, st.dump_total)} items{phase}, "
-                f"{_mb_s(d.bytes if d else 0, elapsed):.1f} MB/s"
+                f"{_mb_s(d.bytes if d else 0, dump_s):.1f} MB/s"
             )
-        parts.append(f"published {_plural(st.published, 'file')}")
+        idle = st.published == 0 and not self.with_dumper
+        waiting = " (waiting for a dumper to publish data files)" if idle else ""
+        parts.append(f"published {plural(st.published, 'file')}{waiting}")
         p = st.pop
         n = p.items if p else 0
         total = st.populate_total
@@ -209,7 +218,7 @@ def _count(n: int, total: int | None) -> str:
     return f"{n:,}/{total:,}" if total else f"{n:,}"
 
 
-def _plural(n: int, what: str) -> str:
+def plural(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
@@ -277,7 +286,7 @@ class LiveDisplay(_Human):
     def _draw(self, name: str, n: int, total: int | None, seconds: float | None, nbytes: int) -> None:
         b = self.bars[name]
         if seconds is None:  # published: a count of files
-            text = _plural(n, "file")
+            text = plural(n, "file")
         else:
             rate = n / seconds if seconds > 0 else 0.0
             text = f"{_si(n)}{f'/{_si(total)}' if total else ''} items"
@@ -325,10 +334,16 @@ class JsonDisplay:
     def dumper(self, p: DumperProgress) -> None:
         if p != self._last_dump:
             self._last_dump = p
-            self._line(json.dumps({**asdict(p), "event": f"dump_{p.event}"}, separators=(",", ":")))
+            self._emit({**asdict(p), "event": f"dump_{p.event}"})
 
     def populator(self, p: Progress) -> None:
-        self._line(p.to_json())
+        self._emit(asdict(p))
+
+    def _emit(self, obj: dict[str, Any]) -> None:
+        # `event` first, then when (docs/json-events.md), then the event's own fields.
+        self._line(
+            json.dumps({"event": obj.pop("event"), "time": event_time(), **obj}, separators=(",", ":"))
+        )
 
     def close(self) -> None:
         pass
@@ -344,9 +359,14 @@ def speed_line(items: int, nbytes: int, seconds: float, note: str = "") -> str:
 def populate_summary_text(s: PopulateSummary) -> str:
     """`cachewarm populate`'s summary for people (`--json` prints `s.to_json()`)."""
     state = "OK" if s.ok else "INCOMPLETE"
+    if s.already_complete:
+        return (
+            f"populate {state}: already complete — all {plural(s.files, 'file')} ({s.records:,} items) were "
+            "applied by an earlier run (the state file remembers them); nothing written"
+        )
     lines = [
-        f"populate {state}: {s.records:,} items from {_plural(s.files, 'file')} into "
-        f"{_plural(len(s.per_node), 'destination')}",
+        f"populate {state}: {s.records:,} items from {plural(s.files, 'file')} into "
+        f"{plural(len(s.per_node), 'destination')}",
         f"  stored              {s.stored:>12,}",
         f"  already present     {s.already_present:>12,}  (fresher values kept: add mode)",
         f"  skipped (expired)   {s.expired:>12,}",

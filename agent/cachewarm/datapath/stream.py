@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 import subprocess
 import threading
 import time
@@ -30,13 +31,17 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
 
 if TYPE_CHECKING:
+    from cachewarm.datapath.progress import Display
     from cachewarm.datapath.warm import WarmConfig, WarmSummary
 
+# How the dumper says it gave up on a destination (dumper-cpp/src/stream.cc, stream_sink.cc).
+_UNAVAILABLE = re.compile(r"destination \S+ unavailable for [^|]*")
 # The dumper's --out inside a warm's work directory.
 STREAM_DIR = "stream"
 SUMMARY_EVENT = "stream_summary"
@@ -61,6 +66,8 @@ class StreamCommand:
     # Destination writes (the dump's own --max-items-per-second paces the source reads).
     max_write_items_per_second: int | None = None
     oversize_report: Path | None = None
+    # Seconds a destination may refuse connections before the stream fails (None: the dumper's).
+    destination_timeout: float | None = None
 
     def argv(self) -> list[str]:
         argv = self.dump.argv()
@@ -82,6 +89,8 @@ class StreamCommand:
             argv += ["--max-write-items-per-second", str(self.max_write_items_per_second)]
         if self.oversize_report is not None:
             argv += ["--oversize-report", str(self.oversize_report)]
+        if self.destination_timeout is not None:
+            argv += ["--destination-timeout", f"{self.destination_timeout:g}"]
         return argv
 
 
@@ -250,20 +259,29 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
         routing=cfg.routing,
         accept=cfg.accept,
         max_write_items_per_second=max(1, round(target_rate)) if target_rate else None,
+        destination_timeout=cfg.destination_timeout,
     )
 
 
-def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
-    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`."""
-    from cachewarm.datapath.warm import WarmError, WarmSummary
+def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = None) -> WarmSummary:
+    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`.
+    Progress: plain lines on `stream`, or the dumper's events to `display` (`--json`: `dump_progress`)."""
+    from cachewarm.datapath.warm import WarmSummary, prepare_workdir
+    from cachewarm.datapath.warm_errors import Unreachable, WarmError
 
     out = cfg.workdir / STREAM_DIR
-    cfg.workdir.mkdir(parents=True, exist_ok=True)
-    if out.exists() and any(out.iterdir()) and not cfg.resume:
-        raise WarmError(f"{out} already holds a dump: use an empty --workdir, or --resume to continue it")
+    prepare_workdir(cfg)
     start = time.monotonic()
-    res = run_stream(stream_command(cfg, out).argv(), _Lines(stream))
+    res = run_stream(
+        stream_command(cfg, out).argv(), display.dumper if display is not None else _Lines(stream)
+    )
+    if display is not None:
+        display.close()
     s = res.summary
+    if s is None and any(_UNAVAILABLE.search(line) for line in res.stderr_tail):
+        # The dumper gave up on a destination after --destination-timeout: exit 6, as the file path.
+        why = next(m.group(0) for line in res.stderr_tail if (m := _UNAVAILABLE.search(line)))
+        raise Unreachable(f"{why} (--destination-timeout)")
     if s is None or res.returncode not in (0, 1):
         raise WarmError(res.failure())
     elapsed = time.monotonic() - start
@@ -276,7 +294,10 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
             out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers
         )
         if missing:
-            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+            stream.write(
+                f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
+                f"{missing:,}: {keys_text(examples)}\n"
+            )
             if not (cfg.accept.get("accept_evictions") and missing <= int(s["destination_evictions"])):
                 problems.append(f"the target is missing {missing} items")
     total = time.monotonic() - start
@@ -298,4 +319,5 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str]) -> WarmSummary:
         mb_per_s=round(int(s["bytes"]) / 1e6 / elapsed, 1) if elapsed else 0.0,
         populate=dict(s),
         problems=problems,
+        stream=True,
     )

@@ -11,8 +11,13 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
-from cachewarm.datapath.meta import MetaConnection, list_keys
+from cachewarm.datapath.keytext import key_text
+from cachewarm.datapath.meta import Item, MetaConnection, list_keys
 from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate.report import event_time
+
+# Examples of differences a report keeps (the counts are complete).
+EXAMPLES = 10
 
 
 @dataclass
@@ -21,14 +26,18 @@ class VerifyReport:
     checked: int = 0
     gone_from_source: int = 0  # expired or evicted between listing and fetching: not comparable
     missing: int = 0
+    # Per property: a key whose value and flags both differ counts in both.
     value_mismatch: int = 0
     flags_mismatch: int = 0
     ttl_mismatch: int = 0
+    # Keys present in the target that differ in anything (each key once).
+    keys_different: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
     def differences(self) -> int:
-        return self.missing + self.value_mismatch + self.flags_mismatch + self.ttl_mismatch
+        """Keys missing or different (each key once)."""
+        return self.missing + self.keys_different
 
     @property
     def ok(self) -> bool:
@@ -36,23 +45,50 @@ class VerifyReport:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"event": "verify", "ok": self.ok, "differences": self.differences, **asdict(self)},
+            {
+                "event": "verify",
+                "time": event_time(),
+                "ok": self.ok,
+                "differences": self.differences,
+                **asdict(self),
+            },
             separators=(",", ":"),
         )
 
     def text(self) -> str:
-        return (
+        head = (
             f"verify {'OK' if self.ok else 'FAILED'}: {self.checked:,} keys compared "
             f"(of {self.source_keys:,} in the source; {self.gone_from_source:,} gone meanwhile): "
-            f"missing {self.missing:,}, value {self.value_mismatch:,}, flags {self.flags_mismatch:,}, "
-            f"ttl {self.ttl_mismatch:,}"
-            + ("".join(f"\n  {e}" for e in self.examples) if self.examples else "")
+            f"missing {self.missing:,}, different {self.keys_different:,} (value {self.value_mismatch:,}, "
+            f"flags {self.flags_mismatch:,}, ttl {self.ttl_mismatch:,})"
         )
+        if not self.examples:
+            return head
+        n = len(self.examples)
+        shown = f"{n} example{'s' if n != 1 else ''} of {self.differences:,}"
+        return head + f"\n{shown}:" + "".join(f"\n  {e}" for e in self.examples)
 
 
 def _note(rep: VerifyReport, what: str, key: bytes) -> None:
-    if len(rep.examples) < 10:
-        rep.examples.append(f"{what}: {key!r}")
+    if len(rep.examples) < EXAMPLES:
+        rep.examples.append(f"{key_text(key)}: {what}")
+
+
+def _differences(s: Item, t: Item, ttl_tolerance: int) -> list[str]:
+    """What differs between the source's item and the target's (empty: the same)."""
+    found = []
+    if t.value != s.value:
+        found.append(f"value ({len(s.value)} bytes vs {len(t.value)})")
+    if t.flags != s.flags:
+        found.append(f"flags ({s.flags} vs {t.flags})")
+    # Read with the binary protocol (ttl None): no TTL to compare.
+    if (
+        s.ttl is not None
+        and t.ttl is not None
+        and ((s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance)
+    ):
+        found.append(f"ttl ({s.ttl} vs {t.ttl})")
+    return found
 
 
 def _compare(
@@ -77,17 +113,14 @@ def _compare(
                     if t is None:
                         rep.missing += 1
                         _note(rep, "missing", k)
-                    elif t.value != s.value:
-                        rep.value_mismatch += 1
-                        _note(rep, "value differs", k)
-                    elif t.flags != s.flags:
-                        rep.flags_mismatch += 1
-                        _note(rep, f"flags {s.flags} != {t.flags}", k)
-                    elif s.ttl is None or t.ttl is None:
-                        pass  # read with the binary protocol: no TTL to compare
-                    elif (s.ttl == -1) != (t.ttl == -1) or abs(s.ttl - t.ttl) > ttl_tolerance:
-                        rep.ttl_mismatch += 1
-                        _note(rep, f"ttl {s.ttl} vs {t.ttl}", k)
+                        continue
+                    diff = _differences(s, t, ttl_tolerance)
+                    if diff:
+                        rep.keys_different += 1
+                        rep.value_mismatch += any(d.startswith("value") for d in diff)
+                        rep.flags_mismatch += any(d.startswith("flags") for d in diff)
+                        rep.ttl_mismatch += any(d.startswith("ttl") for d in diff)
+                        _note(rep, " and ".join(diff) + (" differ" if len(diff) > 1 else " differs"), k)
         finally:
             for rd in tgts:
                 rd.__exit__()
@@ -132,5 +165,6 @@ def verify(
             rep.value_mismatch += part.value_mismatch
             rep.flags_mismatch += part.flags_mismatch
             rep.ttl_mismatch += part.ttl_mismatch
-            rep.examples.extend(part.examples[: max(0, 10 - len(rep.examples))])
+            rep.keys_different += part.keys_different
+            rep.examples.extend(part.examples[: max(0, EXAMPLES - len(rep.examples))])
     return rep

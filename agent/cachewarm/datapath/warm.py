@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +27,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
@@ -37,30 +38,13 @@ from cachewarm.datapath.populate import (
     default_workers,
     populate,
 )
-from cachewarm.datapath.populate.destinations import reason
-from cachewarm.datapath.progress import Display, make_display, speed_line
-from cachewarm.exitcodes import ExitCode
+from cachewarm.datapath.populate.report import event_time
+from cachewarm.datapath.preflight import plan_text, preflight
+from cachewarm.datapath.progress import Display, JsonDisplay, make_display, plural, speed_line
+from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, SettingError, WarmError
 
 # Where `make build` puts the dumper in this repository.
 REPO_DUMPER = Path(__file__).resolve().parents[3] / "build" / "release" / dumper_cli.BINARY
-
-
-class WarmError(RuntimeError):
-    exit_code = ExitCode.FAILED
-
-
-class Unreachable(WarmError):
-    exit_code = ExitCode.UNREACHABLE
-
-
-def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> None:
-    """Fail at once, naming it, when a memcached does not answer within `timeout` seconds (for the
-    source, the dumper would only say so after the populator has started)."""
-    try:
-        with MetaConnection(node.connect_host, node.port, timeout) as c:
-            c.version()
-    except (OSError, ValueError) as e:  # DestinationUnavailable, a timeout, a name that does not resolve
-        raise Unreachable(f"{role} {node.address} unreachable: {reason(e)}") from e
 
 
 def find_dumper(explicit: str | None = None) -> Path:
@@ -117,6 +101,8 @@ class WarmConfig:
 
     # The stream mode: the dumper writes straight to the targets, no data files (datapath/stream.py).
     stream: bool = False
+    # `--plan`: look at the source and the targets, say what the warm would do, move nothing.
+    plan: bool = False
 
 
 @dataclass
@@ -142,9 +128,19 @@ class WarmSummary:
     problems: list[str] = field(default_factory=list)
     # Items dumped per second of dump + populate (overlapped; the target check not counted), like mb_per_s.
     items_per_s: float = 0.0
+    # What the look before the warm found suspicious (an empty source): said, never silent.
+    warnings: list[str] = field(default_factory=list)
+    # The stream mode: no data files (`files` counts the checkpoint's acknowledged parts).
+    stream: bool = False
+    # The work directory stays after the warm (the dump or key lists, the populator's state): where
+    # and how large, so it is not forgotten on a disk.
+    workdir: str = ""
+    workdir_bytes: int = 0
 
     def to_json(self) -> str:
-        return json.dumps({"event": "warm_summary", **asdict(self)}, separators=(",", ":"))
+        return json.dumps(
+            {"event": "warm_summary", "time": event_time(), **asdict(self)}, separators=(",", ":")
+        )
 
     def text(self) -> str:
         lines = [
@@ -155,7 +151,8 @@ class WarmSummary:
             f"  items copied        {self.copied:>12,}",
             f"  already present     {self.already_present:>12,}  (fresher values kept: add mode)",
             f"  skipped (expired)   {self.skipped_expired:>12,}",
-            f"  bytes               {self.bytes:>12,}  ({self.files} files)",
+            f"  bytes               {self.bytes:>12,}  "
+            + ("(streamed: no data files)" if self.stream else f"({plural(self.files, 'data file')})"),
         ]
         p = self.populate
         if p.get("resent_own"):
@@ -178,7 +175,13 @@ class WarmSummary:
             )
         check = self.total_s - self.populate_s
         after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
-        lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))
+        if self.workdir:
+            lines.append(
+                f"  workdir kept        {self.workdir_bytes / 1e6:>12,.1f} MB  ({self.workdir}; "
+                "remove it when done, or --resume continues from it)"
+            )
+        lines += [f"  WARNING: {w}" for w in self.warnings]
+        lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))  # always last
         return "\n".join(lines)
 
 
@@ -315,24 +318,86 @@ def populate_config(
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
+    checked = preflight(cfg.source, cfg.targets, cfg.mode)
+    if cfg.plan:
+        raise PlanOnly(plan_text(cfg, checked))
+    for w in checked.warnings:
+        stream.write(f"warning: {w}\n")
+        stream.flush()
+    out = cfg.workdir / work_dir_name(cfg)
+    if cfg.resume and not resumable(out) and holds_dump(out):
+        raise SettingError(f"{out} holds files but no dump to resume (no keys/META): use an empty --workdir")
+    cfg = replace(cfg, resume=cfg.resume and resumable(out))
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
-        return run_stream_warm(cfg, stream)
-    # The worker processes (populate, then the target check) start before this process has threads
-    # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
-    with started_pool(cfg.workers) as pool:
-        return _run_warm(cfg, stream, display, pool)
+        summary = run_stream_warm(cfg, stream, display if isinstance(display, JsonDisplay) else None)
+    else:
+        prepare_workdir(cfg)
+        # The worker processes (populate, then the target check) start before this process has threads
+        # (the dumper's output pumps), so they fork in milliseconds (pool.started_pool).
+        with started_pool(cfg.workers) as pool:
+            summary = _run_warm(cfg, stream, display, pool)
+    summary.warnings = checked.warnings
+    summary.workdir, summary.workdir_bytes = str(cfg.workdir), disk_usage(cfg.workdir)
+    return summary
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of the files under `path` (what removing it frees)."""
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            pass  # a file removed meanwhile
+    return total
+
+
+def work_dir_name(cfg: WarmConfig) -> str:
+    from cachewarm.datapath.stream import STREAM_DIR
+
+    return STREAM_DIR if cfg.stream else "dump"
+
+
+def holds_dump(path: Path) -> bool:
+    """Whether a dump (or a stream's key lists) has begun in `path`, as cachewarm-dump sees it:
+    anything but an empty `keys/` (and `lost+found`)."""
+    try:
+        if not path.is_dir():
+            return False
+        names = {p.name for p in path.iterdir()} - {"lost+found"}
+        return bool(names - {"keys"}) or ("keys" in names and any((path / "keys").iterdir()))
+    except OSError as e:
+        raise WarmError(f"cannot read {path}: {e.strerror}") from e
+
+
+def resumable(path: Path) -> bool:
+    """Whether cachewarm-dump can `--resume` the dump in `path` (its checkpoint's keys/META exists):
+    `--resume` continues it; on an empty or missing directory — or one interrupted before its first
+    checkpoint — `--resume` simply starts (a script may always pass it)."""
+    return (path / "keys" / "META").is_file()
+
+
+def prepare_workdir(cfg: WarmConfig) -> None:
+    """Create the work directory (one `error:` line naming the path when that fails) and refuse to
+    start a new dump over an old one (exit 2: add --resume, or use an empty --workdir)."""
+    out = cfg.workdir / work_dir_name(cfg)
+    try:
+        cfg.workdir.mkdir(parents=True, exist_ok=True)
+        if holds_dump(out) and not cfg.resume:
+            raise DumpExists(out)
+        probe = cfg.workdir / ".cachewarm-write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:  # the flag's value is the problem: exit 2, like a missing --from
+        raise SettingError(f"cannot write the --workdir {e.filename or cfg.workdir}: {e.strerror}") from e
 
 
 def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: Executor) -> WarmSummary:
     dump_dir = cfg.workdir / "dump"
     state_file = cfg.workdir / "populate-state.json"
-    cfg.workdir.mkdir(parents=True, exist_ok=True)
-    if dump_dir.exists() and any(dump_dir.iterdir()) and not cfg.resume:
-        raise WarmError(
-            f"{dump_dir} already holds a dump: use an empty --workdir, or --resume to continue it"
-        )
     if not cfg.resume:  # a new dump: what a previous populate remembered is about other files
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)
@@ -367,7 +432,10 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     if cfg.check:
         checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary, pool)
         if missing:
-            stream.write(f"target is missing {missing} of {checked} keys, e.g. {examples!r}\n")
+            stream.write(
+                f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
+                f"{missing:,}: {keys_text(examples)}\n"
+            )
             # Accepted evictions explain as many missing keys as were evicted, no more.
             if not (cfg.accept.get("accept_evictions") and missing <= summary.destination_evictions):
                 problems.append(f"the target is missing {missing} items")

@@ -356,7 +356,13 @@ def dump_cmd(
     dumper: str | None,
     publish_interval: float,
 ) -> None:
-    """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump."""
+    """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump.
+
+    \b
+    Example (what the dump-agent SSM document runs):
+      cachewarm agent dump --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
+        --status-bucket my-status-bucket --device /dev/xvdf \\
+        --mount /mnt/cachewarm/users-v2-20261122 --memcached 127.0.0.1:11211"""
     host, port = memcached.rsplit(":", 1)
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
@@ -440,7 +446,13 @@ def populate_cmd(
     source_timeout: float,
     mount_options: str,
 ) -> None:
-    """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed."""
+    """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed.
+
+    \b
+    Example (what the populate-agent SSM document runs):
+      cachewarm agent populate --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
+        --status-bucket my-status-bucket --device /dev/xvdf \\
+        --mount /mnt/cachewarm/users-v2-20261122 --to 10.0.1.21:11211,10.0.2.22:11211"""
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         volume.reader_options = mount_options
@@ -526,7 +538,12 @@ def stream_cmd(
     placement: str,
 ) -> None:
     """Stream the source straight into the destination(s): no volume, no populator (same-AZ warms).
-    The status is published as this node's `populate` object."""
+    The status is published as this node's `populate` object.
+
+    \b
+    Example:
+      cachewarm agent stream --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
+        --status-bucket my-status-bucket --memcached 127.0.0.1:11211 --to 10.0.1.21:11211,10.0.2.22:11211"""
     from cachewarm.node_agent.stream import StreamJob, publisher_factory, run_stream
 
     host, port = memcached.rsplit(":", 1)
@@ -653,7 +670,13 @@ def verify_cmd(
 ) -> None:
     """Compare a sample of one source node's keys with the destination (`cachewarm verify --sample`)
     and write the result to `<prefix>/<warm-id>/verify/<node-id>.json`; the controller judges it.
-    Exit 0 once the result is written (whatever it says), 4 if the status bucket is not writable."""
+    Exit 0 once the result is written (whatever it says), 4 if the status bucket is not writable.
+
+    \b
+    Example (what the verify-agent SSM document runs):
+      cachewarm agent verify --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
+        --status-bucket my-status-bucket --source 10.0.0.5:11211 \\
+        --to 10.0.1.21:11211,10.0.2.22:11211 --sample 10000"""
     import time
 
     import boto3

@@ -7,6 +7,8 @@ layout are `cachewarm.contract.status`'s; the bucket is named by the state machi
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +17,7 @@ from botocore.exceptions import ClientError
 from cachewarm.contract import tags, warm_ids
 from cachewarm.contract.inputs import DEFAULT_STATUS_PREFIX
 from cachewarm.contract.status import ROLES, NodeStatus, StatusFormatError, role_prefix, warm_prefix
-from cachewarm.exitcodes import CliError
+from cachewarm.exitcodes import CliError, ExitCode
 from cachewarm.operator.view import NodeView, WarmView
 
 # Seconds to connect to an AWS endpoint, seconds to wait for an answer, and attempts in all: an
@@ -30,12 +32,34 @@ class OperatorError(CliError):
     """Shown as one `error: …` line, exit code 1 unless given another."""
 
 
+# arn:<partition>:states:<region>:<account>:execution|stateMachine:<machine>[:<execution>]
+_ARN = re.compile(r"^arn:aws[a-z-]*:states:([a-z0-9-]+):[0-9]{12}:(execution|stateMachine):[^:]+(:[^:]+)?$")
+
+
+def region_of(arn: str | None) -> str | None:
+    """The region a Step Functions ARN names (None for anything else, e.g. a warm id)."""
+    m = _ARN.match(arn or "")
+    return m.group(1) if m else None
+
+
+def pick_region(explicit: str | None, *arns: str | None) -> str | None:
+    """--region, else the region in an ARN the user gave, else AWS_REGION (which the SDK itself does
+    not read: it reads AWS_DEFAULT_REGION and the profile's), else None (the SDK's own)."""
+    return (
+        explicit
+        or next((r for a in arns if (r := region_of(a))), None)
+        or os.environ.get("AWS_REGION")
+        or None
+    )
+
+
 @dataclass
 class Clients:
     """Lazily created boto3 clients (no client at import time; tests inject their own)."""
 
     region: str | None = None
     _cache: dict[str, Any] = field(default_factory=dict)
+    _session: Any = None
 
     def get(self, service: str) -> Any:
         if service not in self._cache:
@@ -47,7 +71,9 @@ class Clients:
                 read_timeout=READ_TIMEOUT_S,
                 retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
             )
-            self._cache[service] = boto3.client(service, region_name=self.region, config=config)  # type: ignore[call-overload]
+            if self._session is None:  # one session of our own (boto3's default one is module state)
+                self._session = boto3.session.Session()
+            self._cache[service] = self._session.client(service, region_name=self.region, config=config)
         return self._cache[service]
 
 
@@ -169,17 +195,140 @@ def load_view(
     )
 
 
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+
+
+def _code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def warm_machines(sfn: Any, state_machine: str | None) -> list[str]:
+    """The warm state machines to look in: --state-machine, else every one in the region tagged
+    with the status bucket (the stack's warm machine carries it; the teardown machine does not)."""
+    if state_machine:
+        return [state_machine]
+    found = []
+    for page in sfn.get_paginator("list_state_machines").paginate():
+        for m in page.get("stateMachines", []):
+            arn = m["stateMachineArn"]
+            if any(
+                t["key"] == tags.STATUS_BUCKET
+                for t in sfn.list_tags_for_resource(resourceArn=arn).get("tags", [])
+            ):
+                found.append(str(arn))
+    return found
+
+
+def find_execution(sfn: Any, warm: str, state_machine: str | None) -> str:
+    """The execution ARN of WARM: an execution ARN as given, else the execution named after the warm
+    id (`cachewarm start` names it so), else — an event-started warm, named by EventBridge — the most
+    recent of the last 100 executions whose input carries that warm id."""
+    if warm.startswith("arn:"):
+        return warm
+    machines = warm_machines(sfn, state_machine)
+    if not machines:
+        raise OperatorError(
+            f"no cachewarm state machine in this region (none tagged {tags.STATUS_BUCKET}): pass "
+            "--state-machine (the stack output StateMachineArn), --region, or the execution ARN",
+            ExitCode.USAGE,
+        )
+    for m in machines:
+        try:
+            return str(sfn.describe_execution(executionArn=execution_arn(m, warm))["executionArn"])
+        except ClientError as e:
+            if _code(e) != "ExecutionDoesNotExist":
+                raise
+    for m in machines:
+        for ex in sfn.list_executions(stateMachineArn=m, maxResults=100).get("executions", []):
+            if warm_id_of(sfn, ex["executionArn"]) == warm:
+                return str(ex["executionArn"])
+    raise OperatorError(
+        f"no warm {warm!r} in {', '.join(machines)} (`cachewarm list` shows the warms)", ExitCode.USAGE
+    )
+
+
+def warm_id_of(sfn: Any, arn: str) -> str | None:
+    """The warm id in an execution's input (None: an Auto Scaling launch's input names none)."""
+    try:
+        doc = json.loads(sfn.describe_execution(executionArn=arn).get("input") or "{}")
+    except ValueError:
+        return None
+    w = doc.get("warm_id") if isinstance(doc, dict) else None
+    return w if isinstance(w, str) else None
+
+
+@dataclass(frozen=True)
+class WarmRow:
+    """One line of `cachewarm list`."""
+
+    warm_id: str | None
+    status: str
+    started: str | None
+    stopped: str | None
+    execution_arn: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "warm_id": self.warm_id,
+            "status": self.status,
+            "started": self.started,
+            "stopped": self.stopped,
+            "execution_arn": self.execution_arn,
+        }
+
+
+def list_warms(sfn: Any, machines: list[str], status: str | None, limit: int) -> list[WarmRow]:
+    """The most recent `limit` executions of each machine (newest first), with their warm ids."""
+    rows = []
+    for m in machines:
+        kw: dict[str, Any] = {"stateMachineArn": m, "maxResults": limit}
+        if status:
+            kw["statusFilter"] = status
+        for ex in sfn.list_executions(**kw).get("executions", [])[:limit]:
+            rows.append(
+                WarmRow(
+                    warm_id=warm_id_of(sfn, ex["executionArn"]),
+                    status=str(ex["status"]),
+                    started=_iso(ex.get("startDate")),
+                    stopped=_iso(ex.get("stopDate")),
+                    execution_arn=str(ex["executionArn"]),
+                )
+            )
+    return sorted(rows, key=lambda r: r.started or "", reverse=True)
+
+
+def _iso(t: Any) -> str | None:
+    return t.isoformat(timespec="seconds") if t is not None else None
+
+
+def stop_warm(sfn: Any, arn: str, cause: str) -> str | None:
+    """Stop a running warm; returns None, or the status it already ended with."""
+    status = str(sfn.describe_execution(executionArn=arn)["status"])
+    if status != "RUNNING":
+        return status
+    sfn.stop_execution(executionArn=arn, error="cachewarm.Stopped", cause=cause)
+    return None
+
+
 def start_warm(sfn: Any, state_machine_arn: str, doc: dict[str, Any]) -> tuple[str, bool]:
     """Start an execution named after the warm id. Returns (execution ARN, started now?).
 
-    The name makes the start idempotent: starting the same warm twice finds the first execution.
+    The name makes the start idempotent: starting the same warm twice finds the first execution. A
+    warm id whose execution ended without success cannot run again (Step Functions keeps an execution
+    name for 90 days): that is an error naming a new warm id to use.
     """
     warm_id = doc.get("warm_id")
     if not isinstance(warm_id, str) or not warm_id:
         raise OperatorError("the input has no warm_id (a string naming this warm)")
-    arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{warm_id}"
+    arn = execution_arn(state_machine_arn, warm_id)
     try:
-        sfn.describe_execution(executionArn=arn)
+        status = sfn.describe_execution(executionArn=arn)["status"]
+        if status not in ("RUNNING", "SUCCEEDED"):
+            raise OperatorError(
+                f"warm {warm_id} already ran and ended {status} ({arn}); an execution name is never "
+                f"reused: start it again under a new warm_id (e.g. {warm_id}-2) — docs/runbook.md"
+            )
         return arn, False
     except ClientError as e:
         if e.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":

@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cachewarm.contract.status import NodeStatus
@@ -70,6 +70,70 @@ class WarmView:
     def done(self) -> int:
         """Nodes whose populator is done."""
         return sum(1 for n in self.nodes if n.state == "done")
+
+
+def _status_dict(s: NodeStatus | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "state": s.state,
+        "heartbeat_ms": s.heartbeat_ms,
+        "attempt": s.attempt,
+        "error": s.error,
+        "progress": {
+            "items": s.progress.items,
+            "bytes": s.progress.bytes,
+            "files": s.progress.files,
+            "keys_listed": s.progress.keys_listed,
+        },
+    }
+
+
+def view_dict(view: WarmView) -> dict[str, Any]:
+    """`status --json` / `watch --json`: the view as one JSON object (docs/operator.md names the
+    fields)."""
+    return {
+        "warm_id": view.warm_id,
+        "status": view.status,
+        "execution_arn": view.execution_arn,
+        "started": view.started.isoformat(timespec="seconds") if view.started else None,
+        "stopped": view.stopped.isoformat(timespec="seconds") if view.stopped else None,
+        "nodes_done": view.done,
+        "nodes": [
+            {
+                "node_id": n.node_id,
+                "state": n.state,
+                "total": n.total,
+                "populated": n.populated,
+                "dump": _status_dict(n.dump),
+                "populate": _status_dict(n.populate),
+            }
+            for n in view.nodes
+        ],
+        "error": view.error,
+        "events": view.events,
+        "unreadable": view.unreadable,
+    }
+
+
+def watch_json(
+    load: Callable[[], WarmView],
+    interval_s: float,
+    emit: Callable[[dict[str, Any]], None],
+    sleep: Callable[[float], None] = time.sleep,
+) -> WarmView:
+    """`watch --json`: one `warm_status` object per look (with its time) until the execution ends."""
+    while True:
+        view = load()
+        emit({"event": "warm_status", "time": _now_iso(), **view_dict(view)})
+        if not view.running:
+            return view
+        sleep(interval_s)
+
+
+def _now_iso() -> str:
+    """As every JSON event's `time` (docs/json-events.md)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _pct(n: int, total: int | None) -> str:

@@ -28,6 +28,12 @@ class PopulateError(RuntimeError):
     exit_code = ExitCode.FAILED
 
 
+class PopulateSettingError(PopulateError):
+    """What the populator was told cannot run (a state file of other destinations): fix the flags."""
+
+    exit_code = ExitCode.USAGE
+
+
 class DestinationUnreachable(PopulateError):
     """A destination refused or timed out for longer than the destination timeout."""
 

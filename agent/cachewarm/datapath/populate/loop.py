@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, BrokenExecutor, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
@@ -41,6 +41,7 @@ from cachewarm.datapath.populate.config import (
     PopulateConfig,
     PopulateError,
     PopulateIncomplete,
+    PopulateSettingError,
     VolumeError,
 )
 from cachewarm.datapath.populate.destinations import DestinationProbe
@@ -223,11 +224,14 @@ class Populator:
             raise PopulateError(f"source directory {c.source_dir} does not exist")
         self._start = time.monotonic()
         self.state = PopulateState.load(c.state_file)
+        # A re-run of a finished populate applies nothing: its summary says so, not a speed.
+        self._consumed_before = frozenset(self.state.consumed)
         if self.state.consumed and self.state.routing != routing:
-            raise PopulateError(
+            raise PopulateSettingError(
                 f"state file {c.state_file} records files written with routing "
                 f"{json.dumps(self.state.routing)}, not {json.dumps(routing)}: give the same destinations "
-                "and routing options, or use another --state-file"
+                "and routing options, or start afresh (populate: another --state-file; warm: an empty "
+                "--workdir)"
             )
         if not self.state.consumed and c.oversize_report_path.exists():
             c.oversize_report_path.unlink()  # a previous run's, of a state that is gone
@@ -284,7 +288,10 @@ class Populator:
                     started = self._journal.add_many(todo[:room])
                     for n in todo[:room]:
                         job = self._file_job(n, n in started)
-                        inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
+                        try:
+                            inflight[pool.submit(apply_file, str(c.source_dir / n), params, job)] = n
+                        except BrokenExecutor as e:  # a worker was killed (OOM, a signal sent to it)
+                            raise PopulateError(f"a worker process died before {n}: {e}") from e
                     progressed = False
                     if inflight:
                         finished, _ = wait(
@@ -463,6 +470,7 @@ class Populator:
             restarts_detected=self.state.restarts_detected,
             oversize_report=self._report.finish(),
         )
+        summary.already_complete = all(f.name in self._consumed_before for f in manifest.files)
         for why in judge(summary, c):
             self._emit("warning", detail=why + (" (accepted)" if why in summary.accepted else ""))
         if not summary.ok:

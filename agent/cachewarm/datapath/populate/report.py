@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +41,11 @@ class Progress:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def event_time() -> str:
+    """When a JSON event was emitted: UTC, ISO 8601 with milliseconds (docs/json-events.md)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def progress_printer(stream: Any) -> Callable[[Progress], None]:
@@ -82,6 +88,8 @@ class PopulateSummary:
     # Why the destinations do not hold every item of the dump; `accepted` are those the user accepted.
     incomplete: list[str] = field(default_factory=list)
     accepted: list[str] = field(default_factory=list)
+    # Every file DONE lists had been applied by an earlier run (the state file): nothing was written.
+    already_complete: bool = False
 
     @property
     def ok(self) -> bool:
@@ -97,7 +105,9 @@ class PopulateSummary:
         return [(r, f) for r in self.incomplete for head, f in _FLAG.items() if r.startswith(head)]
 
     def to_json(self) -> str:
-        return json.dumps({"event": "summary", "ok": self.ok, **asdict(self)}, separators=(",", ":"))
+        return json.dumps(
+            {"event": "summary", "time": event_time(), "ok": self.ok, **asdict(self)}, separators=(",", ":")
+        )
 
 
 def summarize(
