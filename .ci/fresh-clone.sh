@@ -30,14 +30,20 @@ for d in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
   sys_path=${sys_path:+$sys_path:}$d
 done
 
-# What is installed in the interpreters a wrong Makefile would install into: the first python3 on the
-# caller's PATH (pyenv's on the development machines) and the system's.
+# What is pip-installed in the interpreters a wrong Makefile would install into: the first python3 on
+# the caller's PATH (pyenv's on the development machines) and the system's. Debian's own packages
+# (/usr/lib/python3/dist-packages: apt's python3-* that `make test` installs, e.g. python3-pylibmc) are
+# not pip's doing and are left out.
 snapshot() {
   local py
   for py in "$(command -v python3 || true)" /usr/bin/python3; do
     [ -n "$py" ] && [ -x "$py" ] || continue
     echo "== $py"
-    "$py" -m pip list --format=freeze 2>/dev/null || echo "(no pip)"
+    "$py" -m pip list --format=json -v 2>/dev/null | "$py" -c '
+import json, sys
+for p in json.load(sys.stdin):
+    if not (p.get("location") or "").startswith("/usr/lib/python3/dist-packages"):
+        print(p["name"] + "==" + p["version"])' || echo "(no pip)"
   done
 }
 
