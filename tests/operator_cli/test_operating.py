@@ -195,9 +195,9 @@ def test_start_checks_the_input_against_the_schema_before_any_aws_call(tmp_path:
     )
     assert res.exit_code == 2, res.output
     assert "does not match statemachine/input.schema.json" in res.output
-    assert 'input.populator.mode: "clobber" is not one of "add", "set"' in res.output
-    assert "input.volume.iops: 5 is less than 100" in res.output
-    assert "unknown field 'extra'" in res.output
+    assert "input.populator.mode: 'clobber' is not one of ['add', 'set']" in res.output
+    assert "input.volume.iops: 5 is less than the minimum of 100" in res.output
+    assert "input: Additional properties are not allowed ('extra' was unexpected)" in res.output
 
 
 def test_the_wheel_carries_the_current_schema() -> None:
