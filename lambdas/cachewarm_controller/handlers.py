@@ -53,6 +53,7 @@ REQUIRED_ENV = (
     "INSTALL_DOCUMENT_NAME",
     "UNMOUNT_DOCUMENT_NAME",
     "MEMCACHED_STATS_DOCUMENT_NAME",
+    "VPC_ID",
 )
 
 
@@ -73,6 +74,7 @@ def settings_from_env() -> Settings:
         ),
         kms_key_id=env.get("KMS_KEY_ID") or None,
         populator_subnet_ids=tuple(s for s in (env.get("POPULATOR_SUBNET_IDS") or "").split(",") if s),
+        vpc_id=env["VPC_ID"],
     )
 
 

@@ -103,6 +103,7 @@ def shared_world() -> Iterator[World]:
                 DocumentFormat="JSON",
             )
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        monkeypatch.setenv("VPC_ID", vpc)
         subnets = {
             az: ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
             for az, cidr in (("us-east-1a", "10.0.16.0/20"), ("us-east-1b", "10.0.32.0/20"))
@@ -122,7 +123,7 @@ def shared_world() -> Iterator[World]:
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=Settings(BUCKET, documents),
+            settings=Settings(BUCKET, documents, vpc_id=vpc),
             statuses=agents,
             autoscaling=autoscaling,
             clock=clock,

@@ -144,7 +144,7 @@ class World:
         body: dict[str, Any] = {
             "warm_id": self.warm_id,
             "source": {"replica": "main-a"},
-            "destination": {"replica": "main-b", "endpoints": ["10.0.9.1:11211", "10.0.9.2:11211"]},
+            "destination": {"replica": "main-b"},
             "populator": {"launch_template_id": self.template_id},
             "polling": {"interval_seconds": 120, "stale_after_seconds": 600, "max_revives": 2},
         }

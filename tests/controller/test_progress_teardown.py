@@ -298,7 +298,7 @@ def test_verify_runs_the_real_comparison_on_the_populators_and_judges_it(world: 
     p = world.deps.s3.load_plan(w.prefix, w.warm_id)
     assert {(c["instance"], c["nodeId"]) for c in sent} == {(str(r.populator_id), r.node_id) for r in p.nodes}
     assert {c["source"] for c in sent} == {f"{r.private_ip}:11211" for r in p.nodes}
-    assert all(c["sampleKeys"] == "500" and c["to"] == "10.0.9.1:11211,10.0.9.2:11211" for c in sent)
+    assert all(c["sampleKeys"] == "500" and c["to"] == ",".join(p.destination_endpoints) for c in sent)
     finish(world, w)
 
 

@@ -39,6 +39,9 @@ class Settings:
     kms_key_id: str | None = None
     # Deploy-time default populator subnets (parameter SubnetIds); the input's per-AZ choice wins.
     populator_subnet_ids: tuple[str, ...] = ()
+    # The stack's VPC: sources and destinations are found only among its instances (None: any VPC
+    # of the account; the stack always sets it, VPC_ID).
+    vpc_id: str | None = None
 
 
 @dataclass
