@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,9 +169,10 @@ def build_populator(
         scope,
         "PopulatorSecurityGroup",
         vpc=props.vpc,
-        description="cachewarm populators: no inbound; outbound to memcached, S3 and SSM",
-        allow_all_outbound=True,
+        description="cachewarm populators: no inbound; outbound to memcached, and HTTPS for S3/SSM/KMS/logs",
+        allow_all_outbound=False,
     )
+    _limit_egress(sg, props.memcached_security_groups, props.memcached_port)
     # Install this deployment's agent at boot, so `cachewarm agent populate` is there when the
     # controller's Run Command arrives (InstallAgents waits for cloud-init and checks the version).
     user_data = ec2.UserData.for_linux()
@@ -202,6 +204,26 @@ def build_populator(
     )
     Tags.of(template).add(tags.MANAGED, "true")
     return Populator(role=role, security_group=sg, launch_template=template)
+
+
+# What a populator may reach when no memcached security group is given: private addresses only.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def _limit_egress(
+    sg: ec2.SecurityGroup, memcached_groups: Sequence[ec2.ISecurityGroup], memcached_port: int
+) -> None:
+    """A populator opens connections only to memcached (the given groups, else private addresses)
+    and to HTTPS (the AWS endpoints it needs: S3 for the artifacts and status, SSM, KMS, Logs) — so a
+    warm cannot write a replica's data to an arbitrary host even if it were told to."""
+    port = ec2.Port.tcp(memcached_port)
+    if memcached_groups:
+        for group in memcached_groups:
+            sg.add_egress_rule(group, port, "memcached of the replicas (populate, verify)")
+    else:
+        for cidr in PRIVATE_RANGES:
+            sg.add_egress_rule(ec2.Peer.ipv4(cidr), port, "memcached, private addresses only")
+    sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: S3, SSM, KMS, CloudWatch Logs")
 
 
 def install_agent_commands(artifacts: Artifacts) -> list[str]:

@@ -91,6 +91,7 @@ class CacheWarmer(Construct):
             document_names={stem: doc.ref for stem, doc in self.documents.items()},
             subnet_ids=props.subnet_ids,
             agent_log_group=self.agent_logs.log_group_name,
+            vpc_id=props.vpc.vpc_id,
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment()
@@ -118,6 +119,7 @@ class CacheWarmer(Construct):
             launch_template_id=self.launch_template_id,
         )
         self.trigger_dlq = triggers.dead_letters
+        self.event_bus = triggers.bus
         self.replica_rule, self.asg_rule = triggers.replica_rule, triggers.asg_rule
         self.teardown_rule = triggers.teardown_rule
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Fn, RemovalPolicy, Tags
+from aws_cdk import Aws, Duration, Fn, RemovalPolicy, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -50,6 +50,8 @@ class Wiring:
     document_names: Mapping[str, str]  # SSM document stem -> deployed name
     subnet_ids: Sequence[str] = ()
     agent_log_group: str | None = None
+    # The stack's VPC: the controller finds sources and destinations only there.
+    vpc_id: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -67,6 +69,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["POPULATOR_SUBNET_IDS"] = Fn.join(",", list(w.subnet_ids))
     if w.agent_log_group:
         env["AGENT_LOG_GROUP"] = w.agent_log_group
+    if w.vpc_id:
+        env["VPC_ID"] = w.vpc_id
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
@@ -180,21 +184,63 @@ class Triggers:
     """The rules that start the machines, and the dead-letter queue of all their targets."""
 
     dead_letters: sqs.Queue
+    bus: events.EventBus
     replica_rule: events.Rule
     asg_rule: events.Rule | None
     teardown_rule: events.Rule
 
 
 def replica_event_input(launch_template_id: str) -> events.RuleTargetInput:
-    """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md)."""
+    """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md).
+    The event names replicas only: the controller finds their nodes from their tags, so no address
+    given in an event ever reaches a populator."""
     return events.RuleTargetInput.from_object(
         {
             "warm_id": events.EventField.from_path("$.detail.warm_id"),
             "source": {"replica": events.EventField.from_path("$.detail.source.replica")},
-            "destination": events.EventField.from_path("$.detail.destination"),
+            "destination": {"replica": events.EventField.from_path("$.detail.destination.replica")},
             "populator": {"launch_template_id": launch_template_id},
         }
     )
+
+
+def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.EventBus:
+    """The bus the "Replica Deployed" events go to, of this stack alone. Its policy refuses
+    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs)
+    are given, from anyone but them — a principal of this account still needs `events:PutEvents` on
+    this bus in its own policy."""
+    bus = events.EventBus(scope, "WarmEventBus", description="cachewarm: Replica Deployed events start warms")
+    outsiders = {"StringNotEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}}
+    bus.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="OnlyThisAccount",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["events:PutEvents"],
+            resources=[bus.event_bus_arn],
+            conditions=outsiders,
+        )
+    )
+    if warm_starters:
+        bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheNamedStarters",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[bus.event_bus_arn],
+                conditions={"ArnNotLike": {"aws:PrincipalArn": list(warm_starters)}},
+            )
+        )
+        bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="TheNamedStarters",
+                principals=[iam.ArnPrincipal(a) for a in warm_starters],
+                actions=["events:PutEvents"],
+                resources=[bus.event_bus_arn],
+            )
+        )
+    return bus
 
 
 def build_triggers(
@@ -226,19 +272,22 @@ def build_triggers(
             max_event_age=Duration.hours(2),
         )
 
+    bus = build_event_bus(scope, props.warm_starters)
     replica = events.Rule(
         scope,
         "ReplicaDeployedRule",
         description="Start a cachewarm execution when a new memcached replica is deployed",
+        event_bus=bus,
         event_pattern=events.EventPattern(
             source=[REPLICA_EVENT_SOURCE],
             detail_type=[REPLICA_EVENT_DETAIL_TYPE],
+            account=[Aws.ACCOUNT_ID],
             # Every path the input transformer reads must exist (a missing one would become null);
             # `exists` only matches leaves, hence source.replica rather than source.
             detail={
                 "warm_id": [{"exists": True}],
                 "source": {"replica": [{"exists": True}]},
-                "destination": {"endpoints": [{"exists": True}]},
+                "destination": {"replica": [{"exists": True}]},
             },
         ),
     )
@@ -273,6 +322,7 @@ def build_triggers(
         event_pattern=events.EventPattern(
             source=["aws.states"],
             detail_type=["Step Functions Execution Status Change"],
+            account=[Aws.ACCOUNT_ID],
             detail={
                 "status": list(STOPPED_STATUSES),
                 "stateMachineArn": [state_machine.state_machine_arn],
@@ -280,7 +330,9 @@ def build_triggers(
         ),
     )
     teardown.add_target(target(teardown_machine, None))
-    return Triggers(dead_letters=dlq, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown)
+    return Triggers(
+        dead_letters=dlq, bus=bus, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown
+    )
 
 
 def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
@@ -292,6 +344,7 @@ def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
     return events.EventPattern(
         source=["aws.autoscaling"],
         detail_type=["EC2 Instance Launch Successful"],
+        account=[Aws.ACCOUNT_ID],
         detail={"AutoScalingGroupName": list(group_names)},
     )
 

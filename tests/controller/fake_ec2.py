@@ -64,7 +64,8 @@ class FakeEc2:
                 if res["State"]["Name"] not in values:
                     return False
             elif name in ("vpc-id", "private-ip-address", "private-dns-name"):
-                field = {"vpc-id": "VpcId", "private-ip-address": "PrivateIpAddress"}.get(name, "PrivateDnsName")
+                fields = {"vpc-id": "VpcId", "private-ip-address": "PrivateIpAddress"}
+                field = fields.get(name, "PrivateDnsName")
                 if res.get(field) not in values:
                     return False
             else:

@@ -91,7 +91,9 @@ def timed_world(world: Any, nodes: int) -> tuple[Any, dict[str, float]]:
     fake = FakeEc2(world.subnets, world.deps.settings.vpc_id)
     ids = fake.add_instances(nodes, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}])
     # The destination: 500 nodes of replica big-b (given endpoints must be its nodes' addresses).
-    fake.add_instances(len(DESTINATION), "r5.large", [{"Key": "cachewarm:replica", "Value": "big-b"}], DESTINATION)
+    fake.add_instances(
+        len(DESTINATION), "r5.large", [{"Key": "cachewarm:replica", "Value": "big-b"}], DESTINATION
+    )
     world.agents.use_ssm = False
     world.agents.default = SimNode(finish_after_s=3600)
     clock = world.clock

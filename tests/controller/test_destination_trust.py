@@ -76,7 +76,7 @@ def test_an_endpoint_that_is_not_a_destination_node_is_refused(world: Any, where
 
 def test_a_hostname_that_is_no_instance_is_refused(world: Any) -> None:
     raw = world.make_input(destination={"endpoints": ["exfil.example.com:11211"]})
-    with pytest.raises(InvalidInputError, match="exfil.example.com is not the private address"):
+    with pytest.raises(InvalidInputError, match=r"exfil\.example\.com is not the private address"):
         validate(raw, world.deps)
 
 
@@ -100,8 +100,8 @@ def test_sources_and_destinations_are_found_only_in_the_stacks_vpc(world: Any) -
     stray = _instance(world, subnet["Subnet"]["SubnetId"], {REPLICA: "stray-replica"})
     try:
         from cachewarm_controller.errors import PlanError
-        from cachewarm_controller.steps.inventory import candidate_sources, destination_endpoints
         from cachewarm_controller.model import parse_input
+        from cachewarm_controller.steps.inventory import candidate_sources, destination_endpoints
 
         vpc_id = world.deps.settings.vpc_id
         inp = parse_input(world.make_input(source={"replica": "stray-replica"}))

@@ -12,6 +12,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL_ASL = REPO / "statemachine" / "warm.asl.json"
 REAL_DOCS = REPO / "infra" / "ssm_documents"
 REAL_LAMBDAS = REPO / "lambdas"
+# The replicas' security group the session synth names (context memcachedSecurityGroupIds).
+MEMCACHED_SG = "sg-0123456789abcdef0"
 
 # jsii prints a banner about Node 20 on every import; it is noise in test output.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")

@@ -106,9 +106,7 @@ def running_instances(
     return found
 
 
-def candidate_sources(
-    inp: WarmInput, ec2: Any, vpc_id: str | None = None
-) -> dict[str, list[dict[str, Any]]]:
+def candidate_sources(inp: WarmInput, ec2: Any, vpc_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """The running nodes of the stack's VPC that may be the source, per replica name, by the input's
     selector; with no selector, every replica tagged cachewarm:replica except the destination (Plan
     picks the one with the most items). A replica given by instance ids is named by `source.replica`
