@@ -10,11 +10,12 @@ from typing import Any
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
-from cachewarm_infra.contract import tags
+from cachewarm_infra.contract import status, tags
 from cachewarm_infra.storage import Storage
 
 
@@ -27,6 +28,12 @@ def _allow(
         resources=list(resources),
         conditions=dict(conditions) if conditions else None,
     )
+
+
+# IAM's policy variable for the instance a request was signed from (instance-profile credentials).
+OWN_INSTANCE_ARN = "${ec2:SourceInstanceARN}"
+# The controller's own state (cachewarm.contract.status.CONTROLLER_ROOT).
+CONTROLLER_ROOT = status.CONTROLLER_ROOT
 
 
 def build_agent_policy(
@@ -51,10 +58,12 @@ def build_agent_policy(
                     for a in (artifacts.dumper, artifacts.agent, artifacts.installer)
                 ],
             ),
+            # Only objects whose key ends in this instance's own ARN (cachewarm.contract.status): an
+            # agent can neither speak for another node nor read or touch the controller's state.
             _allow(
-                "PublishStatus",
+                "PublishOwnStatus",
                 ["s3:GetObject", "s3:PutObject"],
-                [storage.status_bucket.arn_for_objects(f"{status_prefix}/*")],
+                [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
             ),
             _allow("StatusBucketKey", ["kms:Decrypt", "kms:GenerateDataKey"], [storage.key.key_arn]),
             _allow(
@@ -176,12 +185,16 @@ def build_controller_role(
             "ListStatus",
             ["s3:ListBucket"],
             [bucket.bucket_arn],
-            {"StringLike": {"s3:prefix": [f"{status_prefix}/*"]}},
+            {"StringLike": {"s3:prefix": [f"{status_prefix}/*", f"{CONTROLLER_ROOT}/{status_prefix}/*"]}},
         ),
+        # The agents' objects (read; deleted at teardown) and the controller's own state.
         _allow(
             "ReadWriteStatus",
             ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-            [bucket.arn_for_objects(f"{status_prefix}/*")],
+            [
+                bucket.arn_for_objects(f"{status_prefix}/*"),
+                bucket.arn_for_objects(f"{CONTROLLER_ROOT}/{status_prefix}/*"),
+            ],
         ),
         # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
         _allow(
@@ -202,7 +215,23 @@ def build_controller_role(
     ]
     policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
     policy.attach_to_role(role)
+    _keep_controller_state_to_the_controller(bucket, role)
     return ControllerIdentity(role=role, policy=policy)
+
+
+def _keep_controller_state_to_the_controller(bucket: s3.Bucket, role: iam.IRole) -> None:
+    """Bucket policy: nobody but the controller role writes or deletes under `_controller/` — not
+    even a node whose own role grants broad S3 rights (source nodes' roles are the platform's)."""
+    bucket.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="OnlyTheControllerWritesItsState",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:PutObject", "s3:DeleteObject"],
+            resources=[bucket.arn_for_objects(f"{CONTROLLER_ROOT}/*")],
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": role.role_arn}},
+        )
+    )
 
 
 def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -> list[str]:

@@ -47,8 +47,14 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
         object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         server_access_logs_bucket=access_logs,
         server_access_logs_prefix="status-bucket/",
+        # Versioned: an overwritten plan or status object can be recovered for a post-mortem.
+        versioned=True,
         # Status objects matter during a warm and for a post-mortem, not forever.
-        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(30))],
+        lifecycle_rules=[
+            s3.LifecycleRule(
+                expiration=Duration.days(30), noncurrent_version_expiration=Duration.days(30)
+            )
+        ],
         removal_policy=RemovalPolicy.RETAIN,
     )
     return Storage(key=key, access_logs=access_logs, status_bucket=status)

@@ -3,12 +3,14 @@ opens again. One synth per session (conftest.py); docs/security.md is the threat
 
 from __future__ import annotations
 
-import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.support import MEMCACHED_SG, Synth
+from tests.infra.support import MEMCACHED_SG, Synth, _as_list, _controller_statements, _statements
 
 # ---- High 1: where a populator may send data ---------------------------------------------------------
 
@@ -55,9 +57,125 @@ def test_every_rule_matches_this_account_only(synth: Synth) -> None:
         assert rule["Properties"]["EventPattern"]["account"] == [{"Ref": "AWS::AccountId"}], lid
 
 
-def _statements_of(resource: dict[str, Any]) -> list[dict[str, Any]]:
-    doc = resource["Properties"]["PolicyDocument"]
-    return list(doc["Statement"])
+# ---- High 2: who may write what in the status bucket -----------------------------------------------
+
+NODE_A, NODE_B = "i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"
 
 
-del json
+def _arn(instance: str) -> str:
+    return f"arn:aws:ec2:us-east-1:123456789012:instance/{instance}"
+
+
+@dataclass
+class Bucket:
+    """The status bucket's name and policy, and the agent's and controller's statements, resolved."""
+
+    name: str
+    bucket_policy: list[dict[str, Any]]
+    agent: list[dict[str, Any]]
+    controller: list[dict[str, Any]]
+    controller_arn: str
+
+    def may(self, who: str, action: str, key: str, instance: str | None = None, extra: Any = ()) -> bool:
+        from tests.infra.policy_eval import Request, decide
+
+        identity = (self.controller if who == "controller" else self.agent) + list(extra)
+        principal = self.controller_arn if who == "controller" else "arn:aws:iam::123456789012:role/node"
+        ctx = {"aws:SecureTransport": "true"}
+        if instance is not None:
+            ctx["ec2:SourceInstanceARN"] = _arn(instance)
+        req = Request(action, f"arn:aws:s3:::{self.name}/{key}", principal, ctx)
+        if decide(self.bucket_policy, req) == "Deny":
+            return False
+        return decide(identity, req) == "Allow"
+
+
+@pytest.fixture(scope="module")
+def bucket(synth: Synth) -> Bucket:
+    from tests.infra.policy_eval import resolve
+
+    t = synth.template
+    [lid] = [k for k in synth.resources("AWS::S3::Bucket") if k.startswith("CacheWarmerStatusBucket")]
+    [policy] = [
+        p
+        for p in synth.resources("AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": lid}
+    ]
+    [agent] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    controller = _controller_statements(synth)
+    [role] = [k for k in synth.resources("AWS::IAM::Role") if k.startswith("CacheWarmerControllerRole")]
+    return Bucket(
+        name=f"ref-{lid}".lower(),
+        bucket_policy=resolve(policy["Properties"]["PolicyDocument"]["Statement"], t),
+        agent=resolve(agent["Properties"]["PolicyDocument"]["Statement"], t),
+        controller=resolve(list(controller.values()), t),
+        controller_arn=f"arn:aws:iam::123456789012:role/{role}",
+    )
+
+
+def test_an_agent_writes_and_reads_only_its_own_status_objects(bucket: Bucket) -> None:
+    own = f"warms/w-1/dump/{NODE_A}/{_arn(NODE_A)}.json"
+    assert bucket.may("agent", "s3:PutObject", own, NODE_A)
+    assert bucket.may("agent", "s3:GetObject", own, NODE_A)
+    # Another node's object, whatever it claims to be.
+    theirs = f"warms/w-1/dump/{NODE_B}/{_arn(NODE_B)}.json"
+    assert not bucket.may("agent", "s3:PutObject", theirs, NODE_A)
+    assert not bucket.may("agent", "s3:GetObject", theirs, NODE_A)
+    assert not bucket.may("agent", "s3:PutObject", f"warms/w-1/dump/{NODE_B}.json", NODE_A)
+    # Credentials that are no instance's (the variable is absent): nothing.
+    assert not bucket.may("agent", "s3:PutObject", own)
+    assert not bucket.may("agent", "s3:DeleteObject", own, NODE_A)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "_controller/warms/w-1/plan.json",
+        "_controller/warms/_claims/w-1.json",
+        "_controller/warms/w-1/teardown.json",
+    ],
+)
+def test_agent_credentials_cannot_forge_or_read_controller_state(bucket: Bucket, key: str) -> None:
+    for action in ("s3:PutObject", "s3:DeleteObject", "s3:GetObject"):
+        assert not bucket.may("agent", action, key, NODE_A), action
+    # Not even with a key ending in its own ARN, nor when the node's role grants s3:* everywhere
+    # (the source nodes' roles are the platform's): the bucket policy denies the write.
+    assert not bucket.may("agent", "s3:PutObject", f"_controller/warms/w-1/{_arn(NODE_A)}.json", NODE_A)
+    broad = [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]
+    assert not bucket.may("agent", "s3:PutObject", key, NODE_A, extra=broad)
+    assert not bucket.may("agent", "s3:DeleteObject", key, NODE_A, extra=broad)
+    assert bucket.may("controller", "s3:PutObject", key)
+    assert bucket.may("controller", "s3:DeleteObject", key)
+
+
+def test_the_controller_reads_the_agents_objects_and_deletes_them_at_teardown(bucket: Bucket) -> None:
+    key = f"warms/w-1/populate/{NODE_A}/{_arn(NODE_B)}.json"
+    for action in ("s3:GetObject", "s3:DeleteObject"):
+        assert bucket.may("controller", action, key)
+
+
+def test_the_status_bucket_is_versioned(synth: Synth) -> None:
+    [bucket] = [
+        b for k, b in synth.resources("AWS::S3::Bucket").items() if k.startswith("CacheWarmerStatusBucket")
+    ]
+    assert bucket["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    [rule] = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 30
+
+
+# ---- acceptance: no unconditioned "*" on a mutating action --------------------------------------------
+
+# Mutating actions that IAM cannot scope to a resource and that we accept on "*" unconditioned:
+# cancelling can only stop a command, and the controller can start commands only of its own documents
+# on tagged instances.
+UNSCOPED_MUTATIONS_ACCEPTED = {"ssm:CancelCommand": "stops commands only; starts nothing"}
+_READ_ONLY = re.compile(r"^(ec2|ssm|s3):(Describe|List|Get)\w*$")
+
+
+def test_no_mutating_ec2_ssm_s3_action_on_star_without_a_condition(synth: Synth) -> None:
+    for lid, st in _statements(synth):
+        if st["Effect"] != "Allow" or "*" not in _as_list(st["Resource"]) or "Condition" in st:
+            continue
+        for action in _as_list(st["Action"]):
+            if action.split(":")[0] in ("ec2", "ssm", "s3") and not _READ_ONLY.match(action):
+                assert action in UNSCOPED_MUTATIONS_ACCEPTED, f"{lid}: {action} on Resource * unconditioned"
