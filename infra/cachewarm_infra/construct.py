@@ -29,12 +29,13 @@ from cachewarm_infra.iam import build_agent_policy, build_controller_role
 from cachewarm_infra.nag import acknowledge_nag_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,
+    build_alarm_topic,
     build_alarms,
     build_dashboard,
     warm_metric,
 )
 from cachewarm_infra.props import CacheWarmerProps
-from cachewarm_infra.storage import build_storage
+from cachewarm_infra.storage import admit_services_to_key, build_storage
 
 __all__ = ["CacheWarmer", "CacheWarmerProps"]
 
@@ -123,7 +124,11 @@ class CacheWarmer(Construct):
         self.replica_rule, self.asg_rule = triggers.replica_rule, triggers.asg_rule
         self.teardown_rule = triggers.teardown_rule
 
-        self.alarms = build_alarms(self, self.state_machine, self.teardown_machine, props.alarm_topic)
+        self.alarm_topic = props.alarm_topic or build_alarm_topic(self, self.key)
+        admit_services_to_key(self.key)
+        self.alarms = build_alarms(
+            self, self.state_machine, self.teardown_machine, self.alarm_topic, self.trigger_dlq
+        )
         self.dashboard = build_dashboard(
             self, self.state_machine, self.functions, self.alarms, self.agent_logs
         )

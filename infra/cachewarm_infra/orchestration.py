@@ -108,6 +108,7 @@ def build_functions(
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
     functions: dict[str, lambda_.Function] = {}
     for task in tasks:
+        log_group = _log_group(scope, f"{task.pascal}Logs", props)
         functions[task.pascal] = lambda_.Function(
             scope,
             f"{task.pascal}Function",
@@ -122,8 +123,11 @@ def build_functions(
             memory_size=props.lambda_memory_mb,
             environment=dict(env),
             tracing=lambda_.Tracing.ACTIVE if props.tracing else lambda_.Tracing.DISABLED,
-            log_group=_log_group(scope, f"{task.pascal}Logs", props),
+            log_group=log_group,
         )
+        # The role is ours (not Lambda's default), so nothing grants it its log group: without this
+        # the functions write no logs and no EMF metrics, and the alarms on them never fire.
+        log_group.grant_write(role)
     return functions
 
 

@@ -181,6 +181,7 @@ class CacheWarmStack(Stack):
             description="tears down stopped or timed-out warms",
         )
         CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
+        CfnOutput(self, "AlarmTopicArn", value=w.alarm_topic.topic_arn, description="every alarm notifies it")
         CfnOutput(
             self,
             "WarmEventBusName",

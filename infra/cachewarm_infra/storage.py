@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Annotations, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -51,10 +52,33 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
         versioned=True,
         # Status objects matter during a warm and for a post-mortem, not forever.
         lifecycle_rules=[
-            s3.LifecycleRule(
-                expiration=Duration.days(30), noncurrent_version_expiration=Duration.days(30)
-            )
+            s3.LifecycleRule(expiration=Duration.days(30), noncurrent_version_expiration=Duration.days(30))
         ],
         removal_policy=RemovalPolicy.RETAIN,
     )
     return Storage(key=key, access_logs=access_logs, status_bucket=status)
+
+
+# The services that encrypt with the key on the stack's behalf: EventBridge writes undeliverable
+# events to the (encrypted) trigger DLQ, CloudWatch publishes alarms to the (encrypted) alarm topic.
+KEY_SERVICES = ("events.amazonaws.com", "cloudwatch.amazonaws.com")
+
+
+def admit_services_to_key(key: kms.IKey) -> None:
+    """Key policy: let EventBridge and CloudWatch use the key for the DLQ and the alarm topic —
+    without it EventBridge cannot dead-letter an event and an alarm cannot notify. An imported key's
+    policy is not ours to change: a warning says what to add."""
+    added = key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="AdmitEventBridgeAndCloudWatch",
+            principals=[iam.ServicePrincipal(s) for s in KEY_SERVICES],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],
+        )
+    )
+    if not added.statement_added:
+        Annotations.of(key).add_warning(
+            "cachewarm: the imported KMS key's policy must allow kms:Decrypt and kms:GenerateDataKey to "
+            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic), else dead letters and alarm "
+            "notifications are lost"
+        )

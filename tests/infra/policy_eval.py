@@ -33,6 +33,8 @@ def resolve(value: Any, template: dict[str, Any]) -> Any:
         kind = template["Resources"].get(lid, {}).get("Type", "")
         if kind == "AWS::S3::Bucket" and attr == "Arn":
             return f"arn:aws:s3:::ref-{lid}".lower()
+        if kind == "AWS::Logs::LogGroup" and attr == "Arn":
+            return f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:ref-{lid}:*".lower()
         if kind == "AWS::IAM::Role" and attr == "Arn":
             return f"arn:aws:iam::{ACCOUNT}:role/{lid}"
         return f"getatt-{lid}-{attr}".lower()

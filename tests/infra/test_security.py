@@ -179,3 +179,69 @@ def test_no_mutating_ec2_ssm_s3_action_on_star_without_a_condition(synth: Synth)
         for action in _as_list(st["Action"]):
             if action.split(":")[0] in ("ec2", "ssm", "s3") and not _READ_ONLY.match(action):
                 assert action in UNSCOPED_MUTATIONS_ACCEPTED, f"{lid}: {action} on Resource * unconditioned"
+
+
+# ---- Medium 7: the safety nets can fire --------------------------------------------------------------
+
+
+def _role_statements(synth: Synth, role_lid: str) -> list[dict[str, Any]]:
+    from tests.infra.policy_eval import resolve
+
+    out: list[dict[str, Any]] = []
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_lid} in policy["Properties"].get("Roles", []):
+            out.extend(policy["Properties"]["PolicyDocument"]["Statement"])
+    return list(resolve(out, synth.template))
+
+
+def test_every_controller_function_can_write_its_own_log_group(synth: Synth) -> None:
+    """Without it the Lambdas log nothing and their EMF metrics (Revives, TeardownLeftovers, which
+    alarms watch) never arrive."""
+    from tests.infra.policy_eval import ACCOUNT, REGION, Request, decide
+
+    functions = synth.resources("AWS::Lambda::Function")
+    assert functions
+    for lid, fn in functions.items():
+        role = fn["Properties"]["Role"]["Fn::GetAtt"][0]
+        group = fn["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        statements = _role_statements(synth, role)
+        log_group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:ref-{group}".lower()
+        stream = f"{log_group}:log-stream:2026/11/25/[$LATEST]abc"
+        for action in ("logs:CreateLogStream", "logs:PutLogEvents"):
+            req = Request(action, stream, f"arn:aws:iam::{ACCOUNT}:role/{role}")
+            assert decide(statements, req) == "Allow", f"{lid}: {action} on its log group"
+
+
+def test_the_dlq_key_admits_eventbridge_and_the_alarm_topic_cloudwatch(synth: Synth) -> None:
+    [dlq] = synth.resources("AWS::SQS::Queue").values()
+    key_lid = dlq["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
+    key = synth.template["Resources"][key_lid]
+    admitted = {
+        (p, a)
+        for st in key["Properties"]["KeyPolicy"]["Statement"]
+        if st["Effect"] == "Allow"
+        for p in _as_list(st["Principal"].get("Service", []))
+        for a in _as_list(st["Action"])
+    }
+    for service in ("events.amazonaws.com", "cloudwatch.amazonaws.com"):
+        assert {(service, "kms:Decrypt"), (service, "kms:GenerateDataKey")} <= admitted, service
+    [topic] = synth.resources("AWS::SNS::Topic").values()
+    assert topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0] == key_lid
+
+
+def test_every_alarm_has_an_action(synth: Synth) -> None:
+    [topic] = synth.resources("AWS::SNS::Topic")
+    alarms = synth.resources("AWS::CloudWatch::Alarm")
+    assert alarms
+    for lid, alarm in alarms.items():
+        assert alarm["Properties"].get("AlarmActions") == [{"Ref": topic}], lid
+    assert synth.template["Outputs"]["AlarmTopicArn"]["Value"] == {"Ref": topic}
+
+
+def test_the_trigger_dlq_depth_alarms(synth: Synth) -> None:
+    [dlq] = synth.resources("AWS::SQS::Queue")
+    [alarm] = [a for k, a in synth.resources("AWS::CloudWatch::Alarm").items() if "TriggerDeadLetters" in k]
+    p = alarm["Properties"]
+    assert (p["Namespace"], p["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
+    assert p["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq, "QueueName"]}}]
+    assert (p["Threshold"], p["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")

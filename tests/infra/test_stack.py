@@ -450,6 +450,8 @@ def test_every_resource_type_is_tested(synth: Synth) -> None:
         "AWS::Logs::LogGroup",
         "AWS::S3::Bucket",
         "AWS::S3::BucketPolicy",
+        "AWS::SNS::Topic",
+        "AWS::SNS::TopicPolicy",
         "AWS::SQS::Queue",
         "AWS::SQS::QueuePolicy",
         "AWS::SSM::Document",
