@@ -204,7 +204,7 @@ _AGENT_FLAGS = [
     click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
     # DEVICE, not EBS_DEVICE: a loop device in tests or a device renamed by hand is fine here.
     click.option("--device", required=True, type=Matching(inputs.DEVICE), help="Block device of the volume."),
-    click.option("--mount", required=True, type=Matching(inputs.MOUNT), help="Mount point."),
+    click.option("--mount", required=True, type=Matching(inputs.AGENT_MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
     STATUS_PREFIX_OPTION,
     HEARTBEAT_OPTION,
