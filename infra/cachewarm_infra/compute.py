@@ -8,9 +8,10 @@ import hashlib
 import json
 import re
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import Tags
 from aws_cdk import aws_ec2 as ec2
@@ -107,7 +108,7 @@ def build_documents(
 ) -> dict[str, ssm.CfnDocument]:
     """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`."""
     docs: dict[str, ssm.CfnDocument] = {}
-    defaults = artifacts.parameter_defaults()
+    fixed = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
         try:
             content = json.loads(path.read_text(encoding="utf-8"))
@@ -116,8 +117,7 @@ def build_documents(
         for name, spec in content.get("parameters", {}).items():
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
-            if name in defaults:
-                spec["default"] = defaults[name]
+        content = fix_at_synth(path, content, fixed)
         docs[path.stem] = ssm.CfnDocument(
             scope,
             f"{_pascal(path.stem)}Document",
@@ -129,6 +129,34 @@ def build_documents(
         if needed not in docs:
             raise FileNotFoundError(f"{documents_dir}/{needed}.json not found")
     return docs
+
+
+def fix_at_synth(path: Path, content: dict[str, Any], fixed: Mapping[str, str]) -> dict[str, Any]:
+    """The artifacts' URLs and SHA-256s and the agent version written into the document's steps, and
+    their parameters removed: whoever may SendCommand the document cannot point it at another script,
+    bundle or version — it installs and runs this deployment's, and nothing else."""
+    params = content.get("parameters", {})
+    values = {name: fixed[name] for name in params if name in fixed}
+    content = {**content, "parameters": {k: v for k, v in params.items() if k not in values}}
+    if not content["parameters"]:
+        del content["parameters"]
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, str):
+            for name, value in values.items():
+                node = re.sub(r"\{\{\s*" + name + r"\s*\}\}", lambda _m, v=value: v, node)
+            return node
+        if isinstance(node, list):
+            return [sub(x) for x in node]
+        if isinstance(node, dict):
+            return {k: sub(v) for k, v in node.items()}
+        return node
+
+    content["mainSteps"] = sub(content["mainSteps"])
+    left = sorted(n for n in values if re.search(r"\{\{\s*" + n + r"\s*\}\}", json.dumps(content)))
+    if left:
+        raise ValueError(f"{path}: {left} still referenced after fixing them at synth")
+    return content
 
 
 @dataclass(frozen=True)
