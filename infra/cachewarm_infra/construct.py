@@ -17,6 +17,7 @@ This class checks the inputs, calls the builders in order and keeps what they ma
 
 from __future__ import annotations
 
+from aws_cdk import Aws
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
 from aws_cdk import aws_stepfunctions as sfn
@@ -64,6 +65,8 @@ class CacheWarmer(Construct):
         storage = build_storage(self, props.kms_key)
         self.key = storage.key
         self.access_logs, self.status_bucket = storage.access_logs, storage.status_bucket
+        # cachewarm:stack: on everything this stack's controller creates, and in its IAM conditions.
+        self.stack_tag = f"{Aws.STACK_NAME}-{self.node.addr[:10]}"
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
@@ -81,6 +84,7 @@ class CacheWarmer(Construct):
             populator=populator,
             documents=self.documents,
             status_prefix=props.status_prefix,
+            stack_tag=self.stack_tag,
         )
         self.controller_role, self.controller_policy = controller.role, controller.policy
 
@@ -93,6 +97,7 @@ class CacheWarmer(Construct):
             subnet_ids=props.subnet_ids,
             agent_log_group=self.agent_logs.log_group_name,
             vpc_id=props.vpc.vpc_id,
+            stack_tag=self.stack_tag,
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment()

@@ -92,16 +92,25 @@ def build_controller_role(
     populator: Populator,
     documents: Mapping[str, ssm.CfnDocument],
     status_prefix: str,
+    stack_tag: str,
 ) -> ControllerIdentity:
-    """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags."""
+    """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
+    stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's."""
     stack = Stack.of(scope)
 
     def ec2_arn(resource: str) -> str:
         return stack.format_arn(service="ec2", resource=resource, resource_name="*")
 
     volumes, instances = ec2_arn("volume"), ec2_arn("instance")
-    managed_request = {"StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"}}
-    managed_resource = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+    managed_request = {
+        "StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": stack_tag}
+    }
+    managed_resource = {
+        "StringEquals": {
+            f"aws:ResourceTag/{tags.MANAGED}": "true",
+            f"aws:ResourceTag/{tags.STACK}": stack_tag,
+        }
+    }
     key_arn, bucket = storage.key.key_arn, storage.status_bucket
     role = iam.Role(
         scope,
@@ -131,7 +140,13 @@ def build_controller_role(
         # Describe/List calls have no resource-level permissions in IAM: "*" is the only option.
         _allow("Inventory", inventory, ["*"]),
         _allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
-        _allow("LaunchTaggedPopulators", ["ec2:RunInstances"], [instances], managed_request),
+        # Only from this stack's launch template (its AMI, profile, security group, user data).
+        _allow(
+            "LaunchTaggedPopulators",
+            ["ec2:RunInstances"],
+            [instances],
+            {**managed_request, "ArnEquals": {"ec2:LaunchTemplate": launch_template}},
+        ),
         # The other resources a RunInstances request names: only our launch template.
         _allow(
             "LaunchFromTemplate",
@@ -151,9 +166,18 @@ def build_controller_role(
             [volumes, instances],
             {"StringEquals": {"ec2:CreateAction": ["CreateVolume", "RunInstances"]}},
         ),
-        # Attach/detach name two resources: our tagged volume, and a source node or populator.
+        # Attach/detach name two resources: our tagged volume, and a populator of this stack or a
+        # replica node (the platform's cachewarm:replica tag) — never any other instance.
         _allow("AttachOurVolumes", ["ec2:AttachVolume", "ec2:DetachVolume"], [volumes], managed_resource),
-        _allow("AttachToInstances", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances]),
+        _allow(
+            "AttachToOurPopulators", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances], managed_resource
+        ),
+        _allow(
+            "AttachToReplicaNodes",
+            ["ec2:AttachVolume", "ec2:DetachVolume"],
+            [instances],
+            {"Null": {f"aws:ResourceTag/{tags.REPLICA}": "false"}},
+        ),
         _allow("DeleteOurVolumes", ["ec2:DeleteVolume"], [volumes], managed_resource),
         _allow("TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
         _allow(
@@ -172,7 +196,12 @@ def build_controller_role(
             "CommandsToOurPopulators",
             ["ssm:SendCommand"],
             [instances],
-            {"StringEquals": {f"ssm:resourceTag/{tags.MANAGED}": "true"}},
+            {
+                "StringEquals": {
+                    f"ssm:resourceTag/{tags.MANAGED}": "true",
+                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
+                }
+            },
         ),
         _allow(
             "CommandsToReplicaNodes",

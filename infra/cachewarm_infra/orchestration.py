@@ -52,6 +52,8 @@ class Wiring:
     agent_log_group: str | None = None
     # The stack's VPC: the controller finds sources and destinations only there.
     vpc_id: str | None = None
+    # The cachewarm:stack tag value of what this stack's controller creates.
+    stack_tag: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -71,6 +73,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["AGENT_LOG_GROUP"] = w.agent_log_group
     if w.vpc_id:
         env["VPC_ID"] = w.vpc_id
+    if w.stack_tag:
+        env["STACK_TAG"] = w.stack_tag
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name

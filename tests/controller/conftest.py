@@ -46,6 +46,7 @@ ENV = {
     "INSTALL_DOCUMENT_NAME": INSTALL_DOC,
     "UNMOUNT_DOCUMENT_NAME": UNMOUNT_DOC,
     "MEMCACHED_STATS_DOCUMENT_NAME": STATS_DOC,
+    "STACK_TAG": "cachewarm-test",
     "POWERTOOLS_SERVICE_NAME": "cachewarm",
     "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
     "POWERTOOLS_LOG_LEVEL": "WARNING",
@@ -112,6 +113,7 @@ def shared_world() -> Iterator[World]:
             LaunchTemplateName="cachewarm-populator",
             LaunchTemplateData={"ImageId": AMI, "InstanceType": "m5.large"},
         )["LaunchTemplate"]["LaunchTemplateId"]
+        monkeypatch.setenv("POPULATOR_LAUNCH_TEMPLATE_ID", template_id)
         clock = FakeClock()
         store = S3Store(s3, BUCKET)
         # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.
@@ -123,7 +125,7 @@ def shared_world() -> Iterator[World]:
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=Settings(BUCKET, documents, vpc_id=vpc),
+            settings=Settings(BUCKET, documents, vpc_id=vpc, stack_tag="cachewarm-test"),
             statuses=agents,
             autoscaling=autoscaling,
             clock=clock,

@@ -364,8 +364,11 @@ def test_teardown_of_one_execution_never_touches_another_executions_resources(wo
 
 def test_teardown_target_from_state_or_eventbridge() -> None:
     arn = "arn:aws:states:us-east-1:1:execution:m:e"
-    state = {"execution_arn": arn, "input": {"warm_id": "w-1", "status_prefix": "pp", "mount_dir": "/data"}}
-    assert teardown_target(state) == TeardownTarget(arn, "w-1", "pp", "/data")
+    state = {
+        "execution_arn": arn,
+        "input": {"warm_id": "w-1", "status_prefix": "pp", "mount_dir": "/mnt/cachewarm/data"},
+    }
+    assert teardown_target(state) == TeardownTarget(arn, "w-1", "pp", "/mnt/cachewarm/data")
     event = {
         "detail-type": "Step Functions Execution Status Change",
         "detail": {

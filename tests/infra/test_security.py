@@ -245,3 +245,68 @@ def test_the_trigger_dlq_depth_alarms(synth: Synth) -> None:
     assert (p["Namespace"], p["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
     assert p["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq, "QueueName"]}}]
     assert (p["Threshold"], p["ComparisonOperator"]) == (1, "GreaterThanOrEqualToThreshold")
+
+
+# ---- Medium 3: least privilege that does not trust one shared tag alone ---------------------------------
+
+
+def _ec2_request(action: str, resource: str, tags: dict[str, str], **ctx: str) -> Any:
+    from tests.infra.policy_eval import Request
+
+    context = {f"aws:ResourceTag/{k}": v for k, v in tags.items()} | dict(ctx)
+    return Request(action, resource, "arn:aws:iam::123456789012:role/controller", context)
+
+
+def test_volumes_attach_only_to_this_stacks_populators_or_replica_nodes(synth: Synth) -> None:
+    from tests.infra.policy_eval import decide, resolve
+
+    statements = resolve(list(_controller_statements(synth).values()), synth.template)
+    env = next(iter(synth.resources("AWS::Lambda::Function").values()))["Properties"]["Environment"]
+    ours = str(resolve(env["Variables"]["STACK_TAG"], synth.template))
+    instance = "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"
+    volume = "arn:aws:ec2:us-east-1:123456789012:volume/vol-0123456789abcdef0"
+    our_volume = {"cachewarm:managed": "true", "cachewarm:stack": ours}
+    assert decide(statements, _ec2_request("ec2:AttachVolume", volume, our_volume)) == "Allow"
+    for tags, allowed in [
+        ({"cachewarm:managed": "true", "cachewarm:stack": ours}, True),  # our populator
+        ({"cachewarm:replica": "users-v1"}, True),  # a replica node (the platform's tag)
+        ({"cachewarm:managed": "true", "cachewarm:stack": "another-stack"}, False),
+        ({"cachewarm:managed": "true"}, False),
+        ({}, False),  # any other instance of the account
+    ]:
+        got = decide(statements, _ec2_request("ec2:AttachVolume", instance, tags))
+        assert (got == "Allow") is allowed, (tags, got)
+    # Another stack's volume, or an untagged one, never.
+    for tags in ({"cachewarm:managed": "true", "cachewarm:stack": "another-stack"}, {}):
+        assert decide(statements, _ec2_request("ec2:AttachVolume", volume, tags)) != "Allow"
+        assert decide(statements, _ec2_request("ec2:DeleteVolume", volume, tags)) != "Allow"
+
+
+def test_run_instances_only_through_this_stacks_launch_template(synth: Synth) -> None:
+    from tests.infra.policy_eval import decide, resolve
+
+    statements = resolve(list(_controller_statements(synth).values()), synth.template)
+    env = next(iter(synth.resources("AWS::Lambda::Function").values()))["Properties"]["Environment"]
+    ours = str(resolve(env["Variables"]["STACK_TAG"], synth.template))
+    lt_id = str(resolve(env["Variables"]["POPULATOR_LAUNCH_TEMPLATE_ID"], synth.template))
+    instance = "arn:aws:ec2:us-east-1:123456789012:instance/*"
+    tagged = {"aws:RequestTag/cachewarm:managed": "true", "aws:RequestTag/cachewarm:stack": ours}
+    our_lt = f"arn:aws:ec2:us-east-1:123456789012:launch-template/{lt_id}"
+    other_lt = "arn:aws:ec2:us-east-1:123456789012:launch-template/lt-0ffffffffffffffff"
+    assert (
+        decide(
+            statements,
+            _ec2_request("ec2:RunInstances", instance, {}, **tagged, **{"ec2:LaunchTemplate": our_lt}),
+        )
+        == "Allow"
+    )
+    assert (
+        decide(
+            statements,
+            _ec2_request("ec2:RunInstances", instance, {}, **tagged, **{"ec2:LaunchTemplate": other_lt}),
+        )
+        != "Allow"
+    )
+    assert (
+        decide(statements, _ec2_request("ec2:RunInstances", instance, {}, **tagged)) != "Allow"
+    )  # no template

@@ -329,12 +329,25 @@ def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
 
 def test_ec2_mutations_are_tag_scoped(synth: Synth) -> None:
     s = _controller_statements(synth)
-    req = {"StringEquals": {"aws:RequestTag/cachewarm:managed": "true"}}
-    res = {"StringEquals": {"aws:ResourceTag/cachewarm:managed": "true"}}
+    stack_tag = synth.template["Resources"][next(k for k in synth.resources("AWS::Lambda::Function"))][
+        "Properties"
+    ]["Environment"]["Variables"]["STACK_TAG"]
+    req = {
+        "StringEquals": {
+            "aws:RequestTag/cachewarm:managed": "true",
+            "aws:RequestTag/cachewarm:stack": stack_tag,
+        }
+    }
+    res = {
+        "StringEquals": {
+            "aws:ResourceTag/cachewarm:managed": "true",
+            "aws:ResourceTag/cachewarm:stack": stack_tag,
+        }
+    }
     assert s["CreateTaggedVolumes"]["Action"] == "ec2:CreateVolume"
     assert s["CreateTaggedVolumes"]["Condition"] == req
     assert s["LaunchTaggedPopulators"]["Action"] == "ec2:RunInstances"
-    assert s["LaunchTaggedPopulators"]["Condition"] == req
+    assert s["LaunchTaggedPopulators"]["Condition"]["StringEquals"] == req["StringEquals"]
     assert s["DeleteOurVolumes"]["Condition"] == res
     assert s["TerminateOurPopulators"]["Condition"] == res
     assert s["AttachOurVolumes"]["Condition"] == res
@@ -372,7 +385,15 @@ def test_send_command_only_our_documents_to_tagged_instances(synth: Synth) -> No
     assert "document/*" not in docs and "AWS-RunShellScript" not in json.dumps(synth.template)
     assert ":instance/" not in docs
     populators, replicas = st["CommandsToOurPopulators"], st["CommandsToReplicaNodes"]
-    assert populators["Condition"] == {"StringEquals": {"ssm:resourceTag/cachewarm:managed": "true"}}
+    stack_tag = next(iter(synth.resources("AWS::Lambda::Function").values()))["Properties"]["Environment"][
+        "Variables"
+    ]["STACK_TAG"]
+    assert populators["Condition"] == {
+        "StringEquals": {
+            "ssm:resourceTag/cachewarm:managed": "true",
+            "ssm:resourceTag/cachewarm:stack": stack_tag,
+        }
+    }
     assert replicas["Condition"] == {"Null": {"ssm:resourceTag/cachewarm:replica": "false"}}
     for sendable in (populators, replicas):
         assert sendable["Action"] == "ssm:SendCommand" and ":instance/" in json.dumps(sendable["Resource"])

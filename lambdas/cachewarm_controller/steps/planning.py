@@ -59,6 +59,13 @@ def validate(raw: object, deps: Deps) -> WarmInput:
     problem = history_problem(inp)
     if problem:
         raise InvalidInputError(f"invalid input: {problem}")
+    ours = deps.settings.launch_template_id
+    if ours and inp.populator.launch_template_id != ours:
+        given = inp.populator.launch_template_id or f"name {inp.populator.launch_template_name!r}"
+        raise InvalidInputError(
+            f"populator.launch_template_id: {given} is not this stack's populator template ({ours}); "
+            "populators launch only from it"
+        )
     if inp.destination.endpoints:
         checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
