@@ -21,7 +21,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from cachewarm_infra import assets
+from cachewarm_infra import assets, wheelhouse
 from cachewarm_infra.contract import inputs, tags
 from cachewarm_infra.props import CacheWarmerProps
 
@@ -99,8 +99,15 @@ def build_artifacts(scope: Construct, dumper_tarball: Path, agent_bundle: Path) 
         dumper_sha256=sha256_of(dumper_tarball),
         agent_sha256=sha256_of(agent_bundle),
         installer_sha256=sha256_of(INSTALL_SCRIPT),
-        version=bundle_version(agent_bundle),
+        version=_checked_bundle_version(agent_bundle),
     )
+
+
+def _checked_bundle_version(agent_bundle: Path) -> str:
+    """The bundle's version, once its lock is shown complete (the nodes install from it alone)."""
+    version = bundle_version(agent_bundle)
+    wheelhouse.check_bundle(agent_bundle)
+    return version
 
 
 def build_documents(

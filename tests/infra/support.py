@@ -61,10 +61,11 @@ def write_artifacts(directory: Path, version: str = "0.1.0") -> tuple[Path, Path
         return path
 
     dumper = tarball(directory / "cachewarm-dump.tar.gz", {"cachewarm-dump": b"stand-in dumper"})
-    agent = tarball(
-        directory / "cachewarm-agent.tar.gz",
-        {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"},
-    )
+    from cachewarm_infra.wheelhouse import lock_lines
+
+    wheels = {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"}
+    lock = ("\n".join(lock_lines(wheels)) + "\n").encode()
+    agent = tarball(directory / "cachewarm-agent.tar.gz", {**wheels, "requirements.txt": lock})
     return dumper, agent
 
 
