@@ -37,3 +37,16 @@ def test_an_input_naming_another_launch_template_is_refused(world: Any) -> None:
                 validate(world.make_input(populator=populator), world.deps)
     finally:
         world.deps.settings = before  # the world is shared by the module's tests
+
+
+def test_an_input_naming_another_volume_key_is_refused(world: Any) -> None:
+    ours = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    before = world.deps.settings
+    world.deps.settings = dataclasses.replace(before, kms_key_id=ours)
+    try:
+        validate(world.make_input(volume={"kms_key_id": ours}), world.deps)
+        validate(world.make_input(), world.deps)
+        with pytest.raises(InvalidInputError, match="not this stack's key"):
+            validate(world.make_input(volume={"kms_key_id": "alias/someone-elses"}), world.deps)
+    finally:
+        world.deps.settings = before

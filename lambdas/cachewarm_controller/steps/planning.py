@@ -66,6 +66,12 @@ def validate(raw: object, deps: Deps) -> WarmInput:
             f"populator.launch_template_id: {given} is not this stack's populator template ({ours}); "
             "populators launch only from it"
         )
+    key = deps.settings.kms_key_id
+    if key and inp.volume.kms_key_id and inp.volume.kms_key_id != key:
+        raise InvalidInputError(
+            f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
+            "holding a replica's data are encrypted with the stack's key only"
+        )
     if inp.destination.endpoints:
         checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
