@@ -71,7 +71,9 @@ class CacheWarmer(Construct):
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
         # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
-        self.agent_logs = build_agent_log_group(self, props)
+        # The key admits CloudWatch Logs (and EventBridge, CloudWatch) before anything uses it.
+        admit_services_to_key(self.key)
+        self.agent_logs = build_agent_log_group(self, props, self.key)
         self.agent_policy = build_agent_policy(self, artifacts, storage, props.status_prefix, self.agent_logs)
         self._populator = populator = build_populator(
             self, props, agent_policy=self.agent_policy, key=self.key, artifacts=artifacts
@@ -100,7 +102,7 @@ class CacheWarmer(Construct):
             stack_tag=self.stack_tag,
         )
         self.functions = orchestration.build_functions(
-            self, props, self.tasks, self.controller_role, self.lambda_environment()
+            self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key
         )
 
         def machine(machine_id: str, asl: str) -> sfn.StateMachine:
@@ -112,6 +114,7 @@ class CacheWarmer(Construct):
                 wiring=self._wiring,
                 substitutions=self.definition_substitutions(),
                 functions=self.functions,
+                key=self.key,
             )
 
         self.state_machine = machine("StateMachine", asl_text)
@@ -130,7 +133,6 @@ class CacheWarmer(Construct):
         self.teardown_rule = triggers.teardown_rule
 
         self.alarm_topic = props.alarm_topic or build_alarm_topic(self, self.key)
-        admit_services_to_key(self.key)
         self.alarms = build_alarms(
             self, self.state_machine, self.teardown_machine, self.alarm_topic, self.trigger_dlq
         )

@@ -65,7 +65,13 @@ def build_agent_policy(
                 ["s3:GetObject", "s3:PutObject"],
                 [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
             ),
-            _allow("StatusBucketKey", ["kms:Decrypt", "kms:GenerateDataKey"], [storage.key.key_arn]),
+            # Only through S3 (the status objects): the key never decrypts anything else for an agent.
+            _allow(
+                "StatusBucketKey",
+                ["kms:Decrypt", "kms:GenerateDataKey"],
+                [storage.key.key_arn],
+                {"StringEquals": {"kms:ViaService": via("s3")}},
+            ),
             _allow(
                 "CommandOutput",
                 ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
@@ -237,9 +243,14 @@ def build_controller_role(
                 "kms:ReEncryptTo",
             ],
             [key_arn],
+            # Only through EC2 (volumes) and S3 (status objects, plan).
+            {"StringEquals": {"kms:ViaService": [via("ec2"), via("s3")]}},
         ),
         _allow(
-            "GrantKeyToEbs", ["kms:CreateGrant"], [key_arn], {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+            "GrantKeyToEbs",
+            ["kms:CreateGrant"],
+            [key_arn],
+            {"Bool": {"kms:GrantIsForAWSResource": "true"}, "StringEquals": {"kms:ViaService": via("ec2")}},
         ),
     ]
     policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
@@ -270,6 +281,11 @@ def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -
     return [
         stack.format_arn(service="ssm", resource="document", resource_name=d.ref) for d in documents.values()
     ]
+
+
+def via(service: str) -> str:
+    """`kms:ViaService` of an AWS service in this stack's region."""
+    return f"{service}.{Aws.REGION}.amazonaws.com"
 
 
 def _object_arn(bucket: str, key: str) -> str:

@@ -36,10 +36,17 @@ NODE_PROGRESS_FIELDS = (
 )
 
 
-def build_agent_log_group(scope: Construct, props: CacheWarmerProps) -> logs.LogGroup:
-    """Where SSM writes every agent command's stdout/stderr (streams `<command id>/<instance id>/…`)."""
+def build_agent_log_group(
+    scope: Construct, props: CacheWarmerProps, key: kms.IKey | None = None
+) -> logs.LogGroup:
+    """Where SSM writes every agent command's stdout/stderr (streams `<command id>/<instance id>/…`),
+    encrypted with `key`."""
     return logs.LogGroup(
-        scope, "AgentOutputLogs", retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+        scope,
+        "AgentOutputLogs",
+        retention=props.log_retention,
+        removal_policy=RemovalPolicy.DESTROY,
+        encryption_key=key,
     )
 
 

@@ -99,8 +99,10 @@ def build_functions(
     tasks: Sequence[AslTask],
     role: iam.IRole,
     environment: Mapping[str, str],
+    key: kms.IKey | None = None,
 ) -> dict[str, lambda_.Function]:
-    """One Function per task, all with the same code asset, role, layer and environment."""
+    """One Function per task, all with the same code asset, role, layer and environment; their log
+    groups encrypted with `key`."""
     code = lambda_code(scope, props.lambdas_dir)
     arn = props.powertools_layer_arn or ssm.StringParameter.value_for_string_parameter(
         scope, POWERTOOLS_LAYER_PARAMETER
@@ -112,7 +114,7 @@ def build_functions(
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
     functions: dict[str, lambda_.Function] = {}
     for task in tasks:
-        log_group = _log_group(scope, f"{task.pascal}Logs", props)
+        log_group = _log_group(scope, f"{task.pascal}Logs", props, key)
         functions[task.pascal] = lambda_.Function(
             scope,
             f"{task.pascal}Function",
@@ -144,6 +146,7 @@ def build_state_machine(
     wiring: Wiring,
     substitutions: Mapping[str, str],
     functions: Mapping[str, lambda_.IFunction],
+    key: kms.IKey | None = None,
 ) -> sfn.StateMachine:
     """A state machine from an ASL file: the substitutions its text uses, logs, tracing, and
     invoke rights on exactly the functions it names."""
@@ -154,7 +157,8 @@ def build_state_machine(
         raise ValueError(
             f"{construct_id}: the ASL uses substitutions the construct does not provide: {missing}"
         )
-    log_group = _log_group(scope, f"{construct_id}Logs", props)
+    # Execution data (inputs, outputs) is logged: encrypted with the stack's key.
+    log_group = _log_group(scope, f"{construct_id}Logs", props, key)
     machine = sfn.StateMachine(
         scope,
         construct_id,
@@ -178,9 +182,15 @@ def build_state_machine(
     return machine
 
 
-def _log_group(scope: Construct, construct_id: str, props: CacheWarmerProps) -> logs.LogGroup:
+def _log_group(
+    scope: Construct, construct_id: str, props: CacheWarmerProps, key: kms.IKey | None = None
+) -> logs.LogGroup:
     return logs.LogGroup(
-        scope, construct_id, retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+        scope,
+        construct_id,
+        retention=props.log_retention,
+        removal_policy=RemovalPolicy.DESTROY,
+        encryption_key=key,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Annotations, Duration, RemovalPolicy
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
@@ -76,9 +76,27 @@ def admit_services_to_key(key: kms.IKey) -> None:
             resources=["*"],
         )
     )
-    if not added.statement_added:
+    # CloudWatch Logs encrypts the stack's log groups (execution data, agent output) with the key,
+    # only for log groups of this account and region.
+    log_groups = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
+    logs_added = key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="AdmitCloudWatchLogs",
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            actions=[
+                "kms:Encrypt*",
+                "kms:Decrypt*",
+                "kms:ReEncrypt*",
+                "kms:GenerateDataKey*",
+                "kms:Describe*",
+            ],
+            resources=["*"],
+            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
+        )
+    )
+    if not (added.statement_added and logs_added.statement_added):
         Annotations.of(key).add_warning(
             "cachewarm: the imported KMS key's policy must allow kms:Decrypt and kms:GenerateDataKey to "
-            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic), else dead letters and alarm "
-            "notifications are lost"
+            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic) and CloudWatch Logs to use it for "
+            "this account's log groups, else dead letters, alarm notifications and logs are lost"
         )

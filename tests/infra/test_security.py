@@ -3,6 +3,7 @@ opens again. One synth per session (conftest.py); docs/security.md is the threat
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -221,6 +222,7 @@ def test_the_dlq_key_admits_eventbridge_and_the_alarm_topic_cloudwatch(synth: Sy
         for st in key["Properties"]["KeyPolicy"]["Statement"]
         if st["Effect"] == "Allow"
         for p in _as_list(st["Principal"].get("Service", []))
+        if isinstance(p, str)
         for a in _as_list(st["Action"])
     }
     for service in ("events.amazonaws.com", "cloudwatch.amazonaws.com"):
@@ -310,3 +312,27 @@ def test_run_instances_only_through_this_stacks_launch_template(synth: Synth) ->
     assert (
         decide(statements, _ec2_request("ec2:RunInstances", instance, {}, **tagged)) != "Allow"
     )  # no template
+
+
+# ---- lows ---------------------------------------------------------------------------------------------
+
+
+def test_every_log_group_is_encrypted_with_the_stack_key(synth: Synth) -> None:
+    """Step Functions logs execution data (inputs, outputs) at ALL; agent output names nodes."""
+    [key] = synth.resources("AWS::KMS::Key")
+    groups = synth.resources("AWS::Logs::LogGroup")
+    assert groups
+    for lid, group in groups.items():
+        assert group["Properties"].get("KmsKeyId") == {"Fn::GetAtt": [key, "Arn"]}, lid
+    statements = synth.template["Resources"][key]["Properties"]["KeyPolicy"]["Statement"]
+    assert any("logs:arn" in json.dumps(st.get("Condition", {})) for st in statements)
+
+
+def test_key_use_only_through_the_services_that_need_it(synth: Synth) -> None:
+    controller = _controller_statements(synth)
+    via = json.dumps(controller["UseKey"]["Condition"]["StringEquals"]["kms:ViaService"])
+    assert "ec2." in via and "s3." in via
+    assert "ec2." in json.dumps(controller["GrantKeyToEbs"]["Condition"]["StringEquals"]["kms:ViaService"])
+    [agent] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [st] = [s for s in agent["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "StatusBucketKey"]
+    assert "s3." in json.dumps(st["Condition"]["StringEquals"]["kms:ViaService"])

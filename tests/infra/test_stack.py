@@ -358,7 +358,7 @@ def test_ec2_mutations_are_tag_scoped(synth: Synth) -> None:
     assert s["PassPopulatorRole"]["Condition"] == {
         "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
     }
-    assert s["GrantKeyToEbs"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert s["GrantKeyToEbs"]["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": "true"}
     # Every ec2 mutation the controller may do appears only in these statements.
     mutating = {"ec2:CreateVolume", "ec2:DeleteVolume", "ec2:TerminateInstances", "ec2:CreateTags"}
     for sid, st in s.items():
