@@ -50,6 +50,9 @@ class CacheWarmer(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: CacheWarmerProps) -> None:
         super().__init__(scope, construct_id)
+        # S3 server access logs delivered by bucket policy, not the legacy LogDeliveryWrite ACL (set
+        # on this subtree before any child exists, whatever the app's own flags).
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.props = props
         asl_text = read_asl(props.asl_path)
         if not discover_function_substitutions(asl_text):

@@ -34,6 +34,8 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
         encryption=s3.BucketEncryption.S3_MANAGED,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         enforce_ssl=True,
+        # No ACLs: S3 delivers the logs under a bucket-policy grant (construct.py sets the flag).
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
         removal_policy=RemovalPolicy.RETAIN,
     )

@@ -336,3 +336,12 @@ def test_key_use_only_through_the_services_that_need_it(synth: Synth) -> None:
     [agent] = synth.resources("AWS::IAM::ManagedPolicy").values()
     [st] = [s for s in agent["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "StatusBucketKey"]
     assert "s3." in json.dumps(st["Condition"]["StringEquals"]["kms:ViaService"])
+
+
+def test_access_logs_arrive_by_bucket_policy_not_acl(synth: Synth) -> None:
+    for lid, bucket in synth.resources("AWS::S3::Bucket").items():
+        assert "AccessControl" not in bucket["Properties"], lid
+        rules = bucket["Properties"].get("OwnershipControls", {}).get("Rules", [])
+        assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}], lid
+    policies = json.dumps(synth.resources("AWS::S3::BucketPolicy"))
+    assert "logging.s3.amazonaws.com" in policies
