@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Tags
+from aws_cdk import Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -194,11 +194,8 @@ def build_populator(
         scope,
         "PopulatorRole",
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-        description="cachewarm populator instances: SSM agent + the cachewarm agent policy",
-        managed_policies=[
-            iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
-            agent_policy,
-        ],
+        description="cachewarm populators: the SSM agent (Run Command only) + the cachewarm agent policy",
+        managed_policies=[ssm_agent_policy(scope), agent_policy],
     )
     sg = ec2.SecurityGroup(
         scope,
@@ -239,6 +236,41 @@ def build_populator(
     )
     Tags.of(template).add(tags.MANAGED, "true")
     return Populator(role=role, security_group=sg, launch_template=template)
+
+
+def ssm_agent_policy(scope: Construct) -> iam.ManagedPolicy:
+    """What the SSM agent needs to take Run Command (and nothing of AmazonSSMManagedInstanceCore's
+    Parameter Store, inventory, patching or association rights): register the instance, and the
+    message channels the commands arrive on (those APIs have no resource-level permissions)."""
+    stack = Stack.of(scope)
+    return iam.ManagedPolicy(
+        scope,
+        "PopulatorSsmAgentPolicy",
+        description="cachewarm populators: the SSM agent's Run Command channel only",
+        statements=[
+            iam.PolicyStatement(
+                sid="RegisterThisInstance",
+                actions=["ssm:UpdateInstanceInformation"],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+            ),
+            iam.PolicyStatement(
+                sid="RunCommandChannel",
+                actions=[
+                    "ec2messages:AcknowledgeMessage",
+                    "ec2messages:DeleteMessage",
+                    "ec2messages:FailMessage",
+                    "ec2messages:GetEndpoint",
+                    "ec2messages:GetMessages",
+                    "ec2messages:SendReply",
+                    "ssmmessages:CreateControlChannel",
+                    "ssmmessages:CreateDataChannel",
+                    "ssmmessages:OpenControlChannel",
+                    "ssmmessages:OpenDataChannel",
+                ],
+                resources=["*"],
+            ),
+        ],
+    )
 
 
 # What a populator may reach when no memcached security group is given: private addresses only.

@@ -37,10 +37,16 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         "AwsSolutions-S1",
         "This is the access-log bucket; logging it into itself would loop.",
     )
+    ssm_agent = w.node.find_child("PopulatorSsmAgentPolicy")
     ack(
-        w.populator_role,
-        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-        "AWS's maintained policy for the SSM agent; Run Command is how the controller starts agents.",
+        ssm_agent,
+        "AwsSolutions-IAM5[Resource::*]",
+        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
+    )
+    ack(
+        ssm_agent,
+        f"AwsSolutions-IAM5[Resource::{ec2_any}:instance/*]",
+        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
     )
     ack(
         w.controller_policy,

@@ -102,7 +102,11 @@ def bucket(synth: Synth) -> Bucket:
         for p in synth.resources("AWS::S3::BucketPolicy").values()
         if p["Properties"]["Bucket"] == {"Ref": lid}
     ]
-    [agent] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     controller = _controller_statements(synth)
     [role] = [k for k in synth.resources("AWS::IAM::Role") if k.startswith("CacheWarmerControllerRole")]
     return Bucket(
@@ -333,7 +337,11 @@ def test_key_use_only_through_the_services_that_need_it(synth: Synth) -> None:
     via = json.dumps(controller["UseKey"]["Condition"]["StringEquals"]["kms:ViaService"])
     assert "ec2." in via and "s3." in via
     assert "ec2." in json.dumps(controller["GrantKeyToEbs"]["Condition"]["StringEquals"]["kms:ViaService"])
-    [agent] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     [st] = [s for s in agent["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "StatusBucketKey"]
     assert "s3." in json.dumps(st["Condition"]["StringEquals"]["kms:ViaService"])
 

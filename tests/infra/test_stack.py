@@ -212,7 +212,11 @@ def test_artifacts_are_assets_the_agents_may_read(synth: Synth) -> None:
     manifest = json.loads((synth.outdir / "CacheWarmTest.assets.json").read_text())
     packaged = {f["source"]["path"] for f in manifest["files"].values()}
     assert any(p.endswith(".tar.gz") for p in packaged)
-    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent_policy] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     read = next(
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadArtifacts"
     )
@@ -282,13 +286,20 @@ def test_install_document_runs_only_this_deployments_artifacts(synth: Synth) -> 
     assert "Fn::Sub" in steps or "Fn::Join" in steps  # the asset URLs, resolved by CloudFormation
 
 
-def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
+def test_populator_role_is_the_ssm_agent_channel_plus_agent_policy(synth: Synth) -> None:
+    """No AmazonSSMManagedInstanceCore (Parameter Store read on *): the SSM agent's Run Command
+    channel and the agent policy, nothing else."""
     roles = synth.resources("AWS::IAM::Role")
     [role] = [r for k, r in roles.items() if k.startswith("CacheWarmerPopulatorRole")]
     arns = role["Properties"]["ManagedPolicyArns"]
-    assert len(arns) == 2
-    assert "AmazonSSMManagedInstanceCore" in json.dumps(arns)
-    assert {"Ref": next(iter(synth.resources("AWS::IAM::ManagedPolicy")))} in arns
+    assert sorted(a["Ref"] for a in arns) == sorted(synth.resources("AWS::IAM::ManagedPolicy"))
+    assert "arn:" not in json.dumps(arns)  # no AWS-managed policy
+    [ssm_agent] = [p for k, p in synth.resources("AWS::IAM::ManagedPolicy").items() if "SsmAgent" in k]
+    actions = {
+        a for st in ssm_agent["Properties"]["PolicyDocument"]["Statement"] for a in _as_list(st["Action"])
+    }
+    assert {a.split(":")[0] for a in actions} == {"ssm", "ec2messages", "ssmmessages"}
+    assert {a for a in actions if a.startswith("ssm:")} == {"ssm:UpdateInstanceInformation"}
     assert "Policies" not in role["Properties"]
     # Nothing else is attached to the populator role.
     for pol in synth.resources("AWS::IAM::Policy").values():
@@ -318,6 +329,7 @@ def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
     """`Resource: "*"` only on actions IAM cannot scope (Describe/List, X-Ray, log delivery)."""
     allowed = re.compile(
         r"^(ec2:Describe\w+|autoscaling:Describe\w+|ssm:(Describe|List|Get)\w+|ssm:CancelCommand|"
+        r"ec2messages:\w+|ssmmessages:\w+|"
         r"xray:\w+|logs:(CreateLogDelivery|GetLogDelivery|UpdateLogDelivery|DeleteLogDelivery|ListLogDeliveries|"
         r"PutResourcePolicy|DescribeResourcePolicies|DescribeLogGroups))$"
     )
@@ -409,7 +421,11 @@ def test_command_output_goes_to_a_log_group_of_the_stack(synth: Synth) -> None:
     [agent_logs] = [k for k in groups if k.startswith("CacheWarmerAgentOutputLogs")]
     for fn in fns.values():
         assert fn["Properties"]["Environment"]["Variables"]["AGENT_LOG_GROUP"] == {"Ref": agent_logs}
-    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent_policy] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     output = next(
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "CommandOutput"
     )
