@@ -148,7 +148,8 @@ fuzz: deps build
 
 # ---- deployable artifacts (CDK assets) ----------------------------------------------------------
 # build/dist/cachewarm-dump.tar.gz: the dumper binary; build/dist/cachewarm-agent.tar.gz: the agent
-# wheel (+ its dependency wheels for x86_64/cp311 with DIST_WHEELHOUSE=1, for subnets without PyPI);
+# wheel, its dependency wheels for x86_64/cp311 and requirements.txt locking each by SHA-256 (nodes
+# install with --no-index --require-hashes: never from a package index);
 # build/dist/cachewarm_cdk-<version>-py3-none-any.whl: the CacheWarmer construct for other CDK apps,
 # with both tarballs, the ASL, the SSM documents and the Lambda code inside (infra/setup.py).
 DIST := $(BUILD)/dist
@@ -157,12 +158,12 @@ dist: dumper venv
 	tar -C $(BUILD)/release -czf $(DIST)/cachewarm-dump.tar.gz cachewarm-dump
 	rm -rf $(DIST)/agent && mkdir -p $(DIST)/agent
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST)/agent .
-	if [ -n "$(DIST_WHEELHOUSE)" ]; then \
-	  $(PY) -c 'import tomllib;print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' \
-	    > $(DIST)/agent/requirements.txt && \
-	  $(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: --platform manylinux2014_x86_64 \
-	    --python-version 3.11 --implementation cp -d $(DIST)/agent -r $(DIST)/agent/requirements.txt; \
-	fi
+	$(PY) -c 'import tomllib;print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))' \
+	  > $(DIST)/agent/deps.txt
+	$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: --platform manylinux2014_x86_64 \
+	  --python-version 3.11 --implementation cp -d $(DIST)/agent -r $(DIST)/agent/deps.txt
+	rm -f $(DIST)/agent/deps.txt
+	PYTHONPATH=infra $(PY) -m cachewarm_infra.wheelhouse $(DIST)/agent
 	tar -C $(DIST)/agent -czf $(DIST)/cachewarm-agent.tar.gz .
 	rm -f $(DIST)/cachewarm_cdk-*.whl
 	CACHEWARM_DIST_DIR=$(CURDIR)/$(DIST) $(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) ./infra

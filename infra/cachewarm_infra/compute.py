@@ -8,10 +8,12 @@ import hashlib
 import json
 import re
 import tarfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from aws_cdk import Tags
+from aws_cdk import Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -19,7 +21,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from cachewarm_infra import assets
+from cachewarm_infra import assets, wheelhouse
 from cachewarm_infra.contract import inputs, tags
 from cachewarm_infra.props import CacheWarmerProps
 
@@ -97,8 +99,15 @@ def build_artifacts(scope: Construct, dumper_tarball: Path, agent_bundle: Path) 
         dumper_sha256=sha256_of(dumper_tarball),
         agent_sha256=sha256_of(agent_bundle),
         installer_sha256=sha256_of(INSTALL_SCRIPT),
-        version=bundle_version(agent_bundle),
+        version=_checked_bundle_version(agent_bundle),
     )
+
+
+def _checked_bundle_version(agent_bundle: Path) -> str:
+    """The bundle's version, once its lock is shown complete (the nodes install from it alone)."""
+    version = bundle_version(agent_bundle)
+    wheelhouse.check_bundle(agent_bundle)
+    return version
 
 
 def build_documents(
@@ -106,7 +115,7 @@ def build_documents(
 ) -> dict[str, ssm.CfnDocument]:
     """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`."""
     docs: dict[str, ssm.CfnDocument] = {}
-    defaults = artifacts.parameter_defaults()
+    fixed = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
         try:
             content = json.loads(path.read_text(encoding="utf-8"))
@@ -115,8 +124,7 @@ def build_documents(
         for name, spec in content.get("parameters", {}).items():
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
-            if name in defaults:
-                spec["default"] = defaults[name]
+        content = fix_at_synth(path, content, fixed)
         docs[path.stem] = ssm.CfnDocument(
             scope,
             f"{_pascal(path.stem)}Document",
@@ -128,6 +136,34 @@ def build_documents(
         if needed not in docs:
             raise FileNotFoundError(f"{documents_dir}/{needed}.json not found")
     return docs
+
+
+def fix_at_synth(path: Path, content: dict[str, Any], fixed: Mapping[str, str]) -> dict[str, Any]:
+    """The artifacts' URLs and SHA-256s and the agent version written into the document's steps, and
+    their parameters removed: whoever may SendCommand the document cannot point it at another script,
+    bundle or version — it installs and runs this deployment's, and nothing else."""
+    params = content.get("parameters", {})
+    values = {name: fixed[name] for name in params if name in fixed}
+    content = {**content, "parameters": {k: v for k, v in params.items() if k not in values}}
+    if not content["parameters"]:
+        del content["parameters"]
+
+    def sub(node: Any) -> Any:
+        if isinstance(node, str):
+            for name, value in values.items():
+                node = re.sub(r"\{\{\s*" + name + r"\s*\}\}", lambda _m, v=value: v, node)
+            return node
+        if isinstance(node, list):
+            return [sub(x) for x in node]
+        if isinstance(node, dict):
+            return {k: sub(v) for k, v in node.items()}
+        return node
+
+    content["mainSteps"] = sub(content["mainSteps"])
+    left = sorted(n for n in values if re.search(r"\{\{\s*" + n + r"\s*\}\}", json.dumps(content)))
+    if left:
+        raise ValueError(f"{path}: {left} still referenced after fixing them at synth")
+    return content
 
 
 @dataclass(frozen=True)
@@ -158,19 +194,17 @@ def build_populator(
         scope,
         "PopulatorRole",
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-        description="cachewarm populator instances: SSM agent + the cachewarm agent policy",
-        managed_policies=[
-            iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
-            agent_policy,
-        ],
+        description="cachewarm populators: the SSM agent (Run Command only) + the cachewarm agent policy",
+        managed_policies=[ssm_agent_policy(scope), agent_policy],
     )
     sg = ec2.SecurityGroup(
         scope,
         "PopulatorSecurityGroup",
         vpc=props.vpc,
-        description="cachewarm populators: no inbound; outbound to memcached, S3 and SSM",
-        allow_all_outbound=True,
+        description="cachewarm populators: no inbound; outbound to memcached, and HTTPS for S3/SSM/KMS/logs",
+        allow_all_outbound=False,
     )
+    _limit_egress(sg, props.memcached_security_groups, props.memcached_port)
     # Install this deployment's agent at boot, so `cachewarm agent populate` is there when the
     # controller's Run Command arrives (InstallAgents waits for cloud-init and checks the version).
     user_data = ec2.UserData.for_linux()
@@ -202,6 +236,61 @@ def build_populator(
     )
     Tags.of(template).add(tags.MANAGED, "true")
     return Populator(role=role, security_group=sg, launch_template=template)
+
+
+def ssm_agent_policy(scope: Construct) -> iam.ManagedPolicy:
+    """What the SSM agent needs to take Run Command (and nothing of AmazonSSMManagedInstanceCore's
+    Parameter Store, inventory, patching or association rights): register the instance, and the
+    message channels the commands arrive on (those APIs have no resource-level permissions)."""
+    stack = Stack.of(scope)
+    return iam.ManagedPolicy(
+        scope,
+        "PopulatorSsmAgentPolicy",
+        description="cachewarm populators: the SSM agent's Run Command channel only",
+        statements=[
+            iam.PolicyStatement(
+                sid="RegisterThisInstance",
+                actions=["ssm:UpdateInstanceInformation"],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+            ),
+            iam.PolicyStatement(
+                sid="RunCommandChannel",
+                actions=[
+                    "ec2messages:AcknowledgeMessage",
+                    "ec2messages:DeleteMessage",
+                    "ec2messages:FailMessage",
+                    "ec2messages:GetEndpoint",
+                    "ec2messages:GetMessages",
+                    "ec2messages:SendReply",
+                    "ssmmessages:CreateControlChannel",
+                    "ssmmessages:CreateDataChannel",
+                    "ssmmessages:OpenControlChannel",
+                    "ssmmessages:OpenDataChannel",
+                ],
+                resources=["*"],
+            ),
+        ],
+    )
+
+
+# What a populator may reach when no memcached security group is given: private addresses only.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
+
+
+def _limit_egress(
+    sg: ec2.SecurityGroup, memcached_groups: Sequence[ec2.ISecurityGroup], memcached_port: int
+) -> None:
+    """A populator opens connections only to memcached (the given groups, else private addresses)
+    and to HTTPS (the AWS endpoints it needs: S3 for the artifacts and status, SSM, KMS, Logs) — so a
+    warm cannot write a replica's data to an arbitrary host even if it were told to."""
+    port = ec2.Port.tcp(memcached_port)
+    if memcached_groups:
+        for group in memcached_groups:
+            sg.add_egress_rule(group, port, "memcached of the replicas (populate, verify)")
+    else:
+        for cidr in PRIVATE_RANGES:
+            sg.add_egress_rule(ec2.Peer.ipv4(cidr), port, "memcached, private addresses only")
+    sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: S3, SSM, KMS, CloudWatch Logs")
 
 
 def install_agent_commands(artifacts: Artifacts) -> list[str]:

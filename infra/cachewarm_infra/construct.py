@@ -17,6 +17,7 @@ This class checks the inputs, calls the builders in order and keeps what they ma
 
 from __future__ import annotations
 
+from aws_cdk import Aws
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
 from aws_cdk import aws_stepfunctions as sfn
@@ -29,12 +30,13 @@ from cachewarm_infra.iam import build_agent_policy, build_controller_role
 from cachewarm_infra.nag import acknowledge_nag_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,
+    build_alarm_topic,
     build_alarms,
     build_dashboard,
     warm_metric,
 )
 from cachewarm_infra.props import CacheWarmerProps
-from cachewarm_infra.storage import build_storage
+from cachewarm_infra.storage import admit_services_to_key, build_storage
 
 __all__ = ["CacheWarmer", "CacheWarmerProps"]
 
@@ -48,6 +50,9 @@ class CacheWarmer(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: CacheWarmerProps) -> None:
         super().__init__(scope, construct_id)
+        # S3 server access logs delivered by bucket policy, not the legacy LogDeliveryWrite ACL (set
+        # on this subtree before any child exists, whatever the app's own flags).
+        self.node.set_context("@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy", True)
         self.props = props
         asl_text = read_asl(props.asl_path)
         if not discover_function_substitutions(asl_text):
@@ -63,11 +68,15 @@ class CacheWarmer(Construct):
         storage = build_storage(self, props.kms_key)
         self.key = storage.key
         self.access_logs, self.status_bucket = storage.access_logs, storage.status_bucket
+        # cachewarm:stack: on everything this stack's controller creates, and in its IAM conditions.
+        self.stack_tag = f"{Aws.STACK_NAME}-{self.node.addr[:10]}"
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
         # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
-        self.agent_logs = build_agent_log_group(self, props)
+        # The key admits CloudWatch Logs (and EventBridge, CloudWatch) before anything uses it.
+        admit_services_to_key(self.key)
+        self.agent_logs = build_agent_log_group(self, props, self.key)
         self.agent_policy = build_agent_policy(self, artifacts, storage, props.status_prefix, self.agent_logs)
         self._populator = populator = build_populator(
             self, props, agent_policy=self.agent_policy, key=self.key, artifacts=artifacts
@@ -80,6 +89,7 @@ class CacheWarmer(Construct):
             populator=populator,
             documents=self.documents,
             status_prefix=props.status_prefix,
+            stack_tag=self.stack_tag,
         )
         self.controller_role, self.controller_policy = controller.role, controller.policy
 
@@ -91,9 +101,11 @@ class CacheWarmer(Construct):
             document_names={stem: doc.ref for stem, doc in self.documents.items()},
             subnet_ids=props.subnet_ids,
             agent_log_group=self.agent_logs.log_group_name,
+            vpc_id=props.vpc.vpc_id,
+            stack_tag=self.stack_tag,
         )
         self.functions = orchestration.build_functions(
-            self, props, self.tasks, self.controller_role, self.lambda_environment()
+            self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key
         )
 
         def machine(machine_id: str, asl: str) -> sfn.StateMachine:
@@ -105,6 +117,7 @@ class CacheWarmer(Construct):
                 wiring=self._wiring,
                 substitutions=self.definition_substitutions(),
                 functions=self.functions,
+                key=self.key,
             )
 
         self.state_machine = machine("StateMachine", asl_text)
@@ -118,10 +131,14 @@ class CacheWarmer(Construct):
             launch_template_id=self.launch_template_id,
         )
         self.trigger_dlq = triggers.dead_letters
+        self.event_bus = triggers.bus
         self.replica_rule, self.asg_rule = triggers.replica_rule, triggers.asg_rule
         self.teardown_rule = triggers.teardown_rule
 
-        self.alarms = build_alarms(self, self.state_machine, self.teardown_machine, props.alarm_topic)
+        self.alarm_topic = props.alarm_topic or build_alarm_topic(self, self.key)
+        self.alarms = build_alarms(
+            self, self.state_machine, self.teardown_machine, self.alarm_topic, self.trigger_dlq
+        )
         self.dashboard = build_dashboard(
             self, self.state_machine, self.functions, self.alarms, self.agent_logs
         )

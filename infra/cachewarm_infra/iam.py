@@ -10,11 +10,12 @@ from typing import Any
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
-from cachewarm_infra.contract import tags
+from cachewarm_infra.contract import status, tags
 from cachewarm_infra.storage import Storage
 
 
@@ -27,6 +28,12 @@ def _allow(
         resources=list(resources),
         conditions=dict(conditions) if conditions else None,
     )
+
+
+# IAM's policy variable for the instance a request was signed from (instance-profile credentials).
+OWN_INSTANCE_ARN = "${ec2:SourceInstanceARN}"
+# The controller's own state (cachewarm.contract.status.CONTROLLER_ROOT).
+CONTROLLER_ROOT = status.CONTROLLER_ROOT
 
 
 def build_agent_policy(
@@ -51,12 +58,20 @@ def build_agent_policy(
                     for a in (artifacts.dumper, artifacts.agent, artifacts.installer)
                 ],
             ),
+            # Only objects whose key ends in this instance's own ARN (cachewarm.contract.status): an
+            # agent can neither speak for another node nor read or touch the controller's state.
             _allow(
-                "PublishStatus",
+                "PublishOwnStatus",
                 ["s3:GetObject", "s3:PutObject"],
-                [storage.status_bucket.arn_for_objects(f"{status_prefix}/*")],
+                [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
             ),
-            _allow("StatusBucketKey", ["kms:Decrypt", "kms:GenerateDataKey"], [storage.key.key_arn]),
+            # Only through S3 (the status objects): the key never decrypts anything else for an agent.
+            _allow(
+                "StatusBucketKey",
+                ["kms:Decrypt", "kms:GenerateDataKey"],
+                [storage.key.key_arn],
+                {"StringEquals": {"kms:ViaService": via("s3")}},
+            ),
             _allow(
                 "CommandOutput",
                 ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
@@ -83,16 +98,25 @@ def build_controller_role(
     populator: Populator,
     documents: Mapping[str, ssm.CfnDocument],
     status_prefix: str,
+    stack_tag: str,
 ) -> ControllerIdentity:
-    """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags."""
+    """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
+    stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's."""
     stack = Stack.of(scope)
 
     def ec2_arn(resource: str) -> str:
         return stack.format_arn(service="ec2", resource=resource, resource_name="*")
 
     volumes, instances = ec2_arn("volume"), ec2_arn("instance")
-    managed_request = {"StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"}}
-    managed_resource = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+    managed_request = {
+        "StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": stack_tag}
+    }
+    managed_resource = {
+        "StringEquals": {
+            f"aws:ResourceTag/{tags.MANAGED}": "true",
+            f"aws:ResourceTag/{tags.STACK}": stack_tag,
+        }
+    }
     key_arn, bucket = storage.key.key_arn, storage.status_bucket
     role = iam.Role(
         scope,
@@ -122,7 +146,13 @@ def build_controller_role(
         # Describe/List calls have no resource-level permissions in IAM: "*" is the only option.
         _allow("Inventory", inventory, ["*"]),
         _allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
-        _allow("LaunchTaggedPopulators", ["ec2:RunInstances"], [instances], managed_request),
+        # Only from this stack's launch template (its AMI, profile, security group, user data).
+        _allow(
+            "LaunchTaggedPopulators",
+            ["ec2:RunInstances"],
+            [instances],
+            {**managed_request, "ArnEquals": {"ec2:LaunchTemplate": launch_template}},
+        ),
         # The other resources a RunInstances request names: only our launch template.
         _allow(
             "LaunchFromTemplate",
@@ -142,9 +172,18 @@ def build_controller_role(
             [volumes, instances],
             {"StringEquals": {"ec2:CreateAction": ["CreateVolume", "RunInstances"]}},
         ),
-        # Attach/detach name two resources: our tagged volume, and a source node or populator.
+        # Attach/detach name two resources: our tagged volume, and a populator of this stack or a
+        # replica node (the platform's cachewarm:replica tag) — never any other instance.
         _allow("AttachOurVolumes", ["ec2:AttachVolume", "ec2:DetachVolume"], [volumes], managed_resource),
-        _allow("AttachToInstances", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances]),
+        _allow(
+            "AttachToOurPopulators", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances], managed_resource
+        ),
+        _allow(
+            "AttachToReplicaNodes",
+            ["ec2:AttachVolume", "ec2:DetachVolume"],
+            [instances],
+            {"Null": {f"aws:ResourceTag/{tags.REPLICA}": "false"}},
+        ),
         _allow("DeleteOurVolumes", ["ec2:DeleteVolume"], [volumes], managed_resource),
         _allow("TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
         _allow(
@@ -163,7 +202,12 @@ def build_controller_role(
             "CommandsToOurPopulators",
             ["ssm:SendCommand"],
             [instances],
-            {"StringEquals": {f"ssm:resourceTag/{tags.MANAGED}": "true"}},
+            {
+                "StringEquals": {
+                    f"ssm:resourceTag/{tags.MANAGED}": "true",
+                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
+                }
+            },
         ),
         _allow(
             "CommandsToReplicaNodes",
@@ -176,12 +220,16 @@ def build_controller_role(
             "ListStatus",
             ["s3:ListBucket"],
             [bucket.bucket_arn],
-            {"StringLike": {"s3:prefix": [f"{status_prefix}/*"]}},
+            {"StringLike": {"s3:prefix": [f"{status_prefix}/*", f"{CONTROLLER_ROOT}/{status_prefix}/*"]}},
         ),
+        # The agents' objects (read; deleted at teardown) and the controller's own state.
         _allow(
             "ReadWriteStatus",
             ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-            [bucket.arn_for_objects(f"{status_prefix}/*")],
+            [
+                bucket.arn_for_objects(f"{status_prefix}/*"),
+                bucket.arn_for_objects(f"{CONTROLLER_ROOT}/{status_prefix}/*"),
+            ],
         ),
         # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
         _allow(
@@ -195,14 +243,35 @@ def build_controller_role(
                 "kms:ReEncryptTo",
             ],
             [key_arn],
+            # Only through EC2 (volumes) and S3 (status objects, plan).
+            {"StringEquals": {"kms:ViaService": [via("ec2"), via("s3")]}},
         ),
         _allow(
-            "GrantKeyToEbs", ["kms:CreateGrant"], [key_arn], {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+            "GrantKeyToEbs",
+            ["kms:CreateGrant"],
+            [key_arn],
+            {"Bool": {"kms:GrantIsForAWSResource": "true"}, "StringEquals": {"kms:ViaService": via("ec2")}},
         ),
     ]
     policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
     policy.attach_to_role(role)
+    _keep_controller_state_to_the_controller(bucket, role)
     return ControllerIdentity(role=role, policy=policy)
+
+
+def _keep_controller_state_to_the_controller(bucket: s3.Bucket, role: iam.IRole) -> None:
+    """Bucket policy: nobody but the controller role writes or deletes under `_controller/` — not
+    even a node whose own role grants broad S3 rights (source nodes' roles are the platform's)."""
+    bucket.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="OnlyTheControllerWritesItsState",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:PutObject", "s3:DeleteObject"],
+            resources=[bucket.arn_for_objects(f"{CONTROLLER_ROOT}/*")],
+            conditions={"ArnNotEquals": {"aws:PrincipalArn": role.role_arn}},
+        )
+    )
 
 
 def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -> list[str]:
@@ -212,6 +281,11 @@ def _document_arns(scope: Construct, documents: Mapping[str, ssm.CfnDocument]) -
     return [
         stack.format_arn(service="ssm", resource="document", resource_name=d.ref) for d in documents.values()
     ]
+
+
+def via(service: str) -> str:
+    """`kms:ViaService` of an AWS service in this stack's region."""
+    return f"{service}.{Aws.REGION}.amazonaws.com"
 
 
 def _object_arn(bucket: str, key: str) -> str:

@@ -25,6 +25,8 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
     account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
     ec2_any = f"arn:<AWS::Partition>:ec2:{region}:{account}"
     status_objects = f"<{_logical(w.status_bucket)}.Arn>/{w.props.status_prefix}/*"
+    controller_state = f"<{_logical(w.status_bucket)}.Arn>/_controller/{w.props.status_prefix}/*"
+    own_status = f"{status_objects}/<ec2:SourceInstanceARN>.json"
 
     def ack(scope: Construct, rule: str, reason: str) -> None:
         Validations.of(scope).acknowledge(Acknowledgment(id=rule, reason=reason))
@@ -35,10 +37,16 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         "AwsSolutions-S1",
         "This is the access-log bucket; logging it into itself would loop.",
     )
+    ssm_agent = w.node.find_child("PopulatorSsmAgentPolicy")
     ack(
-        w.populator_role,
-        "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-        "AWS's maintained policy for the SSM agent; Run Command is how the controller starts agents.",
+        ssm_agent,
+        "AwsSolutions-IAM5[Resource::*]",
+        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
+    )
+    ack(
+        ssm_agent,
+        f"AwsSolutions-IAM5[Resource::{ec2_any}:instance/*]",
+        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
     )
     ack(
         w.controller_policy,
@@ -76,9 +84,16 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         "Status objects are named per warm and node under the status prefix.",
     )
     ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{controller_state}]",
+        "The controller's plan, survey, teardown state and claims, per warm; only it may write there "
+        "(bucket policy).",
+    )
+    ack(
         w.agent_policy,
-        f"AwsSolutions-IAM5[Resource::{status_objects}]",
-        "Each agent writes its own status object under the status prefix; names are per warm and node.",
+        f"AwsSolutions-IAM5[Resource::{own_status}]",
+        "Each agent reads and writes only objects whose key ends in its own instance ARN "
+        "(${ec2:SourceInstanceARN}); names are per warm and node.",
     )
     ack(
         w.agent_policy,

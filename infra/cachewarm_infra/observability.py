@@ -8,9 +8,11 @@ from collections.abc import Mapping, Sequence
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
@@ -34,10 +36,17 @@ NODE_PROGRESS_FIELDS = (
 )
 
 
-def build_agent_log_group(scope: Construct, props: CacheWarmerProps) -> logs.LogGroup:
-    """Where SSM writes every agent command's stdout/stderr (streams `<command id>/<instance id>/…`)."""
+def build_agent_log_group(
+    scope: Construct, props: CacheWarmerProps, key: kms.IKey | None = None
+) -> logs.LogGroup:
+    """Where SSM writes every agent command's stdout/stderr (streams `<command id>/<instance id>/…`),
+    encrypted with `key`."""
     return logs.LogGroup(
-        scope, "AgentOutputLogs", retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+        scope,
+        "AgentOutputLogs",
+        retention=props.log_retention,
+        removal_policy=RemovalPolicy.DESTROY,
+        encryption_key=key,
     )
 
 
@@ -94,12 +103,19 @@ def warm_id_variable() -> cw.DashboardVariable:
     )
 
 
+def build_alarm_topic(scope: Construct, key: kms.IKey) -> sns.Topic:
+    """The alarms' topic when the props name none (output AlarmTopicArn: subscribe to it)."""
+    return sns.Topic(scope, "AlarmTopic", display_name="cachewarm alarms", master_key=key, enforce_ssl=True)
+
+
 def build_alarms(
     scope: Construct,
     state_machine: sfn.StateMachine,
     teardown_machine: sfn.StateMachine,
-    topic: sns.ITopic | None,
+    topic: sns.ITopic,
+    dead_letters: sqs.IQueue,
 ) -> list[cw.Alarm]:
+    """The alarms, every one with `topic` as its action (an alarm nobody hears is no safety net)."""
     sm = state_machine
     five = Duration.minutes(5)
     specs = [
@@ -137,6 +153,12 @@ def build_alarms(
             teardown_machine.metric_failed(period=five),
             "the teardown machine gave up on a stopped, timed-out or failed warm: its resources may be left",
         ),
+        (
+            "TriggerDeadLetters",
+            dead_letters.metric_approximate_number_of_messages_visible(period=five, statistic="Maximum"),
+            "an event could not start its state machine (a warm or a teardown did not run): it waits in "
+            "the trigger dead-letter queue",
+        ),
     ]
     alarms = []
     for name, metric, what in specs:
@@ -150,8 +172,7 @@ def build_alarms(
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
         )
-        if topic is not None:
-            alarm.add_alarm_action(cw_actions.SnsAction(topic))
+        alarm.add_alarm_action(cw_actions.SnsAction(topic))
         alarms.append(alarm)
     return alarms
 

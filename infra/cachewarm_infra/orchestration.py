@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Fn, RemovalPolicy, Tags
+from aws_cdk import Aws, Duration, Fn, RemovalPolicy, Tags
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -50,6 +50,10 @@ class Wiring:
     document_names: Mapping[str, str]  # SSM document stem -> deployed name
     subnet_ids: Sequence[str] = ()
     agent_log_group: str | None = None
+    # The stack's VPC: the controller finds sources and destinations only there.
+    vpc_id: str | None = None
+    # The cachewarm:stack tag value of what this stack's controller creates.
+    stack_tag: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -67,6 +71,10 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["POPULATOR_SUBNET_IDS"] = Fn.join(",", list(w.subnet_ids))
     if w.agent_log_group:
         env["AGENT_LOG_GROUP"] = w.agent_log_group
+    if w.vpc_id:
+        env["VPC_ID"] = w.vpc_id
+    if w.stack_tag:
+        env["STACK_TAG"] = w.stack_tag
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
@@ -91,8 +99,10 @@ def build_functions(
     tasks: Sequence[AslTask],
     role: iam.IRole,
     environment: Mapping[str, str],
+    key: kms.IKey | None = None,
 ) -> dict[str, lambda_.Function]:
-    """One Function per task, all with the same code asset, role, layer and environment."""
+    """One Function per task, all with the same code asset, role, layer and environment; their log
+    groups encrypted with `key`."""
     code = lambda_code(scope, props.lambdas_dir)
     arn = props.powertools_layer_arn or ssm.StringParameter.value_for_string_parameter(
         scope, POWERTOOLS_LAYER_PARAMETER
@@ -104,6 +114,7 @@ def build_functions(
         env["POWERTOOLS_TRACE_DISABLED"] = "true"
     functions: dict[str, lambda_.Function] = {}
     for task in tasks:
+        log_group = _log_group(scope, f"{task.pascal}Logs", props, key)
         functions[task.pascal] = lambda_.Function(
             scope,
             f"{task.pascal}Function",
@@ -118,8 +129,11 @@ def build_functions(
             memory_size=props.lambda_memory_mb,
             environment=dict(env),
             tracing=lambda_.Tracing.ACTIVE if props.tracing else lambda_.Tracing.DISABLED,
-            log_group=_log_group(scope, f"{task.pascal}Logs", props),
+            log_group=log_group,
         )
+        # The role is ours (not Lambda's default), so nothing grants it its log group: without this
+        # the functions write no logs and no EMF metrics, and the alarms on them never fire.
+        log_group.grant_write(role)
     return functions
 
 
@@ -132,6 +146,7 @@ def build_state_machine(
     wiring: Wiring,
     substitutions: Mapping[str, str],
     functions: Mapping[str, lambda_.IFunction],
+    key: kms.IKey | None = None,
 ) -> sfn.StateMachine:
     """A state machine from an ASL file: the substitutions its text uses, logs, tracing, and
     invoke rights on exactly the functions it names."""
@@ -142,7 +157,8 @@ def build_state_machine(
         raise ValueError(
             f"{construct_id}: the ASL uses substitutions the construct does not provide: {missing}"
         )
-    log_group = _log_group(scope, f"{construct_id}Logs", props)
+    # Execution data (inputs, outputs) is logged: encrypted with the stack's key.
+    log_group = _log_group(scope, f"{construct_id}Logs", props, key)
     machine = sfn.StateMachine(
         scope,
         construct_id,
@@ -166,9 +182,15 @@ def build_state_machine(
     return machine
 
 
-def _log_group(scope: Construct, construct_id: str, props: CacheWarmerProps) -> logs.LogGroup:
+def _log_group(
+    scope: Construct, construct_id: str, props: CacheWarmerProps, key: kms.IKey | None = None
+) -> logs.LogGroup:
     return logs.LogGroup(
-        scope, construct_id, retention=props.log_retention, removal_policy=RemovalPolicy.DESTROY
+        scope,
+        construct_id,
+        retention=props.log_retention,
+        removal_policy=RemovalPolicy.DESTROY,
+        encryption_key=key,
     )
 
 
@@ -180,21 +202,63 @@ class Triggers:
     """The rules that start the machines, and the dead-letter queue of all their targets."""
 
     dead_letters: sqs.Queue
+    bus: events.EventBus
     replica_rule: events.Rule
     asg_rule: events.Rule | None
     teardown_rule: events.Rule
 
 
 def replica_event_input(launch_template_id: str) -> events.RuleTargetInput:
-    """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md)."""
+    """State machine input from a "Replica Deployed" event (the schema is in docs/architecture.md).
+    The event names replicas only: the controller finds their nodes from their tags, so no address
+    given in an event ever reaches a populator."""
     return events.RuleTargetInput.from_object(
         {
             "warm_id": events.EventField.from_path("$.detail.warm_id"),
             "source": {"replica": events.EventField.from_path("$.detail.source.replica")},
-            "destination": events.EventField.from_path("$.detail.destination"),
+            "destination": {"replica": events.EventField.from_path("$.detail.destination.replica")},
             "populator": {"launch_template_id": launch_template_id},
         }
     )
+
+
+def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.EventBus:
+    """The bus the "Replica Deployed" events go to, of this stack alone. Its policy refuses
+    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs)
+    are given, from anyone but them — a principal of this account still needs `events:PutEvents` on
+    this bus in its own policy."""
+    bus = events.EventBus(scope, "WarmEventBus", description="cachewarm: Replica Deployed events start warms")
+    outsiders = {"StringNotEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}}
+    bus.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="OnlyThisAccount",
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["events:PutEvents"],
+            resources=[bus.event_bus_arn],
+            conditions=outsiders,
+        )
+    )
+    if warm_starters:
+        bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyTheNamedStarters",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["events:PutEvents"],
+                resources=[bus.event_bus_arn],
+                conditions={"ArnNotLike": {"aws:PrincipalArn": list(warm_starters)}},
+            )
+        )
+        bus.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="TheNamedStarters",
+                principals=[iam.ArnPrincipal(a) for a in warm_starters],
+                actions=["events:PutEvents"],
+                resources=[bus.event_bus_arn],
+            )
+        )
+    return bus
 
 
 def build_triggers(
@@ -226,19 +290,22 @@ def build_triggers(
             max_event_age=Duration.hours(2),
         )
 
+    bus = build_event_bus(scope, props.warm_starters)
     replica = events.Rule(
         scope,
         "ReplicaDeployedRule",
         description="Start a cachewarm execution when a new memcached replica is deployed",
+        event_bus=bus,
         event_pattern=events.EventPattern(
             source=[REPLICA_EVENT_SOURCE],
             detail_type=[REPLICA_EVENT_DETAIL_TYPE],
+            account=[Aws.ACCOUNT_ID],
             # Every path the input transformer reads must exist (a missing one would become null);
             # `exists` only matches leaves, hence source.replica rather than source.
             detail={
                 "warm_id": [{"exists": True}],
                 "source": {"replica": [{"exists": True}]},
-                "destination": {"endpoints": [{"exists": True}]},
+                "destination": {"replica": [{"exists": True}]},
             },
         ),
     )
@@ -273,6 +340,7 @@ def build_triggers(
         event_pattern=events.EventPattern(
             source=["aws.states"],
             detail_type=["Step Functions Execution Status Change"],
+            account=[Aws.ACCOUNT_ID],
             detail={
                 "status": list(STOPPED_STATUSES),
                 "stateMachineArn": [state_machine.state_machine_arn],
@@ -280,7 +348,9 @@ def build_triggers(
         ),
     )
     teardown.add_target(target(teardown_machine, None))
-    return Triggers(dead_letters=dlq, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown)
+    return Triggers(
+        dead_letters=dlq, bus=bus, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown
+    )
 
 
 def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
@@ -292,6 +362,7 @@ def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:
     return events.EventPattern(
         source=["aws.autoscaling"],
         detail_type=["EC2 Instance Launch Successful"],
+        account=[Aws.ACCOUNT_ID],
         detail={"AutoScalingGroupName": list(group_names)},
     )
 

@@ -58,6 +58,14 @@ class CacheWarmerProps:
     # Optional: also start a warm when an instance of one of these Auto Scaling groups launches.
     asg_group_names: Sequence[str] = ()
     alarm_topic: sns.ITopic | None = None
+    # IAM principal ARNs that may put "Replica Deployed" events on the stack's bus (wildcards allowed,
+    # e.g. a deploy pipeline's role); empty: any principal of this account with events:PutEvents on it.
+    warm_starters: Sequence[str] = ()
+    # The memcached nodes' security groups (destination, and the sources Verify samples): populators
+    # may open connections only to these, on `memcached_port`. Empty: to the private address ranges
+    # (10/8, 172.16/12, 192.168/16) on that port, never beyond.
+    memcached_security_groups: Sequence[ec2.ISecurityGroup] = ()
+    memcached_port: int = inputs.DEFAULT_MEMCACHED_PORT
     # The state machine that tears down what a stopped (ABORTED) or timed-out warm execution left;
     # default: teardown.asl.json next to asl_path.
     teardown_asl_path: Path | None = None

@@ -13,6 +13,8 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `tracing` | — | X-Ray for the state machine and Lambdas (default true) |
 | `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
 | `alarmTopicArn` | — | SNS topic for the alarms |
+| `warmStarters` (comma-separated) | — | principal ARNs that may put events on the warm bus |
+| `memcachedSecurityGroupIds` (comma-separated) | — | replicas' groups: populators' only memcached peers |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
 | `aslPath`, `lambdasDir`, `ssmDocumentsDir` | — | files to deploy (default: see below) |
 | `dumperTarball`, `agentBundle` | — | artifacts to deploy (default: see below) |
@@ -55,6 +57,8 @@ class StackSettings:
     asg_names: tuple[str, ...] = ()
     alarm_topic_arn: str = ""
     powertools_layer_arn: str = ""
+    warm_starters: tuple[str, ...] = ()
+    memcached_security_group_ids: tuple[str, ...] = ()
 
     @classmethod
     def from_context(cls, node: Node, repo: Path | None = None) -> StackSettings:
@@ -93,6 +97,8 @@ class StackSettings:
             asg_names=csv("asgNames"),
             alarm_topic_arn=ctx("alarmTopicArn"),
             powertools_layer_arn=ctx("powertoolsLayerArn"),
+            warm_starters=csv("warmStarters"),
+            memcached_security_group_ids=csv("memcachedSecurityGroupIds"),
         )
 
     def paths(self) -> dict[str, Path]:
@@ -159,6 +165,11 @@ class CacheWarmStack(Stack):
                 asg_group_names=settings.asg_names,
                 alarm_topic=topic,
                 powertools_layer_arn=settings.powertools_layer_arn or None,
+                warm_starters=settings.warm_starters,
+                memcached_security_groups=[
+                    ec2.SecurityGroup.from_security_group_id(self, f"MemcachedGroup{i}", sg)
+                    for i, sg in enumerate(settings.memcached_security_group_ids)
+                ],
             ),
         )
         w = self.warmer
@@ -170,6 +181,13 @@ class CacheWarmStack(Stack):
             description="tears down stopped or timed-out warms",
         )
         CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
+        CfnOutput(self, "AlarmTopicArn", value=w.alarm_topic.topic_arn, description="every alarm notifies it")
+        CfnOutput(
+            self,
+            "WarmEventBusName",
+            value=w.event_bus.event_bus_name,
+            description="put Replica Deployed events here (not the default bus)",
+        )
         CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template_id)
         CfnOutput(
             self,

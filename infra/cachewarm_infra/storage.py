@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Annotations, Aws, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -33,6 +34,8 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
         encryption=s3.BucketEncryption.S3_MANAGED,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
         enforce_ssl=True,
+        # No ACLs: S3 delivers the logs under a bucket-policy grant (construct.py sets the flag).
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
         removal_policy=RemovalPolicy.RETAIN,
     )
@@ -47,8 +50,55 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
         object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         server_access_logs_bucket=access_logs,
         server_access_logs_prefix="status-bucket/",
+        # Versioned: an overwritten plan or status object can be recovered for a post-mortem.
+        versioned=True,
         # Status objects matter during a warm and for a post-mortem, not forever.
-        lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(30))],
+        lifecycle_rules=[
+            s3.LifecycleRule(expiration=Duration.days(30), noncurrent_version_expiration=Duration.days(30))
+        ],
         removal_policy=RemovalPolicy.RETAIN,
     )
     return Storage(key=key, access_logs=access_logs, status_bucket=status)
+
+
+# The services that encrypt with the key on the stack's behalf: EventBridge writes undeliverable
+# events to the (encrypted) trigger DLQ, CloudWatch publishes alarms to the (encrypted) alarm topic.
+KEY_SERVICES = ("events.amazonaws.com", "cloudwatch.amazonaws.com")
+
+
+def admit_services_to_key(key: kms.IKey) -> None:
+    """Key policy: let EventBridge and CloudWatch use the key for the DLQ and the alarm topic —
+    without it EventBridge cannot dead-letter an event and an alarm cannot notify. An imported key's
+    policy is not ours to change: a warning says what to add."""
+    added = key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="AdmitEventBridgeAndCloudWatch",
+            principals=[iam.ServicePrincipal(s) for s in KEY_SERVICES],
+            actions=["kms:Decrypt", "kms:GenerateDataKey"],
+            resources=["*"],
+        )
+    )
+    # CloudWatch Logs encrypts the stack's log groups (execution data, agent output) with the key,
+    # only for log groups of this account and region.
+    log_groups = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
+    logs_added = key.add_to_resource_policy(
+        iam.PolicyStatement(
+            sid="AdmitCloudWatchLogs",
+            principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+            actions=[
+                "kms:Encrypt*",
+                "kms:Decrypt*",
+                "kms:ReEncrypt*",
+                "kms:GenerateDataKey*",
+                "kms:Describe*",
+            ],
+            resources=["*"],
+            conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
+        )
+    )
+    if not (added.statement_added and logs_added.statement_added):
+        Annotations.of(key).add_warning(
+            "cachewarm: the imported KMS key's policy must allow kms:Decrypt and kms:GenerateDataKey to "
+            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic) and CloudWatch Logs to use it for "
+            "this account's log groups, else dead letters, alarm notifications and logs are lost"
+        )

@@ -53,6 +53,9 @@ REQUIRED_ENV = (
     "INSTALL_DOCUMENT_NAME",
     "UNMOUNT_DOCUMENT_NAME",
     "MEMCACHED_STATS_DOCUMENT_NAME",
+    "VPC_ID",
+    "STACK_TAG",
+    "POPULATOR_LAUNCH_TEMPLATE_ID",
 )
 
 
@@ -73,6 +76,9 @@ def settings_from_env() -> Settings:
         ),
         kms_key_id=env.get("KMS_KEY_ID") or None,
         populator_subnet_ids=tuple(s for s in (env.get("POPULATOR_SUBNET_IDS") or "").split(",") if s),
+        vpc_id=env["VPC_ID"],
+        stack_tag=env["STACK_TAG"],
+        launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
     )
 
 

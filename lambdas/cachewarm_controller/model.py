@@ -260,6 +260,21 @@ class WarmPlan(BaseModel):
     install_sending_ms: int = 0
     installed: bool = False
 
+    def status_writers(self) -> dict[tuple[str, str], str]:
+        """(role, node id) -> the instance whose status object counts: a source node writes its own
+        `dump` object, its populator the `populate` one (store.read_statuses ignores any other)."""
+        out: dict[tuple[str, str], str] = {}
+        for n in self.nodes:
+            out[("dump", n.node_id)] = n.node_id
+            if n.populator_id:
+                out[("populate", n.node_id)] = n.populator_id
+        return out
+
+    def verify_writers(self, node_ids: list[str]) -> dict[str, str]:
+        """node id -> its populator (the verify agent runs there); nodes without one are left out."""
+        by_id = {n.node_id: n for n in self.nodes}
+        return {i: str(by_id[i].populator_id) for i in node_ids if by_id[i].populator_id}
+
     def node(self, node_id: str) -> NodePlan:
         for n in self.nodes:
             if n.node_id == node_id:

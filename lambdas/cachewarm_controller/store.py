@@ -7,6 +7,7 @@ what this reads).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -18,9 +19,11 @@ from cachewarm.contract.status import (
     StatusFormatError,
     VerifyResult,
     claim_key,
+    controller_prefix,
+    parse_agent_key,
     plan_key,
     role_prefix,
-    verify_key,
+    verify_root,
     warm_prefix,
 )
 
@@ -30,20 +33,23 @@ from cachewarm_controller.errors import TransientError
 from cachewarm_controller.model import Survey, TeardownState, WarmPlan
 
 StatusMap = dict[tuple[str, str], NodeStatus]  # (role, node_id) -> status
+# (role, node_id) -> the instance id whose object counts: the node itself for `dump`, its populator
+# for `populate` (WarmPlan.status_writers). An object another instance wrote is ignored.
+Writers = Mapping[tuple[str, str], str]
 
 
 def survey_key(prefix: str, warm_id: str) -> str:
     """The controller's own survey of the source candidates (only the controller reads it)."""
-    return f"{warm_prefix(prefix, warm_id)}controller/survey.json"
+    return f"{controller_prefix(prefix, warm_id)}survey.json"
 
 
 def teardown_key(prefix: str, warm_id: str) -> str:
     """Teardown's memory between passes (deleted with the rest of the warm's objects)."""
-    return f"{warm_prefix(prefix, warm_id)}controller/teardown.json"
+    return f"{controller_prefix(prefix, warm_id)}teardown.json"
 
 
 class StatusReader(Protocol):
-    def read_statuses(self, prefix: str, warm_id: str) -> StatusMap: ...
+    def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap: ...
 
 
 @dataclass
@@ -53,6 +59,8 @@ class S3Store:
     # Status objects are fetched in parallel: 600 GETs for 300 nodes every poll.
     workers: int = STATUS_READERS
     corrupt: list[str] = field(default_factory=list)
+    # Agent objects written by an instance other than the one expected for their node (never read).
+    foreign: list[str] = field(default_factory=list)
 
     def save_plan(self, prefix: str, plan: WarmPlan) -> None:
         self.s3.put_object(
@@ -128,22 +136,37 @@ class S3Store:
             return {}
         return doc if isinstance(doc, dict) else {}
 
-    def read_verify(self, prefix: str, warm_id: str, node_ids: list[str]) -> dict[str, VerifyResult]:
-        """The verify agents' results for these nodes (missing: not written yet; corrupt: recorded)."""
+    def read_verify(self, prefix: str, warm_id: str, writers: Mapping[str, str]) -> dict[str, VerifyResult]:
+        """The verify agents' results for these nodes (node id -> its populator's instance id): only
+        an object the node's own populator wrote counts (missing: not written yet; corrupt: recorded).
+        One listing of the warm's verify objects, then the wanted ones fetched in parallel."""
+        root = verify_root(prefix, warm_id)
+        keys: dict[str, str] = {}
+        for key in self._keys(root):
+            parsed = parse_agent_key(key, root)
+            if parsed is not None and parsed[0] in writers and writers[parsed[0]] == parsed[1]:
+                keys[parsed[0]] = key
+            else:
+                self.foreign.append(key)
 
         def get(node: str) -> VerifyResult | None:
-            body = self._get(verify_key(prefix, warm_id, node))
+            body = self._get(keys[node])
             if body is None:
                 return None
             try:
-                return VerifyResult.from_json(body)
+                result = VerifyResult.from_json(body)
             except StatusFormatError:
-                self.corrupt.append(verify_key(prefix, warm_id, node))
+                self.corrupt.append(keys[node])
                 return None
+            if result.node_id != node:
+                self.foreign.append(keys[node])
+                return None
+            return result
 
+        nodes = list(keys)
         out: dict[str, VerifyResult] = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(node_ids)))) as pool:
-            for node, res in zip(node_ids, pool.map(get, node_ids), strict=True):
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(nodes)))) as pool:
+            for node, res in zip(nodes, pool.map(get, nodes), strict=True):
                 if res is not None:
                     out[node] = res
         return out
@@ -154,14 +177,24 @@ class S3Store:
             keys.extend(o["Key"] for o in page.get("Contents", []))
         return keys
 
-    def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
-        keys = [
-            k for role in ROLES for k in self._keys(role_prefix(prefix, warm_id, role)) if k.endswith(".json")
-        ]
+    def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap:
+        """The status objects of this warm that their expected writer wrote (`writers`); an object
+        under another instance's ARN, or one whose body names another node or role, is ignored and
+        recorded in `foreign` — a foothold on one node cannot speak for another."""
+        wanted: list[tuple[str, str, str]] = []  # (key, role, node)
+        for role in ROLES:
+            under = role_prefix(prefix, warm_id, role)
+            for key in self._keys(under):
+                parsed = parse_agent_key(key, under)
+                if parsed is None or writers.get((role, parsed[0])) != parsed[1]:
+                    self.foreign.append(key)
+                    continue
+                wanted.append((key, role, parsed[0]))
 
-        def get(key: str) -> NodeStatus | None:
+        def get(item: tuple[str, str, str]) -> NodeStatus | None:
+            key, role, node = item
             try:
-                return NodeStatus.from_json(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+                st = NodeStatus.from_json(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
             except ClientError as exc:
                 if error_code(exc) == "NoSuchKey":
                     return None
@@ -171,16 +204,21 @@ class S3Store:
                 # it is recorded so the check's output names it.
                 self.corrupt.append(key)
                 return None
+            if (st.role, st.node_id) != (role, node):
+                self.foreign.append(key)
+                return None
+            return st
 
         out: StatusMap = {}
-        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(keys)))) as pool:
-            for st in pool.map(get, keys):
+        with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(wanted)))) as pool:
+            for st in pool.map(get, wanted):
                 if st is not None:
                     out[(st.role, st.node_id)] = st
         return out
 
     def delete_warm(self, prefix: str, warm_id: str) -> int:
-        keys = self._keys(warm_prefix(prefix, warm_id))
+        """Every object of the warm: the agents' and the controller's (not the claim)."""
+        keys = self._keys(warm_prefix(prefix, warm_id)) + self._keys(controller_prefix(prefix, warm_id))
         for i in range(0, len(keys), 1000):
             self.s3.delete_objects(
                 Bucket=self.bucket,

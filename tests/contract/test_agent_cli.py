@@ -83,9 +83,10 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
         [
             "/mnt/cachewarm",
             inputs.mount_point(inputs.DEFAULT_MOUNT_DIR, "warm-1"),
-            "/" + "a" * inputs.MOUNT_MAX,
+            "/" + "a" * 64,
+            "/tmp/pytest-of-root/pytest-1/test_x0/reader",
         ],
-        ["/" + "a" * (inputs.MOUNT_MAX + 1), "mnt/x", "/", "/mnt/a:b", ""],
+        ["/" + "a" * 65, "mnt/x", "/", "/mnt/a:b", "", "/mnt/cachewarm/../../etc", "/a/.x", "/a/"],
     ),
     "statusBucket": (
         ["cachewarm-status-123456789012", "abc", "a" * 63, "a.b-c"],
@@ -145,6 +146,8 @@ def contract_allows(param: str, value: str) -> bool:
     """What the agent must accept for `param`, from the contract alone."""
     if param == "device":
         return inputs.matches(inputs.DEVICE, value)  # any block device; EBS_DEVICE is a subset (below)
+    if param == "mount":
+        return inputs.matches(inputs.AGENT_MOUNT, value)  # any path without `.` segments; MOUNT a subset
     ok = inputs.matches(inputs.SSM_PARAMETERS[param], value)
     if ok and param == "threads":
         return int(value) <= inputs.THREADS_MAX
@@ -191,8 +194,10 @@ def test_samples_mean_what_they_say() -> None:
             assert contract_allows(param, v), (param, v)
         for v in invalid:
             assert not contract_allows(param, v), (param, v)
-    # --device is wider than what the documents send, never narrower.
+    # --device is wider than what the documents send, never narrower; so is --mount.
     assert inputs.matches(inputs.EBS_DEVICE, EBS_DEVICE) and inputs.matches(inputs.DEVICE, EBS_DEVICE)
+    mount = inputs.mount_point(inputs.DEFAULT_MOUNT_DIR, "w" * inputs.WARM_ID_MAX)
+    assert inputs.matches(inputs.MOUNT, mount) and inputs.matches(inputs.AGENT_MOUNT, mount)
     assert inputs.EBS_DEVICE_PREFIX.startswith("/dev/")
 
 
@@ -259,6 +264,8 @@ def document_values(name: str, pick: int) -> dict[str, str]:
         out[p] = valid[min(pick, len(valid) - 1)]
     if "device" in out:
         out["device"] = EBS_DEVICE  # the only kind the documents accept
+    if "mount" in out and not inputs.matches(inputs.MOUNT, out["mount"]):
+        out["mount"] = inputs.mount_point(inputs.DEFAULT_MOUNT_DIR, "warm-1")  # documents: MOUNT_ROOT only
     return out
 
 
@@ -301,3 +308,17 @@ def test_a_document_refuses_another_agent_version(name: str, tmp_path: Path) -> 
         run_document(name, tmp_path, document_values(name, 0), {"SHIM_VERSION": "0.0.9"})
     assert e.value.returncode == 126
     assert not (tmp_path / "argv").exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/etc/systemd/system", "/mnt/cachewarm/../../etc", "/mnt/cachewarm/./x", "/mnt/cachewarm/.ssh", "/root"],
+)
+def test_a_document_cannot_mount_outside_its_root(path: str) -> None:
+    """The agents run as root and format + mount a new volume at `mount`: the documents (and the
+    execution input's mount_dir) admit only paths under MOUNT_ROOT, without `.`-led segments."""
+    for name in ("dump", "populate"):
+        pattern = document(name)["parameters"]["mount"]["allowedPattern"]
+        assert not re.fullmatch(pattern, path), (name, path)
+    assert not inputs.matches(inputs.MOUNT_DIR, path)
+    assert not inputs.matches(inputs.AGENT_MOUNT, path) or ".." not in path

@@ -89,9 +89,17 @@ def run_verify(source: str, target: str, sample: int = 1000) -> tuple[int, Any]:
             "--region",
             "us-east-1",
         ]
-        result = CliRunner().invoke(agent_group, args)
-        found = S3Store(s3, BUCKET).read_verify("warms", "warm-verify", ["i-0123456789abcdef0"])
+        # The verify agent runs on the node's populator and writes under that instance's ARN.
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CACHEWARM_INSTANCE_ARN", f"arn:aws:ec2:us-east-1:123456789012:instance/{POPULATOR}")
+            result = CliRunner().invoke(agent_group, args)
+        found = S3Store(s3, BUCKET).read_verify("warms", "warm-verify", {"i-0123456789abcdef0": POPULATOR})
+        # Another instance's result for the node is never read.
+        assert not S3Store(s3, BUCKET).read_verify("warms", "warm-verify", {"i-0123456789abcdef0": OTHER})
     return result.exit_code, found.get("i-0123456789abcdef0")
+
+
+POPULATOR, OTHER = "i-0feedfeedfeedfeed", "i-0badbadbadbadbadb"
 
 
 def test_the_agent_compares_source_and_destination_and_the_controller_judges_it(

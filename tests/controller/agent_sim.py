@@ -9,9 +9,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachewarm.contract.status import NodeStatus, Progress, VerifyResult, verify_key
+from cachewarm.contract.status import NodeStatus, Progress, VerifyResult, instance_arn, status_key, verify_key
 from cachewarm_controller.agents import Invocation, SsmAgentRunner
-from cachewarm_controller.store import S3Store, StatusMap
+from cachewarm_controller.store import S3Store, StatusMap, Writers
 
 from tests.controller.clock import FakeClock
 from tests.controller.names import (
@@ -72,6 +72,8 @@ class AgentSim:
     version_exit: dict[str, int] = field(default_factory=dict)  # node -> agent document exit (126/127)
     use_ssm: bool = True  # False: command ids are made up here (the 300-node test)
     lost_sends: int = 0  # the next N agent sends happen but their response is lost (raise)
+    # (role, node) -> the instance its agent runs on (and writes its status object as)
+    ran_on: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._real = SsmAgentRunner(self.ssm)
@@ -94,6 +96,7 @@ class AgentSim:
             role = "dump" if document == DUMP_DOC else "populate"
             runs = self.sent.setdefault((role, parameters["nodeId"]), [])
             runs.append((cid, len(runs) + 1, self.clock()))
+            self.ran_on[(role, parameters["nodeId"])] = instance_ids[0]
         elif document == VERIFY_DOC and self.results is not None:
             node = parameters["nodeId"]
             sim = self._node(node)
@@ -107,7 +110,9 @@ class AgentSim:
             )
             self.results.s3.put_object(
                 Bucket=self.results.bucket,
-                Key=verify_key(parameters["statusPrefix"], parameters["warmId"], node),
+                Key=verify_key(
+                    parameters["statusPrefix"], parameters["warmId"], node, arn_of(instance_ids[0])
+                ),
                 Body=result.to_json(),
             )
         elif document == UNMOUNT_DOC:
@@ -178,11 +183,12 @@ class AgentSim:
             attempt,
         )
 
-    def read_statuses(self, prefix: str, warm_id: str) -> StatusMap:
+    def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap:
         out: StatusMap = {}
         for role, node in self.sent:
             st = self._status(role, node)
-            if st is not None:
+            # As the real store: only the object of the instance the controller expects counts.
+            if st is not None and writers.get((role, node)) == self.ran_on.get((role, node)):
                 out[(role, node)] = st
         if self.store is None:
             return out
@@ -197,10 +203,9 @@ class AgentSim:
                 "error": st.error,
                 "attempt": st.attempt,
             }
-            self.store.s3.put_object(
-                Bucket=self.store.bucket, Key=f"{prefix}/{warm_id}/{role}/{node}.json", Body=json.dumps(body)
-            )
-        return self.store.read_statuses(prefix, warm_id)
+            key = status_key(prefix, warm_id, role, node, arn_of(self.ran_on[(role, node)]))  # type: ignore[arg-type]
+            self.store.s3.put_object(Bucket=self.store.bucket, Key=key, Body=json.dumps(body))
+        return self.store.read_statuses(prefix, warm_id, writers)
 
     def _agent_state(self, cid: str) -> str:
         if cid in self.cancelled:
@@ -253,3 +258,8 @@ class AgentSim:
 
     def online(self, instance_ids: Sequence[str]) -> set[str]:
         return set(instance_ids) - self.offline
+
+
+def arn_of(instance_id: str) -> str:
+    """The ARN an instance of the test account writes its objects under."""
+    return instance_arn("us-east-1", "123456789012", instance_id)

@@ -46,6 +46,7 @@ ENV = {
     "INSTALL_DOCUMENT_NAME": INSTALL_DOC,
     "UNMOUNT_DOCUMENT_NAME": UNMOUNT_DOC,
     "MEMCACHED_STATS_DOCUMENT_NAME": STATS_DOC,
+    "STACK_TAG": "cachewarm-test",
     "POWERTOOLS_SERVICE_NAME": "cachewarm",
     "POWERTOOLS_METRICS_NAMESPACE": "CacheWarm",
     "POWERTOOLS_LOG_LEVEL": "WARNING",
@@ -103,6 +104,7 @@ def shared_world() -> Iterator[World]:
                 DocumentFormat="JSON",
             )
         vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        monkeypatch.setenv("VPC_ID", vpc)
         subnets = {
             az: ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
             for az, cidr in (("us-east-1a", "10.0.16.0/20"), ("us-east-1b", "10.0.32.0/20"))
@@ -111,6 +113,7 @@ def shared_world() -> Iterator[World]:
             LaunchTemplateName="cachewarm-populator",
             LaunchTemplateData={"ImageId": AMI, "InstanceType": "m5.large"},
         )["LaunchTemplate"]["LaunchTemplateId"]
+        monkeypatch.setenv("POPULATOR_LAUNCH_TEMPLATE_ID", template_id)
         clock = FakeClock()
         store = S3Store(s3, BUCKET)
         # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.
@@ -122,7 +125,7 @@ def shared_world() -> Iterator[World]:
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=Settings(BUCKET, documents),
+            settings=Settings(BUCKET, documents, vpc_id=vpc, stack_tag="cachewarm-test"),
             statuses=agents,
             autoscaling=autoscaling,
             clock=clock,

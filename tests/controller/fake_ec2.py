@@ -12,8 +12,9 @@ class FakeEc2:
     It implements just the calls the steps make, with EC2's response shapes; the per-node EC2 logic
     itself is covered against moto by the 3-node end-to-end tests."""
 
-    def __init__(self, subnets: dict[str, str]) -> None:
+    def __init__(self, subnets: dict[str, str], vpc_id: str | None = None) -> None:
         self.subnets = subnets  # az -> subnet id
+        self.vpc_id = vpc_id  # every instance's VPC (the stack's)
         self.instances: dict[str, dict[str, Any]] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
         self._n = 0
@@ -26,13 +27,17 @@ class FakeEc2:
     def _tags(spec: list[dict[str, Any]] | None, kind: str) -> list[dict[str, str]]:
         return [t for s in spec or [] if s["ResourceType"] == kind for t in s["Tags"]]
 
-    def add_instances(self, count: int, itype: str, tags: list[dict[str, str]]) -> list[str]:
+    def add_instances(
+        self, count: int, itype: str, tags: list[dict[str, str]], ips: list[str] | None = None
+    ) -> list[str]:
         azs = sorted(self.subnets)
         ids = []
         for i in range(count):
             az = azs[i % len(azs)]
             iid = self._id("i")
             self.instances[iid] = {
+                "VpcId": self.vpc_id,
+                "PrivateIpAddress": ips[i] if ips else f"10.0.{self._n // 250}.{self._n % 250}",
                 "InstanceId": iid,
                 "InstanceType": itype,
                 "State": {"Name": "running"},
@@ -57,6 +62,11 @@ class FakeEc2:
                     return False
             elif name == "instance-state-name":
                 if res["State"]["Name"] not in values:
+                    return False
+            elif name in ("vpc-id", "private-ip-address", "private-dns-name"):
+                fields = {"vpc-id": "VpcId", "private-ip-address": "PrivateIpAddress"}
+                field = fields.get(name, "PrivateDnsName")
+                if res.get(field) not in values:
                     return False
             else:
                 raise NotImplementedError(name)

@@ -144,7 +144,7 @@ class World:
         body: dict[str, Any] = {
             "warm_id": self.warm_id,
             "source": {"replica": "main-a"},
-            "destination": {"replica": "main-b", "endpoints": ["10.0.9.1:11211", "10.0.9.2:11211"]},
+            "destination": {"replica": "main-b"},
             "populator": {"launch_template_id": self.template_id},
             "polling": {"interval_seconds": 120, "stale_after_seconds": 600, "max_revives": 2},
         }
@@ -184,8 +184,12 @@ class World:
         return inv
 
     def status_objects(self) -> list[str]:
-        resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=f"warms/{self.warm_id}/")
-        return [o["Key"] for o in resp.get("Contents", [])]
+        """The warm's objects: the agents' and the controller's own (not the claim)."""
+        keys: list[str] = []
+        for prefix in (f"warms/{self.warm_id}/", f"_controller/warms/{self.warm_id}/"):
+            resp = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+            keys += [o["Key"] for o in resp.get("Contents", [])]
+        return keys
 
     # ---- the state machine ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from cachewarm.contract.status import VerifyResult, verify_key
 from cachewarm_controller.steps.progress import check_progress
 from cachewarm_controller.steps.verification import verify
 
+from tests.controller.agent_sim import arn_of
 from tests.controller.steps_support import finish, loop, through_agents
 from tests.controller.support import SimNode
 
@@ -48,7 +49,12 @@ def test_verify_rereads_the_result_of_an_agent_that_ended_after_the_first_read(w
             result = VerifyResult(
                 p["warmId"], p["nodeId"], world.deps.now_ms(), source_keys=1000, checked=1000
             )
-            key = verify_key(p["statusPrefix"], p["warmId"], p["nodeId"])
+            key = verify_key(
+                p["statusPrefix"],
+                p["warmId"],
+                p["nodeId"],
+                arn_of(world.agents.commands[cid].instance_ids[0]),
+            )
             store.s3.put_object(Bucket=store.bucket, Key=key, Body=result.to_json())
         return {cid: "Success" for cid in ids}
 

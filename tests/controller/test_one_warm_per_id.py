@@ -74,7 +74,7 @@ def test_a_second_execution_at_every_step_of_the_first(world: Any, step: str) ->
     started = [c for c in world.agents.command_params if c["document"] != "cachewarm-verify-agent"]
     assert len(started) == 6
     assert_nothing_left(world)
-    claim_key = f"warms/_claims/{world.warm_id}.json"
+    claim_key = f"_controller/warms/_claims/{world.warm_id}.json"
     stored = json.loads(world.s3.get_object(Bucket=BUCKET, Key=claim_key)["Body"].read())
     assert stored["execution_arn"] == owner.desc["executionArn"]
 

@@ -22,6 +22,7 @@ from cachewarm_controller.steps.progress import assess_node, check_progress
 from cachewarm_controller.steps.teardown import TeardownTarget, teardown, teardown_target
 from cachewarm_controller.steps.verification import verify
 
+from tests.controller.agent_sim import arn_of
 from tests.controller.steps_support import finish, loop, planned, target, through_agents
 from tests.controller.support import BUCKET, SimNode
 
@@ -123,15 +124,17 @@ def test_check_progress_reads_status_objects_from_s3(world: Any) -> None:
     world.clock.advance(601)
     out = check_progress(w, 0, world.deps)
     assert out["done"] and out["nodes_done"] == 3 and out["items"] == 3000
-    key = f"warms/{w.warm_id}/populate/{world.source_ids[0]}.json"
+    plan = world.deps.s3.load_plan(w.prefix, w.warm_id)
+    row = plan.node(world.source_ids[0])
+    # The populate object is written by the node's populator, under its instance ARN.
+    key = f"warms/{w.warm_id}/populate/{row.node_id}/{arn_of(str(row.populator_id))}.json"
     body = json.loads(world.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     assert body["state"] == "done" and body["role"] == "populate"
     # A corrupt status object is named, not fatal.
-    world.s3.put_object(
-        Bucket=BUCKET, Key=f"warms/{w.warm_id}/dump/i-0000000000000bad.json", Body=b"{not json"
-    )
-    world.deps.s3.read_statuses(w.prefix, w.warm_id)
-    assert world.deps.s3.corrupt == [f"warms/{w.warm_id}/dump/i-0000000000000bad.json"]
+    bad = f"warms/{w.warm_id}/dump/{row.node_id}/{arn_of(row.node_id)}.json"
+    world.s3.put_object(Bucket=BUCKET, Key=bad, Body=b"{not json")
+    world.deps.s3.read_statuses(w.prefix, w.warm_id, plan.status_writers())
+    assert world.deps.s3.corrupt == [bad]
     assert loop(verify, w, world.deps)[-1]["sampled"] == 3
     finish(world, w)
     assert world.status_objects() == []
@@ -298,7 +301,7 @@ def test_verify_runs_the_real_comparison_on_the_populators_and_judges_it(world: 
     p = world.deps.s3.load_plan(w.prefix, w.warm_id)
     assert {(c["instance"], c["nodeId"]) for c in sent} == {(str(r.populator_id), r.node_id) for r in p.nodes}
     assert {c["source"] for c in sent} == {f"{r.private_ip}:11211" for r in p.nodes}
-    assert all(c["sampleKeys"] == "500" and c["to"] == "10.0.9.1:11211,10.0.9.2:11211" for c in sent)
+    assert all(c["sampleKeys"] == "500" and c["to"] == ",".join(p.destination_endpoints) for c in sent)
     finish(world, w)
 
 
@@ -308,7 +311,8 @@ def test_verify_runs_the_real_comparison_on_the_populators_and_judges_it(world: 
 def test_teardown_unmounts_both_hosts_before_it_detaches_and_runs_twice(world: Any) -> None:
     w = through_agents(world)
     world.agents.store = world.deps.s3
-    world.agents.read_statuses(w.prefix, w.warm_id)  # the agents write their status objects
+    plan = world.deps.s3.load_plan(w.prefix, w.warm_id)
+    world.agents.read_statuses(w.prefix, w.warm_id, plan.status_writers())  # the agents write theirs
     assert world.status_objects()
     first = teardown(target(w), {}, world.deps)
     # First pass: cancel, unmount everywhere; nothing is detached until the unmounts answered.
@@ -360,8 +364,11 @@ def test_teardown_of_one_execution_never_touches_another_executions_resources(wo
 
 def test_teardown_target_from_state_or_eventbridge() -> None:
     arn = "arn:aws:states:us-east-1:1:execution:m:e"
-    state = {"execution_arn": arn, "input": {"warm_id": "w-1", "status_prefix": "pp", "mount_dir": "/data"}}
-    assert teardown_target(state) == TeardownTarget(arn, "w-1", "pp", "/data")
+    state = {
+        "execution_arn": arn,
+        "input": {"warm_id": "w-1", "status_prefix": "pp", "mount_dir": "/mnt/cachewarm/data"},
+    }
+    assert teardown_target(state) == TeardownTarget(arn, "w-1", "pp", "/mnt/cachewarm/data")
     event = {
         "detail-type": "Step Functions Execution Status Change",
         "detail": {

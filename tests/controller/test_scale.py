@@ -19,10 +19,11 @@ INTERVAL_S = 120
 
 
 def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> None:
-    ec2 = FakeEc2(world.subnets)
+    ec2 = FakeEc2(world.subnets, world.deps.settings.vpc_id)
     world.deps.ec2 = ec2
     world.agents.use_ssm = False
     nodes = ec2.add_instances(NODES, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}])
+    destination = ec2.add_instances(2, "r5.large", [{"Key": "cachewarm:replica", "Value": "main-b"}])
     # Every node's populate finishes after ~9 h; one node goes silent once and is revived.
     world.agents.default = SimNode(finish_after_s=HOURS * 3600, items=5_000_000, files=2_000)
     world.agents.nodes[nodes[7]] = SimNode(finish_after_s=HOURS * 3600, silent_attempts=1)
@@ -57,5 +58,9 @@ def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> Non
     # The state stays far below 256 KiB: the per-node plan lives in S3, steps return summaries.
     assert max(len(e.get("stateExitedEventDetails", {}).get("output", "")) for e in ex.events) < 8_000
     assert not ec2.volumes
-    assert all(i["State"]["Name"] == "terminated" for iid, i in ec2.instances.items() if iid not in nodes)
+    assert all(
+        i["State"]["Name"] == "terminated"
+        for iid, i in ec2.instances.items()
+        if iid not in nodes + destination
+    )
     assert world.status_objects() == []

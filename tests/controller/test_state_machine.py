@@ -267,7 +267,7 @@ def test_a_warm_id_claimed_by_another_execution_ends_cleanly(world: Any) -> None
     other = "arn:aws:states:us-east-1:123456789012:execution:cachewarm:the-owner"
     world.s3.put_object(
         Bucket=BUCKET,
-        Key=f"warms/_claims/{world.warm_id}.json",
+        Key=f"_controller/warms/_claims/{world.warm_id}.json",
         Body=json.dumps({"warm_id": world.warm_id, "execution_arn": other}),
     )
     vol = world.ec2.create_volume(
@@ -286,7 +286,7 @@ def test_a_warm_id_claimed_by_another_execution_ends_cleanly(world: Any) -> None
     assert snapshot(world) == before
     assert [v["VolumeId"] for v in world.inventory().volumes] == [vol]
     world.ec2.delete_volume(VolumeId=vol)
-    world.s3.delete_object(Bucket=BUCKET, Key=f"warms/_claims/{world.warm_id}.json")
+    world.s3.delete_object(Bucket=BUCKET, Key=f"_controller/warms/_claims/{world.warm_id}.json")
 
 
 def test_non_nitro_source_fails_in_plan_before_creating_anything(world: Any) -> None:

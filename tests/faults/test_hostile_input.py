@@ -164,7 +164,8 @@ def test_agent_flags_reject_a_trailing_newline(tmp_path: Path) -> None:
         (inputs.WARM_ID, "w-1"),
         (inputs.INSTANCE_ID, "i-01234567"),
         (inputs.DEVICE, "/dev/xvdf"),
-        (inputs.MOUNT, "/mnt/x"),
+        (inputs.MOUNT, "/mnt/cachewarm/x"),
+        (inputs.AGENT_MOUNT, "/mnt/x"),
     ]:
         check = Matching(pattern)
         assert check.convert(good, None, None) == good

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.support import REPO, Synth, asl_path, documents_dir, lambdas_dir, write_artifacts
+from tests.infra.support import (
+    MEMCACHED_SG,
+    REPO,
+    Synth,
+    asl_path,
+    documents_dir,
+    lambdas_dir,
+    write_artifacts,
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +47,7 @@ def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
         agent_bundle=artifacts[1],
         subnet_ids=("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
         asg_names=("memcached-replica-b",),
+        memcached_security_group_ids=(MEMCACHED_SG,),
     )
     stack = CacheWarmStack(app, "CacheWarmTest", settings=settings)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))

@@ -12,6 +12,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL_ASL = REPO / "statemachine" / "warm.asl.json"
 REAL_DOCS = REPO / "infra" / "ssm_documents"
 REAL_LAMBDAS = REPO / "lambdas"
+# The replicas' security group the session synth names (context memcachedSecurityGroupIds).
+MEMCACHED_SG = "sg-0123456789abcdef0"
 
 # jsii prints a banner about Node 20 on every import; it is noise in test output.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
@@ -59,10 +61,11 @@ def write_artifacts(directory: Path, version: str = "0.1.0") -> tuple[Path, Path
         return path
 
     dumper = tarball(directory / "cachewarm-dump.tar.gz", {"cachewarm-dump": b"stand-in dumper"})
-    agent = tarball(
-        directory / "cachewarm-agent.tar.gz",
-        {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"},
-    )
+    from cachewarm_infra.wheelhouse import lock_lines
+
+    wheels = {f"cachewarm-{version}-cp311-cp311-linux_x86_64.whl": b"stand-in wheel"}
+    lock = ("\n".join(lock_lines(wheels)) + "\n").encode()
+    agent = tarball(directory / "cachewarm-agent.tar.gz", {**wheels, "requirements.txt": lock})
     return dumper, agent
 
 

@@ -147,10 +147,9 @@ def test_settings_reject_bad_tracing() -> None:
         StackSettings.from_context(App(context={"tracing": "yes"}).node, REPO)
 
 
-def test_artifact_url_parameters_get_this_deployments_urls(tmp_path: Path) -> None:
-    """A document that declares agentBundleUrl / dumperTarballUrl installs the stack's own artifacts."""
-    from aws_cdk import Token
-
+def test_artifact_url_parameters_are_fixed_at_synth(tmp_path: Path) -> None:
+    """A document that names agentBundleUrl / dumperTarballUrl gets the stack's own artifacts written
+    into its steps, and the parameters are gone: no caller can point it elsewhere."""
     docs = tmp_path / "docs"
     docs.mkdir()
     for f in documents_dir().glob("*.json"):
@@ -158,15 +157,18 @@ def test_artifact_url_parameters_get_this_deployments_urls(tmp_path: Path) -> No
         pattern = r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[0-9a-f]{64}\.[a-z.]{1,10}$"
         doc["parameters"]["agentBundleUrl"] = {"type": "String", "allowedPattern": pattern}
         doc["parameters"]["dumperTarballUrl"] = {"type": "String", "allowedPattern": pattern}
+        doc["mainSteps"][0]["inputs"]["runCommand"].append(
+            "echo '{{ agentBundleUrl }}' '{{dumperTarballUrl}}'"
+        )
         (docs / f.name).write_text(json.dumps(doc))
     p = props(tmp_path, ssm_documents_dir=docs)
     warmer = CacheWarmer(Stack.of(p.vpc), "W", p)
     stack = Stack.of(p.vpc)
     for doc in warmer.documents.values():
-        params = stack.resolve(doc.content)["parameters"]
-        assert "Fn::Sub" in json.dumps(params["agentBundleUrl"]["default"])
-        assert Token.is_unresolved(doc.content["parameters"]["dumperTarballUrl"]["default"])
-        assert params["agentBundleUrl"]["default"] != params["dumperTarballUrl"]["default"]
+        content = stack.resolve(doc.content)
+        assert not {"agentBundleUrl", "dumperTarballUrl"} & set(content.get("parameters", {}))
+        last = content["mainSteps"][0]["inputs"]["runCommand"][-1]
+        assert "{{" not in json.dumps(last) and "Fn::" in json.dumps(last), last
 
 
 def test_missing_teardown_asl(tmp_path: Path) -> None:
@@ -205,11 +207,13 @@ def test_the_agent_version_comes_from_the_bundle(tmp_path: Path) -> None:
     warmer = CacheWarmer(_Stack.of(p.vpc), "W", p)
     assert warmer.artifacts.version == "2.3.4"
     for stem in ("dump-agent", "populate-agent", "verify-agent", "install-agent"):
-        assert warmer.documents[stem].content["parameters"]["agentVersion"]["default"] == "2.3.4"
-    install = warmer.documents["install-agent"].content["parameters"]
+        content = warmer.documents[stem].content
+        assert "agentVersion" not in content.get("parameters", {}), stem
+        assert "'2.3.4'" in json.dumps(content["mainSteps"]), stem
     import hashlib
 
-    assert install["agentBundleSha256"]["default"] == hashlib.sha256(agent.read_bytes()).hexdigest()
+    install = json.dumps(warmer.documents["install-agent"].content["mainSteps"])
+    assert hashlib.sha256(agent.read_bytes()).hexdigest() in install
 
 
 def test_a_bundle_without_a_wheel_is_refused(tmp_path: Path) -> None:

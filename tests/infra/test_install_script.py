@@ -59,10 +59,14 @@ def tarball(members: dict[str, bytes], mode: int = 0o644) -> bytes:
     return buf.getvalue()
 
 
-def agent_bundle(version: str) -> bytes:
-    """What `DIST_WHEELHOUSE=1 make dist` ships: the wheel, its dependencies (none here), requirements."""
+def agent_bundle(version: str, lock: bytes | None = None) -> bytes:
+    """What `make dist` ships: the wheel, its dependencies (none here), the lock of their hashes."""
+    from cachewarm_infra.wheelhouse import lock_lines
+
     name, data = wheel(version)
-    return tarball({name: data, "requirements.txt": b""})
+    if lock is None:
+        lock = ("\n".join(lock_lines({name: data})) + "\n").encode()
+    return tarball({name: data, "requirements.txt": lock})
 
 
 DUMPER = tarball({"cachewarm-dump": b"#!/bin/sh\necho cachewarm-dump stand-in\n"}, mode=0o755)
@@ -188,3 +192,37 @@ def test_usage_errors() -> None:
         ["bash", str(SCRIPT), "--version", "1"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 2 and "required" in proc.stderr
+
+
+def test_no_index_and_every_wheel_by_its_hash(env: dict[str, str]) -> None:
+    """A bundle without a hashed lock, or whose wheel differs from its locked hash, installs nothing;
+    pip is never pointed at an index (PIP_NO_INDEX is lifted here to show the script sets it itself)."""
+    env = {k: v for k, v in env.items() if k != "PIP_NO_INDEX"}
+    unlocked, sha = upload(env, "u1.tar.gz", agent_bundle("3.0.0", lock=b"cachewarm==3.0.0\n"))
+    proc = install(env, "--agent-bundle", unlocked, "--agent-sha256", sha, "--version", "3.0.0")
+    assert proc.returncode == 7 and "no hashed requirements.txt" in proc.stderr, proc.stderr
+    other = f"cachewarm==3.0.0 --hash=sha256:{'0' * 64}\n".encode()
+    forged, sha = upload(env, "f1.tar.gz", agent_bundle("3.0.0", lock=other))
+    proc = install(env, "--agent-bundle", forged, "--agent-sha256", sha, "--version", "3.0.0")
+    assert proc.returncode == 8 and "does not match its hash" in proc.stderr, proc.stderr
+    assert not (Path(env["CACHEWARM_BIN_DIR"]) / "cachewarm").exists()
+    script = SCRIPT.read_text()
+    assert "--no-index --require-hashes" in script and 'pip" install' in script
+
+
+def test_the_construct_refuses_a_bundle_without_a_complete_lock(tmp_path: Path) -> None:
+    from cachewarm_infra.wheelhouse import check_bundle
+
+    name, data = wheel("4.0.0")
+    for lock, problem in [
+        (None, "no requirements.txt"),
+        (b"cachewarm==4.0.0\n", "without a pinned version and sha256"),
+        (f"cachewarm==4.0.0 --hash=sha256:{'1' * 64}\n".encode(), "does not name exactly"),
+    ]:
+        path = tmp_path / "bundle.tar.gz"
+        members = {name: data} if lock is None else {name: data, "requirements.txt": lock}
+        path.write_bytes(tarball(members))
+        with pytest.raises(ValueError, match=problem):
+            check_bundle(path)
+    path.write_bytes(agent_bundle("4.0.0"))
+    check_bundle(path)

@@ -147,11 +147,16 @@ def test_ssm_documents_deployed_from_files(synth: Synth) -> None:
     files = sorted(documents_dir().glob("*.json"))
     assert len(docs) == len(files)
     contents = [d["Properties"]["Content"] for d in docs.values()]
+    fixed = synth.warmer.artifacts.parameter_defaults()
     for f in files:
         want = json.loads(f.read_text())
         got = [c for c in contents if c.get("description") == want.get("description")]
         assert got, f"{f.name} not deployed"
-        assert got[0]["mainSteps"] == want["mainSteps"]
+        if not fixed.keys() & want.get("parameters", {}).keys():
+            assert got[0]["mainSteps"] == want["mainSteps"]
+        # The artifacts and the version are written in at synth, their parameters gone.
+        assert not fixed.keys() & got[0].get("parameters", {}).keys(), f.name
+        assert not any("{{ " + n in json.dumps(got[0]["mainSteps"]) for n in fixed), f.name
     for d in docs.values():
         assert d["Properties"]["DocumentType"] == "Command"
         for name, spec in d["Properties"]["Content"].get("parameters", {}).items():
@@ -207,7 +212,11 @@ def test_artifacts_are_assets_the_agents_may_read(synth: Synth) -> None:
     manifest = json.loads((synth.outdir / "CacheWarmTest.assets.json").read_text())
     packaged = {f["source"]["path"] for f in manifest["files"].values()}
     assert any(p.endswith(".tar.gz") for p in packaged)
-    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent_policy] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     read = next(
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "ReadArtifacts"
     )
@@ -261,27 +270,36 @@ def test_populators_install_this_deployments_agent_at_boot(synth: Synth) -> None
     assert warmer.artifacts.agent_sha256 in user_data and warmer.artifacts.installer_sha256 in user_data
 
 
-def test_install_document_defaults_are_this_deployments_artifacts(synth: Synth) -> None:
+def test_install_document_runs_only_this_deployments_artifacts(synth: Synth) -> None:
+    """The script, bundle and dumper URLs and SHA-256s and the version are fixed at synth: the
+    document takes no parameter, so SendCommand on it cannot run another script."""
     [doc] = [
         d for k, d in synth.resources("AWS::SSM::Document").items() if k.startswith("CacheWarmerInstallAgent")
     ]
-    params = doc["Properties"]["Content"]["parameters"]
+    content = doc["Properties"]["Content"]
+    assert "parameters" not in content
+    steps = json.dumps(content["mainSteps"])
     a = synth.warmer.artifacts
-    assert params["agentBundleSha256"]["default"] == a.agent_sha256
-    assert params["dumperTarballSha256"]["default"] == a.dumper_sha256
-    assert params["installScriptSha256"]["default"] == a.installer_sha256
-    assert params["agentVersion"]["default"] == a.version == "0.1.0"
-    for name in ("agentBundleUrl", "dumperTarballUrl", "installScriptUrl"):
-        assert "Fn::Sub" in json.dumps(params[name]["default"]), name
+    for value in (a.agent_sha256, a.dumper_sha256, a.installer_sha256, f"'{a.version}'"):
+        assert value in steps, value
+    assert "{{" not in steps
+    assert "Fn::Sub" in steps or "Fn::Join" in steps  # the asset URLs, resolved by CloudFormation
 
 
-def test_populator_role_is_ssm_core_plus_agent_policy(synth: Synth) -> None:
+def test_populator_role_is_the_ssm_agent_channel_plus_agent_policy(synth: Synth) -> None:
+    """No AmazonSSMManagedInstanceCore (Parameter Store read on *): the SSM agent's Run Command
+    channel and the agent policy, nothing else."""
     roles = synth.resources("AWS::IAM::Role")
     [role] = [r for k, r in roles.items() if k.startswith("CacheWarmerPopulatorRole")]
     arns = role["Properties"]["ManagedPolicyArns"]
-    assert len(arns) == 2
-    assert "AmazonSSMManagedInstanceCore" in json.dumps(arns)
-    assert {"Ref": next(iter(synth.resources("AWS::IAM::ManagedPolicy")))} in arns
+    assert sorted(a["Ref"] for a in arns) == sorted(synth.resources("AWS::IAM::ManagedPolicy"))
+    assert "arn:" not in json.dumps(arns)  # no AWS-managed policy
+    [ssm_agent] = [p for k, p in synth.resources("AWS::IAM::ManagedPolicy").items() if "SsmAgent" in k]
+    actions = {
+        a for st in ssm_agent["Properties"]["PolicyDocument"]["Statement"] for a in _as_list(st["Action"])
+    }
+    assert {a.split(":")[0] for a in actions} == {"ssm", "ec2messages", "ssmmessages"}
+    assert {a for a in actions if a.startswith("ssm:")} == {"ssm:UpdateInstanceInformation"}
     assert "Policies" not in role["Properties"]
     # Nothing else is attached to the populator role.
     for pol in synth.resources("AWS::IAM::Policy").values():
@@ -311,6 +329,7 @@ def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
     """`Resource: "*"` only on actions IAM cannot scope (Describe/List, X-Ray, log delivery)."""
     allowed = re.compile(
         r"^(ec2:Describe\w+|autoscaling:Describe\w+|ssm:(Describe|List|Get)\w+|ssm:CancelCommand|"
+        r"ec2messages:\w+|ssmmessages:\w+|"
         r"xray:\w+|logs:(CreateLogDelivery|GetLogDelivery|UpdateLogDelivery|DeleteLogDelivery|ListLogDeliveries|"
         r"PutResourcePolicy|DescribeResourcePolicies|DescribeLogGroups))$"
     )
@@ -322,12 +341,25 @@ def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
 
 def test_ec2_mutations_are_tag_scoped(synth: Synth) -> None:
     s = _controller_statements(synth)
-    req = {"StringEquals": {"aws:RequestTag/cachewarm:managed": "true"}}
-    res = {"StringEquals": {"aws:ResourceTag/cachewarm:managed": "true"}}
+    stack_tag = synth.template["Resources"][next(k for k in synth.resources("AWS::Lambda::Function"))][
+        "Properties"
+    ]["Environment"]["Variables"]["STACK_TAG"]
+    req = {
+        "StringEquals": {
+            "aws:RequestTag/cachewarm:managed": "true",
+            "aws:RequestTag/cachewarm:stack": stack_tag,
+        }
+    }
+    res = {
+        "StringEquals": {
+            "aws:ResourceTag/cachewarm:managed": "true",
+            "aws:ResourceTag/cachewarm:stack": stack_tag,
+        }
+    }
     assert s["CreateTaggedVolumes"]["Action"] == "ec2:CreateVolume"
     assert s["CreateTaggedVolumes"]["Condition"] == req
     assert s["LaunchTaggedPopulators"]["Action"] == "ec2:RunInstances"
-    assert s["LaunchTaggedPopulators"]["Condition"] == req
+    assert s["LaunchTaggedPopulators"]["Condition"]["StringEquals"] == req["StringEquals"]
     assert s["DeleteOurVolumes"]["Condition"] == res
     assert s["TerminateOurPopulators"]["Condition"] == res
     assert s["AttachOurVolumes"]["Condition"] == res
@@ -338,7 +370,7 @@ def test_ec2_mutations_are_tag_scoped(synth: Synth) -> None:
     assert s["PassPopulatorRole"]["Condition"] == {
         "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}
     }
-    assert s["GrantKeyToEbs"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert s["GrantKeyToEbs"]["Condition"]["Bool"] == {"kms:GrantIsForAWSResource": "true"}
     # Every ec2 mutation the controller may do appears only in these statements.
     mutating = {"ec2:CreateVolume", "ec2:DeleteVolume", "ec2:TerminateInstances", "ec2:CreateTags"}
     for sid, st in s.items():
@@ -365,7 +397,15 @@ def test_send_command_only_our_documents_to_tagged_instances(synth: Synth) -> No
     assert "document/*" not in docs and "AWS-RunShellScript" not in json.dumps(synth.template)
     assert ":instance/" not in docs
     populators, replicas = st["CommandsToOurPopulators"], st["CommandsToReplicaNodes"]
-    assert populators["Condition"] == {"StringEquals": {"ssm:resourceTag/cachewarm:managed": "true"}}
+    stack_tag = next(iter(synth.resources("AWS::Lambda::Function").values()))["Properties"]["Environment"][
+        "Variables"
+    ]["STACK_TAG"]
+    assert populators["Condition"] == {
+        "StringEquals": {
+            "ssm:resourceTag/cachewarm:managed": "true",
+            "ssm:resourceTag/cachewarm:stack": stack_tag,
+        }
+    }
     assert replicas["Condition"] == {"Null": {"ssm:resourceTag/cachewarm:replica": "false"}}
     for sendable in (populators, replicas):
         assert sendable["Action"] == "ssm:SendCommand" and ":instance/" in json.dumps(sendable["Resource"])
@@ -381,7 +421,11 @@ def test_command_output_goes_to_a_log_group_of_the_stack(synth: Synth) -> None:
     [agent_logs] = [k for k in groups if k.startswith("CacheWarmerAgentOutputLogs")]
     for fn in fns.values():
         assert fn["Properties"]["Environment"]["Variables"]["AGENT_LOG_GROUP"] == {"Ref": agent_logs}
-    [agent_policy] = synth.resources("AWS::IAM::ManagedPolicy").values()
+    [agent_policy] = [
+        p
+        for k, p in synth.resources("AWS::IAM::ManagedPolicy").items()
+        if k.startswith("CacheWarmerAgentPolicy")
+    ]
     output = next(
         s for s in agent_policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == "CommandOutput"
     )
@@ -437,6 +481,9 @@ def test_every_resource_type_is_tested(synth: Synth) -> None:
         "AWS::CloudWatch::Dashboard",
         "AWS::EC2::LaunchTemplate",
         "AWS::EC2::SecurityGroup",
+        "AWS::EC2::SecurityGroupEgress",
+        "AWS::Events::EventBus",
+        "AWS::Events::EventBusPolicy",
         "AWS::Events::Rule",
         "AWS::IAM::InstanceProfile",
         "AWS::IAM::ManagedPolicy",
@@ -447,6 +494,8 @@ def test_every_resource_type_is_tested(synth: Synth) -> None:
         "AWS::Logs::LogGroup",
         "AWS::S3::Bucket",
         "AWS::S3::BucketPolicy",
+        "AWS::SNS::Topic",
+        "AWS::SNS::TopicPolicy",
         "AWS::SQS::Queue",
         "AWS::SQS::QueuePolicy",
         "AWS::SSM::Document",

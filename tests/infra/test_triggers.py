@@ -14,6 +14,9 @@ from tests.infra.support import REPO, Synth, _as_list, _definition, _invoke_stat
 
 # ---- triggers -----------------------------------------------------------------------------------
 
+ACCOUNT_REF = {"Ref": "AWS::AccountId"}
+EXAMPLE_ACCOUNT = "123456789012"
+
 
 def _rules(synth: Synth) -> dict[str, dict[str, Any]]:
     return synth.resources("AWS::Events::Rule")
@@ -40,7 +43,9 @@ def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
     # moto's EventBridge pattern matcher (its TestEventPattern API returns no result).
     from moto.events.models import EventPattern
 
-    return bool(EventPattern.load(json.dumps(pattern)).matches_event(event))
+    # The rules match this account only ({"Ref": "AWS::AccountId"}): the examples' account stands in.
+    text = json.dumps(pattern).replace(json.dumps(ACCOUNT_REF), json.dumps(EXAMPLE_ACCOUNT))
+    return bool(EventPattern.load(text).matches_event(event))
 
 
 def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
@@ -48,12 +53,16 @@ def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
     assert p["EventPattern"] == {
         "source": ["cachewarm"],
         "detail-type": ["Replica Deployed"],
+        "account": [{"Ref": "AWS::AccountId"}],
         "detail": {
             "warm_id": [{"exists": True}],
             "source": {"replica": [{"exists": True}]},
-            "destination": {"endpoints": [{"exists": True}]},
+            "destination": {"replica": [{"exists": True}]},
         },
     }
+    # On the stack's own bus, not the default one.
+    [bus] = synth.resources("AWS::Events::EventBus")
+    assert p["EventBusName"] == {"Ref": bus}
     [target] = p["Targets"]
     sm, _ = _machine(synth)
     assert target["Arn"] == {"Ref": sm}
@@ -61,7 +70,7 @@ def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
     assert target["InputTransformer"]["InputPathsMap"] == {
         "detail-warm_id": "$.detail.warm_id",
         "detail-source-replica": "$.detail.source.replica",
-        "detail-destination": "$.detail.destination",
+        "detail-destination-replica": "$.detail.destination.replica",
     }
 
 
@@ -71,18 +80,25 @@ def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
     event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
     p = _rule(synth, "CacheWarmerReplicaDeployedRule")
     assert _matches(p["EventPattern"], event)
+    assert not _matches(p["EventPattern"], {**event, "account": "999999999999"})
     for missing in ("warm_id", "source", "destination"):
         broken = {**event, "detail": {k: v for k, v in event["detail"].items() if k != missing}}
         assert not _matches(p["EventPattern"], broken), missing
-    no_endpoints = {**event, "detail": {**event["detail"], "destination": {"replica": "users-v2"}}}
-    assert not _matches(p["EventPattern"], no_endpoints)
-    rendered = render_transformer(p["Targets"][0], event, "lt-0123456789abcdef0")
-    assert rendered == {
-        "warm_id": "users-v2-20261122",
-        "source": {"replica": "users-v1"},
-        "destination": event["detail"]["destination"],
-        "populator": {"launch_template_id": "lt-0123456789abcdef0"},
+    no_replica = {**event, "detail": {**event["detail"], "destination": {"endpoints": ["203.0.113.7:11211"]}}}
+    assert not _matches(p["EventPattern"], no_replica)
+    # Endpoints in an event never reach the execution: the controller finds the replica's nodes.
+    with_endpoints = {
+        **event,
+        "detail": {**event["detail"], "destination": {"replica": "users-v2", "endpoints": ["203.0.113.7:1"]}},
     }
+    for sent in (event, with_endpoints):
+        rendered = render_transformer(p["Targets"][0], sent, "lt-0123456789abcdef0")
+        assert rendered == {
+            "warm_id": "users-v2-20261122",
+            "source": {"replica": "users-v1"},
+            "destination": {"replica": "users-v2"},
+            "populator": {"launch_template_id": "lt-0123456789abcdef0"},
+        }
     model = pytest.importorskip("cachewarm_controller.model")
     assert model.parse_input(rendered).warm_id == "users-v2-20261122"
 
@@ -90,13 +106,14 @@ def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
 def test_documented_console_input_is_valid() -> None:
     model = pytest.importorskip("cachewarm_controller.model")
     doc = json.loads((REPO / "infra" / "examples" / "start-input.json").read_text())
-    assert model.parse_input(doc).destination.endpoints[0] == "10.0.1.21:11211"
+    assert model.parse_input(doc).destination.replica == "users-v2"
 
 
 def test_documented_put_events_entry_is_the_event() -> None:
     [entry] = json.loads((REPO / "infra" / "examples" / "put-replica-deployed.json").read_text())
     event = json.loads((REPO / "infra" / "examples" / "replica-deployed-event.json").read_text())
     assert (entry["Source"], entry["DetailType"]) == (event["source"], event["detail-type"])
+    assert entry["EventBusName"] != "default"
     assert json.loads(entry["Detail"]) == event["detail"]
 
 
@@ -188,6 +205,7 @@ def test_stopped_warm_rule_pattern_and_target(synth: Synth) -> None:
     assert p["EventPattern"] == {
         "source": ["aws.states"],
         "detail-type": ["Step Functions Execution Status Change"],
+        "account": [ACCOUNT_REF],
         "detail": {"status": ["ABORTED", "TIMED_OUT", "FAILED"], "stateMachineArn": [{"Ref": sm}]},
     }
     [target] = p["Targets"]
@@ -213,6 +231,7 @@ def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str,
     )
     event = {
         "version": "0",
+        "account": EXAMPLE_ACCOUNT,
         "source": "aws.states",
         "detail-type": "Step Functions Execution Status Change",
         "detail": {"status": status, "stateMachineArn": arn, "input": '{"warm_id": "w-1"}'},
@@ -220,6 +239,33 @@ def test_stopped_warm_rule_matches_only_stopped_warms(synth: Synth, status: str,
     assert _matches(pattern, event) is matches
     other = {**event, "detail": {**event["detail"], "stateMachineArn": arn + "-other"}}
     assert not _matches(pattern, other)
+    assert not _matches(pattern, {**event, "account": "999999999999"})
+
+
+def test_warm_bus_refuses_other_accounts_and_names_its_starters(synth: Synth) -> None:
+    [policy] = synth.resources("AWS::Events::EventBusPolicy").values()
+    [bus] = synth.resources("AWS::Events::EventBus")
+    statement = policy["Properties"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Action"] == "events:PutEvents"
+    assert statement["Condition"] == {"StringNotEquals": {"aws:PrincipalAccount": ACCOUNT_REF}}
+    assert synth.template["Outputs"]["WarmEventBusName"]["Value"] == {"Ref": bus}
+
+
+def test_named_warm_starters_are_the_only_ones_the_bus_admits() -> None:
+    from aws_cdk import App, Stack
+    from cachewarm_infra.orchestration import build_event_bus
+
+    stack = Stack(App(), "Bus")
+    starter = "arn:aws:iam::123456789012:role/deploy-pipeline"
+    build_event_bus(stack, [starter])
+    policies = Template.from_stack(stack).find_resources("AWS::Events::EventBusPolicy")
+    by_sid = {
+        p["Properties"]["StatementId"].removeprefix("cdk-"): p["Properties"]["Statement"]
+        for p in policies.values()
+    }
+    assert by_sid["OnlyTheNamedStarters"]["Effect"] == "Deny"
+    assert by_sid["OnlyTheNamedStarters"]["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": [starter]}}
+    assert by_sid["TheNamedStarters"]["Principal"] == {"AWS": starter}
 
 
 def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:
@@ -236,8 +282,10 @@ def test_asg_example_rule(synth: Synth) -> None:
     assert rule["Properties"]["EventPattern"] == {
         "source": ["aws.autoscaling"],
         "detail-type": ["EC2 Instance Launch Successful"],
+        "account": [ACCOUNT_REF],
         "detail": {"AutoScalingGroupName": ["memcached-replica-b"]},
     }
+    assert not _matches(rule["Properties"]["EventPattern"], {**event, "account": "999999999999"})
 
 
 def test_asg_pattern_helper_renders() -> None:

@@ -80,7 +80,8 @@ MOUNTED_RW = (0, "/dev/nvme1n1 xfs rw,noatime\n")
 
 
 def where(role: str = "dump", node: str = "i-0123456789abcdef0") -> StatusLocation:
-    return StatusLocation(BUCKET, "warms", "warm-1", role, node)  # type: ignore[arg-type]
+    writer = f"arn:aws:ec2:us-east-1:123456789012:instance/{node}"
+    return StatusLocation(BUCKET, "warms", "warm-1", role, node, writer)  # type: ignore[arg-type]
 
 
 def read_status(s3: Any, loc: StatusLocation) -> dict[str, Any]:

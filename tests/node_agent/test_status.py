@@ -19,7 +19,10 @@ IDLE_PACE = {"items_per_s": 0, "limit_items_per_s": 0, "backing_off": False}
 
 def test_status_object_schema_and_attempts(s3: Any) -> None:
     loc = where()
-    assert loc.key == "warms/warm-1/dump/i-0123456789abcdef0.json"
+    # Keyed by the writing instance's ARN: IAM lets an agent write only keys ending in its own.
+    assert loc.key == (
+        "warms/warm-1/dump/i-0123456789abcdef0/arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0.json"
+    )
     pub = StatusPublisher(s3, loc, interval_s=3600, now_ms=lambda: 1_700_000_000_000)
     pub.start()
     body = read_status(s3, loc)

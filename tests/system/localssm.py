@@ -230,6 +230,10 @@ class LocalAgents:
             node = self.machine.at_ip(ip)
             mc = node.memcached if node else None
             p["source"] = mc.address if mc and port == str(NODE_PORT) else f"127.0.0.1:{REFUSED}"
+        if "to" in p:
+            # The destination nodes' private addresses (what the controller resolved from their tags)
+            # reach their stand-in memcacheds on this machine.
+            p["to"] = ",".join(self.machine.destination(e) for e in p["to"].split(","))
         if "device" in p:
             local = str(self.machine.device(p["device"]).directory)
             host.aliases[p["mount"]] = local
@@ -334,6 +338,15 @@ def agent_patches(monkeypatch: Any, machine: Machine) -> Any:
     from cachewarm.node_agent.volume import Volume
 
     monkeypatch.setattr(agent_cli, "_sigterm_raises", contextlib.nullcontext)
+    # Each agent writes its status objects under its own instance's ARN (what IMDS would give it).
+    from cachewarm.contract.status import instance_arn
+    from cachewarm.node_agent import identity
+
+    monkeypatch.setattr(
+        identity,
+        "this_instance_arn",
+        lambda *a, **k: instance_arn("us-east-1", "123456789012", machine.current.host.instance_id),
+    )
     # The agent builds its runner in the thread running its command: on that command's host.
     monkeypatch.setattr(
         agent_cli, "SubprocessRunner", lambda: LocalVolumeRunner(machine, machine.current.host)

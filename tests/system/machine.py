@@ -82,6 +82,7 @@ class Machine:
     attached: Callable[[str, str], bool] = lambda volume_id, instance_id: True
     hosts: dict[str, Host] = field(default_factory=dict)
     devices: dict[str, Device] = field(default_factory=dict)  # device path -> its record
+    destinations: dict[str, str] = field(default_factory=dict)  # "<private ip>:11211" -> local address
     lock: threading.Lock = field(default_factory=threading.Lock)
     current: threading.local = field(default_factory=threading.local)
 
@@ -97,6 +98,14 @@ class Machine:
         h = self.host(instance_id)
         h.memcached, h.private_ip = memcached, private_ip
         return h
+
+    def add_destination(self, private_ip: str, memcached: MemcachedServer) -> None:
+        """A destination node: `<private_ip>:11211` reaches `memcached` on this machine."""
+        self.destinations[f"{private_ip}:11211"] = memcached.address
+
+    def destination(self, endpoint: str) -> str:
+        """Where a destination endpoint the controller sent is reached here (unknown: refused)."""
+        return self.destinations.get(endpoint, "127.0.0.1:1")
 
     def at_ip(self, ip: str) -> Host | None:
         return next((h for h in self.hosts.values() if h.private_ip == ip), None)

@@ -79,6 +79,13 @@ def _run_system(
     # Distinct loopback addresses, so EVCache's node key (host/ip:11211) tells the nodes apart.
     dst = [memcached(memory_mb=64, host=f"127.0.0.{k + 1}") for k in range(dests)]
     machine = Machine(tmp_path / "machine", _volume_of, attached=lambda v, i: _attached(world, v, i))
+    # The destination replica: instances tagged with its name (the controller writes only to those),
+    # each reached at its stand-in memcached.
+    dst_replica = f"{replica}-dst"
+    dst_ids = world.add_source_nodes(dst_replica, dests)
+    for res in world.ec2.describe_instances(InstanceIds=dst_ids)["Reservations"]:
+        for inst in res["Instances"]:
+            machine.add_destination(inst["PrivateIpAddress"], dst[dst_ids.index(inst["InstanceId"])])
     for res in world.ec2.describe_instances(InstanceIds=ids)["Reservations"]:
         for inst in res["Instances"]:
             machine.add_source(inst["InstanceId"], inst["PrivateIpAddress"], src[inst["InstanceId"]])
@@ -100,7 +107,7 @@ def _run_system(
     assert len(expected) == sources * ITEMS_PER_SOURCE
     inp = world.make_input(
         source={"replica": replica},
-        destination={"replica": "main-b", "endpoints": [d.address for d in dst]},
+        destination={"replica": dst_replica},
         polling={
             "interval_seconds": 5,
             "stale_after_seconds": 120,

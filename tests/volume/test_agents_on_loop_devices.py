@@ -20,12 +20,21 @@ from tests.volume.conftest import BUCKET, REGION, LocalS3
 
 REPO = Path(__file__).resolve().parents[2]
 WARM, NODE = "warm-1", "i-0123456789abcdef0"
+# The dump agent runs on the source node, the populate agent on its populator: each writes its
+# status object under its own instance's ARN (what IMDS would give it).
+POPULATOR = "i-0fedcba9876543210"
+WRITER = {"dump": NODE, "populate": POPULATOR}
+
+
+def arn(instance_id: str) -> str:
+    return f"arn:aws:ec2:{REGION}:123456789012:instance/{instance_id}"
 
 
 def agent(role: str, *args: str, s3: LocalS3, dumper: Path) -> subprocess.Popen[str]:
     env = s3.env() | {
         "PYTHONPATH": os.pathsep.join([str(REPO / "agent"), os.environ.get("PYTHONPATH", "")]),
         "CACHEWARM_DUMP": str(dumper),
+        "CACHEWARM_INSTANCE_ARN": arn(WRITER[role]),
     }
     argv = [sys.executable, "-m", "cachewarm", "agent", role]
     argv += ["--warm-id", WARM, "--node-id", NODE, "--status-bucket", BUCKET, "--status-prefix", "warms"]
@@ -44,7 +53,7 @@ def finish(proc: subprocess.Popen[str], what: str) -> tuple[str, str]:
 
 
 def status(s3: LocalS3, role: str) -> dict[str, Any]:
-    key = f"warms/{WARM}/{role}/{NODE}.json"
+    key = f"warms/{WARM}/{role}/{NODE}/{arn(WRITER[role])}.json"
     return json.loads(s3.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
 
 

@@ -38,12 +38,19 @@ EBS_DEVICE = r"^/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol[0-9a-f]{8,17
 # Any block device: the agent's own flag (a loop device in tests, a renamed device by hand) — a
 # superset of EBS_DEVICE.
 DEVICE = r"^/dev/[A-Za-z0-9][A-Za-z0-9/_.-]{0,200}$"
-# The execution input's `mount_dir`; each warm mounts at `<mount_dir>/<warm_id>` (MOUNT).
-MOUNT_DIR_MAX = 200
-MOUNT_DIR = r"^/[A-Za-z0-9/_.-]{1,200}$"
-# 1 + MOUNT_DIR_MAX + 1 + WARM_ID_MAX = 250
-MOUNT_MAX = 250
-MOUNT = r"^/[A-Za-z0-9/_.-]{1,250}$"
+# The execution input's `mount_dir`; each warm mounts at `<mount_dir>/<warm_id>` (MOUNT). Both stay
+# under MOUNT_ROOT: the agents run as root and format + mount a new volume there, so a path the input
+# or a SendCommand names must never reach a system directory. No segment starts with `.` (no `..`).
+MOUNT_ROOT = "/mnt/cachewarm"
+# Path segments of at most 64 characters, at most 2 below the root for `mount_dir` (144 characters),
+# 3 for a mount point (+ the warm id: 209); no look-ahead (pydantic's regex engine has none).
+MOUNT_DIR_MAX = 144
+MOUNT_DIR = r"^/mnt/cachewarm(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,2}$"
+MOUNT_MAX = 209
+MOUNT = r"^/mnt/cachewarm(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,3}$"
+# The agent's own --mount flag (run by hand or in tests on loop devices): any absolute path, still no
+# `.`-led segment — a superset of MOUNT, as DEVICE is of EBS_DEVICE.
+AGENT_MOUNT = r"^(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){1,8}$"
 
 # ---- the status bucket ----------------------------------------------------------------------------
 STATUS_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"

@@ -1,19 +1,27 @@
 """The status object: what an agent reports about one node, and where it lives in S3.
 
-`s3://<status-bucket>/<status-prefix>/<warm-id>/<role>/<node-id>.json`, role `dump` | `populate`,
-node id = the source instance id for both roles. Written by the agents
-(`cachewarm.node_agent.status`), read by the controller (`cachewarm_controller.store`) and the
-operator CLI (`cachewarm status|watch`). Meaning of each field: docs/status-objects.md.
-The controller keeps its plan beside them at `<prefix>/<warm-id>/controller/plan.json`; the verify
-agent writes `<prefix>/<warm-id>/verify/<node-id>.json` (`VerifyResult`); the claim that makes one
-execution the owner of a warm id is `<prefix>/_claims/<warm-id>.json` (`_` is not allowed in a warm
-id, so no warm's prefix holds it; it outlives the warm's teardown so that a duplicate start of the
-same warm id ends as a duplicate until the bucket's lifecycle expires it).
+`s3://<status-bucket>/<status-prefix>/<warm-id>/<role>/<node-id>/<writer>.json`, role `dump` |
+`populate`, node id = the source instance id for both roles, writer = the ARN of the instance that
+wrote it (`arn:aws:ec2:<region>:<account>:instance/<id>`): each agent may write only objects that end
+in its own instance's ARN (IAM's `${ec2:SourceInstanceARN}`), and the controller reads a node's object
+only from the writer it expects (the node itself for `dump`, its populator for `populate` and
+`verify`). Written by the agents (`cachewarm.node_agent.status`), read by the controller
+(`cachewarm_controller.store`) and the operator CLI (`cachewarm status|watch`). Meaning of each
+field: docs/status-objects.md. The verify agent writes `<prefix>/<warm-id>/verify/<node-id>/<writer>.json`
+(`VerifyResult`).
+
+The controller's own state lives apart, under `_controller/<prefix>/` (no status prefix starts with
+`_`, so no agent grant reaches it; the bucket policy lets only the controller write there): its plan,
+survey and teardown memory at `_controller/<prefix>/<warm-id>/`, and the claim that makes one
+execution the owner of a warm id at `_controller/<prefix>/_claims/<warm-id>.json` (`_` is not allowed
+in a warm id; the claim outlives the warm's teardown so that a duplicate start of the same warm id
+ends as a duplicate until the bucket's lifecycle expires it).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
@@ -116,8 +124,32 @@ class NodeStatus:
 # ---- the S3 layout ------------------------------------------------------------------------------
 
 
+# The controller's state, apart from everything an agent may write (see the module's docstring).
+CONTROLLER_ROOT = "_controller"
+_INSTANCE_ARN = re.compile(r"^arn:aws[a-z-]*:ec2:[a-z0-9-]{1,30}:[0-9]{12}:instance/(i-[0-9a-f]{8,17})$")
+
+
+def partition_of(region: str) -> str:
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def instance_arn(region: str, account: str, instance_id: str) -> str:
+    """The ARN IAM puts in `ec2:SourceInstanceARN` for requests signed with that instance's role."""
+    return f"arn:{partition_of(region)}:ec2:{region}:{account}:instance/{instance_id}"
+
+
+def writer_instance_id(arn: str) -> str | None:
+    """The instance id of a writer ARN; None for anything that is no EC2 instance ARN."""
+    m = _INSTANCE_ARN.match(arn)
+    return m.group(1) if m else None
+
+
 def warm_prefix(prefix: str, warm_id: str) -> str:
-    """Everything of one warm (teardown deletes it): `<prefix>/<warm-id>/`."""
+    """Everything the agents write for one warm (teardown deletes it): `<prefix>/<warm-id>/`."""
     return f"{prefix.strip('/')}/{warm_id}/"
 
 
@@ -125,22 +157,42 @@ def role_prefix(prefix: str, warm_id: str, role: Role) -> str:
     return f"{warm_prefix(prefix, warm_id)}{role}/"
 
 
-def status_key(prefix: str, warm_id: str, role: Role, node_id: str) -> str:
-    return f"{role_prefix(prefix, warm_id, role)}{node_id}.json"
+def status_key(prefix: str, warm_id: str, role: Role, node_id: str, writer: str) -> str:
+    """`writer`: the writing instance's ARN (`instance_arn`)."""
+    return f"{role_prefix(prefix, warm_id, role)}{node_id}/{writer}.json"
+
+
+def verify_root(prefix: str, warm_id: str) -> str:
+    return f"{warm_prefix(prefix, warm_id)}verify/"
+
+
+def verify_key(prefix: str, warm_id: str, node_id: str, writer: str) -> str:
+    """The verify agent's result for one source node, written by the populator (ARN `writer`)."""
+    return f"{verify_root(prefix, warm_id)}{node_id}/{writer}.json"
+
+
+def parse_agent_key(key: str, under: str) -> tuple[str, str] | None:
+    """(node id, writer's instance id) of an agent's object listed under `under` (a role prefix or
+    `verify/`), None when the key is not `<under><node-id>/<instance ARN>.json`."""
+    if not key.startswith(under) or not key.endswith(".json"):
+        return None
+    node_id, _, arn = key[len(under) : -len(".json")].partition("/")
+    writer = writer_instance_id(arn)
+    return (node_id, writer) if node_id and writer else None
+
+
+def controller_prefix(prefix: str, warm_id: str) -> str:
+    """The controller's state of one warm (teardown deletes it): `_controller/<prefix>/<warm-id>/`."""
+    return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/{warm_id}/"
 
 
 def plan_key(prefix: str, warm_id: str) -> str:
-    return f"{warm_prefix(prefix, warm_id)}controller/plan.json"
-
-
-def verify_key(prefix: str, warm_id: str, node_id: str) -> str:
-    """The verify agent's result for one source node."""
-    return f"{warm_prefix(prefix, warm_id)}verify/{node_id}.json"
+    return f"{controller_prefix(prefix, warm_id)}plan.json"
 
 
 def claim_key(prefix: str, warm_id: str) -> str:
     """The warm id's claim (written once, with S3's If-None-Match: *)."""
-    return f"{prefix.strip('/')}/_claims/{warm_id}.json"
+    return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/_claims/{warm_id}.json"
 
 
 @dataclass(frozen=True)
@@ -208,7 +260,9 @@ class StatusLocation:
     warm_id: str
     role: Role
     node_id: str
+    # The writing instance's ARN (`instance_arn`): IAM lets an agent write only objects ending in it.
+    writer: str
 
     @property
     def key(self) -> str:
-        return status_key(self.prefix, self.warm_id, self.role, self.node_id)
+        return status_key(self.prefix, self.warm_id, self.role, self.node_id, self.writer)

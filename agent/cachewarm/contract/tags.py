@@ -9,6 +9,9 @@ WARM_ID = "cachewarm:warm-id"
 # own resources, even when another execution was started for the same warm id.
 EXECUTION = "cachewarm:execution"
 NODE = "cachewarm:node"
+# Which deployment of the stack created the resource: two stacks in one account share every other tag,
+# so the controller's IAM conditions also name this one (its value: the Lambdas' STACK_TAG).
+STACK = "cachewarm:stack"
 ROLE = "cachewarm:role"
 # How a replica's nodes are found when the input names a replica (statemachine/README.md). Also the
 # tag the controller's IAM requires on a source node before it may send it a command
@@ -23,13 +26,18 @@ STATUS_BUCKET = "cachewarm:status-bucket"
 STATUS_PREFIX = "cachewarm:status-prefix"
 
 
-def resource_tags(warm_id: str, node_id: str, role: str, execution_arn: str) -> list[dict[str, str]]:
+def resource_tags(
+    warm_id: str, node_id: str, role: str, execution_arn: str, stack: str | None = None
+) -> list[dict[str, str]]:
     """The tags every resource the controller creates carries (teardown finds them by warm id and
-    execution)."""
-    return [
+    execution; IAM lets the controller create and touch only what carries its `stack` tag)."""
+    out = [
         {"Key": WARM_ID, "Value": warm_id},
         {"Key": EXECUTION, "Value": execution_arn},
         {"Key": NODE, "Value": node_id},
         {"Key": MANAGED, "Value": "true"},
         {"Key": ROLE, "Value": role},
     ]
+    if stack:
+        out.append({"Key": STACK, "Value": stack})
+    return out

@@ -152,7 +152,11 @@ class AgentFlags:
             import boto3
 
             s3 = boto3.client("s3", region_name=self.region)
-            where = StatusLocation(self.status_bucket, self.status_prefix, self.warm_id, role, self.node_id)
+            from cachewarm.node_agent.identity import this_instance_arn
+
+            where = StatusLocation(
+                self.status_bucket, self.status_prefix, self.warm_id, role, self.node_id, this_instance_arn()
+            )
             return StatusPublisher(s3, where, interval_s=self.heartbeat_seconds, log=_log)
 
         return make
@@ -200,7 +204,7 @@ _AGENT_FLAGS = [
     click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
     # DEVICE, not EBS_DEVICE: a loop device in tests or a device renamed by hand is fine here.
     click.option("--device", required=True, type=Matching(inputs.DEVICE), help="Block device of the volume."),
-    click.option("--mount", required=True, type=Matching(inputs.MOUNT), help="Mount point."),
+    click.option("--mount", required=True, type=Matching(inputs.AGENT_MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
     STATUS_PREFIX_OPTION,
     HEARTBEAT_OPTION,
@@ -669,7 +673,8 @@ def verify_cmd(
     placement: str,
 ) -> None:
     """Compare a sample of one source node's keys with the destination (`cachewarm verify --sample`)
-    and write the result to `<prefix>/<warm-id>/verify/<node-id>.json`; the controller judges it.
+    and write the result to `<prefix>/<warm-id>/verify/<node-id>/<this instance's ARN>.json`; the
+    controller judges it.
     Exit 0 once the result is written (whatever it says), 4 if the status bucket is not writable.
 
     \b
@@ -682,10 +687,17 @@ def verify_cmd(
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from cachewarm.node_agent.identity import this_instance_arn
+
+    try:
+        writer = this_instance_arn()
+    except AgentError as e:
+        _log(str(e))
+        sys.exit(int(e.code))
     result = run_verify(
         warm_id, node_id, source, to, sample, ttl_tolerance, lambda: int(time.time() * 1000), placement
     )
-    key = verify_key(status_prefix, warm_id, node_id)
+    key = verify_key(status_prefix, warm_id, node_id, writer)
     try:
         boto3.client("s3", region_name=region).put_object(
             Bucket=status_bucket, Key=key, Body=result.to_json().encode(), ContentType="application/json"

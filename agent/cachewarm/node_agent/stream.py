@@ -120,7 +120,9 @@ def publisher_factory(
     def make() -> StatusPublisher:
         import boto3
 
-        where = StatusLocation(bucket, prefix, warm_id, ROLE, node_id)
+        from cachewarm.node_agent.identity import this_instance_arn
+
+        where = StatusLocation(bucket, prefix, warm_id, ROLE, node_id, this_instance_arn())
         return StatusPublisher(boto3.client("s3", region_name=region), where, interval_s=interval_s, log=log)
 
     return make

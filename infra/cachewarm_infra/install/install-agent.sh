@@ -13,7 +13,8 @@
 # CACHEWARM_PYTHON (default: the first of python3.12, python3.11, python3 that is >= 3.11),
 # CACHEWARM_AWS (default: aws). The artifacts are fetched with `aws s3 cp` (AWS_ENDPOINT_URL works).
 # Exit: 0 installed (or already), 2 usage, 3 no suitable Python, 4 checksum mismatch, 5 the installed
-# agent does not report the expected version, 6 download failed.
+# agent does not report the expected version, 6 download failed, 7 the bundle has no hashed lock,
+# 8 a wheel is missing or differs from its locked hash (nothing is ever fetched from a package index).
 set -euo pipefail
 
 ROOT=${CACHEWARM_ROOT:-/opt/cachewarm}
@@ -74,11 +75,15 @@ else
   mkdir -p "$ROOT/wheels.new"
   tar -xzf "$WORK/agent.tar.gz" -C "$ROOT/wheels.new"
   "$PY" -m venv "$VENV"
-  # A wheelhouse bundle (DIST_WHEELHOUSE=1 make dist) carries every dependency: no index needed.
-  INDEX=()
-  [ -f "$ROOT/wheels.new/requirements.txt" ] && INDEX=(--no-index)
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "${INDEX[@]}" \
-    --find-links "$ROOT/wheels.new" "cachewarm==$VERSION"
+  # The bundle is a wheelhouse (make dist): every wheel, locked by requirements.txt with its SHA-256.
+  # No package index is ever asked (a production node must not install what a public index serves);
+  # a wheel that is missing or differs from its hash fails the install.
+  LOCK="$ROOT/wheels.new/requirements.txt"
+  grep -q -- '--hash=sha256:' "$LOCK" 2>/dev/null \
+    || die 7 "the agent bundle carries no hashed requirements.txt (build it with make dist)"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check --no-index --require-hashes --only-binary=:all: \
+    --find-links "$ROOT/wheels.new" -r "$LOCK" \
+    || die 8 "pip refused the bundle: a wheel is missing or does not match its hash in requirements.txt"
   got=$("$VENV/bin/cachewarm" --version 2>/dev/null | awk '{print $NF}')
   [ "$got" = "$VERSION" ] || die 5 "the installed agent reports version '${got:-none}', expected $VERSION"
   rm -rf "$ROOT/wheels" && mv "$ROOT/wheels.new" "$ROOT/wheels"

@@ -39,6 +39,15 @@ class Settings:
     kms_key_id: str | None = None
     # Deploy-time default populator subnets (parameter SubnetIds); the input's per-AZ choice wins.
     populator_subnet_ids: tuple[str, ...] = ()
+    # The stack's VPC: sources and destinations are found only among its instances (None: any VPC
+    # of the account; the stack always sets it, VPC_ID).
+    vpc_id: str | None = None
+    # This stack's cachewarm:stack tag value (STACK_TAG): on everything the controller creates; its IAM
+    # lets it create, attach, terminate and command only what carries it.
+    stack_tag: str | None = None
+    # This stack's populator launch template (POPULATOR_LAUNCH_TEMPLATE_ID): the only one its IAM may
+    # launch from, so an input naming another is refused at ValidateInput.
+    launch_template_id: str | None = None
 
 
 @dataclass

@@ -30,6 +30,7 @@ from cachewarm_controller.model import (
 from cachewarm_controller.steps.common import Deps, Warm, pass_result
 from cachewarm_controller.steps.inventory import (
     candidate_sources,
+    checked_endpoints,
     describe_instances,
     destination_endpoints,
     destination_pending,
@@ -40,7 +41,9 @@ from cachewarm_controller.steps.inventory import (
 
 def validate(raw: object, deps: Deps) -> WarmInput:
     """Reject bad input before anything exists, naming the field. An input without `warm_id` whose
-    destination is an Auto Scaling group (the launch trigger's) gets one derived from the group."""
+    destination is an Auto Scaling group (the launch trigger's) gets one derived from the group.
+    Given destination endpoints must each be a node of the destination replica in this account and
+    the stack's VPC (`checked_endpoints`): a free-form address is refused here."""
     if isinstance(raw, dict) and "warm_id" not in raw:
         asg = (
             (raw.get("destination") or {}).get("asg_name")
@@ -56,6 +59,21 @@ def validate(raw: object, deps: Deps) -> WarmInput:
     problem = history_problem(inp)
     if problem:
         raise InvalidInputError(f"invalid input: {problem}")
+    ours = deps.settings.launch_template_id
+    if ours and inp.populator.launch_template_id != ours:
+        given = inp.populator.launch_template_id or f"name {inp.populator.launch_template_name!r}"
+        raise InvalidInputError(
+            f"populator.launch_template_id: {given} is not this stack's populator template ({ours}); "
+            "populators launch only from it"
+        )
+    key = deps.settings.kms_key_id
+    if key and inp.volume.kms_key_id and inp.volume.kms_key_id != key:
+        raise InvalidInputError(
+            f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
+            "holding a replica's data are encrypted with the stack's key only"
+        )
+    if inp.destination.endpoints:
+        checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
 
 
@@ -93,7 +111,7 @@ def survey(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     inp = warm.inp
     found = deps.s3.load_survey(warm.prefix, warm.warm_id)
     if found is None:
-        candidates = candidate_sources(inp, deps.ec2)
+        candidates = candidate_sources(inp, deps.ec2, deps.settings.vpc_id)
         supplied = inp.source.node_stats or {}
         ask = [n for nodes in candidates.values() for n in nodes if n["InstanceId"] not in supplied]
         _require_replica_tag(ask, "source candidates")
@@ -213,7 +231,7 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
     _check_launch_template(inp, deps.ec2)
     subnets = _populator_subnets(inp, deps)
-    endpoints = destination_endpoints(inp, deps.ec2, set(ids))
+    endpoints = destination_endpoints(inp, deps.ec2, set(ids), deps.settings.vpc_id)
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
         az = n["Placement"]["AvailabilityZone"]

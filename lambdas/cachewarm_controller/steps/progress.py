@@ -113,12 +113,13 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
     plan = load_plan(warm, deps)
     now = deps.now_ms()
     changed = reconcile(warm, deps, plan, ROLES)
-    statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
+    writers = plan.status_writers()
+    statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id, writers)
     commands = deps.agents.command_states(_lookups(warm, plan.nodes, statuses, now))
     if any(s == "Success" or s in FAILED_COMMAND_STATES for s in commands.values()):
         # An agent writes its final status before its command ends: one that ended after the read
         # above has it written now (unread, it looks like "exited without a done status").
-        statuses = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id)
+        statuses = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id, writers)
     stale_ms = inp.polling.stale_after_seconds * 1000
     stalled_ms = inp.polling.stalled_after_seconds * 1000
     revive: list[tuple[NodePlan, CommandRole, str]] = []

@@ -63,7 +63,9 @@ def create_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, A
             "TagSpecifications": [
                 {
                     "ResourceType": "volume",
-                    "Tags": tags.resource_tags(warm.warm_id, row.node_id, "volume", warm.execution_arn),
+                    "Tags": tags.resource_tags(
+                        warm.warm_id, row.node_id, "volume", warm.execution_arn, deps.settings.stack_tag
+                    ),
                 }
             ],
         }
@@ -115,7 +117,9 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
     for row in [r for r in plan.nodes if r.populator_id is None][:POPULATORS_PER_PASS]:
         if deps.deadline.running_out():
             break
-        node_tags = tags.resource_tags(warm.warm_id, row.node_id, "populator", warm.execution_arn)
+        node_tags = tags.resource_tags(
+            warm.warm_id, row.node_id, "populator", warm.execution_arn, deps.settings.stack_tag
+        )
         pacer.wait()
         resp = deps.ec2.run_instances(
             LaunchTemplate=template,

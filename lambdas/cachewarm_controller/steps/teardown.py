@@ -87,7 +87,7 @@ def _owner_plan(target: TeardownTarget, deps: Deps) -> tuple[bool, WarmPlan | No
 
 def _cancel_agents(plan: WarmPlan, target: TeardownTarget, deps: Deps, calls: _Calls) -> bool:
     """Cancel every agent command of the plan not known to have finished; True when none is left."""
-    statuses = deps.status_reader().read_statuses(target.status_prefix, plan.warm_id)
+    statuses = deps.status_reader().read_statuses(target.status_prefix, plan.warm_id, plan.status_writers())
     changed = False
     left = False
     for row in plan.nodes:

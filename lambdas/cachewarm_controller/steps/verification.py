@@ -32,7 +32,7 @@ def sample_nodes(warm: Warm, plan: WarmPlan) -> list[NodePlan]:
 def _count_problems(warm: Warm, plan: WarmPlan, sample: list[NodePlan], deps: Deps) -> list[str]:
     """The agents' own accounts: every populate done; on the sample, populate consumed every file
     (and item) the dump published, with no error."""
-    statuses = deps.status_reader().read_statuses(warm.prefix, warm.warm_id)
+    statuses = deps.status_reader().read_statuses(warm.prefix, warm.warm_id, plan.status_writers())
     problems: list[str] = []
     for row in plan.nodes:
         pop = statuses.get(("populate", row.node_id))
@@ -94,7 +94,7 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
         deps.s3.save_plan(warm.prefix, plan)
     todo = [(r, "verify") for r in sample if r.verify.command_id is None]
     sent = send_roles(warm, deps, plan, todo[:COMMANDS_PER_PASS]) if todo else 0  # type: ignore[arg-type]
-    results = deps.s3.read_verify(warm.prefix, warm.warm_id, [r.node_id for r in sample])
+    results = deps.s3.read_verify(warm.prefix, warm.warm_id, plan.verify_writers([r.node_id for r in sample]))
     waiting = [r for r in sample if r.node_id not in results]
     ask = [str(r.verify.command_id) for r in waiting if r.verify.command_id][:COMMAND_LOOKUPS_PER_POLL]
     commands = deps.agents.command_states(ask) if ask and not sent else {}
@@ -102,7 +102,9 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     if ended:
         # The agent writes its result before its command ends: one that ended after the read above
         # has it written now (unread, it looks like "ended without a result").
-        results.update(deps.s3.read_verify(warm.prefix, warm.warm_id, [r.node_id for r in ended]))
+        results.update(
+            deps.s3.read_verify(warm.prefix, warm.warm_id, plan.verify_writers([r.node_id for r in ended]))
+        )
         waiting = [r for r in sample if r.node_id not in results]
     for row in waiting:
         status = commands.get(str(row.verify.command_id))
