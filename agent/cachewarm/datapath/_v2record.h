@@ -21,6 +21,9 @@
 /* Pieces other than file ranges (see _v2plan.c). */
 #define V2_PIECE_MN (-1)
 #define V2_PIECE_S (-2)
+/* (V2_PIECE_LINE - k, n): n bytes of the plan's generated lines from offset k (add mode: the text
+ * `add` line sent in place of a meta record's line). */
+#define V2_PIECE_LINE (-3)
 
 static inline uint32_t v2_le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -62,7 +65,9 @@ typedef struct {
   long long expiry;  /* T: 0 = never, else absolute */
   Py_ssize_t mode_at; /* meta records: offset of the E of ME */
   Py_ssize_t next;    /* the next record's offset */
+  Py_ssize_t value_at; /* meta records: the value's first byte */
   int binary;
+  int b64; /* meta records: the key is base64 on the line (` b`) */
 } V2Record;
 
 static inline int v2_plain(const unsigned char *k, size_t n) {
@@ -160,6 +165,8 @@ static int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Re
     r->next = pos + V2_BINARY_HEAD + (Py_ssize_t)body - 8;
     r->mode_at = -1;
     r->binary = 1;
+    r->b64 = 0;
+    r->value_at = pos + V2_BINARY_HEAD + (Py_ssize_t)klen;
     return 0;
   }
   if (p[pos] != 'm') V2_BAD("neither a meta set nor a binary record");
@@ -203,6 +210,8 @@ static int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Re
   r->mode_at = o_at - 5;
   r->next = vstart + (Py_ssize_t)vlen + 2;
   r->binary = 0;
+  r->b64 = b64;
+  r->value_at = vstart;
   return 0;
 }
 #endif

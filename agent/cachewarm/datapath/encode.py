@@ -1,8 +1,15 @@
-"""Data-file records -> pipelined quiet meta sets (`ms <key> <len> [b] T<expiry> F<flags> ME|MS q`).
+"""Data-file records -> pipelined writes: in set mode quiet meta sets (`ms <key> <len> [b] T<expiry>
+F<flags> MS q`), in add mode text adds (`add <key> <flags> <expiry> <len>`).
 
 The one place that knows how an item travels to memcached:
-- keys: plain text, or base64 with the `b` flag, or, when even that is too long for a meta command,
-  the binary protocol (`binproto.py`);
+- add mode never sends `ms`: when memcached cannot allocate the new item (`SERVER_ERROR out of
+  memory`), `ms` unlinks the key's existing item — in add mode (`ME`) too, so a live value would be
+  lost — while the classic text `add` and binary ADDQ leave it (memcached's proto_text.c /
+  proto_parser.c, 1.6.18 .. 1.6.45; measured). `add` answers every item (`STORED`, `NOT_STORED`, an
+  error), in order: the sender names each reply's record by counting (`order`);
+- keys: plain text; in set mode base64 with the `b` flag, or, when even that is too long for a meta
+  command, the binary protocol (`binproto.py`); in add mode every non-plain key goes by the binary
+  protocol (ADDQ: no text form);
 - expiry: always an absolute unix time, EXPIRY_MARGIN before the record's (memcached reads a T above
   30 days as one), so however long an item waits before it is sent it never outlives the source's;
 - size: an item a destination cannot hold (memcached's own rule, `ItemLimit`) is never sent, because
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import re
+import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -60,8 +68,11 @@ ITEM_CAS = 8
 # No limit (tests and tools that do not know the destination).
 UNLIMITED = (1 << 62) - 1
 
+_ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
 _PLAIN_KEY = re.compile(b"[\\x%02x-\\x%02x]{1,%d}" % (*PLAIN_KEY_BYTES, MAX_WIRE_KEY))
 _TAIL = {"add": b" ME q", "set": b" MS q"}
+# A text add: key, flags, expiry, value length.
+_ADD = b"%badd %b %d %d %d\r\n"
 
 
 def configure_speedups() -> None:
@@ -183,14 +194,16 @@ class EncodeStats:
         self.long_keys = [[] for _ in range(self.nodes)]
 
 
-# (node index, payload: one buffer or pieces for scatter-gather I/O, item count)
-Batch = tuple[int, bytes | list[bytes | memoryview], int]
+# (node index, payload: one buffer or pieces for scatter-gather I/O, item count, add mode: the record
+# offset of each item in send order (MetaConnection.send_batch's `order`), set mode: None)
+Batch = tuple[int, bytes | list[bytes | memoryview], int, list[int] | None]
 
 
 def encode_sets(
     verdict: df.Verdict, params: EncodeParams, job: FileJob, ring: KetamaRing | None, stats: EncodeStats
-) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
-    """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
+) -> Iterator[tuple[int, list[bytes | memoryview], int, list[int] | None]]:
+    """Yield (node index, `ms ... q` / `add` batch as pieces (values are views into the file), item
+    count, add mode: each item's record offset),
     running the format's record checks (section 3, check 4) on the way; raises df.CorruptRecord
     naming the bad record. Expired, oversize and long-key items are not in the batches but in
     `stats`. The caller decides whether to send before the generator is exhausted."""
@@ -201,6 +214,8 @@ def encode_sets(
     n_nodes = len(params.nodes)
     batch_items, batch_bytes = params.batch_items, params.batch_bytes
     parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
+    add = params.mode == "add"
+    orders: list[list[int]] = [[] for _ in range(n_nodes)]
     counts = [0] * n_nodes
     sizes = [0] * n_nodes
     budgets, only, tagged = job.budgets, job.only_nodes, job.tagged
@@ -244,7 +259,13 @@ def encode_sets(
         # Two pieces per item: the command line carries the previous value's \r\n in front of it
         # (fewer list appends and iovecs; measured ~15% less encoding time than three pieces).
         sep = b"\r\n" if p else b""
-        if plain(key):
+        if add:
+            if not plain(key):  # no text form: ADDQ
+                stats.long_keys[idx].append(kstart - fixed)
+                continue
+            line = _ADD % (sep, key, flags, ttl, vlen)
+            orders[idx].append(kstart - fixed)
+        elif plain(key):
             line = (
                 fmt_plain % (sep, key, vlen, ttl, flags, kstart - fixed)
                 if tagged
@@ -266,20 +287,21 @@ def encode_sets(
         sizes[idx] += vlen
         if counts[idx] >= batch_items or sizes[idx] >= batch_bytes:
             p.append(b"\r\n")
-            yield idx, p, counts[idx]
+            yield idx, p, counts[idx], (orders[idx] if add else None)
             parts[idx] = []
+            orders[idx] = []
             counts[idx] = sizes[idx] = 0
     stats.records += nrec
     df.check_record_count(verdict.header, verdict.trailer, nrec)
     for i in range(n_nodes):
         if counts[i]:
             parts[i].append(b"\r\n")
-            yield i, parts[i], counts[i]
+            yield i, parts[i], counts[i], (orders[i] if add else None)
 
 
 def encode_sets_c(
     verdict: df.Verdict, params: EncodeParams, job: FileJob, stats: EncodeStats
-) -> list[tuple[int, bytes, int]]:
+) -> list[tuple[int, bytes, int, list[int] | None]]:
     """`encode_sets` for one destination, in C: the same bytes (values copied into each batch, which
     for small items is cheaper than a scatter-gather piece per value), the same checks, the same
     records in `stats`."""
@@ -304,7 +326,8 @@ def encode_sets_c(
     stats.long_keys[0] += long_keys
     stats.oversize[0] += oversize
     df.check_record_count(verdict.header, verdict.trailer, nrec)
-    return [(0, b, n) for b, n in batches]
+    add = params.mode == "add"
+    return [(0, b, n, [o for (o,) in _ORDER.iter_unpack(order)] if add else None) for b, n, order in batches]
 
 
 def encode_file(

@@ -132,6 +132,8 @@ def _account(
         t, share = totals[i], shares[i]
         if t.errors and first_error is None:
             first_error = f"{addr} answered {t.first_error!r}"
+            if t.first_error_at >= 0:
+                first_error += f" to the add of key {df.record_at(data, t.first_error_at, version).key!r}"
         exists, b_errors, b_first = ([], 0, None)
         if share.long_keys and not t.errors:
             exists, b_errors, b_first = _write_binary(
@@ -193,9 +195,9 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     try:
         limiter = RateLimiter(params.items_per_second, params.bytes_per_second)
         try:
-            for idx, payload, count in batches:
+            for idx, payload, count, order in batches:
                 c = conns[idx]
-                c.send_batch(payload, count)
+                c.send_batch(payload, count, order)
                 if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
                     break  # deletes its key's live value); the file fails below
                 limiter.take(count, len(payload))
