@@ -111,7 +111,8 @@ def test_c_and_python_plan_alike(set_mode: bool, batch_items: int, batch_bytes: 
         assert n.lines == n.order == b""
     else:
         body = b"".join(
-            b"add %b %d %d %d\r\n" % (s.key, s.flags, v2.expiry_to_send(s.exptime), s.value_end - s.value_start)
+            b"add %b %d %d %d\r\n"
+            % (s.key, s.flags, v2.expiry_to_send(s.exptime), s.value_end - s.value_start)
             + data[s.value_start : s.end]
             for s in sent
         )

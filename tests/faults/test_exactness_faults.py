@@ -1,0 +1,152 @@
+"""Issue 21: what the suite never varied. A destination that runs out of memory while live values sit
+under the keys being written (memcached's `ms` unlinks the key when it cannot allocate the new item,
+in add mode too; the populator and the stream send `add` / ADDQ, which leave it): every live value
+survives and the run fails loudly, naming the error and a key. Files (data format v1 and v2) and the
+stream, on every release of the matrix."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from cachewarm.datapath.format import Record
+from cachewarm.datapath.populate import PopulateError, populate
+from cachewarm.datapath.writer import DirWriter
+from cachewarm.testing.memcached import MemcachedServer
+from cachewarm.testing.populating import config
+
+from tests.faults.harness import CLI, fetch_all, trials
+
+# Live values are small (one slab class); the dump's values are BIG (another class, left with no
+# free chunk): every store of a dumped item fails to allocate.
+BIG = 5000
+LIVE = 300
+
+
+def _talk(s: socket.socket, req: bytes, replies: int) -> list[bytes]:
+    buf = b""
+    while buf.count(b"\r\n") < replies:
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("memcached closed the connection")
+        buf += chunk
+    return buf.split(b"\r\n")[:replies]
+
+
+def full_destination(memcached, live: dict[bytes, bytes]) -> MemcachedServer:
+    """A memcached with evictions off (-M), the live values stored, then every slab class a value of
+    ours could use filled until it answers `SERVER_ERROR out of memory`. No slab automove: nothing
+    the server does on its own frees or moves memory while the test runs."""
+    dst: MemcachedServer = memcached(memory_mb=2, extra_args=["-M", "-o", "slab_automove=0"])
+    with socket.create_connection((dst.host, dst.port), timeout=30) as s:
+        req = b"".join(b"set %b 0 0 %d\r\n%b\r\n" % (k, len(v), v) for k, v in live.items())
+        s.sendall(req)
+        assert set(_talk(s, req, len(live))) == {b"STORED"}
+        n = 0
+        for size in (len(next(iter(live.values()))), BIG):
+            while True:
+                batch = b"".join(
+                    b"set fill:%d 0 0 %d\r\n%b\r\n" % (n + i, size, b"f" * size) for i in range(100)
+                )
+                s.sendall(batch)
+                n += 100
+                got = _talk(s, batch, 100)
+                if any(g.startswith(b"SERVER_ERROR out of memory") for g in got):
+                    break
+    return dst
+
+
+def live_values() -> dict[bytes, bytes]:
+    return {b"oom:%d" % i: b"live-%d" % i for i in range(LIVE)}
+
+
+def dumped(version: int, path: Path) -> list[Record]:
+    """A dump writing every live key (BIG values, add mode) and as many new keys."""
+    far = int(time.time()) + 3600
+    recs = [Record(b"oom:%d" % i, i, -1 if i % 2 else far, b"%d-" % i + b"d" * BIG) for i in range(2 * LIVE)]
+    w = DirWriter(path, node="src", version=version)
+    for f in range(4):
+        w.write(f, 0, recs[f::4])
+    w.done()
+    return recs
+
+
+def audit_live(dst: MemcachedServer, live: dict[bytes, bytes], tally, trial: int) -> None:
+    got = fetch_all(dst, live)
+    for k, v in live.items():
+        it = got.get(k)
+        if it is None or it.value != v:
+            tally.corrupt += 1  # a live value destroyed (or replaced) by a failed store
+            if tally.corrupt < 4:
+                tally.note(f"trial {trial}: live value under {k!r} is now {it}")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("speedups", [True, False], ids=["c", "python"])
+def test_out_of_memory_destination_keeps_live_values_files(
+    memcached, tmp_path: Path, tally, version: int, speedups: bool
+) -> None:
+    t = tally(
+        f"files v{version}, {'C' if speedups else 'Python'} path: destination out of memory, live values "
+        "under the keys → all kept, loud failure"
+    )
+    for trial in range(trials()):
+        live = live_values()
+        dst = full_destination(memcached, live)
+        dump = tmp_path / f"t{trial}" / "vol"
+        dumped(version, dump)
+        cfg = config(
+            dump, tmp_path / f"t{trial}", [dst], workers=1, accept_no_evictions=True, use_speedups=speedups
+        )
+        t.trials += 1
+        try:
+            populate(cfg)
+            t.corrupt += 1
+            t.note(f"trial {trial}: the populator succeeded against a destination out of memory")
+        except PopulateError as e:
+            if "out of memory" not in str(e) or "oom:" not in str(e):
+                t.corrupt += 1
+                t.note(f"trial {trial}: the failure names neither the error nor a key: {e}")
+        audit_live(dst, live, t, trial)
+        dst.stop()
+    t.check()
+
+
+def test_out_of_memory_destination_exits_non_zero(memcached, tmp_path: Path, tally) -> None:
+    """The command line: a non-zero exit whose message names the error."""
+    t = tally("files, `cachewarm populate`: destination out of memory → non-zero exit naming it")
+    for trial in range(trials()):
+        live = live_values()
+        dst = full_destination(memcached, live)
+        dump = tmp_path / f"t{trial}" / "vol"
+        dumped(2, dump)
+        r = subprocess.run(
+            [
+                *CLI,
+                "populate",
+                *(
+                    "--from",
+                    str(dump),
+                    "--to",
+                    dst.address,
+                    "--state-file",
+                    str(tmp_path / f"t{trial}.state"),
+                ),
+                *("--workers", "1", "--poll-interval", "0.05", "--accept-no-evictions"),
+                *("--destination-timeout", "20", "--bad-file-timeout", "5"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        t.trials += 1
+        out = r.stdout + r.stderr
+        if r.returncode == 0 or "out of memory" not in out:
+            t.corrupt += 1
+            t.note(f"trial {trial}: rc {r.returncode}: {out[-400:]!r}")
+        audit_live(dst, live, t, trial)
+        dst.stop()
+    t.check()
