@@ -164,7 +164,24 @@ Status StreamSink::StartRecord() {
   CW_RETURN_IF_ERROR(Reserve());
   char* line = arena_.get() + arena_used_;
   char* p = line;
-  if (plain || b64_.size() <= kMaxKeyLen) {
+  if (add_ && plain) {
+    // Not `ms ... ME`: memcached's ms unlinks the key's live value when it cannot allocate the new
+    // item (out of memory), in add mode too; the text add leaves it. Answered item by item, in order.
+    if (d.crlf_owed) p = Put(p, kCrlf, 2);
+    d.crlf_owed = false;
+    p = Put(p, "add ", 4);
+    p = Put(p, key_, key_len_);
+    *p++ = ' ';
+    p = PutU64(p, flags_);
+    *p++ = ' ';
+    p = PutU64(p, ttl);
+    *p++ = ' ';
+    p = PutU64(p, vlen_);
+    p = Put(p, kCrlf, 2);
+    d.meta.Queue(line, size_t(p - line));
+    d.meta.ExpectAdd(tagged_ ? ord : DestConn::kNoTag);
+    action_ = kSend;
+  } else if (!add_ && (plain || b64_.size() <= kMaxKeyLen)) {
     if (d.crlf_owed) p = Put(p, kCrlf, 2);  // the previous value's end rides with this line
     d.crlf_owed = false;
     p = Put(p, "ms ", 3);
@@ -176,7 +193,7 @@ Status StreamSink::StartRecord() {
     p = PutU64(p, ttl);
     p = Put(p, " F", 2);
     p = PutU64(p, flags_);
-    p = Put(p, add_ ? " ME q" : " MS q", 5);
+    p = Put(p, " MS q", 5);
     if (tagged_) {
       p = Put(p, " O", 2);
       p = PutU64(p, ord);
@@ -185,7 +202,8 @@ Status StreamSink::StartRecord() {
     d.meta.Queue(line, size_t(p - line));
     action_ = kSend;
   } else {
-    // No meta command can name it: the binary protocol, on a connection of its own.
+    // No meta command can name it (or, in add mode, no text `add`: a binary key): the binary
+    // protocol, on a connection of its own (ADDQ does not unlink on a failed allocation either).
     if (!d.bin.connected()) CW_RETURN_IF_ERROR(d.bin.Connect(s_->endpoint(dest_).connect_host(), s_->endpoint(dest_).port));
     binstore::EncodeStore(p, add_, uint16_t(key_len_), vlen_, flags_, uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)),
                           uint32_t(ord));
@@ -440,6 +458,26 @@ bool StreamSink::Recover(Status* s, ChunkTask* again) {
   bool lost = false;
   for (auto& d : d_) lost = lost || d->meta.broken() || !d->meta.connected() || d->bin.broken();
   if (!lost) return false;
+  // An error another destination answered must not be dropped with the reconnect (the redo could
+  // then succeed): read every connection still up to the end — a mark on each whose bytes all went
+  // out, the replies already there on the others — and fail with the first error.
+  std::vector<DestConn*> up;
+  for (DestConn* c : Conns()) {
+    if (!c->connected() || c->broken()) continue;
+    if (c->queued_iovecs() == 0) {
+      c->QueueMark();
+      up.push_back(c);
+    } else {
+      (void)c->Poll();
+    }
+  }
+  if (!up.empty()) (void)DestConn::AwaitMarks(up.data(), up.size(), kIoTimeoutMs);
+  for (DestConn* c : Conns()) {
+    if (!c->error().empty()) {
+      *s = Status::Server(c->error());
+      return false;
+    }
+  }
   const double now = MonotonicS();
   if (recover_started_ < 0) recover_started_ = now;
   std::fprintf(stderr, "cachewarm-dump: %s; reconnecting, then part %s is sent again (tagged)\n",

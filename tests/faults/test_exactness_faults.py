@@ -18,7 +18,8 @@ from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import config
 
-from tests.faults.harness import CLI, fetch_all, trials
+from tests.dumper.dumputil import Item, load, run_dump
+from tests.faults.harness import CLI, CuttingProxy, fetch_all, trials
 
 # Live values are small (one slab class); the dump's values are BIG (another class, left with no
 # free chunk): every store of a dumped item fails to allocate.
@@ -38,8 +39,8 @@ def _talk(s: socket.socket, req: bytes, replies: int) -> list[bytes]:
 
 def full_destination(memcached, live: dict[bytes, bytes]) -> MemcachedServer:
     """A memcached with evictions off (-M), the live values stored, then every slab class a value of
-    ours could use filled until it answers `SERVER_ERROR out of memory`. No slab automove: nothing
-    the server does on its own frees or moves memory while the test runs."""
+    ours could use filled (keys fill:<n>) until it answers `SERVER_ERROR out of memory`. No slab
+    automove: nothing the server does on its own frees or moves memory while the test runs."""
     dst: MemcachedServer = memcached(memory_mb=2, extra_args=["-M", "-o", "slab_automove=0"])
     with socket.create_connection((dst.host, dst.port), timeout=30) as s:
         req = b"".join(b"set %b 0 0 %d\r\n%b\r\n" % (k, len(v), v) for k, v in live.items())
@@ -57,6 +58,19 @@ def full_destination(memcached, live: dict[bytes, bytes]) -> MemcachedServer:
                 if any(g.startswith(b"SERVER_ERROR out of memory") for g in got):
                     break
     return dst
+
+
+def free_memory(dst: MemcachedServer) -> None:
+    """Delete every fill:<n> key full_destination wrote: the destination has room again."""
+    with socket.create_connection((dst.host, dst.port), timeout=30) as s:
+        n = 0
+        while True:
+            req = b"".join(b"delete fill:%d\r\n" % (n + i) for i in range(500))
+            s.sendall(req)
+            got = _talk(s, req, 500)
+            n += 500
+            if all(g == b"NOT_FOUND" for g in got):
+                return
 
 
 def live_values() -> dict[bytes, bytes]:
@@ -81,7 +95,8 @@ def audit_live(dst: MemcachedServer, live: dict[bytes, bytes], tally, trial: int
         if it is None or it.value != v:
             tally.corrupt += 1  # a live value destroyed (or replaced) by a failed store
             if tally.corrupt < 4:
-                tally.note(f"trial {trial}: live value under {k!r} is now {it}")
+                now = "gone" if it is None else f"{it.value[:12]!r}..."
+                tally.note(f"trial {trial}: the live value under {k!r} is {now}")
 
 
 @pytest.mark.parametrize("version", [1, 2])
@@ -149,4 +164,108 @@ def test_out_of_memory_destination_exits_non_zero(memcached, tmp_path: Path, tal
             t.note(f"trial {trial}: rc {r.returncode}: {out[-400:]!r}")
         audit_live(dst, live, t, trial)
         dst.stop()
+    t.check()
+
+
+def test_out_of_memory_destination_keeps_live_values_stream(
+    dumper_bin: Path, memcached, tmp_path: Path, tally
+) -> None:
+    t = tally("stream: destination out of memory, live values under the keys → all kept, loud failure")
+    src: MemcachedServer = memcached(memory_mb=64)
+    far = int(time.time()) + 3600
+    load(src, [Item(b"oom:%d" % i, b"%d-" % i + b"d" * BIG, i, 0 if i % 2 else far) for i in range(2 * LIVE)])
+    for trial in range(trials()):
+        live = live_values()
+        dst = full_destination(memcached, live)
+        out = tmp_path / f"t{trial}"
+        r = run_dump(dumper_bin, src, out, "--to", dst.address, "--accept-no-evictions")
+        t.trials += 1
+        if r.returncode == 0 or "out of memory" not in r.stderr or (out / "DONE").exists():
+            t.corrupt += 1
+            t.note(f"trial {trial}: rc {r.returncode}, not a loud failure: {r.stderr.strip()[-300:]!r}")
+        audit_live(dst, live, t, trial)
+        dst.stop()
+    t.check()
+
+
+@pytest.mark.parametrize("speedups", [True, False], ids=["c", "python"])
+def test_a_dropped_connection_never_discards_another_destinations_error(
+    memcached, tmp_path: Path, tally, speedups: bool
+) -> None:
+    """Two destinations: A out of memory (it answers SERVER_ERROR), B's connection reset mid-file; at
+    the reset A gets its memory back, so a retry of the file would succeed. A's error must still fail
+    the file (it was answered), not vanish with the retry."""
+    t = tally(
+        f"files, {'C' if speedups else 'Python'} sender: a connection dropped while another destination "
+        "holds an error reply → the error fails the run"
+    )
+    for trial in range(trials()):
+        live = live_values()
+        a = full_destination(memcached, live)
+        b: MemcachedServer = memcached(memory_mb=64)
+        proxy = CuttingProxy(b, after=100_000, on_cut=lambda a=a: free_memory(a))
+        dump = tmp_path / f"t{trial}" / "vol"
+        recs = dumped(2, dump)
+        cfg = config(
+            dump,
+            tmp_path / f"t{trial}",
+            [a, proxy],
+            workers=1,
+            accept_no_evictions=True,
+            batch_items=20,
+            use_speedups=speedups,
+        )
+        t.trials += 1
+        try:
+            populate(cfg)
+            t.corrupt += 1  # an answered error was dropped: the run says every item is there
+            t.note(f"trial {trial}: the populator succeeded; cuts {proxy.cuts}")
+        except PopulateError as e:
+            if "out of memory" not in str(e):
+                t.corrupt += 1
+                t.note(f"trial {trial}: the failure does not name A's error: {e}")
+        proxy.close()
+        if proxy.cuts != 1:
+            t.note(f"trial {trial}: no cut happened ({proxy.cuts})")
+        audit_live(a, live, t, trial)
+        del recs
+        a.stop()
+        b.stop()
+    t.check()
+
+
+def test_a_dropped_connection_never_discards_another_destinations_error_stream(
+    dumper_bin: Path, memcached, tmp_path: Path, tally
+) -> None:
+    """The stream's twin of the test above: the sink's reconnect reads the other destination's
+    replies to the end first, and its error fails the stream."""
+    t = tally(
+        "stream: a connection dropped while another destination holds an error reply → the error fails it"
+    )
+    src: MemcachedServer = memcached(memory_mb=64)
+    far = int(time.time()) + 3600
+    load(src, [Item(b"oom:%d" % i, b"%d-" % i + b"d" * BIG, i, 0 if i % 2 else far) for i in range(2 * LIVE)])
+    for trial in range(trials()):
+        live = live_values()
+        a = full_destination(memcached, live)
+        b: MemcachedServer = memcached(memory_mb=64)
+        proxy = CuttingProxy(b, after=100_000, on_cut=lambda a=a: free_memory(a))
+        out = tmp_path / f"t{trial}"
+        r = run_dump(
+            dumper_bin,
+            src,
+            out,
+            *("--batch", "20", "--node-key-format", "{host}:{port}", "--accept-no-evictions"),
+            *("--to", f"{a.address},{proxy.address}"),
+        )
+        proxy.close()
+        t.trials += 1
+        if proxy.cuts != 1:
+            t.note(f"trial {trial}: no cut happened ({proxy.cuts})")
+        if r.returncode == 0 or "out of memory" not in r.stderr or (out / "DONE").exists():
+            t.corrupt += 1
+            t.note(f"trial {trial}: rc {r.returncode} (cuts {proxy.cuts}): {r.stderr.strip()[-300:]!r}")
+        audit_live(a, live, t, trial)
+        a.stop()
+        b.stop()
     t.check()
