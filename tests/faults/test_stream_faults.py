@@ -5,12 +5,9 @@ failure, never exit 0. Our own resent writes are never counted as live ones (`al
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
