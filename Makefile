@@ -11,7 +11,7 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # populator's C loop), and what only the tests add (GoogleTest for the dumper's unit tests; xfsprogs:
 # the shared-volume tests on loop devices).
 APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev python3-dev
-APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs
+APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs faketime
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 

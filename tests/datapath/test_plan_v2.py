@@ -252,3 +252,30 @@ def test_record_at_and_iter_records_give_version_1_fields() -> None:
     for s, r in zip(v2.spans(data, start, end), recs, strict=True):
         at = df.record_at(data, s.offset, 2)
         assert (at.key, at.flags, at.exptime, bytes(at.value)) == (r.key, r.flags, r.exptime, r.value)
+
+
+@pytest.mark.parametrize("set_mode", [False, True])
+@pytest.mark.parametrize("offset", [-600, -1, 600, 2**31])
+def test_each_t_goes_out_on_its_destinations_clock(set_mode: bool, offset: int) -> None:
+    """A destination whose clock is `offset` s ahead gets every T moved by that much (memcached reads
+    an absolute T with its own idea of the time), clamped to 2^31-1; 0 stays 0; C and Python alike."""
+    recs = _records(random.Random(9), 600)
+    data, start, end = _file(recs)
+    p = _both(data, start, end, set_mode=set_mode, offsets=(offset,))
+    n = p.nodes[0]
+    wire = _wire(data, n)
+    sent = [
+        s
+        for s in v2.spans(data, start, end)
+        if not s.binary and (set_mode or is_plain_key(s.key)) and (s.exptime == -1 or s.exptime - 1 > NOW)
+    ]
+    assert n.items == len(sent) > 0
+    want = [v2.dest_expiry(v2.expiry_to_send(s.exptime), offset) for s in sent]
+    if set_mode:
+        got = [int(t) for t in re.findall(rb"^ms \S+ \d+(?: b)? T(\d+) ", wire, re.M)]
+    else:
+        got = [int(t) for t in re.findall(rb"^add \S+ \d+ (\d+) \d+\r\n", wire, re.M)]
+    assert got == want
+    assert all(t == 0 or 2_592_000 < t <= 2**31 - 1 for t in got)
+    if offset == 2**31:
+        assert set(got) <= {0, 2**31 - 1}

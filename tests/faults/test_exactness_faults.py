@@ -269,3 +269,79 @@ def test_a_dropped_connection_never_discards_another_destinations_error_stream(
         a.stop()
         b.stop()
     t.check()
+
+
+# --------------------------------------------------------------------------------------------------
+# Clocks: a destination memcached whose clock is behind or ahead of this host's
+
+
+def remaining(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, int]:
+    """Each present key's remaining TTL on the server's own clock (-1 = never)."""
+    return {k: int(it.ttl if it.ttl is not None else -2) for k, it in fetch_all(srv, keys).items()}
+
+
+@pytest.mark.parametrize("shift", [-600, 600], ids=["dest-600s-behind", "dest-600s-ahead"])
+def test_destination_clock_behind_or_ahead_keeps_every_ttl(
+    dumper_bin: Path, memcached, memcached_binary: str, tmp_path: Path, tally, warm_mode: str, shift: int
+) -> None:
+    """A destination memcached started under faketime, its clock `shift` s off this host's (and the
+    dumper's): every item arrives with the TTL it has on the source — never longer, at most ~2 s
+    shorter (the dumper's whole-second TTL and the destination's whole-second clock) — for relative
+    TTLs (60 s, 1 h) and absolute ones (40 days) alike."""
+    t = tally(f"destination clock {shift:+d} s against the dumper's → exact TTLs ({warm_mode})")
+    for trial in range(trials()):
+        src: MemcachedServer = memcached(memory_mb=64)
+        dst = MemcachedServer(
+            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", f"{shift:+d}s"]
+        ).start()
+        try:
+            far = int(time.time()) + 40 * 86400
+            ttls = [0, 60, 3600, far]
+            items = [Item(b"clk:%d" % i, b"v%d" % i, i, ttls[i % 4]) for i in range(400)]
+            load(src, items)
+            keys = [it.key for it in items]
+            flags = ["--stream"] if warm_mode == "stream" else []
+            r = subprocess.run(
+                [
+                    *CLI,
+                    "warm",
+                    *(
+                        "--source",
+                        src.address,
+                        "--target",
+                        dst.address,
+                        "--workdir",
+                        str(tmp_path / f"t{trial}"),
+                    ),
+                    *("--dumper", str(dumper_bin), "--json", *flags),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            t.trials += 1
+            if r.returncode != 0:
+                t.lost += len(items)
+                t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
+                continue
+            before = remaining(src, keys)
+            got = remaining(dst, keys)
+            after = remaining(src, keys)
+            for k in keys:
+                if k not in got:
+                    t.lost += 1  # e.g. expired on arrival (a destination ahead read the T as past)
+                    if t.lost < 4:
+                        t.note(f"trial {trial}: {k!r} missing at the destination")
+                    continue
+                lo, hi = after[k], before[k]
+                ok = got[k] == -1 if hi == -1 else lo - 3 <= got[k] <= hi
+                if not ok:
+                    t.corrupt += 1
+                    if t.corrupt < 4:
+                        t.note(
+                            f"trial {trial}: {k!r} TTL {got[k]} s at the destination, {lo}..{hi} s at the source"
+                        )
+        finally:
+            dst.kill()
+            src.stop()
+    t.check()

@@ -11,7 +11,7 @@
  *
  * configure(record_fixed, max_key_len, never_expires, plain_first, plain_last, max_wire_key,
  *           flags_suffix, expiry_margin)
- * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget)
+ * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget, clock_offset)
  *   -> (batches: list[(bytes, count, order)], records: int, expired: int, long_keys: list[int],
  *       oversize: list[int])
  * In set mode each batch is "ms <key> <len> [b] T<expiry> F<flags> MS q\r\n<value>\r\n"...; in add
@@ -20,7 +20,10 @@
  * order is the record offset of each item (packed native int64: `add` answers every item, in order);
  * in set mode order is b"". Batches are without the trailing mn; the expiry is 0 (never) or the
  * record's absolute expiry less expiry_margin (a record for which that is not after `now` is expired:
- * counted, not sent). long_keys: the record offsets of binary keys whose base64 form is longer than
+ * counted, not sent), then moved onto the destination's clock (+ clock_offset: its `stats time` minus
+ * ours, whole seconds, rounded down) and clamped to 2^31-1 (memcached parses T as a signed 32-bit
+ * number; clamping only shortens); one that would not be above 30 days then is expired too.
+ * long_keys: the record offsets of binary keys whose base64 form is longer than
  * max_wire_key, and in add mode of every binary key (no text form) — the caller sends them with the
  * binary protocol;
  * oversize: the record offsets of items whose key + value (+ flags_suffix when flags != 0) exceed
@@ -112,6 +115,7 @@ typedef struct {
 typedef struct {
   long records, expired;
   long long budget;    /* the destination's ItemLimit.budget */
+  long long offset;    /* the destination's clock offset (whole seconds) */
   PyObject *long_keys; /* list of record offsets, or NULL: do not collect (second pass) */
   PyObject *oversize;  /* idem */
   int add;             /* text `add` commands (binary keys go to long_keys) */
@@ -164,7 +168,13 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   if (exptime == cfg.never_expires) {
     it->ttl = 0;
   } else if (exptime - cfg.expiry_margin > now) {
-    it->ttl = (uint64_t)(exptime - cfg.expiry_margin);
+    long long t = (long long)(exptime - cfg.expiry_margin) + c->offset;
+    if (t > 2147483647LL) t = 2147483647LL;
+    if (t <= 2592000LL) {
+      c->expired++;
+      return kSkip;
+    }
+    it->ttl = (uint64_t)t;
   } else {
     c->expired++;
     return kSkip;
@@ -273,13 +283,14 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
   }
   Py_buffer view;
   Py_ssize_t pos, end, batch_items, batch_bytes;
-  long long now, budget;
+  long long now, budget, offset;
   int add;
-  if (!PyArg_ParseTuple(args, "y*nnLpnnL", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes, &budget))
+  if (!PyArg_ParseTuple(args, "y*nnLpnnLL", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes, &budget,
+                        &offset))
     return NULL;
   const unsigned char *data = view.buf;
   const char *tail = " MS q\r\n";
-  Counts counts = {0, 0, budget, NULL, NULL, add};
+  Counts counts = {0, 0, budget, offset, NULL, NULL, add};
   Item it;
   PyObject *batches = NULL;
   if (pos < 0 || end < pos || end > view.len) {
@@ -314,7 +325,7 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
       goto fail;
     }
     int64_t *o = (int64_t *)PyBytes_AS_STRING(order);
-    Counts again = {0, 0, budget, NULL, NULL, add};
+    Counts again = {0, 0, budget, offset, NULL, NULL, add};
     for (Py_ssize_t p = first; p < pos;) {
       const Py_ssize_t at = p;
       if (next_item(data, &p, pos, now, &again, &it) != kSend) continue;

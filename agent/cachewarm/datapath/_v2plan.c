@@ -4,13 +4,17 @@
  * that both give the same plan and reject the same records with the same message.
  *
  * plan_v2(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring_points, ring_owners,
- *         delimiter, only)
+ *         delimiter, only, offsets)
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
  *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: the ketama ring (sorted little-endian
  *   u32 points and the u32 destination index owning each) or None for one destination; delimiter:
  *   hash only the key's part before it (bytes, or None); only: bytes with one flag per destination
- *   (0: skip its records) or None.
+ *   (0: skip its records) or None; offsets: per destination, its clock's offset from this host's in
+ *   whole seconds (rounded down: its `stats time` minus ours), or None (all 0). Each T goes out moved
+ *   onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its own idea
+ *   of the time, so a destination 600 s behind would otherwise keep every item 600 s too long. A
+ *   set-mode record then goes as a generated `ms` line too (its T differs from the file's).
  *   -> (records, [(pieces, items, expired, oversize, binary, lines, order) per destination])
  *   pieces: packed little-endian int64 pairs, in send order: (offset, length) a range of `data`;
  *   (-1, n) the end of a batch of n items (the sender writes `mn`); (-2, 1) the byte `S` (set mode,
@@ -132,13 +136,13 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
   int set_mode;
-  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o;
-  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
-                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o))
+  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o, *offsets_o;
+  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
+                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o))
     return NULL;
   PyObject *result = NULL, *per_node = NULL;
   Node *nodes = NULL;
-  long long *budget = NULL;
+  long long *budget = NULL, *offset = NULL;
   Py_ssize_t n_nodes = 0;
   long records = 0;
   if (!PyTuple_Check(budgets) || (n_nodes = PyTuple_GET_SIZE(budgets)) < 1) {
@@ -165,12 +169,21 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   }
   nodes = PyMem_Calloc((size_t)n_nodes, sizeof *nodes);
   budget = PyMem_Calloc((size_t)n_nodes, sizeof *budget);
-  if (!nodes || !budget) {
+  offset = PyMem_Calloc((size_t)n_nodes, sizeof *offset);
+  if (!nodes || !budget || !offset) {
     PyErr_NoMemory();
     goto done;
   }
   for (Py_ssize_t i = 0; i < n_nodes; i++) {
     budget[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(budgets, i));
+    if (offsets_o != Py_None) {
+      if (!PyTuple_Check(offsets_o) || PyTuple_GET_SIZE(offsets_o) != n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "offsets: one per destination");
+        goto done;
+      }
+      offset[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(offsets_o, i));
+      if (offset[i] == -1 && PyErr_Occurred()) goto done;
+    }
     nodes[i].oversize = PyList_New(0);
     nodes[i].binary = PyList_New(0);
     if ((budget[i] == -1 && PyErr_Occurred()) || !nodes[i].oversize || !nodes[i].binary) goto done;
@@ -210,7 +223,8 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     }
     if (only.buf && !((const unsigned char *)only.buf)[idx]) continue;
     Node *n = &nodes[idx];
-    if (r.expiry != 0 && r.expiry <= now) {
+    const long long t = v2_dest_expiry(r.expiry, offset[idx]);
+    if ((r.expiry != 0 && r.expiry <= now) || t < 0) {
       n->expired++;
       continue;
     }
@@ -226,11 +240,21 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     if (!set_mode) {
       char line[V2_MAX_LINE];
       const int ll = snprintf(line, sizeof line, "add %.*s %u %lld %llu\r\n", (int)r.key_len, (const char *)r.key,
-                              (unsigned)r.flags, r.expiry, (unsigned long long)r.value_len);
+                              (unsigned)r.flags, t, (unsigned long long)r.value_len);
       const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
       const int64_t rec = at;
       if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
           add_range(n, r.value_at, r.next - r.value_at) < 0 || v2buf_put(&n->order, &rec, sizeof rec) < 0)
+        goto nomem;
+      wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
+    } else if (t != r.expiry) { /* set mode, another T than the file's: the whole line generated */
+      char line[V2_MAX_LINE];
+      const int ll = snprintf(line, sizeof line, "ms %.*s %llu%s T%lld F%u MS q O%zd\r\n", (int)r.tok_len,
+                              (const char *)r.tok, (unsigned long long)r.value_len, r.b64 ? " b" : "", t,
+                              (unsigned)r.flags, at);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
+      if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
+          add_range(n, r.value_at, r.next - r.value_at) < 0)
         goto nomem;
       wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
     } else {
@@ -276,6 +300,7 @@ done:
     PyMem_Free(nodes);
   }
   PyMem_Free(budget);
+  PyMem_Free(offset);
   if (points.buf) PyBuffer_Release(&points);
   if (owners.buf) PyBuffer_Release(&owners);
   if (delim.buf) PyBuffer_Release(&delim);

@@ -47,6 +47,8 @@ MAX_BINARY_KEY = MAX_WIRE_KEY // 4 * 3
 PLAIN_KEY_BYTES = (0x21, 0x7E)
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600
+# memcached parses an exptime/T as a signed 32-bit number.
+MAX_EXPIRY = 2**31 - 1
 # Seconds sent before a record's exptime. The dumper records exptime as its wall clock plus the
 # remaining TTL `mg t` reports, in whole seconds, from a server whose clock ticks once a second behind
 # the wall clock: up to 1 s later than the source's own expiry. One second less keeps the
@@ -174,6 +176,9 @@ class FileJob:
     # Tag each set with `O<record offset>`: an `NS` then names its record, so a resend can tell
     # our own earlier write from a live one.
     tagged: bool = False
+    # Per node: its clock's offset from this host's in whole seconds (MetaConnection.clock_offset);
+    # each T is moved onto that clock (format_v2.dest_expiry's rule). None = all 0.
+    clock_offsets: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -232,6 +237,7 @@ def encode_sets(
     margin = EXPIRY_MARGIN
     fixed = df.RECORD_FIXED
     now = int(time.time())
+    offs = job.clock_offsets
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     idx = 0
     nrec = 0
@@ -242,11 +248,19 @@ def encode_sets(
             idx = ring.index_for(bytes(key))
             if only is not None and idx not in only:
                 continue
-        # ttl_token's rule, inlined: this loop runs once per item.
+        # ttl_token's rule, inlined: this loop runs once per item; then onto the node's clock
+        # (format_v2.dest_expiry, inlined).
         if exptime == never:
             ttl = 0
         elif exptime - margin > now:
             ttl = exptime - margin
+            if offs is not None:
+                ttl += offs[idx]
+            if ttl > MAX_EXPIRY:
+                ttl = MAX_EXPIRY  # memcached parses T as a signed 32-bit number; clamping only shortens
+            elif ttl <= MAX_RELATIVE_TTL:
+                stats.expired[idx] += 1
+                continue
         else:
             stats.expired[idx] += 1
             continue
@@ -318,6 +332,7 @@ def encode_sets_c(
             params.batch_items,
             params.batch_bytes,
             job.budgets[0],
+            job.clock_offsets[0] if job.clock_offsets else 0,
         )
     except ValueError as e:
         raise df.CorruptRecord(str(e)) from e

@@ -18,8 +18,10 @@ lengths. A key no meta command can name (`encode.meta_expressible`) is read with
 
 from __future__ import annotations
 
+import math
 import re
 import socket
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -96,6 +98,12 @@ class MetaConnection:
     _rx: memoryview | None = field(default=None, repr=False)
     _inflight: deque[BatchCounts] = field(default_factory=deque, repr=False)
     totals: BatchCounts = field(default_factory=BatchCounts)
+    # The server's clock against this host's, in whole seconds rounded down (its `stats time` minus
+    # ours when its answer arrived), measured by identity(): memcached reads an absolute expiry with
+    # its own idea of the time (it never re-reads the wall clock), so an absolute T must be moved
+    # onto that clock. Rounded down because `stats time` lags the server's real time (whole seconds):
+    # an expiry moved by it is never later, at most ~1 s earlier.
+    clock_offset: int = 0
 
     # ---- connection ------------------------------------------------------------------------------
 
@@ -163,10 +171,13 @@ class MetaConnection:
 
     def identity(self) -> ServerIdentity:
         stats = self.stats()
+        here = time.time()
         try:
-            return ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+            ident = ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+            self.clock_offset = math.floor(int(stats["time"]) - here)
         except (KeyError, ValueError) as e:
             raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
+        return ident
 
     def version(self) -> str:
         self._send(b"version\r\n")

@@ -11,6 +11,7 @@ counts and offsets, the same message for a bad record (tests/datapath/test_plan_
 
 from __future__ import annotations
 
+import base64
 import struct
 import sys
 from array import array
@@ -85,8 +86,11 @@ def plan(
     ring: KetamaRing | None = None,
     only: frozenset[int] | None = None,
     use_c: bool = True,
+    offsets: tuple[int, ...] | None = None,
 ) -> Plan:
-    """The plan of `data[start:end]` (a verified v2 file's records). Raises format_v2.RecordError at the
+    """The plan of `data[start:end]` (a verified v2 file's records). `offsets`: per destination, its
+    clock's offset from this host's in whole seconds (rounded down), None = all 0; each T goes out
+    moved onto its destination's clock (format_v2.dest_expiry). Raises format_v2.RecordError at the
     first record section 7.2 forbids; nothing is planned then."""
     if use_c and _speedups is not None:
         points, owners = _ring_arrays(ring)
@@ -105,11 +109,12 @@ def plan(
                 owners,
                 ring.hash_delimiter if ring is not None else None,
                 flags,
+                offsets,
             )
         except ValueError as e:
             raise v2.RecordError(str(e)) from e
         return Plan(records, [NodePlan(*t) for t in per_node])
-    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only)
+    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only, offsets)
 
 
 class _Pieces:
@@ -121,11 +126,12 @@ class _Pieces:
         self.lines = bytearray()
         self.order = bytearray()
 
-    def line(self, text: bytes, record: int) -> None:
-        """A generated `add` line (for the record at offset `record`)."""
+    def line(self, text: bytes, record: int | None) -> None:
+        """A generated line; an `add`'s names its record (offset) in `order` (replies come in order)."""
         self.literal(PIECE_LINE - len(self.lines), len(text))
         self.lines += text
-        self.order += _OFFSET.pack(record)
+        if record is not None:
+            self.order += _OFFSET.pack(record)
 
     def range(self, off: int, n: int) -> None:
         if n <= 0:
@@ -167,6 +173,7 @@ def plan_py(
     batch_bytes: int,
     ring: KetamaRing | None = None,
     only: frozenset[int] | None = None,
+    offsets: tuple[int, ...] | None = None,
 ) -> Plan:
     """`plan` in Python (see the module doc)."""
     nodes = [NodePlan() for _ in budgets]
@@ -179,7 +186,8 @@ def plan_py(
             continue
         n, p = nodes[idx], pieces[idx]
         expiry = v2.expiry_to_send(s.exptime)
-        if expiry != 0 and expiry <= now:
+        t = v2.dest_expiry(expiry, offsets[idx] if offsets is not None else 0)
+        if (expiry != 0 and expiry <= now) or t < 0:
             n.expired += 1
             continue
         if len(s.key) + (s.value_end - s.value_start) + (4 if s.flags else 0) > budgets[idx]:
@@ -189,12 +197,19 @@ def plan_py(
             n.binary.append(s.offset)
             continue
         wire = s.end - s.offset
-        if set_mode:
+        if set_mode and t != expiry:  # another T than the file's: the whole line generated
+            tok, b = (s.key, b"") if is_plain_key(s.key) else (base64.b64encode(s.key), b" b")
+            vlen = s.value_end - s.value_start
+            line = b"ms %b %d%b T%d F%d MS q O%d\r\n" % (tok, vlen, b, t, s.flags, s.offset)
+            p.line(line, None)
+            p.range(s.value_start, s.end - s.value_start)
+            wire = len(line) + s.end - s.value_start
+        elif set_mode:
             p.range(s.offset, s.mode_at - s.offset)
             p.literal(PIECE_S, 1)
             p.range(s.mode_at + 1, s.end - s.mode_at - 1)
         else:
-            line = b"add %b %d %d %d\r\n" % (s.key, s.flags, expiry, s.value_end - s.value_start)
+            line = b"add %b %d %d %d\r\n" % (s.key, s.flags, t, s.value_end - s.value_start)
             p.line(line, s.offset)
             p.range(s.value_start, s.end - s.value_start)
             wire = len(line) + s.end - s.value_start

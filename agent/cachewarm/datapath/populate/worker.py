@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
+from cachewarm.datapath.format_v2 import dest_expiry
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
 from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file
 from cachewarm.datapath.meta import (
@@ -82,14 +83,16 @@ def _write_binary(
     data: bytes | memoryview,
     version: int,
     offsets: list[int],
+    clock_offset: int,
 ) -> tuple[list[int], int, str | None]:
     """Write these records with the binary protocol: (offsets answered 'exists', errors, first error)."""
     reqs = []
     for n, at in enumerate(offsets):
         r = df.record_at(data, at, version)
-        # As the meta sets (encode.ttl_token); expired since it was encoded: sent anyway, it lands
-        # expired (memcached takes a past absolute time as such).
-        expiry = 0 if r.exptime == df.NEVER_EXPIRES else max(1, r.exptime - EXPIRY_MARGIN)
+        # As the meta sets (moved onto the destination's clock); expired since it was encoded: sent
+        # anyway, it lands expired (memcached takes a past absolute time as such).
+        expiry = 0 if r.exptime == df.NEVER_EXPIRES else dest_expiry(r.exptime - EXPIRY_MARGIN, clock_offset)
+        expiry = max(1, expiry) if expiry else 0
         reqs.append((store_request(params.mode, r.key, r.value, r.flags, expiry, n), r.value))
     try:
         with BinaryConnection(host, port, params.socket_timeout) as bc:
@@ -137,7 +140,14 @@ def _account(
         exists, b_errors, b_first = ([], 0, None)
         if share.long_keys and not t.errors:
             exists, b_errors, b_first = _write_binary(
-                addr, nodes[i].connect_host, nodes[i].port, params, data, version, share.long_keys
+                addr,
+                nodes[i].connect_host,
+                nodes[i].port,
+                params,
+                data,
+                version,
+                share.long_keys,
+                c.clock_offset,
             )
         first_error = first_error or b_first
         errors += t.errors + b_errors
@@ -185,21 +195,23 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     ring = params.routing.ring(nodes)
     mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
     stats = EncodeStats(len(nodes))
-    try:
-        batches = encode_file(verdict, params, job, ring, stats)
-    except df.CorruptRecord as e:
-        out.status, out.reason = df.Status.CORRUPT.value, str(e)
-        return
-    out.sent = True
+    # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
+        offsets = tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes)))
+        try:
+            batches = encode_file(verdict, params, replace(job, clock_offsets=offsets), ring, stats)
+        except df.CorruptRecord as e:
+            out.status, out.reason = df.Status.CORRUPT.value, str(e)
+            return
+        out.sent = True
         limiter = RateLimiter(params.items_per_second, params.bytes_per_second)
         try:
             for idx, payload, count, order in batches:
                 c = conns[idx]
                 c.send_batch(payload, count, order)
-                if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
-                    break  # deletes its key's live value); the file fails below
+                if c.totals.errors:  # e.g. out of memory: start no more stores; the file fails below
+                    break
                 limiter.take(count, len(payload))
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
@@ -218,27 +230,29 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
     nodes = params.nodes
     mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
     start, end = df.records_bounds(verdict.header, verdict.trailer)
-    try:
-        p = plan(
-            verdict.data,
-            start,
-            end,
-            int(time.time()),
-            job.budgets,
-            params.mode == "set",
-            params.batch_items,
-            params.batch_bytes,
-            params.routing.ring(nodes),
-            job.only_nodes,
-            params.use_speedups,
-        )
-        df.check_record_count(verdict.header, verdict.trailer, p.records)
-    except (v2.RecordError, df.CorruptRecord) as e:
-        out.status, out.reason = df.Status.CORRUPT.value, str(e)
-        return
-    out.sent = True
+    # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
+        try:
+            p = plan(
+                verdict.data,
+                start,
+                end,
+                int(time.time()),
+                job.budgets,
+                params.mode == "set",
+                params.batch_items,
+                params.batch_bytes,
+                params.routing.ring(nodes),
+                job.only_nodes,
+                params.use_speedups,
+                tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes))),
+            )
+            df.check_record_count(verdict.header, verdict.trailer, p.records)
+        except (v2.RecordError, df.CorruptRecord) as e:
+            out.status, out.reason = df.Status.CORRUPT.value, str(e)
+            return
+        out.sent = True
         totals = send_planned(
             conns,
             verdict.data,
