@@ -339,7 +339,8 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
                     t.corrupt += 1
                     if t.corrupt < 4:
                         t.note(
-                            f"trial {trial}: {k!r} TTL {got[k]} s at the destination, {lo}..{hi} s at the source"
+                            f"trial {trial}: {k!r} TTL {got[k]} s at the destination, {lo}..{hi} s at the"
+                            " source"
                         )
         finally:
             dst.kill()

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
-from cachewarm.datapath.format_v2 import dest_expiry
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
 from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file
+from cachewarm.datapath.format_v2 import dest_expiry
 from cachewarm.datapath.meta import (
     BatchCounts,
     DestinationUnavailable,
