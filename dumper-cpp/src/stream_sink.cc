@@ -148,7 +148,11 @@ Status StreamSink::StartRecord() {
   dest_ = s_->Route(key);
   Dest& d = *d_[dest_];
   action_ = kSkip;
-  if (exptime_ != kNeverExpires && exptime_ - kExpiryMargin <= now_) {
+  // The T on the destination's own clock (memcached converts an absolute T with its idea of the
+  // time): moved by its offset, clamped to 2^31-1.
+  const int64_t ttl_dest =
+      exptime_ == kNeverExpires ? 0 : DestExpiry(exptime_ - kExpiryMargin, s_->clock_offset(dest_));
+  if (exptime_ != kNeverExpires && (exptime_ - kExpiryMargin <= now_ || ttl_dest < 0)) {
     d.n.expired++;
     return Status::OK();
   }
@@ -157,7 +161,7 @@ Status StreamSink::StartRecord() {
     oversize_.push_back(OversizeItem{dest_, key.ToString(), vlen_, flags_});
     return Status::OK();
   }
-  const uint64_t ttl = exptime_ == kNeverExpires ? 0 : uint64_t(exptime_ - kExpiryMargin);
+  const uint64_t ttl = uint64_t(ttl_dest);
   const bool plain = IsPlainKey(key);
   if (!plain) Base64Encode(key, &b64_);
   const uint64_t ord = tags_.size();
