@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cachewarm.datapath.format import Record
 from cachewarm.datapath.populate import PopulateError, populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import config
+from cachewarm.testing.populating import Background, config
 
 from tests.dumper.dumputil import Item, load, run_dump
 from tests.faults.harness import CLI, CuttingProxy, fetch_all, trials
@@ -345,4 +346,88 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
         finally:
             dst.kill()
             src.stop()
+    t.check()
+
+
+def jumping_clock(tmp: Path) -> tuple[list[str], Path]:
+    """A launcher that starts memcached under libfaketime reading its offset from a file (re-read on
+    every call), and that file: writing "+600s" to it moves the server's clocks — the monotonic one
+    memcached counts on included — 600 s ahead at once, as a paused and resumed VM's can."""
+    lib = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+    if not lib.exists():
+        pytest.fail(f"{lib} missing: install Debian's faketime package (make deps)")
+    stamp = tmp / "faketime-offset"
+    stamp.write_text("+0s\n")
+    env = ["env", f"LD_PRELOAD={lib}", f"FAKETIME_TIMESTAMP_FILE={stamp}", "FAKETIME_NO_CACHE=1"]
+    return env, stamp
+
+
+def test_destination_clock_jump_mid_populate_is_refused(
+    memcached, memcached_binary: str, tmp_path: Path, tally
+) -> None:
+    """The destination's clock jumps 600 s between two files (the first half consumed, then the jump,
+    then the rest published): the populator refuses, naming the node and both offsets (the items
+    written before would otherwise expire 600 s off their TTL)."""
+    t = tally("files: the destination's clock jumps 600 s mid-populate → refused, naming node and offsets")
+    for trial in range(trials()):
+        (tmp_path / f"j{trial}").mkdir()
+        launcher, stamp = jumping_clock(tmp_path / f"j{trial}")
+        dst = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=launcher).start()
+        try:
+            far = int(time.time()) + 3600
+            w = DirWriter(tmp_path / f"t{trial}" / "vol", node="src")
+            for f in range(10):
+                w.write(f, 0, [Record(b"j:%d:%d" % (f, i), 0, far, b"v" * 50) for i in range(100)])
+            bg = Background(config(tmp_path / f"t{trial}" / "vol", tmp_path / f"t{trial}", [dst], workers=1))
+            bg.start()
+            bg.wait_for(lambda bg=bg: any(e.files_consumed >= 10 for e in bg.events))
+            stamp.write_text("+600s\n")
+            for f in range(10, 20):
+                w.write(f, 0, [Record(b"j:%d:%d" % (f, i), 0, far, b"v" * 50) for i in range(100)])
+            w.done()
+            assert bg.thread is not None
+            bg.thread.join(60)
+            t.trials += 1
+            e = bg.error
+            if not isinstance(e, PopulateError):
+                t.corrupt += 1
+                t.note(f"trial {trial}: the populator did not refuse across a 600 s clock jump: {e!r}")
+            elif not any(f"clock moved +{n} s" in str(e) for n in (599, 600, 601)) or dst.address not in str(
+                e
+            ):
+                t.corrupt += 1
+                t.note(f"trial {trial}: the refusal names neither the jump nor the node: {e}")
+        finally:
+            dst.kill()
+    t.check()
+
+
+def test_destination_clock_jump_mid_stream_is_refused(
+    dumper_bin: Path, memcached, memcached_binary: str, tmp_path: Path, tally
+) -> None:
+    t = tally("stream: the destination's clock jumps 600 s mid-stream → refused, naming node and offsets")
+    src: MemcachedServer = memcached(memory_mb=64)
+    load(src, [Item(b"j:%d" % i, b"v" * 50, 0, 3600) for i in range(3000)])
+    for trial in range(trials()):
+        (tmp_path / f"j{trial}").mkdir()
+        launcher, stamp = jumping_clock(tmp_path / f"j{trial}")
+        dst = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=launcher).start()
+        try:
+            jumper = threading.Timer(0.8, stamp.write_text, args=("+600s\n",))
+            jumper.start()
+            out = tmp_path / f"t{trial}"
+            r = run_dump(
+                dumper_bin,
+                src,
+                out,
+                *("--batch", "20", "--max-items-per-second", "1000", "--destination-check-interval", "0.1"),
+                *("--to", dst.address),
+            )
+            jumper.join()
+            t.trials += 1
+            if r.returncode == 0 or "clock moved" not in r.stderr or dst.address not in r.stderr:
+                t.corrupt += 1
+                t.note(f"trial {trial}: rc {r.returncode}: {r.stderr.strip()[-300:]!r}")
+        finally:
+            dst.kill()
     t.check()

@@ -60,6 +60,8 @@ class FileOutcome:
     # Whether any byte of the file may have reached a destination (False: it did not verify yet).
     sent: bool = False
     identities: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per destination address: its clock's offset from this host's when this attempt connected.
+    clock_offsets: dict[str, int] = field(default_factory=dict)
     # Per destination address written to (all of them, or the job's only_nodes).
     nodes: dict[str, NodeCounts] = field(default_factory=dict)
     oversize: list[OversizeItem] = field(default_factory=list)
@@ -181,6 +183,7 @@ def _connect(params: WorkerParams, mine: list[int], out: FileOutcome) -> dict[in
         for i, c in conns.items():
             ident = c.connect()
             out.identities[nodes[i].address] = (ident.pid, ident.started)
+            out.clock_offsets[nodes[i].address] = c.clock_offset
     except BaseException:
         for c in conns.values():
             c.close()
@@ -331,6 +334,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                 with attempt:
                     out.attempts += 1
                     out.identities.clear()
+                    out.clock_offsets.clear()
                     out.nodes.clear()
                     out.oversize.clear()
                     write(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
