@@ -184,7 +184,7 @@ Status Worker::FetchBinary(const Batch& b) {
       [&](size_t k, uint32_t flags, uint32_t value_len) -> Status {
         const uint64_t i = b.binary[k];
         state_[i - b.start] = kGot;
-        const int64_t exp = lines_[i].exptime > 0 ? lines_[i].exptime : kNeverExpires;
+        const int64_t exp = lines_[i].exptime > 0 ? ClampExptime(lines_[i].exptime) : kNeverExpires;
         skip = o_.min_ttl > 0 && exp != kNeverExpires && exp - now < o_.min_ttl;
         if (skip) {
           part_stats_.skipped_min_ttl++;

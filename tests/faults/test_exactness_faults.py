@@ -431,3 +431,64 @@ def test_destination_clock_jump_mid_stream_is_refused(
         finally:
             dst.kill()
     t.check()
+
+
+def test_an_expiry_at_the_end_of_time_on_a_lagging_source_is_clamped(
+    dumper_bin: Path, memcached_binary: str, tmp_path: Path, tally, warm_mode: str
+) -> None:
+    """A `T2147483647` item (memcached's largest) on a source whose clock lags this host's by 3 s: its
+    remaining TTL ends 3 s past 2^31-1 on this host's clock. Clamped, as memcached itself caps T,
+    never fatal: the warm copies it (and every other item) with the largest T there is."""
+    t = tally(f"an expiry at 2^31-1 on a source 3 s behind → clamped, copied ({warm_mode})")
+    for trial in range(trials()):
+        src = MemcachedServer(
+            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", "-3s"]
+        ).start()
+        dst = MemcachedServer(memory_mb=64, binary=memcached_binary).start()
+        try:
+            items = [
+                Item(b"eot", b"end of time", 7, 2**31 - 1),
+                *[Item(b"k%d" % i, b"v", 0, 0) for i in range(50)],
+            ]
+            load(src, items)
+            flags = ["--stream"] if warm_mode == "stream" else []
+            r = subprocess.run(
+                [
+                    *CLI,
+                    "warm",
+                    *(
+                        "--source",
+                        src.address,
+                        "--target",
+                        dst.address,
+                        "--workdir",
+                        str(tmp_path / f"t{trial}"),
+                    ),
+                    *("--dumper", str(dumper_bin), "--json", *flags),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            t.trials += 1
+            if r.returncode != 0:
+                t.lost += len(items)
+                t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
+                continue
+            got = fetch_all(dst, [it.key for it in items])
+            src_ttl = fetch_all(src, [b"eot"])[b"eot"].ttl
+            it = got.get(b"eot")
+            if (
+                it is None
+                or it.value != b"end of time"
+                or it.ttl is None
+                or src_ttl is None
+                or it.ttl > src_ttl
+            ):
+                t.corrupt += 1
+                t.note(f"trial {trial}: the end-of-time item arrived as {it} (source TTL {src_ttl})")
+            t.lost += sum(1 for x in items if x.key not in got)
+        finally:
+            src.kill()
+            dst.kill()
+    t.check()
