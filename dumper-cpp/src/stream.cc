@@ -194,9 +194,9 @@ Status Stream::Probe(bool first, bool retry) {
   if (!old.empty()) return Status::InvalidArgument("destination(s) " + old + " predate memcached 1.6's meta protocol");
   if (!off.empty() && !o_.stream.accept_no_evictions)
     return Status::InvalidArgument(
-        "destination(s) " + off + " run with evictions off (memcached -M): when one fills up it fails stores, and a "
-        "failed store deletes the live value of its key. Give it memory for the whole dump and pass "
-        "--accept-no-evictions, or run it with evictions on");
+        "destination(s) " + off + " run with evictions off (memcached -M): when one fills up it fails stores (the "
+        "stream fails; in set mode each failed store deletes its key's value). Give it memory for the whole dump "
+        "and pass --accept-no-evictions, or run it with evictions on");
   return Status::OK();
 }
 

@@ -185,8 +185,9 @@ class Populator:
         if off and not self.config.accept_no_evictions:
             raise PopulateError(
                 f"destination(s) {', '.join(off)} run with evictions off (memcached -M): when one fills "
-                "up it fails stores, and a failed store deletes the live value of its key. Give it memory "
-                "for the whole dump and pass --accept-no-evictions, or run it with evictions on"
+                "up it fails stores (the run fails; in set mode each failed store deletes its key's value). "
+                "Give it memory for the whole dump and pass --accept-no-evictions, or run it with "
+                "evictions on"
             )
         if self._destinations.evictions > before:
             self._emit(
