@@ -369,7 +369,7 @@ Status StreamSink::CheckTagged(const std::vector<std::vector<uint64_t>>& tags) {
       std::string unavailable;
       CW_RETURN_IF_ERROR(g.Get(
           keys,
-          [&](size_t k, uint32_t f, uint32_t len) {
+          [&](size_t k, uint32_t f, uint32_t len, uint64_t) {
             cur = k;
             flags = f;
             got = 0;

@@ -181,8 +181,18 @@ Status Worker::FetchBinary(const Batch& b) {
   std::string unavailable;
   CW_RETURN_IF_ERROR(binary_.Get(
       raw,
-      [&](size_t k, uint32_t flags, uint32_t value_len) -> Status {
+      [&](size_t k, uint32_t flags, uint32_t value_len, uint64_t cas) -> Status {
         const uint64_t i = b.binary[k];
+        // Its TTL is the listing's: only if the item is still the one listed (same CAS). Rewritten
+        // in between, it may now expire sooner (or be gone and back): not copied, named.
+        const uint64_t listed =
+            listing_cas_ ? listing_cas_->Get(Slice(keys_.data() + lines_[i].offset, lines_[i].length)) : 0;
+        if (listed != 0 && cas != listed) {
+          skip = true;
+          Undumped(i, "rewritten between the listing and the fetch (cas " + std::to_string(listed) + " -> " +
+                          std::to_string(cas) + "): its expiry is not known");
+          return Status::OK();
+        }
         state_[i - b.start] = kGot;
         const int64_t exp = lines_[i].exptime > 0 ? ClampExptime(lines_[i].exptime) : kNeverExpires;
         skip = o_.min_ttl > 0 && exp != kNeverExpires && exp - now < o_.min_ttl;

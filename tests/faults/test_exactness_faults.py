@@ -19,7 +19,7 @@ from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import Background, config
 
-from tests.dumper.dumputil import Item, load, run_dump
+from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, read_dump, run_dump
 from tests.faults.harness import CLI, CuttingProxy, fetch_all, trials
 
 # Live values are small (one slab class); the dump's values are BIG (another class, left with no
@@ -491,4 +491,48 @@ def test_an_expiry_at_the_end_of_time_on_a_lagging_source_is_clamped(
         finally:
             src.kill()
             dst.kill()
+    t.check()
+
+
+# --------------------------------------------------------------------------------------------------
+# A binary key (187..250 bytes: its TTL comes from the listing) rewritten between listing and fetch
+
+
+def test_a_binary_key_rewritten_between_listing_and_fetch_is_never_copied_wrong(
+    dumper_bin: Path, memcached, tmp_path: Path, tally
+) -> None:
+    """A 200-byte binary key, listed with no expiry, is rewritten with a 4 s TTL while the dumper
+    fetches the other keys (recency order fetches it last: it is the coldest). Its new value must not
+    be copied with the listing's "never" (a resurrection): the dumper compares the fetch's CAS with
+    the listing's, names the key and leaves it out."""
+    t = tally("a binary key rewritten between listing and fetch → named, never copied with the old TTL")
+    for trial in range(trials()):
+        src: MemcachedServer = memcached(memory_mb=64)
+        key = bytes([0x00, 0xFF]) * 100
+        load_binary_protocol(src, [Item(key, b"old", 1, 0)])
+        load(src, [Item(b"k:%d" % i, b"v" * 100, 0, 0) for i in range(3000)])
+        out = tmp_path / f"t{trial}"
+        proc = subprocess.Popen(
+            dump_cmd(dumper_bin, src, out, "--max-items-per-second", "1500", "--data-file-size", "16k"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # The listing is complete once the first data file is out (recency order lists every key first).
+        deadline = time.monotonic() + 60
+        while not any(p.suffix == ".cwd" for p in out.glob("*.cwd")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        load_binary_protocol(src, [Item(key, b"new, for 4 s", 2, 4)])
+        _, err = proc.communicate(timeout=120)
+        t.trials += 1
+        d = read_dump(out, require_done=False)
+        got = d.by_key().get(key)
+        if got is not None and (
+            got.value != b"new, for 4 s" or got.exptime == -1 or got.exptime > time.time() + 5
+        ):
+            t.corrupt += 1  # copied with the listing's TTL: a resurrection
+            t.note(f"trial {trial}: copied as value {bytes(got.value)!r} exptime {got.exptime}")
+        if got is None and "rewritten between the listing and the fetch" not in err:
+            t.lost += 1
+            t.note(f"trial {trial}: left out without being named: {err.strip()[-300:]!r}")
     t.check()
