@@ -16,7 +16,7 @@ from cachewarm.datapath.encode import is_plain_key, meta_expressible
 from cachewarm.datapath.meta import list_keys
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import expiries, fetch
+from cachewarm.testing.populating import EXPIRY_SLACK, expiries, fetch
 
 from tests.datapath.test_warm import put
 
@@ -85,7 +85,11 @@ def check_exact(
         if t == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert src_exp[key] - 2 <= dst_exp[key] <= src_exp[key], (key, src_exp[key], dst_exp[key])
+            assert src_exp[key] - EXPIRY_SLACK <= dst_exp[key] <= src_exp[key], (
+                key,
+                src_exp[key],
+                dst_exp[key],
+            )
 
 
 def test_a_mixed_data_set_warms_exactly(
