@@ -89,7 +89,10 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   std::vector<std::thread> threads;
   for (int i = 0; i < o_.threads; i++)
     workers.emplace_back(new Worker(o_, env_, &checkpoint_, &queue_, &limiter_, &progress_, stream_.get()));
-  for (auto& w : workers) w->set_listing_cas(&listing_cas_);
+  for (auto& w : workers) {
+    w->set_listing_cas(&listing_cas_);
+    w->set_source_ahead(stats_before_.clock_ahead_at_most());
+  }
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);

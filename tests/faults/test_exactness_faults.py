@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath.format import Record
+from cachewarm.datapath.meta import list_keys
 from cachewarm.datapath.populate import PopulateError, populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
@@ -535,4 +536,62 @@ def test_a_binary_key_rewritten_between_listing_and_fetch_is_never_copied_wrong(
         if got is None and "rewritten between the listing and the fetch" not in err:
             t.lost += 1
             t.note(f"trial {trial}: left out without being named: {err.strip()[-300:]!r}")
+    t.check()
+
+
+@pytest.mark.parametrize("shift", [-600, 600], ids=["source-600s-behind", "source-600s-ahead"])
+def test_binary_keys_ttl_from_a_skewed_sources_listing(
+    dumper_bin: Path, memcached_binary: str, tmp_path: Path, tally, warm_mode: str, shift: int
+) -> None:
+    """A binary key of 187..250 bytes takes its TTL from the listing's exp, an absolute time on the
+    source's clock: the dumper moves it onto its own (by the source's `stats time`), so a source 600 s
+    ahead does not lengthen it by 600 s, nor one behind shorten it."""
+    t = tally(f"binary keys' TTL from a source clock {shift:+d} s off the dumper's ({warm_mode})")
+    for trial in range(trials()):
+        src = MemcachedServer(
+            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", f"{shift:+d}s"]
+        ).start()
+        dst = MemcachedServer(memory_mb=64, binary=memcached_binary).start()
+        try:
+            keys = [bytes([0x00, 0xFF, i]) * 67 for i in range(4)]  # 201 bytes: no meta form
+            load_binary_protocol(src, [Item(k, b"bin", 3, 3600) for k in keys])
+            flags = ["--stream"] if warm_mode == "stream" else []
+            r = subprocess.run(
+                [
+                    *CLI,
+                    "warm",
+                    *(
+                        "--source",
+                        src.address,
+                        "--target",
+                        dst.address,
+                        "--workdir",
+                        str(tmp_path / f"t{trial}"),
+                    ),
+                    *("--dumper", str(dumper_bin), "--json", *flags),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            t.trials += 1
+            if r.returncode != 0:
+                t.lost += len(keys)
+                t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
+                continue
+            # metadump gives both servers' absolute exp on their own clocks: compare remaining TTLs.
+            src_left = {k: e - int(src.stats()["time"]) for k, e in list_keys(src.host, src.port)}
+            dst_left = {k: e - int(dst.stats()["time"]) for k, e in list_keys(dst.host, dst.port)}
+            for k in keys:
+                if k not in dst_left:
+                    t.lost += 1
+                elif not src_left[k] - 5 <= dst_left[k] <= src_left[k]:
+                    t.corrupt += 1
+                    t.note(
+                        f"trial {trial}: {dst_left[k]} s left at the destination, {src_left[k]} s at the"
+                        " source"
+                    )
+        finally:
+            src.kill()
+            dst.kill()
     t.check()
