@@ -465,14 +465,23 @@ bool StreamSink::Recover(Status* s, ChunkTask* again) {
   // An error another destination answered must not be dropped with the reconnect (the redo could
   // then succeed): read every connection still up to the end — a mark on each whose bytes all went
   // out, the replies already there on the others — and fail with the first error.
+  // Not on a connection whose last command is incomplete (bytes still queued, or the record being
+  // parsed is going there): a mark would be read as part of it.
   std::vector<DestConn*> up;
-  for (DestConn* c : Conns()) {
-    if (!c->connected() || c->broken()) continue;
-    if (c->queued_iovecs() == 0) {
-      c->QueueMark();
-      up.push_back(c);
-    } else {
-      (void)c->Poll();
+  for (size_t i = 0; i < d_.size(); i++) {
+    Dest& d = *d_[i];
+    const bool mid_record = st_ != kHeader && dest_ == i;
+    for (DestConn* c : {&d.meta, &d.bin}) {
+      if (!c->connected() || c->broken()) continue;
+      const bool busy = mid_record && action_ == (c == &d.meta ? kSend : kSendBinary);
+      if (c->queued_iovecs() == 0 && !busy) {
+        if (c == &d.meta && d.crlf_owed) c->Queue(kCrlf, 2);  // the last value's end
+        if (c == &d.meta) d.crlf_owed = false;
+        c->QueueMark();
+        up.push_back(c);
+      } else {
+        (void)c->Poll();
+      }
     }
   }
   if (!up.empty()) (void)DestConn::AwaitMarks(up.data(), up.size(), kIoTimeoutMs);

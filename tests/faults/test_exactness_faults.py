@@ -294,7 +294,7 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
     for trial in range(trials()):
         src: MemcachedServer = memcached(memory_mb=64)
         dst = MemcachedServer(
-            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", f"{shift:+d}s"]
+            memory_mb=64, binary=memcached_binary, launcher=faketime(f"{shift:+d}s")
         ).start()
         try:
             far = int(time.time()) + 40 * 86400
@@ -345,21 +345,32 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
                             " source"
                         )
         finally:
-            dst.kill()
+            dst.stop()
             src.stop()
     t.check()
+
+
+FAKETIME_LIB = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+def faketime(offset: str) -> list[str]:
+    """A launcher that starts memcached with its clocks `offset` off ("-600s"): libfaketime preloaded
+    through `env`, which execs (the `faketime` wrapper forks: killing it would orphan the server).
+    Stop such a server with stop(), not kill(): libfaketime removes its shared memory at exit."""
+    if not FAKETIME_LIB.exists():
+        pytest.fail(f"{FAKETIME_LIB} missing: install Debian's faketime package (make deps)")
+    return ["env", f"LD_PRELOAD={FAKETIME_LIB}", f"FAKETIME={offset}"]
 
 
 def jumping_clock(tmp: Path) -> tuple[list[str], Path]:
     """A launcher that starts memcached under libfaketime reading its offset from a file (re-read on
     every call), and that file: writing "+600s" to it moves the server's clocks — the monotonic one
     memcached counts on included — 600 s ahead at once, as a paused and resumed VM's can."""
-    lib = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
-    if not lib.exists():
-        pytest.fail(f"{lib} missing: install Debian's faketime package (make deps)")
+    if not FAKETIME_LIB.exists():
+        pytest.fail(f"{FAKETIME_LIB} missing: install Debian's faketime package (make deps)")
     stamp = tmp / "faketime-offset"
     stamp.write_text("+0s\n")
-    env = ["env", f"LD_PRELOAD={lib}", f"FAKETIME_TIMESTAMP_FILE={stamp}", "FAKETIME_NO_CACHE=1"]
+    env = ["env", f"LD_PRELOAD={FAKETIME_LIB}", f"FAKETIME_TIMESTAMP_FILE={stamp}", "FAKETIME_NO_CACHE=1"]
     return env, stamp
 
 
@@ -399,7 +410,7 @@ def test_destination_clock_jump_mid_populate_is_refused(
                 t.corrupt += 1
                 t.note(f"trial {trial}: the refusal names neither the jump nor the node: {e}")
         finally:
-            dst.kill()
+            dst.stop()
     t.check()
 
 
@@ -430,7 +441,7 @@ def test_destination_clock_jump_mid_stream_is_refused(
                 t.corrupt += 1
                 t.note(f"trial {trial}: rc {r.returncode}: {r.stderr.strip()[-300:]!r}")
         finally:
-            dst.kill()
+            dst.stop()
     t.check()
 
 
@@ -442,9 +453,7 @@ def test_an_expiry_at_the_end_of_time_on_a_lagging_source_is_clamped(
     never fatal: the warm copies it (and every other item) with the largest T there is."""
     t = tally(f"an expiry at 2^31-1 on a source 3 s behind → clamped, copied ({warm_mode})")
     for trial in range(trials()):
-        src = MemcachedServer(
-            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", "-3s"]
-        ).start()
+        src = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=faketime("-3s")).start()
         dst = MemcachedServer(memory_mb=64, binary=memcached_binary).start()
         try:
             items = [
@@ -490,8 +499,8 @@ def test_an_expiry_at_the_end_of_time_on_a_lagging_source_is_clamped(
                 t.note(f"trial {trial}: the end-of-time item arrived as {it} (source TTL {src_ttl})")
             t.lost += sum(1 for x in items if x.key not in got)
         finally:
-            src.kill()
-            dst.kill()
+            src.stop()
+            dst.stop()
     t.check()
 
 
@@ -549,7 +558,7 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
     t = tally(f"binary keys' TTL from a source clock {shift:+d} s off the dumper's ({warm_mode})")
     for trial in range(trials()):
         src = MemcachedServer(
-            memory_mb=64, binary=memcached_binary, launcher=["faketime", "-f", f"{shift:+d}s"]
+            memory_mb=64, binary=memcached_binary, launcher=faketime(f"{shift:+d}s")
         ).start()
         dst = MemcachedServer(memory_mb=64, binary=memcached_binary).start()
         try:
@@ -592,6 +601,6 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
                         " source"
                     )
         finally:
-            src.kill()
-            dst.kill()
+            src.stop()
+            dst.stop()
     t.check()
