@@ -509,40 +509,54 @@ def test_an_expiry_at_the_end_of_time_on_a_lagging_source_is_clamped(
 
 
 def test_a_binary_key_rewritten_between_listing_and_fetch_is_never_copied_wrong(
-    dumper_bin: Path, memcached, tmp_path: Path, tally
+    dumper_bin: Path, memcached, tmp_path: Path, tally, warm_mode: str
 ) -> None:
     """A 200-byte binary key, listed with no expiry, is rewritten with a 4 s TTL while the dumper
     fetches the other keys (recency order fetches it last: it is the coldest). Its new value must not
     be copied with the listing's "never" (a resurrection): the dumper compares the fetch's CAS with
-    the listing's, names the key and leaves it out."""
-    t = tally("a binary key rewritten between listing and fetch → named, never copied with the old TTL")
+    the listing's, names the key and leaves it out. Files (the dump's records) and stream (the
+    destination)."""
+    t = tally(
+        "a binary key rewritten between listing and fetch → named, never copied with the old TTL "
+        f"({warm_mode})"
+    )
     for trial in range(trials()):
         src: MemcachedServer = memcached(memory_mb=64)
+        dst: MemcachedServer = memcached(memory_mb=64)
         key = bytes([0x00, 0xFF]) * 100
         load_binary_protocol(src, [Item(key, b"old", 1, 0)])
         load(src, [Item(b"k:%d" % i, b"v" * 100, 0, 0) for i in range(3000)])
         out = tmp_path / f"t{trial}"
+        to = ["--to", dst.address] if warm_mode == "stream" else []
         proc = subprocess.Popen(
-            dump_cmd(dumper_bin, src, out, "--max-items-per-second", "1500", "--data-file-size", "16k"),
+            dump_cmd(dumper_bin, src, out, "--max-items-per-second", "1500", "--data-file-size", "16k", *to),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        # The listing is complete once the first data file is out (recency order lists every key first).
+        # The listing is complete once the first part is out (recency order lists every key first).
+        streamed = out / "keys" / "STREAMED"
         deadline = time.monotonic() + 60
-        while not any(p.suffix == ".cwd" for p in out.glob("*.cwd")) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+            any(out.glob("*.cwd")) or (streamed.exists() and streamed.stat().st_size > 0)
+        ):
             time.sleep(0.01)
         load_binary_protocol(src, [Item(key, b"new, for 4 s", 2, 4)])
         _, err = proc.communicate(timeout=120)
         t.trials += 1
-        d = read_dump(out, require_done=False)
-        got = d.by_key().get(key)
-        if got is not None and (
-            got.value != b"new, for 4 s" or got.exptime == -1 or got.exptime > time.time() + 5
-        ):
+        if warm_mode == "stream":
+            it = fetch_all(dst, [key]).get(key)
+            exp = dict(list_keys(dst.host, dst.port)).get(key)
+            late = exp is not None and (exp == -1 or exp > int(dst.stats()["time"]) + 5)
+            got_value = None if it is None else it.value
+        else:
+            rec = read_dump(out, require_done=False).by_key().get(key)
+            late = rec is not None and (rec.exptime == -1 or rec.exptime > time.time() + 5)
+            got_value = None if rec is None else bytes(rec.value)
+        if got_value is not None and (got_value != b"new, for 4 s" or late):
             t.corrupt += 1  # copied with the listing's TTL: a resurrection
-            t.note(f"trial {trial}: copied as value {bytes(got.value)!r} exptime {got.exptime}")
-        if got is None and "rewritten between the listing and the fetch" not in err:
+            t.note(f"trial {trial}: copied as {got_value!r} with an expiry past the rewrite's")
+        if got_value is None and "rewritten between the listing and the fetch" not in err:
             t.lost += 1
             t.note(f"trial {trial}: left out without being named: {err.strip()[-300:]!r}")
     t.check()
