@@ -10,9 +10,9 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # apt packages: what a local warm needs (the release dumper's build, memcached, Python headers for the
 # populator's C loop), and what only the tests add (GoogleTest for the dumper's unit tests; xfsprogs:
 # the shared-volume tests on loop devices; nutcracker and python3-pylibmc: the real clients
-# tests/placement reads warmed keys back through).
+# tests/placement reads warmed keys back through; faketime: destinations whose clock disagrees).
 APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev python3-dev
-APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs nutcracker python3-pylibmc
+APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs nutcracker python3-pylibmc faketime
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps
 

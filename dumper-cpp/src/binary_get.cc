@@ -164,6 +164,7 @@ Status BinaryGetter::Group(const std::vector<std::string>& keys, size_t begin, s
     const uint16_t status = Be16(h + 6);
     const uint32_t body = Be32(h + 8);
     const uint32_t opaque = Be32(h + 12);
+    const uint64_t cas = uint64_t(Be32(h + 16)) << 32 | Be32(h + 20);
     if (uint64_t(extlen) + keylen > body) return Status::Protocol("binary protocol response with a short body");
     if (op == binproto::kNoop) {
       if (body != 0) return Status::Protocol("binary protocol NOOP response with a body");
@@ -196,7 +197,7 @@ Status BinaryGetter::Group(const std::vector<std::string>& keys, size_t begin, s
     if (Slice(head + 4, keylen) != Slice(keys[opaque]))
       return Status::Protocol("binary GETK answered another key than the one asked for");
     const uint32_t vlen = body - extlen - keylen;
-    CW_RETURN_IF_ERROR(on_value(opaque, Be32(head), vlen));
+    CW_RETURN_IF_ERROR(on_value(opaque, Be32(head), vlen, cas));
     for (uint32_t left = vlen; left > 0;) {
       if (pos_ == filled_) CW_RETURN_IF_ERROR(Fill(kIoTimeoutMs));
       const size_t take = std::min<size_t>(left, filled_ - pos_);

@@ -21,8 +21,9 @@ namespace cachewarm {
 
 class BinaryGetter {
  public:
-  // A hit: keys[i] has this value (its bytes follow through PieceFn).
-  using ValueFn = std::function<Status(size_t i, uint32_t flags, uint32_t value_len)>;
+  // A hit: keys[i] has this value (its bytes follow through PieceFn) and this CAS (the item's
+  // version: equal to a listing's cas= it is the item listed).
+  using ValueFn = std::function<Status(size_t i, uint32_t flags, uint32_t value_len, uint64_t cas)>;
   using PieceFn = std::function<Status(const Slice& piece)>;
   // The server refused keys[i] (a non-zero status other than "not found"): `why` says how.
   using FailedFn = std::function<Status(size_t i, const std::string& why)>;

@@ -30,7 +30,19 @@ bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v
 }
 }  // namespace
 
-bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la, bool* fetched) {
+void ListingCas::Put(const Slice& url_key, uint64_t cas) {
+  std::lock_guard<std::mutex> l(mu_);
+  m_.emplace(url_key.ToString(), cas);
+}
+
+uint64_t ListingCas::Get(const Slice& url_key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = m_.find(url_key.ToString());
+  return it == m_.end() ? 0 : it->second;
+}
+
+bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la, bool* fetched,
+                       uint64_t* cas) {
   if (n < 5 || std::memcmp(p, "key=", 4) != 0) return false;
   size_t e = 4;
   while (e < n && p[e] != ' ') e++;
@@ -58,6 +70,10 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
     q++;
   }
   if (la != nullptr && !FieldInt(p, n, e, " la=", la)) *la = -1;
+  if (cas != nullptr) {
+    int64_t c = 0;
+    *cas = FieldInt(p, n, e, " cas=", &c) && c > 0 ? uint64_t(c) : 0;
+  }
   if (fetched != nullptr) {
     *fetched = false;
     for (size_t q = e; q + 10 <= n; q++)
@@ -76,8 +92,12 @@ Status CrawlReader::Line(const char* p, size_t n) {
     Slice key;
     int64_t exp, la;
     bool fetched;
-    if (!ParseMetadumpLine(p, n, &key, &exp, &la, &fetched)) return Status::Protocol("malformed metadump line");
+    uint64_t cas = 0;
+    if (!ParseMetadumpLine(p, n, &key, &exp, &la, &fetched, cas_ ? &cas : nullptr))
+      return Status::Protocol("malformed metadump line");
     keys_++;
+    // Only a URL-encoded key over 186 characters can be a binary key of 187..250 bytes.
+    if (cas_ && key.size() > 186 && std::memchr(key.data(), '%', key.size())) cas_->Put(key, cas);
     return fn_(key, exp, la, fetched);
   }
   if (n > 0 && p[n - 1] == '\r') n--;

@@ -7,12 +7,30 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "slice.h"
 #include "status.h"
 
 namespace cachewarm {
+
+// The listing's cas of every key that may need the binary protocol (a URL-encoded key longer than
+// 186 characters: only a binary key of 187..250 bytes does). Such a key's TTL can come only from the
+// listing (GETK returns none); the fetch's CAS equal to the listing's says the item is still the one
+// listed, another says it was rewritten in between (its TTL unknown: not copied, named). The first
+// listing of a key wins (its exp is the one kept). Thread-safe: the crawl puts, the workers get.
+class ListingCas {
+ public:
+  void Put(const Slice& url_key, uint64_t cas);
+  // 0 when the key was not listed by this run (a resumed dump's earlier crawl).
+  uint64_t Get(const Slice& url_key) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, uint64_t> m_;
+};
 
 class CrawlReader {
  public:
@@ -36,6 +54,8 @@ class CrawlReader {
   // reads "hash" as a slab class id). Feed returned a server error naming the line.
   bool unsupported_mode() const { return unsupported_mode_; }
   uint64_t keys() const { return keys_; }
+  // Where to put the cas of the keys that may need the binary protocol (none: not kept).
+  void set_listing_cas(ListingCas* c) { cas_ = c; }
 
  private:
   Status Line(const char* p, size_t n);
@@ -44,11 +64,13 @@ class CrawlReader {
   bool done_ = false, busy_ = false, unsupported_mode_ = false, saw_line_ = false;
   std::string busy_line_;
   uint64_t keys_ = 0;
+  ListingCas* cas_ = nullptr;
 };
 
 // Parses one metadump line (without its "\n"); exposed for tests.
 // `la`, if given, receives the line's la= (-1 if absent), `fetched` whether it says fetch=yes.
+// `cas`, if given, receives its cas= (0 if absent).
 bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la = nullptr,
-                       bool* fetched = nullptr);
+                       bool* fetched = nullptr, uint64_t* cas = nullptr);
 
 }  // namespace cachewarm

@@ -4,7 +4,10 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -149,6 +152,8 @@ bool TooOld(const std::string& version) {
 Status ReadDestinationInfo(Conn* c, DestinationInfo* out) {
   std::map<std::string, std::string> stats, settings;
   CW_RETURN_IF_ERROR(Stats(c, "stats\r\n", &stats));
+  const double here =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   CW_RETURN_IF_ERROR(Stats(c, "stats settings\r\n", &settings));
   std::string v;
   CW_RETURN_IF_ERROR(c->Command("version\r\n", "\r\n", &v, 10000));
@@ -160,10 +165,17 @@ Status ReadDestinationInfo(Conn* c, DestinationInfo* out) {
   out->pid = std::atoll(stats["pid"].c_str());
   out->started = std::atoll(stats["time"].c_str()) - std::atoll(stats["uptime"].c_str());
   out->evictions = std::strtoull(stats["evictions"].c_str(), nullptr, 10);
+  out->clock_offset = int64_t(std::floor(double(std::atoll(stats["time"].c_str())) - here));
   out->limit.item_size_max = std::strtoull(settings["item_size_max"].c_str(), nullptr, 10);
   out->limit.cas = !settings.count("cas_enabled") || settings["cas_enabled"] == "yes";
   out->evictions_enabled = !settings.count("evictions") || settings["evictions"] == "on";
   return Status::OK();
+}
+
+int64_t DestExpiry(int64_t expiry, int64_t offset) {
+  if (expiry == 0) return 0;
+  const int64_t t = std::min<int64_t>(expiry + offset, 2147483647);
+  return t > 30 * 24 * 3600 ? t : -1;
 }
 
 }  // namespace cachewarm

@@ -54,8 +54,18 @@ struct DestinationInfo {
   ItemLimit limit;
   bool evictions_enabled = true;  // `evictions on` (the default); off with -M
   uint64_t evictions = 0;         // the counter
+  // Its clock against this host's, whole seconds rounded down: its `stats time` minus our wall clock
+  // when the answer arrived. memcached converts an absolute expiry with its own idea of the time
+  // (it never re-reads the wall clock), so a T is moved onto it (DestExpiry); rounded down because
+  // `stats time` lags the server's real time: never later, at most ~1 s earlier.
+  int64_t clock_offset = 0;
 };
 Status ReadDestinationInfo(Conn* c, DestinationInfo* out);
+// The T to send a destination whose clock_offset is `offset` for an item whose T on this host's
+// clock is `expiry` (0 = never): moved onto its clock, clamped to 2^31-1 (memcached parses T as a
+// signed 32-bit number; clamping only shortens); -1 when it is no absolute time there (not sent).
+// The Python twin is format_v2.dest_expiry.
+int64_t DestExpiry(int64_t expiry, int64_t offset);
 // (1, 6, 45) from "1.6.45" (or "1.6.45-rc1"); false when it is no release number.
 bool ParseVersion(const std::string& text, int v[3]);
 // True for a release before 1.6.0 (a version we cannot read is not refused, like the Python side).

@@ -20,7 +20,9 @@ constexpr int kMaxReconcilePasses = 4;
 Dumper::Dumper(const Options& o, Env* env)
     : o_(o), env_(env), reporter_(&progress_), limiter_(o.max_items_per_second, o.max_bytes_per_second),
       checkpoint_(o_, env), crawl_(o_, env, &checkpoint_, &queue_, &progress_), guard_(o_, &limiter_, &progress_),
-      stream_(o_.stream.to.empty() ? nullptr : new Stream(o_, env)) {}
+      stream_(o_.stream.to.empty() ? nullptr : new Stream(o_, env)) {
+  crawl_.set_listing_cas(&listing_cas_);
+}
 
 int Dumper::exit_code() const { return stream_ && !stream_->ok() ? 1 : 0; }
 
@@ -87,6 +89,10 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   std::vector<std::thread> threads;
   for (int i = 0; i < o_.threads; i++)
     workers.emplace_back(new Worker(o_, env_, &checkpoint_, &queue_, &limiter_, &progress_, stream_.get()));
+  for (auto& w : workers) {
+    w->set_listing_cas(&listing_cas_);
+    w->set_source_ahead(stats_before_.clock_ahead_at_most());
+  }
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);

@@ -64,6 +64,7 @@ class Dumper {
   WorkQueue queue_;
   Checkpoint checkpoint_;
   KeyCrawl crawl_;
+  ListingCas listing_cas_;  // the crawl puts, the workers check (binary-protocol keys)
   Conn control_;  // `stats` before, during and after the dump (open only for each look)
   ServerStats stats_before_;
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl

@@ -53,6 +53,7 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back) {
     CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
     CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
     CrawlReader reader(fn, CrawlReader::WithLastAccess());
+    reader.set_listing_cas(cas_);
     Status s;
     while (s.ok() && !reader.done()) {
       if (queue_->aborted()) {

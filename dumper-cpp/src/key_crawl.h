@@ -38,6 +38,8 @@ class KeyCrawl {
   void set_by_hash(bool b) { by_hash_ = b; }
   // About how many keys the server holds (sizes the key-set difference's partitions).
   void set_expected_keys(uint64_t n) { expected_keys_ = n; }
+  // Where every crawl puts the listing's cas of the keys that may need the binary protocol.
+  void set_listing_cas(ListingCas* c) { cas_ = c; }
 
   // What the crawls since the last ResetStats() did.
   const CrawlStats& stats() const { return stats_; }
@@ -61,6 +63,7 @@ class KeyCrawl {
   Progress* progress_;
   bool by_hash_;
   uint64_t expected_keys_ = 0;
+  ListingCas* cas_ = nullptr;
   CrawlStats stats_;
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -126,6 +127,7 @@ Status GetStats(Conn* c, ServerStats* out) {
   std::string reply;
   CW_RETURN_IF_ERROR(c->Command("stats\r\n", "END\r\n", &reply, 10000));
   *out = ServerStats();
+  out->received = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   size_t pos = 0;
   bool have_pid = false;
   while (pos < reply.size()) {

@@ -1,6 +1,7 @@
 // TCP connections to memcached (blocking helpers for small commands; the workers drive their own
 // non-blocking poll loop on the fd). SIGPIPE never fires: every send uses MSG_NOSIGNAL.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -43,8 +44,14 @@ struct ServerStats {
   int64_t time = 0;
   int64_t curr_items = 0;
   std::string version;
+  // This host's wall clock when the answer arrived (seconds).
+  double received = 0;
   // Unix time the server started (time - uptime): with pid, identifies one server lifetime.
   int64_t started() const { return time - uptime; }
+  // How far at most the server's clock is ahead of this host's, whole seconds: subtracted from an
+  // absolute time on the server's clock (a listing's exp) it gives one on ours that is never later.
+  // memcached's `time` lags its own clock by under a second's grain plus its tick, hence the +2.
+  int64_t clock_ahead_at_most() const { return int64_t(std::floor(double(time) - received)) + 2; }
 };
 Status GetStats(Conn* c, ServerStats* out);
 // Same server lifetime (pid equal and start times within 2 s: uptime is sampled at a second's grain).

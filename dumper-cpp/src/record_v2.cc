@@ -1,5 +1,6 @@
 #include "record_v2.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "codec.h"
@@ -86,6 +87,9 @@ bool ValidExpiry(int64_t t) { return t == 0 || (t > kMaxRelativeTtl && t <= kMax
 
 int64_t ExpiryToSend(int64_t exptime) { return exptime == kNeverExpires ? 0 : exptime - kExpiryMargin; }
 int64_t ExptimeOf(int64_t expiry) { return expiry == 0 ? kNeverExpires : expiry + kExpiryMargin; }
+int64_t ClampExptime(int64_t exptime) {
+  return exptime == kNeverExpires ? exptime : std::min<int64_t>(exptime, kMaxExpiry + kExpiryMargin);
+}
 
 bool NeedsBinaryRecord(const Slice& raw_key) { return !IsPlainKey(raw_key) && raw_key.size() > kMaxBase64Key; }
 

@@ -24,6 +24,10 @@ constexpr uint8_t kBinaryMagic = 0x80, kBinaryOpAddQ = 0x12;
 
 // The T of an item whose version 1 exptime is `exptime` (-1 = never): 0, or exptime - kExpiryMargin.
 int64_t ExpiryToSend(int64_t exptime);
+// An exptime whose T would pass memcached's largest, 2^31-1 (a source clock lagging this host's
+// turns a T2147483647 item's remaining TTL into an exptime a few seconds beyond it): the largest
+// exptime that has a T. Clamping only shortens, and one such item must not fail the dump.
+int64_t ClampExptime(int64_t exptime);
 // The version 1 exptime of an item sent with T `expiry` (the reverse).
 int64_t ExptimeOf(int64_t expiry);
 // A key with no meta form (a binary key whose base64 is longer than kMaxWireKey): a binary record.

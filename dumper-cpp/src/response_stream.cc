@@ -61,7 +61,7 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
     return Status::OK();
   }
   // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
-  const int64_t exptime = r.ttl == -1 ? kNeverExpires : now_ + r.ttl;
+  const int64_t exptime = r.ttl == -1 ? kNeverExpires : ClampExptime(now_ + r.ttl);
   *key_len = klen;
   if (format_ == kFormatVersion2) {
     // Keys without a meta form never come through mg (the worker fetches them with the binary protocol).

@@ -110,6 +110,7 @@ Status Stream::Open() {
   evictions_.assign(eps_.size(), 0);
   for (size_t i = 0; i < eps_.size(); i++) control_.emplace_back(new Conn);
   infos_.assign(eps_.size(), DestinationInfo());
+  offsets_.reset(new std::atomic<int64_t>[eps_.size()]);
   CW_RETURN_IF_ERROR(Probe(true));
   std::string meta;
   Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamMetaName, &meta);
@@ -182,6 +183,7 @@ Status Stream::Probe(bool first, bool retry) {
     }
     if (first) {
       infos_[i] = info;
+      offsets_[i].store(info.clock_offset);
       continue;
     }
     if (info.pid != infos_[i].pid || std::llabs(info.started - infos_[i].started) > 2)
@@ -190,6 +192,7 @@ Status Stream::Probe(bool first, bool retry) {
                             "): the items streamed to it are gone; start the warm again in an empty --out");
     if (i < evictions_base_.size() && evictions_base_[i].first == info.pid)
       evictions_[i] = info.evictions - std::min(info.evictions, evictions_base_[i].second);
+    CW_RETURN_IF_ERROR(NewOffset(i, info.clock_offset));
   }
   if (!first) return Status::OK();
   std::string old, off;
@@ -200,9 +203,9 @@ Status Stream::Probe(bool first, bool retry) {
   if (!old.empty()) return Status::InvalidArgument("destination(s) " + old + " predate memcached 1.6's meta protocol");
   if (!off.empty() && !o_.stream.accept_no_evictions)
     return Status::InvalidArgument(
-        "destination(s) " + off + " run with evictions off (memcached -M): when one fills up it fails stores, and a "
-        "failed store deletes the live value of its key. Give it memory for the whole dump and pass "
-        "--accept-no-evictions, or run it with evictions on");
+        "destination(s) " + off + " run with evictions off (memcached -M): when one fills up it fails stores (the "
+        "stream fails; in set mode each failed store deletes its key's value). Give it memory for the whole dump "
+        "and pass --accept-no-evictions, or run it with evictions on");
   return Status::OK();
 }
 
@@ -215,6 +218,19 @@ Status Stream::CheckIdentity(size_t i) {
     return Status::Server("destination " + eps_[i].address() + " restarted during the stream (pid " +
                           std::to_string(infos_[i].pid) + " -> " + std::to_string(info.pid) +
                           "): the items streamed to it are gone; start the warm again in an empty --out");
+  return NewOffset(i, info.clock_offset);
+}
+
+Status Stream::NewOffset(size_t i, int64_t offset) {
+  // Two whole-second readings of one clock pair differ by at most 1 (rounding) plus ~1 (memcached's
+  // clock ticks once a second); more is a clock that moved.
+  const int64_t first = infos_[i].clock_offset;
+  if (std::llabs(offset - first) > 2)
+    return Status::Server("destination " + eps_[i].address() + "'s clock moved " + std::to_string(offset - first) +
+                          " s against this host's during the stream (offset " + std::to_string(first) + " s, now " +
+                          std::to_string(offset) + " s): the items written to it before would expire that much off "
+                          "their TTL; start the warm again in an empty --out");
+  offsets_[i].store(offset);
   return Status::OK();
 }
 

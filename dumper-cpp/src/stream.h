@@ -92,6 +92,9 @@ class Stream {
   size_t destinations() const { return eps_.size(); }
   const Endpoint& endpoint(size_t i) const { return eps_[i]; }
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
+  // Destination i's clock against this host's (DestinationInfo::clock_offset), as last measured: at
+  // the start, by the monitor's looks and on every reconnect (CheckIdentity).
+  int64_t clock_offset(size_t i) const { return offsets_[i].load(std::memory_order_relaxed); }
   size_t Route(const Slice& key) const {
     return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
   }
@@ -125,6 +128,11 @@ class Stream {
   Env* env_;
   std::vector<Endpoint> eps_;
   std::vector<DestinationInfo> infos_;
+  std::unique_ptr<std::atomic<int64_t>[]> offsets_;
+  // A later measurement of destination i's clock offset: Server error when it moved by more than the
+  // measurement's own rounding (a clock step, a paused VM): the items already written there would
+  // expire that many seconds off, so the stream stops naming the node and both offsets.
+  Status NewOffset(size_t i, int64_t offset);
   std::vector<std::pair<int64_t, uint64_t>> evictions_base_;  // (pid, evictions) at the first run's start
   std::unique_ptr<KetamaRing> ring_;
   std::unique_ptr<Placement> placement_;  // --placement-description: another client's, instead of ring_

@@ -69,6 +69,7 @@ void DestConn::Close() {
   skip_body_ = 0;
   marks_sent_ = marks_answered_ = 0;
   replies_ = Replies();
+  adds_.clear();
 }
 
 void DestConn::UseFd(int fd) {
@@ -211,13 +212,19 @@ Status DestConn::ParseMeta() {
       }
     } else if (line == "MN") {
       marks_answered_++;
+    } else if (line == "STORED") {
+      PopAdd();
+    } else if (line == "NOT_STORED") {
+      const uint64_t tag = PopAdd();
+      if (tag == kNoTag) replies_.not_stored++;
+      else replies_.tags.push_back(tag);
     } else if (line.substr(0, 2) == "HD") {
       // a write that was not quiet (never sent by us): stored
     } else if (line.substr(0, 12) == "SERVER_ERROR" || line.substr(0, 12) == "CLIENT_ERROR" ||
                line.substr(0, 5) == "ERROR") {
+      PopAdd();
       if (error_.empty())
-        error_ = "destination " + address_ + " answered " + std::string(line.substr(0, 300)) +
-                 ": stopped writing to it (a failed store deletes the key's live value)";
+        error_ = "destination " + address_ + " answered " + std::string(line.substr(0, 300)) + ": stopped writing to it";
     } else {
       return Status::Protocol("destination " + address_ + " sent an unexpected reply: " +
                               std::string(line.substr(0, 200)));
@@ -256,7 +263,7 @@ Status DestConn::ParseBinary() {
       std::snprintf(code, sizeof code, "%#06x", status);
       error_ = "destination " + address_ + " answered binary-protocol status " + code + " '" +
                std::string(h + binstore::kHeader, std::min<size_t>(have, 200)) +
-               "': stopped writing to it (a failed store deletes the key's live value)";
+               "': stopped writing to it";
     }
     pos += binstore::kHeader;
     skip_body_ = body;

@@ -3,8 +3,11 @@
 // and go out with writev; replies are read whenever the socket is readable, also while a send waits
 // for room, so neither side can fill its buffers and wait for the other (quiet writes answer only
 // NS and errors, but an add into a warm destination answers NS for many items).
-//   meta:   `ms ... q` writes; replies NS (or `NS O<n>` for a tagged write), MN (a mark),
-//           SERVER_ERROR / CLIENT_ERROR / ERROR (a failure: nothing more is sent here)
+//   meta:   `ms ... q` writes (set mode); replies NS (or `NS O<n>` for a tagged write), MN (a mark),
+//           SERVER_ERROR / CLIENT_ERROR / ERROR (a failure: nothing more is sent here);
+//           text `add` writes (add mode: a failed `ms` unlinks the key's live value, a failed `add`
+//           does not): one reply per item, in order — STORED, NOT_STORED (its tag is the one
+//           ExpectAdd queued for it) or an error
 //   binary: ADDQ/SETQ writes (keys no meta command can name); replies only for refused stores
 //           (status 2 "exists" / 5 "not stored", with the request's opaque) and errors; NOOP marks
 // A mark (`mn`, NOOP) answered means every write before it has been applied.
@@ -12,6 +15,7 @@
 #include <sys/uio.h>
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +50,11 @@ class DestConn {
     if (n) q_.push_back({const_cast<void*>(p), n});
   }
   size_t queued_iovecs() const { return q_.size() - qpos_; }
+  // A text `add` was queued: its reply (in order) carries `tag` (kNoTag: counted, not tagged).
+  static constexpr uint64_t kNoTag = UINT64_MAX;
+  void ExpectAdd(uint64_t tag) { adds_.push_back(tag); }
+  // The first error answer read ("" if none).
+  const std::string& error() const { return error_; }
   // Queues a mark (`mn`, or a binary NOOP); AwaitMarks waits for its answer.
   void QueueMark();
 
@@ -89,6 +98,13 @@ class DestConn {
   uint64_t skip_body_ = 0;  // binary: body bytes of a response still to skip
   uint64_t marks_sent_ = 0, marks_answered_ = 0;
   Replies replies_;
+  std::deque<uint64_t> adds_;  // the tags of the text adds not answered yet, in order
+  uint64_t PopAdd() {
+    if (adds_.empty()) return kNoTag;
+    const uint64_t t = adds_.front();
+    adds_.pop_front();
+    return t;
+  }
 };
 
 // Binary protocol constants for stores (memcached's protocol_binary.h; binary_get.h has the reads).

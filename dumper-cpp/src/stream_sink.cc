@@ -148,7 +148,11 @@ Status StreamSink::StartRecord() {
   dest_ = s_->Route(key);
   Dest& d = *d_[dest_];
   action_ = kSkip;
-  if (exptime_ != kNeverExpires && exptime_ - kExpiryMargin <= now_) {
+  // The T on the destination's own clock (memcached converts an absolute T with its idea of the
+  // time): moved by its offset, clamped to 2^31-1.
+  const int64_t ttl_dest =
+      exptime_ == kNeverExpires ? 0 : DestExpiry(exptime_ - kExpiryMargin, s_->clock_offset(dest_));
+  if (exptime_ != kNeverExpires && (exptime_ - kExpiryMargin <= now_ || ttl_dest < 0)) {
     d.n.expired++;
     return Status::OK();
   }
@@ -157,14 +161,31 @@ Status StreamSink::StartRecord() {
     oversize_.push_back(OversizeItem{dest_, key.ToString(), vlen_, flags_});
     return Status::OK();
   }
-  const uint64_t ttl = exptime_ == kNeverExpires ? 0 : uint64_t(exptime_ - kExpiryMargin);
+  const uint64_t ttl = uint64_t(ttl_dest);
   const bool plain = IsPlainKey(key);
   if (!plain) Base64Encode(key, &b64_);
   const uint64_t ord = tags_.size();
   CW_RETURN_IF_ERROR(Reserve());
   char* line = arena_.get() + arena_used_;
   char* p = line;
-  if (plain || b64_.size() <= kMaxKeyLen) {
+  if (add_ && plain) {
+    // Not `ms ... ME`: memcached's ms unlinks the key's live value when it cannot allocate the new
+    // item (out of memory), in add mode too; the text add leaves it. Answered item by item, in order.
+    if (d.crlf_owed) p = Put(p, kCrlf, 2);
+    d.crlf_owed = false;
+    p = Put(p, "add ", 4);
+    p = Put(p, key_, key_len_);
+    *p++ = ' ';
+    p = PutU64(p, flags_);
+    *p++ = ' ';
+    p = PutU64(p, ttl);
+    *p++ = ' ';
+    p = PutU64(p, vlen_);
+    p = Put(p, kCrlf, 2);
+    d.meta.Queue(line, size_t(p - line));
+    d.meta.ExpectAdd(tagged_ ? ord : DestConn::kNoTag);
+    action_ = kSend;
+  } else if (!add_ && (plain || b64_.size() <= kMaxKeyLen)) {
     if (d.crlf_owed) p = Put(p, kCrlf, 2);  // the previous value's end rides with this line
     d.crlf_owed = false;
     p = Put(p, "ms ", 3);
@@ -176,7 +197,7 @@ Status StreamSink::StartRecord() {
     p = PutU64(p, ttl);
     p = Put(p, " F", 2);
     p = PutU64(p, flags_);
-    p = Put(p, add_ ? " ME q" : " MS q", 5);
+    p = Put(p, " MS q", 5);
     if (tagged_) {
       p = Put(p, " O", 2);
       p = PutU64(p, ord);
@@ -185,7 +206,8 @@ Status StreamSink::StartRecord() {
     d.meta.Queue(line, size_t(p - line));
     action_ = kSend;
   } else {
-    // No meta command can name it: the binary protocol, on a connection of its own.
+    // No meta command can name it (or, in add mode, no text `add`: a binary key): the binary
+    // protocol, on a connection of its own (ADDQ does not unlink on a failed allocation either).
     if (!d.bin.connected()) CW_RETURN_IF_ERROR(d.bin.Connect(s_->endpoint(dest_).connect_host(), s_->endpoint(dest_).port));
     binstore::EncodeStore(p, add_, uint16_t(key_len_), vlen_, flags_, uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)),
                           uint32_t(ord));
@@ -347,7 +369,7 @@ Status StreamSink::CheckTagged(const std::vector<std::vector<uint64_t>>& tags) {
       std::string unavailable;
       CW_RETURN_IF_ERROR(g.Get(
           keys,
-          [&](size_t k, uint32_t f, uint32_t len) {
+          [&](size_t k, uint32_t f, uint32_t len, uint64_t) {
             cur = k;
             flags = f;
             got = 0;
@@ -440,6 +462,35 @@ bool StreamSink::Recover(Status* s, ChunkTask* again) {
   bool lost = false;
   for (auto& d : d_) lost = lost || d->meta.broken() || !d->meta.connected() || d->bin.broken();
   if (!lost) return false;
+  // An error another destination answered must not be dropped with the reconnect (the redo could
+  // then succeed): read every connection still up to the end — a mark on each whose bytes all went
+  // out, the replies already there on the others — and fail with the first error.
+  // Not on a connection whose last command is incomplete (bytes still queued, or the record being
+  // parsed is going there): a mark would be read as part of it.
+  std::vector<DestConn*> up;
+  for (size_t i = 0; i < d_.size(); i++) {
+    Dest& d = *d_[i];
+    const bool mid_record = st_ != kHeader && dest_ == i;
+    for (DestConn* c : {&d.meta, &d.bin}) {
+      if (!c->connected() || c->broken()) continue;
+      const bool busy = mid_record && action_ == (c == &d.meta ? kSend : kSendBinary);
+      if (c->queued_iovecs() == 0 && !busy) {
+        if (c == &d.meta && d.crlf_owed) c->Queue(kCrlf, 2);  // the last value's end
+        if (c == &d.meta) d.crlf_owed = false;
+        c->QueueMark();
+        up.push_back(c);
+      } else {
+        (void)c->Poll();
+      }
+    }
+  }
+  if (!up.empty()) (void)DestConn::AwaitMarks(up.data(), up.size(), kIoTimeoutMs);
+  for (DestConn* c : Conns()) {
+    if (!c->error().empty()) {
+      *s = Status::Server(c->error());
+      return false;
+    }
+  }
   const double now = MonotonicS();
   if (recover_started_ < 0) recover_started_ = now;
   std::fprintf(stderr, "cachewarm-dump: %s; reconnecting, then part %s is sent again (tagged)\n",

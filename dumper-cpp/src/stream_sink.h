@@ -1,10 +1,13 @@
 // A worker's sink in the stream mode: the records the receive stream hands over (data format v1
 // record bytes whose values still sit in the receive buffer) become writes to the destination the
 // key routes to, with no copy of any value:
-//   `ms <key> <len> [b] T<expiry> F<flags> ME q[ O<n>]\r\n` + the value + `\r\n` (MS with --mode set)
+//   add mode: `add <key> <flags> <expiry> <len>\r\n` + the value + `\r\n` (not `ms ... ME`: memcached's
+//   ms unlinks the key's live value when it cannot allocate the new item; add does not);
+//   set mode: `ms <key> <len> [b] T<expiry> F<flags> MS q[ O<n>]\r\n` + the value + `\r\n`
 // queued as iovecs (the command line from a small arena, the value pointing into the receive buffer)
 // and sent with writev before AppendRaw returns; the binary protocol's ADDQ/SETQ for keys no meta
-// command can name (binary keys of 187..250 bytes). Per record, as the Python populator
+// command can name (binary keys of 187..250 bytes) and, in add mode, for every binary key (no text
+// form). Per record, as the Python populator
 // (encode.py) decides:
 //   - expiry: absolute, kExpiryMargin before the record's (memcached reads T above 30 days as a unix
 //     time); never stays never (T0); already expired (less the margin) -> not sent, counted;

@@ -181,10 +181,23 @@ Status Worker::FetchBinary(const Batch& b) {
   std::string unavailable;
   CW_RETURN_IF_ERROR(binary_.Get(
       raw,
-      [&](size_t k, uint32_t flags, uint32_t value_len) -> Status {
+      [&](size_t k, uint32_t flags, uint32_t value_len, uint64_t cas) -> Status {
         const uint64_t i = b.binary[k];
+        // Its TTL is the listing's: only if the item is still the one listed (same CAS). Rewritten
+        // in between, it may now expire sooner (or be gone and back): not copied, named.
+        const uint64_t listed =
+            listing_cas_ ? listing_cas_->Get(Slice(keys_.data() + lines_[i].offset, lines_[i].length)) : 0;
+        // 0 on either side: not known (memcached -C keeps no CAS): nothing to compare.
+        if (listed != 0 && cas != 0 && cas != listed) {
+          skip = true;
+          Undumped(i, "rewritten between the listing and the fetch (cas " + std::to_string(listed) + " -> " +
+                          std::to_string(cas) + "): its expiry is not known");
+          return Status::OK();
+        }
         state_[i - b.start] = kGot;
-        const int64_t exp = lines_[i].exptime > 0 ? lines_[i].exptime : kNeverExpires;
+        // The listing's exp is on the source's clock: onto this host's, never later.
+        const int64_t exp =
+            lines_[i].exptime > 0 ? ClampExptime(lines_[i].exptime - source_ahead_) : kNeverExpires;
         skip = o_.min_ttl > 0 && exp != kNeverExpires && exp - now < o_.min_ttl;
         if (skip) {
           part_stats_.skipped_min_ttl++;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "binary_get.h"
+#include "crawler.h"
 #include "checkpoint.h"
 #include "data_file.h"
 #include "part_writer.h"
@@ -83,6 +84,17 @@ class Worker : public RecordSink {
   ResponseStream stream_;
   std::unique_ptr<PartWriter> writer_;  // data files, or the stream mode's sink
   BinaryGetter binary_;
+  const ListingCas* listing_cas_ = nullptr;
+  int64_t source_ahead_ = 0;
+
+ public:
+  // The listing's cas of keys that may need the binary protocol (KeyCrawl fills it).
+  void set_listing_cas(const ListingCas* c) { listing_cas_ = c; }
+  // The source's clock ahead of this host's at most (ServerStats::clock_ahead_at_most): a listing's
+  // exp is on the source's clock; the records hold this host's.
+  void set_source_ahead(int64_t s) { source_ahead_ = s; }
+
+ private:
   std::string keys_, send_, raw_, b64_;
   std::vector<Key> lines_;
   std::deque<Batch> inflight_;

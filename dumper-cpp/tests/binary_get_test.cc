@@ -89,7 +89,7 @@ TEST(BinaryGetter, HitsMissesRefusalsAndStreamedValues) {
   std::string unavailable;
   ASSERT_TRUE(g.Get(
                    keys,
-                   [&](size_t i, uint32_t flags, uint32_t vlen) {
+                   [&](size_t i, uint32_t flags, uint32_t vlen, uint64_t) {
                      cur = i;
                      got[i] = {flags, ""};
                      got[i].second.reserve(vlen);

@@ -291,5 +291,29 @@ TEST(Env, WritevAllResumesShortWritesAndEintr) {
   EXPECT_NE(s.message().find("f.cwd"), std::string::npos);
 }
 
+
+TEST(Crawler, ListingCasOfLongEncodedKeysFirstListingWins) {
+  Slice key;
+  int64_t exp = 0;
+  uint64_t cas = 0;
+  const std::string line = "key=abc exp=-1 la=1 cas=4242 fetch=no cls=1 size=60";
+  ASSERT_TRUE(ParseMetadumpLine(line.data(), line.size(), &key, &exp, nullptr, nullptr, &cas));
+  EXPECT_EQ(cas, 4242u);
+  const std::string nocas = "key=abc exp=-1 la=1";
+  ASSERT_TRUE(ParseMetadumpLine(nocas.data(), nocas.size(), &key, &exp, nullptr, nullptr, &cas));
+  EXPECT_EQ(cas, 0u);
+  // Only URL-encoded keys over 186 characters (a binary key of 187..250 bytes) are kept.
+  ListingCas c;
+  CrawlReader r([](const Slice&, int64_t) { return Status::OK(); });
+  r.set_listing_cas(&c);
+  std::string longkey;
+  for (int i = 0; i < 70; i++) longkey += "%00";
+  const std::string in = "key=" + longkey + " exp=-1 la=1 cas=7 fetch=no\nkey=plain exp=-1 la=1 cas=8\nkey=" +
+                         longkey + " exp=-1 la=1 cas=9 fetch=no\nEND\r\n";
+  ASSERT_TRUE(r.Feed(in.data(), in.size()).ok());
+  EXPECT_EQ(c.Get(Slice(longkey)), 7u);  // the first listing's (its exp is the one kept)
+  EXPECT_EQ(c.Get(Slice("plain")), 0u);
+}
+
 }  // namespace
 }  // namespace cachewarm

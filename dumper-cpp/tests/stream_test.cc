@@ -240,6 +240,35 @@ TEST(DestConn, MetaRepliesCountedAndErrorsStopWriting) {
   ::close(sv[1]);
 }
 
+TEST(DestConn, TextAddRepliesAreMatchedInOrder) {
+  // Add mode writes text `add`s: one reply per item, in order; a NOT_STORED carries the tag its
+  // add was queued with (a resend) or is counted (kNoTag); an error stops writing, and is popped too.
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  DestConn d("127.0.0.1:1", DestConn::kMeta);
+  d.UseFd(sv[0]);
+  d.ExpectAdd(DestConn::kNoTag);
+  d.ExpectAdd(5);
+  d.ExpectAdd(DestConn::kNoTag);
+  d.ExpectAdd(9);
+  const std::string replies = "STORED\r\nNOT_STORED\r\nNOT_STORED\r\nNOT_STORED\r\nMN\r\n";
+  ASSERT_EQ(::write(sv[1], replies.data(), replies.size()), ssize_t(replies.size()));
+  d.QueueMark();
+  DestConn* conns[] = {&d};
+  ASSERT_TRUE(DestConn::AwaitMarks(conns, 1, 2000).ok());
+  DestConn::Replies r;
+  d.TakeReplies(&r);
+  EXPECT_EQ(r.not_stored, 1u);
+  EXPECT_EQ(r.tags, (std::vector<uint64_t>{5, 9}));
+  d.ExpectAdd(DestConn::kNoTag);
+  const std::string err = "SERVER_ERROR out of memory storing object\r\n";
+  ASSERT_EQ(::write(sv[1], err.data(), err.size()), ssize_t(err.size()));
+  d.QueueMark();
+  EXPECT_EQ(DestConn::AwaitMarks(conns, 1, 2000).code(), Status::kServer);
+  EXPECT_NE(d.error().find("SERVER_ERROR out of memory"), std::string::npos);
+  ::close(sv[1]);
+}
+
 TEST(DestConn, AClosedConnectionIsBroken) {
   int sv[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);

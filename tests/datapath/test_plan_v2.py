@@ -13,11 +13,20 @@ import re
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
-from cachewarm.datapath.encode import UNLIMITED
+from cachewarm.datapath.encode import UNLIMITED, is_plain_key
 from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.populate import plan as planmod
-from cachewarm.datapath.populate.plan import PIECE_MN, PIECE_S, Plan, pieces_of, plan, plan_py
+from cachewarm.datapath.populate.plan import (
+    PIECE_LINE,
+    PIECE_MN,
+    PIECE_S,
+    NodePlan,
+    Plan,
+    pieces_of,
+    plan,
+    plan_py,
+)
 from cachewarm.datapath.writer import encode_file
 
 NOW = 1_800_000_000
@@ -60,9 +69,17 @@ def _both(data: bytes, start: int, end: int, **kw: object) -> Plan:
     return c
 
 
-def _wire(data: bytes, pieces: bytes) -> bytes:
+def _wire(data: bytes, node: NodePlan) -> bytes:
     lit = {PIECE_MN: b"mn\r\n", PIECE_S: b"S"}
-    return b"".join(data[o : o + n] if o >= 0 else lit[o] for o, n in pieces_of(pieces))
+
+    def piece(o: int, n: int) -> bytes:
+        if o >= 0:
+            return data[o : o + n]
+        if o <= PIECE_LINE:
+            return node.lines[PIECE_LINE - o : PIECE_LINE - o + n]
+        return lit[o]
+
+    return b"".join(piece(o, n) for o, n in pieces_of(node.pieces))
 
 
 @pytest.mark.parametrize("set_mode", [False, True])
@@ -84,14 +101,23 @@ def test_c_and_python_plan_alike(set_mode: bool, batch_items: int, batch_bytes: 
     assert p.records == len(recs)
     assert n.expired > 0 and n.binary and bool(n.oversize) is (budget != UNLIMITED)
     assert n.items + n.expired + len(n.oversize) + len(n.binary) == len(recs)
-    wire = _wire(data, n.pieces)
-    # Exactly the meta records to send, each as the file has it (`MS` in set mode), in file order.
-    sent = [s for s in v2.spans(data, start, end) if not s.binary]
+    wire = _wire(data, n)
+    # Exactly the meta records to send, in file order: in set mode each as the file has it with `MS`;
+    # in add mode (plain keys only: base64 ones go by ADDQ) a text `add` line and the record's value.
+    sent = [s for s in v2.spans(data, start, end) if not s.binary and (set_mode or is_plain_key(s.key))]
     sent = [s for s in sent if s.exptime == -1 or s.exptime - 1 > NOW]
     sent = [s for s in sent if len(s.key) + s.value_end - s.value_start + (4 if s.flags else 0) <= budget]
-    body = b"".join(data[s.offset : s.end] for s in sent)
     if set_mode:
-        body = body.replace(b" ME q O", b" MS q O")
+        body = b"".join(data[s.offset : s.end] for s in sent).replace(b" ME q O", b" MS q O")
+        assert n.lines == n.order == b""
+    else:
+        body = b"".join(
+            b"add %b %d %d %d\r\n"
+            % (s.key, s.flags, v2.expiry_to_send(s.exptime), s.value_end - s.value_start)
+            + data[s.value_start : s.end]
+            for s in sent
+        )
+        assert n.order_offsets() == [s.offset for s in sent]
     assert wire.replace(b"mn\r\n", b"") == body and n.items == len(sent)
     assert wire.count(b"mn\r\n") >= -(-len(sent) // batch_items)
     # Never a relative T, never one already past: an item expiring within the margin is not sent.
@@ -121,10 +147,10 @@ def test_every_destination_gets_its_keys_and_only_nodes_are_kept(scheme: str | N
             keys = [
                 s.key
                 for s in v2.spans(data, start, end)
-                if not s.binary and (s.exptime == -1 or s.exptime - 1 > NOW)
+                if not s.binary and is_plain_key(s.key) and (s.exptime == -1 or s.exptime - 1 > NOW)
             ]
             want = [k for k in keys if ring.index_for(k) == i]
-            got = [s.key for o, m in pieces_of(n.pieces) if o >= 0 for s in v2.spans(data, o, o + m)]
+            got = [df.record_at(data, at, 2).key for at in n.order_offsets()]
             assert got == want
             assert all(ring.index_for(df.record_at(data, at, 2).key) == i for at in n.binary)
         only = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring, only=frozenset({1}))
@@ -236,3 +262,30 @@ def test_record_at_and_iter_records_give_version_1_fields() -> None:
     for s, r in zip(v2.spans(data, start, end), recs, strict=True):
         at = df.record_at(data, s.offset, 2)
         assert (at.key, at.flags, at.exptime, bytes(at.value)) == (r.key, r.flags, r.exptime, r.value)
+
+
+@pytest.mark.parametrize("set_mode", [False, True])
+@pytest.mark.parametrize("offset", [-600, -1, 600, 2**31])
+def test_each_t_goes_out_on_its_destinations_clock(set_mode: bool, offset: int) -> None:
+    """A destination whose clock is `offset` s ahead gets every T moved by that much (memcached reads
+    an absolute T with its own idea of the time), clamped to 2^31-1; 0 stays 0; C and Python alike."""
+    recs = _records(random.Random(9), 600)
+    data, start, end = _file(recs)
+    p = _both(data, start, end, set_mode=set_mode, offsets=(offset,))
+    n = p.nodes[0]
+    wire = _wire(data, n)
+    sent = [
+        s
+        for s in v2.spans(data, start, end)
+        if not s.binary and (set_mode or is_plain_key(s.key)) and (s.exptime == -1 or s.exptime - 1 > NOW)
+    ]
+    assert n.items == len(sent) > 0
+    want = [v2.dest_expiry(v2.expiry_to_send(s.exptime), offset) for s in sent]
+    if set_mode:
+        got = [int(t) for t in re.findall(rb"^ms \S+ \d+(?: b)? T(\d+) ", wire, re.M)]
+    else:
+        got = [int(t) for t in re.findall(rb"^add \S+ \d+ (\d+) \d+\r\n", wire, re.M)]
+    assert got == want
+    assert all(t == 0 or 2_592_000 < t <= 2**31 - 1 for t in got)
+    if offset == 2**31:
+        assert set(got) <= {0, 2**31 - 1}

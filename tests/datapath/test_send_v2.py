@@ -119,7 +119,7 @@ def test_an_error_fails_loudly_and_no_batch_starts_after_it(
     memcached: Callable[..., MemcachedServer], use_c: bool
 ) -> None:
     """A full destination with evictions off answers SERVER_ERROR out of memory: counted, the first
-    one kept, and the sender stops starting batches (each failed store deletes a live value)."""
+    one kept, and the sender stops starting batches."""
     dst = memcached(memory_mb=2, extra_args=["-M"])
     recs = _recs(6000, size=2000)
     _, res = _send([dst], recs, use_c, batch_items=100)

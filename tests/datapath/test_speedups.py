@@ -46,16 +46,24 @@ def _verdict(data: bytes, name: str = "n1") -> df.Verdict:
 
 def _python(v: df.Verdict, params: WorkerParams, budget: int = UNLIMITED) -> tuple[bytes, EncodeStats]:
     stats = EncodeStats(1)
-    batches = encode_sets(v, params, FileJob((budget,)), None, stats)
-    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _ in batches)
+    batches = list(encode_sets(v, params, FileJob((budget,)), None, stats))
+    out = b"".join(b"".join(bytes(p) for p in pieces) for _, pieces, _, _ in batches)
+    _check_order(batches, params)
     return out, stats
 
 
 def _c(v: df.Verdict, params: WorkerParams, budget: int = UNLIMITED) -> tuple[bytes, EncodeStats]:
     stats = EncodeStats(1)
     batches = encode_sets_c(v, params, FileJob((budget,)), stats)
-    assert all(isinstance(b, bytes) and n > 0 for _, b, n in batches)
-    return b"".join(b for _, b, _ in batches), stats
+    assert all(isinstance(b, bytes) and n > 0 for _, b, n, _ in batches)
+    _check_order(batches, params)
+    return b"".join(b for _, b, _, _ in batches), stats
+
+
+def _check_order(batches: list, params: WorkerParams) -> None:
+    """Add mode names each item's record, in send order (the replies are matched by counting)."""
+    for _, _, n, order in batches:
+        assert (order is None) if params.mode == "set" else (len(order) == n)
 
 
 def _records(rng: random.Random, n: int) -> list[df.Record]:
@@ -93,8 +101,12 @@ def test_same_bytes_and_counts_as_python(mode: Mode, batch_items: int, batch_byt
     assert bool(py_stats.oversize[0]) is (budget != UNLIMITED)
     # Never-expiring items go with T0, all others with their absolute expiry less the margin (never a
     # relative TTL); one that expires within the margin is not sent.
-    assert b" T0 " in py and b" T%d " % (NOW + 3600 - encode.EXPIRY_MARGIN) in py
-    assert b" T%d " % (NOW + 1 - encode.EXPIRY_MARGIN) not in py and b" T3600 " not in py
+    t = b" T%d " if mode == "set" else b" %d "
+    assert t % 0 in py and t % (NOW + 3600 - encode.EXPIRY_MARGIN) in py
+    assert t % (NOW + 1 - encode.EXPIRY_MARGIN) not in py and t % 3600 not in py
+    # Add mode sends no `ms` (a failed one unlinks the key's live value) and no base64 key.
+    if mode == "add":
+        assert b"ms " not in py and b" b " not in py and py.startswith(b"add ")
 
 
 def test_oversize_is_decided_by_memcacheds_item_size_rule() -> None:
@@ -112,7 +124,7 @@ def test_oversize_is_decided_by_memcacheds_item_size_rule() -> None:
     params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
     for out, stats in (_python(v, params, budget), _c(v, params, budget)):
         assert [encode.record_at(data, at).key for at in stats.oversize[0]] == [b"b", b"d"]
-        assert out.count(b"ms ") == 2 and b"ms a " in out and b"ms c " in out
+        assert out.count(b"add ") == 2 and b"add a " in out and b"add c " in out
 
 
 def test_reads_from_a_memoryview_into_a_reused_buffer() -> None:
@@ -171,9 +183,9 @@ def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
     assert encode._speedups is not None
     key = b"\x00" * 9  # base64: 12 chars
     data = encode_file("n1", 0, 0, [df.Record(key, 1, NOW + 3600, b"v" * 10)])
-    params = WorkerParams(nodes=(Node("127.0.0.1", 1),))
+    params = WorkerParams(nodes=(Node("127.0.0.1", 1),), mode="set")  # add mode sends no base64 key
     out, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)
-    assert out.startswith(b"ms AAAAAAAAAAAA 10 b T%d F1 ME q" % (NOW + 3600 - encode.EXPIRY_MARGIN))
+    assert out.startswith(b"ms AAAAAAAAAAAA 10 b T%d F1 MS q" % (NOW + 3600 - encode.EXPIRY_MARGIN))
     assert not stats.long_keys[0] and not stats.oversize[0]
     try:
         encode._speedups.configure(

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from cachewarm.datapath import format as df
+from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.populate.plan import pieces_of, plan
+from cachewarm.datapath.populate.plan import PIECE_LINE, PIECE_MN, PIECE_S, NodePlan, pieces_of, plan
 from cachewarm.datapath.writer import encode_file
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
@@ -78,20 +79,35 @@ def test_manifest_vector(version: int) -> None:
 @pytest.mark.parametrize("use_c", [True, False])
 @pytest.mark.parametrize("f", SPECS[2]["files"], ids=lambda f: f["name"])
 def test_v2_vectors_are_sent_as_their_own_bytes(f: dict[str, Any], use_c: bool) -> None:
-    """The populator's walk (C and Python) plans every meta record of a v2 vector as a range of the
-    file and the binary record for the binary protocol: what goes on the wire is the file's bytes."""
+    """The populator's walk (C and Python) plans every meta record of a v2 vector: in set mode (a
+    destination on this host's clock) as a range of the file with `S` for its `E`, so what goes on
+    the wire is the file's own bytes; in add mode as a generated `add` line and the record's own value
+    bytes (a failed `ms` would unlink a live value); the binary record for the binary protocol."""
     data = (SETS[2] / f["name"]).read_bytes()
     v = df.check_bytes(df.parse_name(f["name"]), data)  # type: ignore[arg-type]
     assert v.header is not None and v.trailer is not None
     start, end = df.records_bounds(v.header, v.trailer)
-    p = plan(data, start, end, 1_700_000_000, (1 << 40,), False, 1000, 1 << 20, use_c=use_c)
-    assert p.records == f["record_count"]
-    node = p.nodes[0]
-    wire = b"".join(data[o : o + n] if o >= 0 else b"mn\r\n" for o, n in pieces_of(node.pieces))
-    binary = [df.record_at(data, at, 2).key for at in node.binary]
-    meta = [r for r in expected_records(f) if r.key not in binary]
-    assert node.items == len(meta) and wire.count(b"\r\nmn\r\n") == (1 if meta else 0)
-    assert [r.key for r in expected_records(f) if r.key in binary] == binary
-    assert wire.replace(b"mn\r\n", b"") == b"".join(
-        data[s : s + n] for s, n in pieces_of(node.pieces) if s >= 0
-    ) and all(data[s : s + 3] == b"ms " for s, _ in pieces_of(node.pieces) if s >= 0)
+    for set_mode in (True, False):
+        p = plan(data, start, end, 1_700_000_000, (1 << 40,), set_mode, 1000, 1 << 20, use_c=use_c)
+        assert p.records == f["record_count"]
+        node = p.nodes[0]
+
+        def piece(o: int, n: int, node: NodePlan = node) -> bytes:
+            if o >= 0:
+                return data[o : o + n]
+            if o <= PIECE_LINE:
+                return node.lines[PIECE_LINE - o : PIECE_LINE - o + n]
+            return {PIECE_MN: b"mn\r\n", PIECE_S: b"S"}[o]
+
+        wire = b"".join(piece(o, n) for o, n in pieces_of(node.pieces))
+        binary = [df.record_at(data, at, 2).key for at in node.binary]
+        meta = [r for r in expected_records(f) if r.key not in binary]
+        assert node.items == len(meta) and wire.count(b"\r\nmn\r\n") == (1 if meta else 0)
+        assert [r.key for r in expected_records(f) if r.key in binary] == binary
+        if set_mode:
+            own = b"".join(data[s.offset : s.end] for s in v2.spans(data, start, end) if not s.binary)
+            assert wire.replace(b"mn\r\n", b"") == own.replace(b" ME q O", b" MS q O")
+            assert node.lines == b""
+        else:
+            assert wire.startswith(b"add ") or not meta
+            assert wire.count(b"\r\nadd ") + wire.startswith(b"add ") == len(meta)

@@ -14,7 +14,7 @@ from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
-from cachewarm.testing.populating import expiries, fetch
+from cachewarm.testing.populating import EXPIRY_SLACK, expiries, fetch
 
 from tests.conftest import DEFAULT_VERSION
 
@@ -80,14 +80,18 @@ def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path, warm
     assert len(got) == len(items)
     for key, flags, _ttl, value in items:
         assert got[key].value == value and got[key].flags == flags, key
-    # Issue 12: each item expires on the target within [its expiry on the source - 2 s, that expiry],
-    # each read on its server's own clock (never: never).
+    # Issue 12/21: each item expires on the target within [its expiry on the source - EXPIRY_SLACK,
+    # that expiry], each read on its server's own clock (never: never).
     src_exp, dst_exp = expiries(src, list(got)), expiries(dst, list(got))
     for key, _flags, ttl, _value in items:
         if ttl == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert src_exp[key] - 2 <= dst_exp[key] <= src_exp[key], (key, src_exp[key], dst_exp[key])
+            assert src_exp[key] - EXPIRY_SLACK <= dst_exp[key] <= src_exp[key], (
+                key,
+                src_exp[key],
+                dst_exp[key],
+            )
     v = run(["verify", "--source", src.address, "--target", dst.address, "--json"], dumper_bin)
     assert v.returncode == 0, v.stdout + v.stderr
     rep = json.loads(v.stdout)

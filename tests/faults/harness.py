@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -115,3 +117,63 @@ def tmp_leftovers(directory: Path) -> list[str]:
     if not directory.exists():
         return []
     return sorted(str(p.relative_to(directory)) for p in directory.rglob(".tmp-*"))
+
+
+class CuttingProxy:
+    """A TCP proxy to `upstream` that resets the first connection through which more than `after`
+    bytes went upstream (a writer's connection, not a `stats` probe); the others pass."""
+
+    def __init__(
+        self, upstream: MemcachedServer, after: int, on_cut: Callable[[], None] | None = None
+    ) -> None:
+        self.upstream = (upstream.host, upstream.port)
+        self.host = "127.0.0.1"
+        self.after = after
+        self.on_cut = on_cut  # run just before the cut (e.g. to change another server)
+        self.cuts = 0
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.upstream)
+            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket, upstream: bool) -> None:
+        sent = 0
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+                sent += len(data)
+                if upstream and sent > self.after:
+                    with self.lock:
+                        cut = self.cuts == 0
+                        self.cuts += cut
+                    if cut:
+                        if self.on_cut is not None:
+                            self.on_cut()
+                        for s in (a, b):  # RST, as a broken network path would
+                            s.setsockopt(
+                                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                            )
+                            s.close()
+                        return
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.lsock.close()

@@ -5,12 +5,9 @@ failure, never exit 0. Our own resent writes are never counted as live ones (`al
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from cachewarm.testing.memcached import MemcachedServer
 
 from tests.conftest import stream_versions
 from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, load_numbered, run_dump
-from tests.faults.harness import Tally, fetch_all, kill9, survivors, tmp_leftovers, trials
+from tests.faults.harness import CuttingProxy, Tally, fetch_all, kill9, survivors, tmp_leftovers, trials
 
 # Stream-only scenarios: in `make test` the default release (CI time; the writes are the same meta
 # commands on every one), in `make faults` every release (CACHEWARM_STREAM_VERSIONS=all).
@@ -95,60 +92,6 @@ def test_stream_kill9_then_resume(dumper_bin: Path, memcached, tmp_path: Path, t
         if left:
             t.note(f"trial {trial}: temp files left: {left[:3]}")
     t.check()
-
-
-class CuttingProxy:
-    """A TCP proxy to `upstream` that resets the first connection through which more than `after`
-    bytes went upstream (a writer's connection, not a `stats` probe); the others pass."""
-
-    def __init__(self, upstream: MemcachedServer, after: int) -> None:
-        self.upstream = (upstream.host, upstream.port)
-        self.after = after
-        self.cuts = 0
-        self.lsock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.lsock.getsockname()[1]
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                c, _ = self.lsock.accept()
-            except OSError:
-                return
-            u = socket.create_connection(self.upstream)
-            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket, upstream: bool) -> None:
-        sent = 0
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-                sent += len(data)
-                if upstream and sent > self.after:
-                    with self.lock:
-                        cut = self.cuts == 0
-                        self.cuts += cut
-                    if cut:
-                        for s in (a, b):  # RST, as a broken network path would
-                            s.setsockopt(
-                                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-                            )
-                            s.close()
-                        return
-        except OSError:
-            pass
-        for s in (a, b):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        self.lsock.close()
 
 
 def test_stream_connection_cut_reconnects_and_resends_tagged(

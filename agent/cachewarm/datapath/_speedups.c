@@ -11,13 +11,21 @@
  *
  * configure(record_fixed, max_key_len, never_expires, plain_first, plain_last, max_wire_key,
  *           flags_suffix, expiry_margin)
- * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget)
- *   -> (batches: list[(bytes, count)], records: int, expired: int, long_keys: list[int],
+ * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget, clock_offset)
+ *   -> (batches: list[(bytes, count, order)], records: int, expired: int, long_keys: list[int],
  *       oversize: list[int])
- * Each batch is "ms <key> <len> [b] T<expiry> F<flags> ME|MS q\r\n<value>\r\n"... without the
- * trailing mn; T is 0 (never) or the record's absolute expiry less expiry_margin (a record for
- * which that is not after `now` is expired: counted, not sent). long_keys: the record offsets of
- * binary keys whose base64 form is longer than max_wire_key (the caller sends them another way);
+ * In set mode each batch is "ms <key> <len> [b] T<expiry> F<flags> MS q\r\n<value>\r\n"...; in add
+ * mode "add <key> <flags> <expiry> <len>\r\n<value>\r\n"... (memcached's `ms` unlinks the key's
+ * live value when it cannot allocate the new item, in add mode too; the text `add` does not) and
+ * order is the record offset of each item (packed native int64: `add` answers every item, in order);
+ * in set mode order is b"". Batches are without the trailing mn; the expiry is 0 (never) or the
+ * record's absolute expiry less expiry_margin (a record for which that is not after `now` is expired:
+ * counted, not sent), then moved onto the destination's clock (+ clock_offset: its `stats time` minus
+ * ours, whole seconds, rounded down) and clamped to 2^31-1 (memcached parses T as a signed 32-bit
+ * number; clamping only shortens); one that would not be above 30 days then is expired too.
+ * long_keys: the record offsets of binary keys whose base64 form is longer than
+ * max_wire_key, and in add mode of every binary key (no text form) — the caller sends them with the
+ * binary protocol;
  * oversize: the record offsets of items whose key + value (+ flags_suffix when flags != 0) exceed
  * `budget` (never sent). Raises ValueError naming the record on a record the format forbids; nothing
  * is returned then, so a bad file is never partly applied.
@@ -107,8 +115,10 @@ typedef struct {
 typedef struct {
   long records, expired;
   long long budget;    /* the destination's ItemLimit.budget */
+  long long offset;    /* the destination's clock offset (whole seconds) */
   PyObject *long_keys; /* list of record offsets, or NULL: do not collect (second pass) */
   PyObject *oversize;  /* idem */
+  int add;             /* text `add` commands (binary keys go to long_keys) */
 } Counts;
 
 enum { kSend = 0, kSkip = 1, kError = -1 };
@@ -158,7 +168,13 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   if (exptime == cfg.never_expires) {
     it->ttl = 0;
   } else if (exptime - cfg.expiry_margin > now) {
-    it->ttl = (uint64_t)(exptime - cfg.expiry_margin);
+    long long t = (long long)(exptime - cfg.expiry_margin) + c->offset;
+    if (t > 2147483647LL) t = 2147483647LL;
+    if (t <= 2592000LL) {
+      c->expired++;
+      return kSkip;
+    }
+    it->ttl = (uint64_t)t;
   } else {
     c->expired++;
     return kSkip;
@@ -168,11 +184,36 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   it->key = r + cfg.record_fixed;
   it->value = it->key + it->klen;
   it->plain = is_plain(it->key, it->klen);
-  if (!it->plain && (it->klen + 2) / 3 * 4 > cfg.max_wire_key) return note(c->long_keys, at) < 0 ? kError : kSkip;
+  if (!it->plain && (c->add || (it->klen + 2) / 3 * 4 > cfg.max_wire_key))
+    return note(c->long_keys, at) < 0 ? kError : kSkip;
   return kSend;
 }
 
-/* "ms <key> <len>[ b] T<ttl> F<flags> ME q\r\n<value>\r\n" */
+/* "add <key> <flags> <ttl> <len>\r\n<value>\r\n" (plain keys only) */
+static size_t add_size(const Item *it) {
+  return 4 + it->klen + 1 + digits(it->flags) + 1 + digits(it->ttl) + 1 + digits(it->vlen) + 2 + it->vlen + 2;
+}
+
+static char *put_add(char *d, const Item *it) {
+  memcpy(d, "add ", 4);
+  d += 4;
+  memcpy(d, it->key, it->klen);
+  d += it->klen;
+  *d++ = ' ';
+  d += put_u64(d, it->flags);
+  *d++ = ' ';
+  d += put_u64(d, it->ttl);
+  *d++ = ' ';
+  d += put_u64(d, it->vlen);
+  memcpy(d, "\r\n", 2);
+  d += 2;
+  memcpy(d, it->value, it->vlen);
+  d += it->vlen;
+  memcpy(d, "\r\n", 2);
+  return d + 2;
+}
+
+/* "ms <key> <len>[ b] T<ttl> F<flags> MS q\r\n<value>\r\n" */
 static size_t item_size(const Item *it) {
   const size_t key = it->plain ? it->klen : (it->klen + 2) / 3 * 4;
   return 3 + key + 1 + digits(it->vlen) + (it->plain ? 0 : 2) + 2 + digits(it->ttl) + 2 + digits(it->flags) + 7 +
@@ -242,13 +283,14 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
   }
   Py_buffer view;
   Py_ssize_t pos, end, batch_items, batch_bytes;
-  long long now, budget;
+  long long now, budget, offset;
   int add;
-  if (!PyArg_ParseTuple(args, "y*nnLpnnL", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes, &budget))
+  if (!PyArg_ParseTuple(args, "y*nnLpnnLL", &view, &pos, &end, &now, &add, &batch_items, &batch_bytes, &budget,
+                        &offset))
     return NULL;
   const unsigned char *data = view.buf;
-  const char *tail = add ? " ME q\r\n" : " MS q\r\n";
-  Counts counts = {0, 0, budget, NULL, NULL};
+  const char *tail = " MS q\r\n";
+  Counts counts = {0, 0, budget, offset, NULL, NULL, add};
   Item it;
   PyObject *batches = NULL;
   if (pos < 0 || end < pos || end > view.len) {
@@ -269,7 +311,7 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
       const int k = next_item(data, &pos, end, now, &counts, &it);
       if (k == kError) goto fail;
       if (k == kSend) {
-        size += item_size(&it);
+        size += add ? add_size(&it) : item_size(&it);
         count++;
       }
     }
@@ -277,15 +319,30 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
     if (!bytes) goto fail;
     char *d = PyBytes_AS_STRING(bytes);
-    Counts again = {0, 0, budget, NULL, NULL};
-    for (Py_ssize_t p = first; p < pos;)
-      if (next_item(data, &p, pos, now, &again, &it) == kSend) d = put_item(d, &it, tail);
+    PyObject *order = PyBytes_FromStringAndSize(NULL, add ? (Py_ssize_t)count * 8 : 0);
+    if (!order) {
+      Py_DECREF(bytes);
+      goto fail;
+    }
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(order);
+    Counts again = {0, 0, budget, offset, NULL, NULL, add};
+    for (Py_ssize_t p = first; p < pos;) {
+      const Py_ssize_t at = p;
+      if (next_item(data, &p, pos, now, &again, &it) != kSend) continue;
+      if (add) {
+        d = put_add(d, &it);
+        *o++ = (int64_t)at;
+      } else {
+        d = put_item(d, &it, tail);
+      }
+    }
     if (d != PyBytes_AS_STRING(bytes) + size) {
       Py_DECREF(bytes);
+      Py_DECREF(order);
       PyErr_SetString(PyExc_SystemError, "encode_ms: batch size mismatch");
       goto fail;
     }
-    PyObject *t = Py_BuildValue("(Nl)", bytes, count);
+    PyObject *t = Py_BuildValue("(NlN)", bytes, count, order);
     if (!t || PyList_Append(batches, t) < 0) {
       Py_XDECREF(t);
       goto fail;

@@ -4,19 +4,31 @@
  * that both give the same plan and reject the same records with the same message.
  *
  * plan_v2(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring_points, ring_owners,
- *         delimiter, only)
+ *         delimiter, only, offsets)
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
  *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: a Placement (_placement.c; owners
  *   None), or the ketama ring (sorted little-endian
  *   u32 points and the u32 destination index owning each) or None for one destination; delimiter:
  *   hash only the key's part before it (bytes, or None); only: bytes with one flag per destination
- *   (0: skip its records) or None.
- *   -> (records, [(pieces, items, expired, oversize, binary) per destination])
+ *   (0: skip its records) or None; offsets: per destination, its clock's offset from this host's in
+ *   whole seconds (rounded down: its `stats time` minus ours), or None (all 0). Each T goes out moved
+ *   onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its own idea
+ *   of the time, so a destination 600 s behind would otherwise keep every item 600 s too long. A
+ *   set-mode record then goes as a generated `ms` line too (its T differs from the file's).
+ *   -> (records, [(pieces, items, expired, oversize, binary, lines, order) per destination])
  *   pieces: packed little-endian int64 pairs, in send order: (offset, length) a range of `data`;
  *   (-1, n) the end of a batch of n items (the sender writes `mn`); (-2, 1) the byte `S` (set mode,
- *   in place of the record's `E`). oversize / binary: lists of record offsets (never sent / for the
- *   binary protocol). A record whose T is not after `now` is expired: counted, not sent.
+ *   in place of the record's `E`); (-3 - k, n) n bytes of `lines` from offset k. oversize / binary:
+ *   lists of record offsets (never sent / for the binary protocol). A record whose T is not after
+ *   `now` is expired: counted, not sent.
+ *   Add mode sends no `ms`: memcached's `ms` unlinks the key's live value when it cannot allocate the
+ *   new item (out of memory), in add mode too; the classic `add` does not. So each meta record with a
+ *   plain key goes as `add <key> <flags> <T> <len>\r\n` (generated into `lines`) and the record's
+ *   own value bytes; `order` (packed int64) is the record offset of each such item in send order —
+ *   `add` answers every item (STORED / NOT_STORED / an error), in order, so the sender names each
+ *   reply's record by counting. A base64 key (no text form) goes to `binary` (ADDQ, which does not
+ *   unlink either). In set mode `lines` and `order` are empty and the records go as they are.
  *   Raises ValueError "record <n> at offset <pos>: <why>" at the first record section 7.2 forbids.
  */
 #define PY_SSIZE_T_CLEAN
@@ -82,7 +94,7 @@ static uint32_t md5_first_u32(const unsigned char *s, size_t n) {
 /* ---- the plan ---------------------------------------------------------------------------------- */
 
 typedef struct {
-  V2Buf pieces;
+  V2Buf pieces, lines, order;
   long items, expired;
   long batch_items;
   uint64_t batch_bytes;
@@ -130,13 +142,13 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
   int set_mode;
-  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o;
-  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
-                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o))
+  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o, *offsets_o;
+  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
+                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o))
     return NULL;
   PyObject *result = NULL, *per_node = NULL;
   Node *nodes = NULL;
-  long long *budget = NULL;
+  long long *budget = NULL, *offset = NULL;
   Py_ssize_t n_nodes = 0;
   long records = 0;
   if (!PyTuple_Check(budgets) || (n_nodes = PyTuple_GET_SIZE(budgets)) < 1) {
@@ -165,12 +177,21 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   }
   nodes = PyMem_Calloc((size_t)n_nodes, sizeof *nodes);
   budget = PyMem_Calloc((size_t)n_nodes, sizeof *budget);
-  if (!nodes || !budget) {
+  offset = PyMem_Calloc((size_t)n_nodes, sizeof *offset);
+  if (!nodes || !budget || !offset) {
     PyErr_NoMemory();
     goto done;
   }
   for (Py_ssize_t i = 0; i < n_nodes; i++) {
     budget[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(budgets, i));
+    if (offsets_o != Py_None) {
+      if (!PyTuple_Check(offsets_o) || PyTuple_GET_SIZE(offsets_o) != n_nodes) {
+        PyErr_SetString(PyExc_ValueError, "offsets: one per destination");
+        goto done;
+      }
+      offset[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(offsets_o, i));
+      if (offset[i] == -1 && PyErr_Occurred()) goto done;
+    }
     nodes[i].oversize = PyList_New(0);
     nodes[i].binary = PyList_New(0);
     if ((budget[i] == -1 && PyErr_Occurred()) || !nodes[i].oversize || !nodes[i].binary) goto done;
@@ -216,7 +237,8 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     }
     if (only.buf && !((const unsigned char *)only.buf)[idx]) continue;
     Node *n = &nodes[idx];
-    if (r.expiry != 0 && r.expiry <= now) {
+    const long long t = v2_dest_expiry(r.expiry, offset[idx]);
+    if ((r.expiry != 0 && r.expiry <= now) || t < 0) {
       n->expired++;
       continue;
     }
@@ -224,21 +246,40 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
       if (add_offset(n->oversize, at) < 0) goto done;
       continue;
     }
-    if (r.binary) {
+    if (r.binary || (!set_mode && r.b64)) {
       if (add_offset(n->binary, at) < 0) goto done;
       continue;
     }
-    if (set_mode) {
+    uint64_t wire = (uint64_t)(r.next - at);
+    if (!set_mode) {
+      char line[V2_MAX_LINE];
+      const int ll = snprintf(line, sizeof line, "add %.*s %u %lld %llu\r\n", (int)r.key_len, (const char *)r.key,
+                              (unsigned)r.flags, t, (unsigned long long)r.value_len);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
+      const int64_t rec = at;
+      if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
+          add_range(n, r.value_at, r.next - r.value_at) < 0 || v2buf_put(&n->order, &rec, sizeof rec) < 0)
+        goto nomem;
+      wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
+    } else if (t != r.expiry) { /* set mode, another T than the file's: the whole line generated */
+      char line[V2_MAX_LINE];
+      const int ll = snprintf(line, sizeof line, "ms %.*s %llu%s T%lld F%u MS q O%zd\r\n", (int)r.tok_len,
+                              (const char *)r.tok, (unsigned long long)r.value_len, r.b64 ? " b" : "", t,
+                              (unsigned)r.flags, at);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
+      if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
+          add_range(n, r.value_at, r.next - r.value_at) < 0)
+        goto nomem;
+      wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
+    } else {
       const int64_t s[2] = {V2_PIECE_S, 1};
       if (add_range(n, at, r.mode_at - at) < 0 || v2buf_put(&n->pieces, s, sizeof s) < 0 ||
           add_range(n, r.mode_at + 1, r.next - r.mode_at - 1) < 0)
         goto nomem;
-    } else if (add_range(n, at, r.next - at) < 0) {
-      goto nomem;
     }
     n->items++;
     n->batch_items++;
-    n->batch_bytes += (uint64_t)(r.next - at);
+    n->batch_bytes += wire;
     if (n->batch_items >= batch_items || n->batch_bytes >= (uint64_t)batch_bytes)
       if (end_batch(n) < 0) goto nomem;
   }
@@ -248,8 +289,11 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     if (end_batch(&nodes[i]) < 0) goto nomem;
     /* y# of NULL builds None: an empty share is b"". */
     const char *pd = nodes[i].pieces.data ? (const char *)nodes[i].pieces.data : "";
-    PyObject *t = Py_BuildValue("(y#llOO)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
-                                nodes[i].expired, nodes[i].oversize, nodes[i].binary);
+    const char *ld = nodes[i].lines.data ? (const char *)nodes[i].lines.data : "";
+    const char *od = nodes[i].order.data ? (const char *)nodes[i].order.data : "";
+    PyObject *t = Py_BuildValue("(y#llOOy#y#)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
+                                nodes[i].expired, nodes[i].oversize, nodes[i].binary, ld,
+                                (Py_ssize_t)nodes[i].lines.len, od, (Py_ssize_t)nodes[i].order.len);
     if (!t) goto done;
     PyList_SET_ITEM(per_node, i, t);
   }
@@ -262,12 +306,15 @@ done:
   if (nodes) {
     for (Py_ssize_t i = 0; i < n_nodes; i++) {
       v2buf_free(&nodes[i].pieces);
+      v2buf_free(&nodes[i].lines);
+      v2buf_free(&nodes[i].order);
       Py_XDECREF(nodes[i].oversize);
       Py_XDECREF(nodes[i].binary);
     }
     PyMem_Free(nodes);
   }
   PyMem_Free(budget);
+  PyMem_Free(offset);
   if (points.buf) PyBuffer_Release(&points);
   if (owners.buf) PyBuffer_Release(&owners);
   if (delim.buf) PyBuffer_Release(&delim);

@@ -21,6 +21,9 @@
 /* Pieces other than file ranges (see _v2plan.c). */
 #define V2_PIECE_MN (-1)
 #define V2_PIECE_S (-2)
+/* (V2_PIECE_LINE - k, n): n bytes of the plan's generated lines from offset k (add mode: the text
+ * `add` line sent in place of a meta record's line). */
+#define V2_PIECE_LINE (-3)
 
 static inline uint32_t v2_le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -62,7 +65,11 @@ typedef struct {
   long long expiry;  /* T: 0 = never, else absolute */
   Py_ssize_t mode_at; /* meta records: offset of the E of ME */
   Py_ssize_t next;    /* the next record's offset */
+  Py_ssize_t value_at; /* meta records: the value's first byte */
   int binary;
+  int b64; /* meta records: the key is base64 on the line (` b`) */
+  const unsigned char *tok; /* meta records: the key token on the line (raw or base64) */
+  size_t tok_len;
 } V2Record;
 
 static inline int v2_plain(const unsigned char *k, size_t n) {
@@ -130,6 +137,18 @@ static inline int v2_lit(const unsigned char *p, Py_ssize_t *i, Py_ssize_t end, 
 
 static inline int v2_valid_expiry(long long t) { return t == 0 || (t > V2_MAX_RELATIVE_TTL && t <= V2_MAX_EXPIRY); }
 
+/* The T to send a destination whose clock is `offset` seconds ahead of this host's (its `stats time`
+ * minus ours, rounded down): the record's T moved onto that clock (memcached converts an absolute T
+ * with its own idea of the time). 0 stays 0 (never); above 2^31-1 it is clamped (memcached parses T
+ * as a signed 32-bit number; clamping only shortens); -1 when it would not be an absolute time on
+ * that clock (not sent: expired). format_v2.dest_expiry is the Python twin. */
+static inline long long v2_dest_expiry(long long expiry, long long offset) {
+  if (expiry == 0) return 0;
+  long long t = expiry + offset;
+  if (t > V2_MAX_EXPIRY) t = V2_MAX_EXPIRY;
+  return t > V2_MAX_RELATIVE_TTL ? t : -1;
+}
+
 #define V2_BAD(msg)                         \
   do {                                      \
     snprintf(why, 96, "%s", msg);           \
@@ -160,6 +179,10 @@ static int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Re
     r->next = pos + V2_BINARY_HEAD + (Py_ssize_t)body - 8;
     r->mode_at = -1;
     r->binary = 1;
+    r->b64 = 0;
+    r->tok = NULL;
+    r->tok_len = 0;
+    r->value_at = pos + V2_BINARY_HEAD + (Py_ssize_t)klen;
     return 0;
   }
   if (p[pos] != 'm') V2_BAD("neither a meta set nor a binary record");
@@ -203,6 +226,10 @@ static int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Re
   r->mode_at = o_at - 5;
   r->next = vstart + (Py_ssize_t)vlen + 2;
   r->binary = 0;
+  r->b64 = b64;
+  r->value_at = vstart;
+  r->tok = p + k0;
+  r->tok_len = ktok;
   return 0;
 }
 #endif

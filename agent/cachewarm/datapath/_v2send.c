@@ -4,19 +4,24 @@
  * without the GIL. Its Python twin is populate/send_v2.py (send_py, over MetaConnection); tests run
  * both against real memcacheds.
  *
- * send_v2(fds, data, pieces, collect_tags, items_per_second, bytes_per_second, timeout)
+ * send_v2(fds, data, pieces, lines, orders, collect_tags, items_per_second, bytes_per_second, timeout)
  *   fds: one connected socket per destination (already past any handshake); pieces: the plan's bytes
- *   for each; collect_tags: keep the O<offset> of every NS; items_per_second: 0 = no limit, else
+ *   for each; lines / orders: the plan's generated `add` lines and the record offset of each `add`
+ *   in send order (empty in set mode); collect_tags: keep the record offset of every NS / NOT_STORED
+ *   (the O<offset> of an NS, the order of a NOT_STORED); items_per_second: 0 = no limit, else
  *   batches start no faster than that (all connections together); bytes_per_second: the same for the
  *   bytes written (0 = no limit; the tighter of the two paces); timeout: seconds without progress
  *   on any connection before giving up.
- *   -> [(sent, not_stored, tags | None, errors, first_error | None, failure | None) per connection]
- *   sent: items of the batches written; not_stored: NS replies (add mode: a value was there);
- *   errors: SERVER_ERROR / CLIENT_ERROR / ERROR or any other unexpected line, first_error the first;
- *   failure: the connection was closed, reset or timed out (nothing else is then reliable).
+ *   -> [(sent, not_stored, tags | None, errors, first_error | None, failure | None, first_error_at)
+ *       per connection]
+ *   sent: items of the batches written; not_stored: NS / NOT_STORED replies (add mode: a value was
+ *   there); errors: SERVER_ERROR / CLIENT_ERROR / ERROR or any other unexpected line, first_error the
+ *   first, first_error_at the record offset it answered (add mode; -1 when not known); failure: the
+ *   connection was closed, reset or timed out (its own counts are then not reliable).
  * At most two batches are in flight per connection (a batch starts once the one before the previous
- * has its MN). Once any connection has read an error no connection starts another batch (each failed
- * store of memcached deletes the key's live value): the batches in flight end, their MNs are read.
+ * has its MN). Once any connection has read an error or failed, no connection starts another batch:
+ * the batches in flight end and their replies are read on every connection that still works, so an
+ * error one destination answered is never lost because another one dropped.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +42,11 @@ typedef struct {
   int fd, saved_flags;
   const int64_t *pieces; /* pairs */
   size_t n_pieces;
+  const unsigned char *lines;
+  size_t lines_len;
+  const int64_t *order; /* add mode: the record offset of each item, in send order */
+  size_t n_order, replied;
+  int64_t first_error_at;
   size_t cur;        /* current piece */
   uint64_t cur_done; /* bytes of it already sent */
   int in_batch;      /* a batch has started and its mn is not written yet */
@@ -67,6 +77,12 @@ static void fail(Conn *c, const char *what, int err) {
 
 static int all_sent(const Conn *c) { return c->cur >= c->n_pieces; }
 
+/* The bytes a piece puts on the wire. */
+static uint64_t piece_size(int64_t off, int64_t len) {
+  if (off >= 0 || off <= -3) return (uint64_t)len;
+  return off == -1 ? 4u : 1u;
+}
+
 /* The items (its mn's count) and the bytes of the batch starting at piece i. */
 static long batch_from(const Conn *c, size_t i, uint64_t *bytes) {
   uint64_t b = 0;
@@ -76,7 +92,7 @@ static long batch_from(const Conn *c, size_t i, uint64_t *bytes) {
       *bytes = b + 4; /* "mn\r\n" */
       return (long)len;
     }
-    b += off >= 0 ? (uint64_t)len : 1u;
+    b += piece_size(off, len);
   }
   *bytes = b;
   return 0;
@@ -97,6 +113,17 @@ static void on_line(Conn *c, const char *l, size_t n, int collect) {
   if (n == 2 && memcmp(l, "MN", 2) == 0) {
     c->batches_acked++;
     return;
+  }
+  if (c->n_order) { /* add mode: one reply per item, in order */
+    const int64_t at = c->replied < c->n_order ? c->order[c->replied] : -1;
+    c->replied++;
+    if (n == 6 && memcmp(l, "STORED", 6) == 0) return;
+    if (n == 10 && memcmp(l, "NOT_STORED", 10) == 0) {
+      c->not_stored++;
+      if (collect && at >= 0) add_tag(c, at);
+      return;
+    }
+    if (!c->has_error) c->first_error_at = at;
   }
   if ((n == 2 && memcmp(l, "NS", 2) == 0) || (n > 3 && memcmp(l, "NS ", 3) == 0)) {
     c->not_stored++;
@@ -158,6 +185,7 @@ static void write_some(Conn *c, const unsigned char *data) {
   for (; i < c->n_pieces && n < MAX_IOV; i++) {
     const int64_t off = c->pieces[2 * i], len = c->pieces[2 * i + 1];
     if (off >= 0) iov[n].iov_base = (void *)(data + off + skip), iov[n].iov_len = (size_t)((uint64_t)len - skip);
+    else if (off <= -3) iov[n].iov_base = (void *)(c->lines + (-3 - off) + skip), iov[n].iov_len = (size_t)((uint64_t)len - skip);
     else if (off == -1) iov[n].iov_base = (void *)&"mn\r\n"[skip], iov[n].iov_len = 4 - skip;
     else iov[n].iov_base = (void *)&"S"[skip], iov[n].iov_len = 1 - skip;
     skip = 0;
@@ -176,7 +204,7 @@ static void write_some(Conn *c, const unsigned char *data) {
   uint64_t left = (uint64_t)w;
   while (left > 0 && c->cur < c->n_pieces) {
     const int64_t off = c->pieces[2 * c->cur], len = c->pieces[2 * c->cur + 1];
-    const uint64_t size = off >= 0 ? (uint64_t)len : (off == -1 ? 4u : 1u);
+    const uint64_t size = piece_size(off, len);
     const uint64_t rest = size - c->cur_done;
     if (left < rest) {
       c->cur_done += left;
@@ -196,26 +224,30 @@ static void write_some(Conn *c, const unsigned char *data) {
 
 static PyObject *send_v2(PyObject *self, PyObject *args) {
   (void)self;
-  PyObject *fds_o, *pieces_o;
+  PyObject *fds_o, *pieces_o, *lines_o, *orders_o;
   Py_buffer data;
   int collect;
   double rate, byte_rate, timeout;
-  if (!PyArg_ParseTuple(args, "Oy*Opddd", &fds_o, &data, &pieces_o, &collect, &rate, &byte_rate, &timeout))
+  if (!PyArg_ParseTuple(args, "Oy*OOOpddd", &fds_o, &data, &pieces_o, &lines_o, &orders_o, &collect, &rate,
+                        &byte_rate, &timeout))
     return NULL;
   PyObject *fds = PySequence_Fast(fds_o, "fds: a sequence"), *pcs = PySequence_Fast(pieces_o, "pieces: a sequence");
+  PyObject *lns = PySequence_Fast(lines_o, "lines: a sequence"), *ords = PySequence_Fast(orders_o, "orders: a sequence");
   Conn *conns = NULL;
-  Py_buffer *pbufs = NULL;
+  Py_buffer *pbufs = NULL, *lbufs = NULL, *obufs = NULL;
   PyObject *result = NULL;
   Py_ssize_t n = 0, got_bufs = 0;
-  if (!fds || !pcs) goto done;
+  if (!fds || !pcs || !lns || !ords) goto done;
   n = PySequence_Fast_GET_SIZE(fds);
-  if (PySequence_Fast_GET_SIZE(pcs) != n) {
-    PyErr_SetString(PyExc_ValueError, "one pieces per fd");
+  if (PySequence_Fast_GET_SIZE(pcs) != n || PySequence_Fast_GET_SIZE(lns) != n || PySequence_Fast_GET_SIZE(ords) != n) {
+    PyErr_SetString(PyExc_ValueError, "one pieces, lines and order per fd");
     goto done;
   }
   conns = calloc((size_t)(n ? n : 1), sizeof *conns);
   pbufs = calloc((size_t)(n ? n : 1), sizeof *pbufs);
-  if (!conns || !pbufs) {
+  lbufs = calloc((size_t)(n ? n : 1), sizeof *lbufs);
+  obufs = calloc((size_t)(n ? n : 1), sizeof *obufs);
+  if (!conns || !pbufs || !lbufs || !obufs) {
     PyErr_NoMemory();
     goto done;
   }
@@ -224,16 +256,31 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
     c->fd = (int)PyLong_AsLong(PySequence_Fast_GET_ITEM(fds, i));
     if (c->fd == -1 && PyErr_Occurred()) goto done;
     if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(pcs, i), &pbufs[i], PyBUF_SIMPLE) < 0) goto done;
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(lns, i), &lbufs[i], PyBUF_SIMPLE) < 0) {
+      PyBuffer_Release(&pbufs[i]);
+      goto done;
+    }
+    if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(ords, i), &obufs[i], PyBUF_SIMPLE) < 0) {
+      PyBuffer_Release(&pbufs[i]);
+      PyBuffer_Release(&lbufs[i]);
+      goto done;
+    }
     got_bufs++;
-    if (pbufs[i].len % 16) {
-      PyErr_SetString(PyExc_ValueError, "pieces: int64 pairs");
+    if (pbufs[i].len % 16 || obufs[i].len % 8) {
+      PyErr_SetString(PyExc_ValueError, "pieces: int64 pairs; order: int64s");
       goto done;
     }
     c->pieces = pbufs[i].buf;
     c->n_pieces = (size_t)pbufs[i].len / 16;
+    c->lines = lbufs[i].buf;
+    c->lines_len = (size_t)lbufs[i].len;
+    c->order = obufs[i].buf;
+    c->n_order = (size_t)obufs[i].len / 8;
+    c->first_error_at = -1;
     for (size_t k = 0; k < c->n_pieces; k++) {
       const int64_t off = c->pieces[2 * k], len = c->pieces[2 * k + 1];
-      if ((off >= 0 && (len < 0 || off + len > data.len)) || off < -2 || (off == -2 && len != 1)) {
+      if ((off >= 0 && (len < 0 || off + len > data.len)) || (off == -2 && len != 1) ||
+          (off <= -3 && (len < 0 || (uint64_t)(-3 - off) + (uint64_t)len > c->lines_len))) {
         PyErr_SetString(PyExc_ValueError, "pieces: a range outside the data");
         goto done;
       }
@@ -251,7 +298,9 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
   int stop_new = 0;
   struct pollfd *pfd = calloc((size_t)(n ? n : 1), sizeof *pfd);
   for (;;) {
-    int active = 0, any_failed = 0, network = 0;
+    int active = 0, network = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (conns[i].failed || conns[i].has_error) stop_new = 1;
     double wait = timeout;
     const double now = now_s();
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -260,7 +309,7 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
       pfd[i].events = 0;
       pfd[i].revents = 0;
       if (c->failed) {
-        any_failed = 1;
+        stop_new = 1; /* the others finish what is in flight and read its replies */
         continue;
       }
       if (c->has_error) stop_new = 1;
@@ -284,7 +333,7 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
       else pfd[i].fd = -1; /* nothing to do on it now (poll ignores it) */
       if (pfd[i].events || (!all_sent(c) && !stop_new)) active = 1;
     }
-    if (any_failed || !active) break;
+    if (!active) break;
     if (!network) last_progress = now; /* only waiting for the rate limit */
     if (now - last_progress > timeout) {
       for (Py_ssize_t i = 0; i < n; i++)
@@ -328,8 +377,9 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
       if (!tags) goto fail_result;
       for (size_t k = 0; k < c->n_tags; k++) PyList_SET_ITEM(tags, (Py_ssize_t)k, PyLong_FromLongLong(c->tags[k]));
     }
-    PyObject *t = Py_BuildValue("(llNlzz)", c->sent, c->not_stored, tags, c->errors,
-                                c->has_error ? c->first_error : NULL, c->failed ? c->failure : NULL);
+    PyObject *t = Py_BuildValue("(llNlzzL)", c->sent, c->not_stored, tags, c->errors,
+                                c->has_error ? c->first_error : NULL, c->failed ? c->failure : NULL,
+                                (long long)c->first_error_at);
     if (!t) goto fail_result;
     PyList_SET_ITEM(result, i, t);
   }
@@ -339,11 +389,19 @@ fail_result:
 done:
   if (conns)
     for (Py_ssize_t i = 0; i < n; i++) free(conns[i].tags);
-  for (Py_ssize_t i = 0; i < got_bufs; i++) PyBuffer_Release(&pbufs[i]);
+  for (Py_ssize_t i = 0; i < got_bufs; i++) {
+    PyBuffer_Release(&pbufs[i]);
+    PyBuffer_Release(&lbufs[i]);
+    PyBuffer_Release(&obufs[i]);
+  }
   free(conns);
   free(pbufs);
+  free(lbufs);
+  free(obufs);
   Py_XDECREF(fds);
   Py_XDECREF(pcs);
+  Py_XDECREF(lns);
+  Py_XDECREF(ords);
   PyBuffer_Release(&data);
   return result;
 }

@@ -151,14 +151,16 @@ def accept_options(f):  # type: ignore[no-untyped-def]
             (
                 "--accept-oversize",
                 "Exit 0, not 8, although items too large for a destination were skipped (named "
-                "in the oversize report; never sent: a failed store deletes the key's live value).",
+                "in the oversize report; never sent: memcached refuses it, and a refused set deletes "
+                "the key's value).",
             ),
             ("--accept-evictions", "Exit 0, not 8, although the destinations evicted items during the run."),
             ("--accept-incomplete-dump", "Exit 0, not 8, although DONE says the dump is incomplete."),
             (
                 "--accept-no-evictions",
                 "Write to destinations running with evictions off (-M): when one "
-                "fills up, its failed stores delete the live values of their keys.",
+                "fills up it fails stores (SERVER_ERROR out of memory) and the run fails; in set "
+                "mode each failed store also deletes its key's value.",
             ),
         ]
     ):

@@ -1,8 +1,15 @@
-"""Data-file records -> pipelined quiet meta sets (`ms <key> <len> [b] T<expiry> F<flags> ME|MS q`).
+"""Data-file records -> pipelined writes: in set mode quiet meta sets (`ms <key> <len> [b] T<expiry>
+F<flags> MS q`), in add mode text adds (`add <key> <flags> <expiry> <len>`).
 
 The one place that knows how an item travels to memcached:
-- keys: plain text, or base64 with the `b` flag, or, when even that is too long for a meta command,
-  the binary protocol (`binproto.py`);
+- add mode never sends `ms`: when memcached cannot allocate the new item (`SERVER_ERROR out of
+  memory`), `ms` unlinks the key's existing item — in add mode (`ME`) too, so a live value would be
+  lost — while the classic text `add` and binary ADDQ leave it (memcached's proto_text.c /
+  proto_parser.c, 1.6.18 .. 1.6.45; measured). `add` answers every item (`STORED`, `NOT_STORED`, an
+  error), in order: the sender names each reply's record by counting (`order`);
+- keys: plain text; in set mode base64 with the `b` flag, or, when even that is too long for a meta
+  command, the binary protocol (`binproto.py`); in add mode every non-plain key goes by the binary
+  protocol (ADDQ: no text form);
 - expiry: always an absolute unix time, EXPIRY_MARGIN before the record's (memcached reads a T above
   30 days as one), so however long an item waits before it is sent it never outlives the source's;
 - size: an item a destination cannot hold (memcached's own rule, `ItemLimit`) is never sent, because
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import re
+import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +48,8 @@ MAX_BINARY_KEY = MAX_WIRE_KEY // 4 * 3
 PLAIN_KEY_BYTES = (0x21, 0x7E)
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600
+# memcached parses an exptime/T as a signed 32-bit number.
+MAX_EXPIRY = 2**31 - 1
 # Seconds sent before a record's exptime. The dumper records exptime as its wall clock plus the
 # remaining TTL `mg t` reports, in whole seconds, from a server whose clock ticks once a second behind
 # the wall clock: up to 1 s later than the source's own expiry. One second less keeps the
@@ -61,8 +71,11 @@ ITEM_CAS = 8
 # No limit (tests and tools that do not know the destination).
 UNLIMITED = (1 << 62) - 1
 
+_ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
 _PLAIN_KEY = re.compile(b"[\\x%02x-\\x%02x]{1,%d}" % (*PLAIN_KEY_BYTES, MAX_WIRE_KEY))
 _TAIL = {"add": b" ME q", "set": b" MS q"}
+# A text add: key, flags, expiry, value length.
+_ADD = b"%badd %b %d %d %d\r\n"
 
 
 def configure_speedups() -> None:
@@ -164,6 +177,9 @@ class FileJob:
     # Tag each set with `O<record offset>`: an `NS` then names its record, so a resend can tell
     # our own earlier write from a live one.
     tagged: bool = False
+    # Per node: its clock's offset from this host's in whole seconds (MetaConnection.clock_offset);
+    # each T is moved onto that clock (format_v2.dest_expiry's rule). None = all 0.
+    clock_offsets: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -184,8 +200,9 @@ class EncodeStats:
         self.long_keys = [[] for _ in range(self.nodes)]
 
 
-# (node index, payload: one buffer or pieces for scatter-gather I/O, item count)
-Batch = tuple[int, bytes | list[bytes | memoryview], int]
+# (node index, payload: one buffer or pieces for scatter-gather I/O, item count, add mode: the record
+# offset of each item in send order (MetaConnection.send_batch's `order`), set mode: None)
+Batch = tuple[int, bytes | list[bytes | memoryview], int, list[int] | None]
 
 
 def encode_sets(
@@ -194,8 +211,9 @@ def encode_sets(
     job: FileJob,
     ring: KetamaRing | Placer | None,
     stats: EncodeStats,
-) -> Iterator[tuple[int, list[bytes | memoryview], int]]:
-    """Yield (node index, `ms ... q` batch as pieces (values are views into the file), item count),
+) -> Iterator[tuple[int, list[bytes | memoryview], int, list[int] | None]]:
+    """Yield (node index, `ms ... q` / `add` batch as pieces (values are views into the file), item
+    count, add mode: each item's record offset),
     running the format's record checks (section 3, check 4) on the way; raises df.CorruptRecord
     naming the bad record. Expired, oversize and long-key items are not in the batches but in
     `stats`. The caller decides whether to send before the generator is exhausted."""
@@ -206,6 +224,8 @@ def encode_sets(
     n_nodes = len(params.nodes)
     batch_items, batch_bytes = params.batch_items, params.batch_bytes
     parts: list[list[bytes | memoryview]] = [[] for _ in range(n_nodes)]
+    add = params.mode == "add"
+    orders: list[list[int]] = [[] for _ in range(n_nodes)]
     counts = [0] * n_nodes
     sizes = [0] * n_nodes
     budgets, only, tagged = job.budgets, job.only_nodes, job.tagged
@@ -222,6 +242,7 @@ def encode_sets(
     margin = EXPIRY_MARGIN
     fixed = df.RECORD_FIXED
     now = int(time.time())
+    offs = job.clock_offsets
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     idx = 0
     nrec = 0
@@ -232,11 +253,19 @@ def encode_sets(
             idx = ring.index_for(bytes(key))
             if only is not None and idx not in only:
                 continue
-        # ttl_token's rule, inlined: this loop runs once per item.
+        # ttl_token's rule, inlined: this loop runs once per item; then onto the node's clock
+        # (format_v2.dest_expiry, inlined).
         if exptime == never:
             ttl = 0
         elif exptime - margin > now:
             ttl = exptime - margin
+            if offs is not None:
+                ttl += offs[idx]
+            if ttl > MAX_EXPIRY:
+                ttl = MAX_EXPIRY  # memcached parses T as a signed 32-bit number; clamping only shortens
+            elif ttl <= MAX_RELATIVE_TTL:
+                stats.expired[idx] += 1
+                continue
         else:
             stats.expired[idx] += 1
             continue
@@ -249,7 +278,13 @@ def encode_sets(
         # Two pieces per item: the command line carries the previous value's \r\n in front of it
         # (fewer list appends and iovecs; measured ~15% less encoding time than three pieces).
         sep = b"\r\n" if p else b""
-        if plain(key):
+        if add:
+            if not plain(key):  # no text form: ADDQ
+                stats.long_keys[idx].append(kstart - fixed)
+                continue
+            line = _ADD % (sep, key, flags, ttl, vlen)
+            orders[idx].append(kstart - fixed)
+        elif plain(key):
             line = (
                 fmt_plain % (sep, key, vlen, ttl, flags, kstart - fixed)
                 if tagged
@@ -271,20 +306,21 @@ def encode_sets(
         sizes[idx] += vlen
         if counts[idx] >= batch_items or sizes[idx] >= batch_bytes:
             p.append(b"\r\n")
-            yield idx, p, counts[idx]
+            yield idx, p, counts[idx], (orders[idx] if add else None)
             parts[idx] = []
+            orders[idx] = []
             counts[idx] = sizes[idx] = 0
     stats.records += nrec
     df.check_record_count(verdict.header, verdict.trailer, nrec)
     for i in range(n_nodes):
         if counts[i]:
             parts[i].append(b"\r\n")
-            yield i, parts[i], counts[i]
+            yield i, parts[i], counts[i], (orders[i] if add else None)
 
 
 def encode_sets_c(
     verdict: df.Verdict, params: EncodeParams, job: FileJob, stats: EncodeStats
-) -> list[tuple[int, bytes, int]]:
+) -> list[tuple[int, bytes, int, list[int] | None]]:
     """`encode_sets` for one destination, in C: the same bytes (values copied into each batch, which
     for small items is cheaper than a scatter-gather piece per value), the same checks, the same
     records in `stats`."""
@@ -301,6 +337,7 @@ def encode_sets_c(
             params.batch_items,
             params.batch_bytes,
             job.budgets[0],
+            job.clock_offsets[0] if job.clock_offsets else 0,
         )
     except ValueError as e:
         raise df.CorruptRecord(str(e)) from e
@@ -309,7 +346,8 @@ def encode_sets_c(
     stats.long_keys[0] += long_keys
     stats.oversize[0] += oversize
     df.check_record_count(verdict.header, verdict.trailer, nrec)
-    return [(0, b, n) for b, n in batches]
+    add = params.mode == "add"
+    return [(0, b, n, [o for (o,) in _ORDER.iter_unpack(order)] if add else None) for b, n, order in batches]
 
 
 def encode_file(

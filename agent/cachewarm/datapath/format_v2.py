@@ -57,6 +57,18 @@ def expiry_to_send(exptime: int) -> int:
     return 0 if exptime == NEVER_EXPIRES else exptime - EXPIRY_MARGIN
 
 
+def dest_expiry(expiry: int, offset: int) -> int:
+    """The T to send a destination whose clock is `offset` whole seconds ahead of this host's (its
+    `stats time` minus ours, rounded down): memcached converts an absolute T with its own idea of the
+    time, so the T moves onto that clock. 0 stays 0 (never); above MAX_EXPIRY it is clamped (only
+    shortens); -1 when it would not be an absolute time there (not sent: expired). The C twin is
+    _v2record.h's v2_dest_expiry."""
+    if expiry == 0:
+        return 0
+    t = min(expiry + offset, MAX_EXPIRY)
+    return t if t > MAX_RELATIVE_TTL else -1
+
+
 def exptime_of(expiry: int) -> int:
     return NEVER_EXPIRES if expiry == 0 else expiry + EXPIRY_MARGIN
 

@@ -4,7 +4,9 @@ key listing by `lru_crawler metadump`. How keys and TTLs are put on the wire is 
 
 Writes: quiet mode suppresses `HD` (stored), so on the wire come back only `NS` (add mode: the key is
 already there, which counts as present; with an `O<tag>` on the set, the NS carries the tag), errors,
-and the `MN` we send at the end of each batch. At
+and the `MN` we send at the end of each batch. A batch of text `add`s (the populator's add mode: a
+failed `ms` unlinks the key's live value, a failed `add` does not) is answered item by item, in order:
+`STORED`, `NOT_STORED` (present; its tag is the batch's `order` entry) or an error. At
 most two batches are in flight: the replies to a batch are read while the next batch is on its way,
 so the server never stalls writing replies we do not read and we never wait a full round trip per
 batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: the caller fails.
@@ -16,8 +18,10 @@ lengths. A key no meta command can name (`encode.meta_expressible`) is read with
 
 from __future__ import annotations
 
+import math
 import re
 import socket
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -65,8 +69,13 @@ class BatchCounts:
     not_stored: int = 0
     errors: int = 0
     first_error: str | None = None
-    # The O<tag> of each NS that carried one (sets sent with tags).
+    # The O<tag> of each NS that carried one (sets sent with tags), or the order entry of each
+    # NOT_STORED (text adds).
     not_stored_tags: list[int] = field(default_factory=list)
+    # Text adds: the order entry (record offset) of the item first_error answered; -1 = not known.
+    first_error_at: int = -1
+    # Text adds: each item's tag in send order (None: a batch of quiet meta sets).
+    order: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,12 @@ class MetaConnection:
     _rx: memoryview | None = field(default=None, repr=False)
     _inflight: deque[BatchCounts] = field(default_factory=deque, repr=False)
     totals: BatchCounts = field(default_factory=BatchCounts)
+    # The server's clock against this host's, in whole seconds rounded down (its `stats time` minus
+    # ours when its answer arrived), measured by identity(): memcached reads an absolute expiry with
+    # its own idea of the time (it never re-reads the wall clock), so an absolute T must be moved
+    # onto that clock. Rounded down because `stats time` lags the server's real time (whole seconds):
+    # an expiry moved by it is never later, at most ~1 s earlier.
+    clock_offset: int = 0
 
     # ---- connection ------------------------------------------------------------------------------
 
@@ -156,10 +171,13 @@ class MetaConnection:
 
     def identity(self) -> ServerIdentity:
         stats = self.stats()
+        here = time.time()
         try:
-            return ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+            ident = ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
+            self.clock_offset = math.floor(int(stats["time"]) - here)
         except (KeyError, ValueError) as e:
             raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
+        return ident
 
     def version(self) -> str:
         self._send(b"version\r\n")
@@ -185,10 +203,16 @@ class MetaConnection:
 
     # ---- writes ----------------------------------------------------------------------------------
 
-    def send_batch(self, payload: bytes | bytearray | list[bytes | memoryview], count: int) -> None:
+    def send_batch(
+        self,
+        payload: bytes | bytearray | list[bytes | memoryview],
+        count: int,
+        order: list[int] | None = None,
+    ) -> None:
         """Send one batch of `ms ... q` commands (already encoded: one buffer, or a list of pieces
         sent with scatter-gather I/O so values go from the file's buffer to the socket uncopied)
-        followed by `mn`; keeps at most two batches in flight, reading the older one's replies first."""
+        followed by `mn`; keeps at most two batches in flight, reading the older one's replies first.
+        A batch of text `add`s passes `order`: one tag per item (the replies come one per item)."""
         if len(self._inflight) >= 2:
             self._drain_one()
         if isinstance(payload, list):
@@ -196,7 +220,7 @@ class MetaConnection:
         else:
             self._send(payload)
             self._send(b"mn\r\n")
-        self._inflight.append(BatchCounts(sent=count))
+        self._inflight.append(BatchCounts(sent=count, order=order))
 
     def _send_pieces(self, pieces: list[bytes | memoryview]) -> None:
         assert self.sock is not None
@@ -221,10 +245,23 @@ class MetaConnection:
 
     def _drain_one(self) -> None:
         b = self._inflight.popleft()
+        k = 0
         while True:
             line = self._readline()
             if line == b"MN":
                 break
+            if b.order is not None:  # text adds: one reply per item, in order
+                at = b.order[k] if k < len(b.order) else -1
+                k += 1
+                if line == b"STORED":
+                    continue
+                if line == b"NOT_STORED":
+                    b.not_stored += 1
+                    if at >= 0:
+                        b.not_stored_tags.append(at)
+                    continue
+                if b.first_error is None:
+                    b.first_error_at = at
             if line == b"NS":
                 b.not_stored += 1
             elif line.startswith(b"NS "):
@@ -241,6 +278,7 @@ class MetaConnection:
         t.not_stored_tags += b.not_stored_tags
         if t.first_error is None:
             t.first_error = b.first_error
+            t.first_error_at = b.first_error_at
 
     def flush(self) -> BatchCounts:
         """Wait for every batch in flight; returns the running totals."""

@@ -70,6 +70,8 @@ class MemcachedServer:
     host: str = "127.0.0.1"
     # The memcached binary (see memcached_binary); None = the one on PATH.
     binary: str | None = None
+    # A command the server is started under, e.g. ["faketime", "-f", "-600s"] (a clock 600 s behind).
+    launcher: list[str] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -84,6 +86,7 @@ class MemcachedServer:
         if self.port == 0:
             self.port = free_port()
         args = [
+            *self.launcher,
             binary,
             "-l",
             self.host,

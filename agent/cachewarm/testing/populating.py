@@ -14,6 +14,12 @@ from cachewarm.datapath.meta import Item, MetaConnection
 from cachewarm.datapath.populate import PopulateConfig, PopulateSummary, Progress, populate
 from cachewarm.testing.memcached import MemcachedServer
 
+# How much earlier than at its source an item may expire at a destination, each read on its own
+# server's clock in whole seconds: the dumper's whole-second TTL and EXPIRY_MARGIN (up to 2 s), plus the
+# destination's clock offset rounded down (its `stats time` lags the wall clock by up to ~2 s, and T
+# is moved onto it: issue 21). Never later.
+EXPIRY_SLACK = 4
+
 
 def node(srv: MemcachedServer) -> Node:
     return Node(srv.host, srv.port)

@@ -1,8 +1,8 @@
 """The populator's look at its destinations, before writing and between files: who each one is (a
 memcached that restarted came back empty), what it can hold (`version`, `stats settings`: its item
-size limit decides which items are never sent; with evictions off a full destination fails stores,
-and a failed store deletes the key's live value) and how many items it evicted since the populate
-began (evictions mean the warm is not complete)."""
+size limit decides which items are never sent; with evictions off a full destination fails stores:
+the run fails, and in set mode each failed store deletes its key's value) and how many items it
+evicted since the populate began (evictions mean the warm is not complete)."""
 
 from __future__ import annotations
 

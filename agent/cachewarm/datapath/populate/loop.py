@@ -56,6 +56,10 @@ from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, Populate
 from cachewarm.datapath.populate.worker import DEST_ERROR, DEST_UNAVAILABLE, FileOutcome, apply_file
 from cachewarm.datapath.remount import RemountError
 
+# Two whole-second readings of one destination's clock offset differ by up to 1 (rounding) and ~1
+# (memcached's clock ticks once a second); more is a clock that moved.
+CLOCK_TOLERANCE = 2
+
 
 @dataclass
 class Populator:
@@ -70,6 +74,8 @@ class Populator:
     _last_check: float = field(init=False, default=0.0)
     _reprobe: bool = field(init=False, default=False)
     _dead: set[tuple[str, tuple[int, int]]] = field(init=False, default_factory=set)
+    # (address, server identity) -> its clock offset when first seen (_check_clocks).
+    _clock_base: dict[tuple[str, tuple[int, int] | None], int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
@@ -153,6 +159,20 @@ class Populator:
                 )
         return dead
 
+    def _check_clocks(self, out: FileOutcome) -> None:
+        """Every T went out moved by its destination's clock offset as the worker measured it at
+        connect. An offset that moved by more than its own rounding (a clock step, a paused VM) means
+        the items written before expire that much off their TTL: refuse, naming the node."""
+        for addr, offset in out.clock_offsets.items():
+            ident = out.identities.get(addr)
+            base = self._clock_base.setdefault((addr, ident), offset)
+            if abs(offset - base) > CLOCK_TOLERANCE:
+                raise PopulateError(
+                    f"destination {addr}'s clock moved {offset - base:+d} s against this host's during the "
+                    f"populate (offset {base:+d} s, now {offset:+d} s): the items written to it before "
+                    "expire that much off their TTL; warm it again"
+                )
+
     def _probe_destinations(self) -> None:
         """Look at each destination (with backoff): did one restart, does each still evict, did one
         evict items."""
@@ -166,8 +186,9 @@ class Populator:
         if off and not self.config.accept_no_evictions:
             raise PopulateError(
                 f"destination(s) {', '.join(off)} run with evictions off (memcached -M): when one fills "
-                "up it fails stores, and a failed store deletes the live value of its key. Give it memory "
-                "for the whole dump and pass --accept-no-evictions, or run it with evictions on"
+                "up it fails stores (the run fails; in set mode each failed store deletes its key's value). "
+                "Give it memory for the whole dump and pass --accept-no-evictions, or run it with "
+                "evictions on"
             )
         if self._destinations.evictions > before:
             self._emit(
@@ -393,6 +414,7 @@ class Populator:
 
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
         c = self.config
+        self._check_clocks(out)
         if out.status == "ok":
             self._versions[out.name] = out.version
             dead = self._check_identities(out.identities)

@@ -1,7 +1,9 @@
 """What to send where, for a verified data format v2 file (docs/data-format.md section 7.3): one walk
 over its records that is also check 4, deciding per record — its destination (ketama), expired (not
 sent), too large for that destination (not sent), a binary-protocol record (sent another way), or a
-range of the file's bytes to send as it is (with `ME` sent as `MS` in set mode), batched with `mn`.
+range of the file's bytes to send as it is (set mode: with `ME` sent as `MS`; add mode: the value
+after a text `add` line, because a failed `ms` unlinks the key's live value and a failed `add` does
+not), batched with `mn`.
 
 `plan` runs the C walk (_v2plan.c) when it is built, else `plan_py`, its twin here: the same pieces,
 counts and offsets, the same message for a bad record (tests/datapath/test_plan_v2.py).
@@ -9,12 +11,14 @@ counts and offsets, the same message for a bad record (tests/datapath/test_plan_
 
 from __future__ import annotations
 
+import base64
 import struct
 import sys
 from array import array
 from dataclasses import dataclass, field
 
 from cachewarm.datapath import format_v2 as v2
+from cachewarm.datapath.encode import is_plain_key
 from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.placement import Placer
 
@@ -24,10 +28,13 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
     _speedups = None  # type: ignore[assignment]
 
 # Pieces other than file ranges (int64 pairs): the end of a batch of n items (the sender writes
-# `mn`), and the byte `S` (set mode, in place of a record's `E`).
+# `mn`), the byte `S` (set mode, in place of a record's `E`), and (PIECE_LINE - k, n): n bytes of the
+# plan's `lines` from offset k (add mode: a text `add` line).
 PIECE_MN = -1
 PIECE_S = -2
+PIECE_LINE = -3
 _PAIR = struct.Struct("<qq")
+_OFFSET = struct.Struct("<q")
 
 
 @dataclass
@@ -39,6 +46,13 @@ class NodePlan:
     expired: int = 0
     oversize: list[int] = field(default_factory=list)  # record offsets, never sent
     binary: list[int] = field(default_factory=list)  # record offsets, for the binary protocol
+    # Add mode: the text `add` lines the pieces refer to, and the record offset of each item in send
+    # order (packed int64): `add` answers every item in order, so a reply's record is found by counting.
+    lines: bytes = b""
+    order: bytes = b""
+
+    def order_offsets(self) -> list[int]:
+        return [o for (o,) in _OFFSET.iter_unpack(self.order)]
 
 
 @dataclass
@@ -75,8 +89,11 @@ def plan(
     ring: KetamaRing | Placer | None = None,
     only: frozenset[int] | None = None,
     use_c: bool = True,
+    offsets: tuple[int, ...] | None = None,
 ) -> Plan:
-    """The plan of `data[start:end]` (a verified v2 file's records). Raises format_v2.RecordError at the
+    """The plan of `data[start:end]` (a verified v2 file's records). `offsets`: per destination, its
+    clock's offset from this host's in whole seconds (rounded down), None = all 0; each T goes out
+    moved onto its destination's clock (format_v2.dest_expiry). Raises format_v2.RecordError at the
     first record section 7.2 forbids; nothing is planned then."""
     if use_c and _speedups is not None:
         points, owners = _ring_arrays(ring)
@@ -95,11 +112,12 @@ def plan(
                 owners,
                 ring.hash_delimiter if ring is not None else None,
                 flags,
+                offsets,
             )
         except ValueError as e:
             raise v2.RecordError(str(e)) from e
         return Plan(records, [NodePlan(*t) for t in per_node])
-    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only)
+    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only, offsets)
 
 
 class _Pieces:
@@ -108,6 +126,15 @@ class _Pieces:
         self.last: list[int] | None = None  # the last piece if it is a file range
         self.batch_items = 0
         self.batch_bytes = 0
+        self.lines = bytearray()
+        self.order = bytearray()
+
+    def line(self, text: bytes, record: int | None) -> None:
+        """A generated line; an `add`'s names its record (offset) in `order` (replies come in order)."""
+        self.literal(PIECE_LINE - len(self.lines), len(text))
+        self.lines += text
+        if record is not None:
+            self.order += _OFFSET.pack(record)
 
     def range(self, off: int, n: int) -> None:
         if n <= 0:
@@ -149,6 +176,7 @@ def plan_py(
     batch_bytes: int,
     ring: KetamaRing | Placer | None = None,
     only: frozenset[int] | None = None,
+    offsets: tuple[int, ...] | None = None,
 ) -> Plan:
     """`plan` in Python (see the module doc)."""
     nodes = [NodePlan() for _ in budgets]
@@ -161,26 +189,39 @@ def plan_py(
             continue
         n, p = nodes[idx], pieces[idx]
         expiry = v2.expiry_to_send(s.exptime)
-        if expiry != 0 and expiry <= now:
+        t = v2.dest_expiry(expiry, offsets[idx] if offsets is not None else 0)
+        if (expiry != 0 and expiry <= now) or t < 0:
             n.expired += 1
             continue
         if len(s.key) + (s.value_end - s.value_start) + (4 if s.flags else 0) > budgets[idx]:
             n.oversize.append(s.offset)
             continue
-        if s.binary:
+        if s.binary or (not set_mode and not is_plain_key(s.key)):
             n.binary.append(s.offset)
             continue
-        if set_mode:
+        wire = s.end - s.offset
+        if set_mode and t != expiry:  # another T than the file's: the whole line generated
+            tok, b = (s.key, b"") if is_plain_key(s.key) else (base64.b64encode(s.key), b" b")
+            vlen = s.value_end - s.value_start
+            line = b"ms %b %d%b T%d F%d MS q O%d\r\n" % (tok, vlen, b, t, s.flags, s.offset)
+            p.line(line, None)
+            p.range(s.value_start, s.end - s.value_start)
+            wire = len(line) + s.end - s.value_start
+        elif set_mode:
             p.range(s.offset, s.mode_at - s.offset)
             p.literal(PIECE_S, 1)
             p.range(s.mode_at + 1, s.end - s.mode_at - 1)
         else:
-            p.range(s.offset, s.end - s.offset)
+            line = b"add %b %d %d %d\r\n" % (s.key, s.flags, t, s.value_end - s.value_start)
+            p.line(line, s.offset)
+            p.range(s.value_start, s.end - s.value_start)
+            wire = len(line) + s.end - s.value_start
         n.items += 1
         p.batch_items += 1
-        p.batch_bytes += s.end - s.offset
+        p.batch_bytes += wire
         if p.batch_items >= batch_items or p.batch_bytes >= batch_bytes:
             p.end_batch()
     for n, p in zip(nodes, pieces, strict=True):
         n.pieces = p.finish()
+        n.lines, n.order = bytes(p.lines), bytes(p.order)
     return Plan(records, nodes)

@@ -22,6 +22,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
 from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file
+from cachewarm.datapath.format_v2 import dest_expiry
 from cachewarm.datapath.meta import (
     BatchCounts,
     DestinationUnavailable,
@@ -59,6 +60,8 @@ class FileOutcome:
     # Whether any byte of the file may have reached a destination (False: it did not verify yet).
     sent: bool = False
     identities: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per destination address: its clock's offset from this host's when this attempt connected.
+    clock_offsets: dict[str, int] = field(default_factory=dict)
     # Per destination address written to (all of them, or the job's only_nodes).
     nodes: dict[str, NodeCounts] = field(default_factory=dict)
     oversize: list[OversizeItem] = field(default_factory=list)
@@ -82,14 +85,16 @@ def _write_binary(
     data: bytes | memoryview,
     version: int,
     offsets: list[int],
+    clock_offset: int,
 ) -> tuple[list[int], int, str | None]:
     """Write these records with the binary protocol: (offsets answered 'exists', errors, first error)."""
     reqs = []
     for n, at in enumerate(offsets):
         r = df.record_at(data, at, version)
-        # As the meta sets (encode.ttl_token); expired since it was encoded: sent anyway, it lands
-        # expired (memcached takes a past absolute time as such).
-        expiry = 0 if r.exptime == df.NEVER_EXPIRES else max(1, r.exptime - EXPIRY_MARGIN)
+        # As the meta sets (moved onto the destination's clock); expired since it was encoded: sent
+        # anyway, it lands expired (memcached takes a past absolute time as such).
+        expiry = 0 if r.exptime == df.NEVER_EXPIRES else dest_expiry(r.exptime - EXPIRY_MARGIN, clock_offset)
+        expiry = max(1, expiry) if expiry else 0
         reqs.append((store_request(params.mode, r.key, r.value, r.flags, expiry, n), r.value))
     try:
         with BinaryConnection(host, port, params.socket_timeout) as bc:
@@ -132,10 +137,19 @@ def _account(
         t, share = totals[i], shares[i]
         if t.errors and first_error is None:
             first_error = f"{addr} answered {t.first_error!r}"
+            if t.first_error_at >= 0:
+                first_error += f" to the add of key {df.record_at(data, t.first_error_at, version).key!r}"
         exists, b_errors, b_first = ([], 0, None)
         if share.long_keys and not t.errors:
             exists, b_errors, b_first = _write_binary(
-                addr, nodes[i].connect_host, nodes[i].port, params, data, version, share.long_keys
+                addr,
+                nodes[i].connect_host,
+                nodes[i].port,
+                params,
+                data,
+                version,
+                share.long_keys,
+                c.clock_offset,
             )
         first_error = first_error or b_first
         errors += t.errors + b_errors
@@ -169,6 +183,7 @@ def _connect(params: WorkerParams, mine: list[int], out: FileOutcome) -> dict[in
         for i, c in conns.items():
             ident = c.connect()
             out.identities[nodes[i].address] = (ident.pid, ident.started)
+            out.clock_offsets[nodes[i].address] = c.clock_offset
     except BaseException:
         for c in conns.values():
             c.close()
@@ -183,21 +198,23 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     ring = params.routing.ring(nodes)
     mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
     stats = EncodeStats(len(nodes))
-    try:
-        batches = encode_file(verdict, params, job, ring, stats)
-    except df.CorruptRecord as e:
-        out.status, out.reason = df.Status.CORRUPT.value, str(e)
-        return
-    out.sent = True
+    # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
+        offsets = tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes)))
+        try:
+            batches = encode_file(verdict, params, replace(job, clock_offsets=offsets), ring, stats)
+        except df.CorruptRecord as e:
+            out.status, out.reason = df.Status.CORRUPT.value, str(e)
+            return
+        out.sent = True
         limiter = RateLimiter(params.items_per_second, params.bytes_per_second)
         try:
-            for idx, payload, count in batches:
+            for idx, payload, count, order in batches:
                 c = conns[idx]
-                c.send_batch(payload, count)
-                if c.totals.errors:  # e.g. out of memory: stop adding failed stores (each one
-                    break  # deletes its key's live value); the file fails below
+                c.send_batch(payload, count, order)
+                if c.totals.errors:  # e.g. out of memory: start no more stores; the file fails below
+                    break
                 limiter.take(count, len(payload))
         except df.CorruptRecord as e:  # unreachable: a large file was walked first; kept as a guard
             raise AssertionError(f"record check failed after sending began: {e}") from e
@@ -216,27 +233,29 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
     nodes = params.nodes
     mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
     start, end = df.records_bounds(verdict.header, verdict.trailer)
-    try:
-        p = plan(
-            verdict.data,
-            start,
-            end,
-            int(time.time()),
-            job.budgets,
-            params.mode == "set",
-            params.batch_items,
-            params.batch_bytes,
-            params.routing.ring(nodes),
-            job.only_nodes,
-            params.use_speedups,
-        )
-        df.check_record_count(verdict.header, verdict.trailer, p.records)
-    except (v2.RecordError, df.CorruptRecord) as e:
-        out.status, out.reason = df.Status.CORRUPT.value, str(e)
-        return
-    out.sent = True
+    # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
+        try:
+            p = plan(
+                verdict.data,
+                start,
+                end,
+                int(time.time()),
+                job.budgets,
+                params.mode == "set",
+                params.batch_items,
+                params.batch_bytes,
+                params.routing.ring(nodes),
+                job.only_nodes,
+                params.use_speedups,
+                tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes))),
+            )
+            df.check_record_count(verdict.header, verdict.trailer, p.records)
+        except (v2.RecordError, df.CorruptRecord) as e:
+            out.status, out.reason = df.Status.CORRUPT.value, str(e)
+            return
+        out.sent = True
         totals = send_planned(
             conns,
             verdict.data,
@@ -315,6 +334,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
                 with attempt:
                     out.attempts += 1
                     out.identities.clear()
+                    out.clock_offsets.clear()
                     out.nodes.clear()
                     out.oversize.clear()
                     write(verdict, params, job if out.attempts == 1 else replace(job, tagged=True), out)
