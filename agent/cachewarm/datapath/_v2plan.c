@@ -36,60 +36,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../../dumper-cpp/hashkit/hashkit.h" /* cw_hash_md5: ketama's key hash, the one md5 */
 #include "_v2record.h"
-
-/* ---- md5 (RFC 1321), for ketama's key hash ---------------------------------------------------- */
-
-static const uint32_t kMd5K[64] = {
-    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
-    0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
-    0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
-    0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed, 0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
-    0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
-    0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
-    0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
-    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
-static const uint8_t kMd5S[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
-                                  5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,
-                                  4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
-                                  6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
-
-static void md5_block(uint32_t h[4], const unsigned char *p) {
-  uint32_t m[16], a = h[0], b = h[1], c = h[2], d = h[3];
-  for (int i = 0; i < 16; i++) m[i] = v2_le32(p + 4 * i);
-  for (int i = 0; i < 64; i++) {
-    uint32_t f;
-    int g;
-    if (i < 16) f = (b & c) | (~b & d), g = i;
-    else if (i < 32) f = (d & b) | (~d & c), g = (5 * i + 1) & 15;
-    else if (i < 48) f = b ^ c ^ d, g = (3 * i + 5) & 15;
-    else f = c ^ (b | ~d), g = (7 * i) & 15;
-    const uint32_t t = d;
-    d = c;
-    c = b;
-    const uint32_t x = a + f + kMd5K[i] + m[g];
-    b = b + (x << kMd5S[i] | x >> (32 - kMd5S[i]));
-    a = t;
-  }
-  h[0] += a, h[1] += b, h[2] += c, h[3] += d;
-}
-
-/* The first little-endian u32 of md5(s): ketama's key hash (ketama.key_hash). */
-static uint32_t md5_first_u32(const unsigned char *s, size_t n) {
-  uint32_t h[4] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) md5_block(h, s + i);
-  unsigned char tail[128] = {0};
-  const size_t rest = n - i;
-  memcpy(tail, s + i, rest);
-  tail[rest] = 0x80;
-  const size_t len = rest < 56 ? 64 : 128;
-  const uint64_t bits = (uint64_t)n * 8;
-  for (int k = 0; k < 8; k++) tail[len - 8 + k] = (unsigned char)(bits >> (8 * k));
-  md5_block(h, tail);
-  if (len == 128) md5_block(h, tail + 64);
-  return h[0];
-}
 
 /* ---- the plan ---------------------------------------------------------------------------------- */
 
@@ -221,7 +169,7 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
         const unsigned char *cut = memmem(r.key, r.key_len, delim.buf, (size_t)delim.len);
         if (cut) hl = (size_t)(cut - r.key);
       }
-      const uint32_t h = md5_first_u32(r.key, hl);
+      const uint32_t h = cw_hash_md5(r.key, hl);
       const unsigned char *pt = points.buf;
       size_t lo = 0, hi = n_points; /* first point >= h */
       while (lo < hi) {
@@ -327,7 +275,7 @@ static PyObject *ketama_hash(PyObject *self, PyObject *args) {
   (void)self;
   Py_buffer key;
   if (!PyArg_ParseTuple(args, "y*", &key)) return NULL;
-  const uint32_t h = md5_first_u32(key.buf, (size_t)key.len);
+  const uint32_t h = cw_hash_md5(key.buf, (size_t)key.len);
   PyBuffer_Release(&key);
   return PyLong_FromUnsignedLong(h);
 }
