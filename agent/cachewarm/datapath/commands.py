@@ -393,6 +393,7 @@ def _s3_transport(
     help="Move the data files through S3 (the transport to another region, docs/transport-s3.md): "
     "dump, upload under PREFIX/<node>/, download, populate; the objects are deleted when the warm "
     "succeeds.",
+    show_default="off: no S3",
 )
 @click.option(
     "--s3-endpoint-url",
@@ -415,7 +416,7 @@ def _s3_transport(
     default="8M",
     show_default=True,
     help="Bytes of one multipart-upload part and one ranged GET (the most of a file held in memory), "
-    "5M..64M.",
+    "5M..64M; k, M, G suffixes (powers of 1024).",
 )
 def warm_cmd(
     source: Node,
