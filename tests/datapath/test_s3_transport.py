@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -151,20 +153,18 @@ def test_a_failed_part_upload_leaves_nothing_and_a_rerun_completes(
     assert base + "DONE" in objects(client, loc)
 
 
-def test_upload_bytes_per_second_limit(client: Any, loc: S3Location, tmp_path: Path) -> None:
+def test_upload_bytes_per_second_limit(
+    client: Any, loc: S3Location, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     w = dump(tmp_path, files=1, big=True)
     size = w.published[-1].size + w.published[0].size
     slept: list[float] = []
     import cachewarm.datapath.populate.ratelimit as rl
 
-    real = rl.time.sleep
-    rl.time.sleep = lambda s: slept.append(s)  # type: ignore[assignment]
-    try:
-        upload_dump(client, w.out, loc, NODE, part_size=MIN_PART_SIZE, max_bytes_per_second=size / 100)
-    finally:
-        rl.time.sleep = real  # type: ignore[assignment]
-    # Paced to the limit: the last part waits until about 100 s after the start (the clock does not
-    # move while sleep is a no-op, so that wait is the whole schedule; no test waits for it).
+    monkeypatch.setattr(rl, "time", SimpleNamespace(monotonic=time.monotonic, sleep=slept.append))
+    upload_dump(client, w.out, loc, NODE, part_size=MIN_PART_SIZE, max_bytes_per_second=size / 100)
+    # Paced to the limit: before the last part it waits until about 100 s after the start (no test
+    # waits for it: sleep only records).
     assert 90 < max(slept) <= 100
 
 
@@ -248,6 +248,26 @@ def test_files_the_populator_applied_are_not_fetched_again(
     (d.staging / "DONE").unlink()
     again = _download(client, loc, tmp_path).run()
     assert again.bytes == 0 and again.files == 0 and again.skipped == 3
+
+
+def test_a_listing_that_lags_is_listed_again_then_named(client: Any, loc: S3Location, tmp_path: Path) -> None:
+    w = dump(tmp_path, files=2)
+    upload_dump(client, w.out, loc, NODE)
+    key = loc.node_prefix(NODE) + w.published[1].name.name
+    client.delete_object(Bucket=loc.bucket, Key=key)  # DONE names it; the listing does not show it
+    with pytest.raises(S3TransportError, match=w.published[1].name.name):
+        _download(client, loc, tmp_path / "a", missing_timeout=0.3).run()
+    # It shows up while the downloader waits: the warm goes on.
+    d = _download(client, loc, tmp_path / "b", missing_timeout=120)
+    late = threading.Timer(
+        0.3, lambda: client.put_object(Bucket=loc.bucket, Key=key, Body=w.published[1].path.read_bytes())
+    )
+    late.start()
+    try:
+        rep = d.run()
+    finally:
+        late.join()
+    assert rep.files == 2 and (d.staging / "DONE").exists()
 
 
 class _Raw:
@@ -338,7 +358,9 @@ def test_warm_via_s3_end_to_end(
         env=local_s3.env(),
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    events = [json.loads(ln) for ln in r.stdout.strip().splitlines()]
+    assert all(list(e)[:2] == ["event", "time"] for e in events)
+    summary = events[-1]
     assert summary["event"] == "warm_summary" and summary["ok"]
     s3 = summary["s3"]
     assert s3["uploaded_files"] == s3["downloaded_files"] == summary["files"] > 1
