@@ -84,6 +84,31 @@ def test_location_parsing() -> None:
             S3Location.parse(bad)
 
 
+def test_the_client_takes_the_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:4599")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert make_client().meta.endpoint_url == "http://127.0.0.1:4599"
+    assert make_client("http://127.0.0.1:4600").meta.endpoint_url == "http://127.0.0.1:4600"
+
+
+def test_a_conflicting_conditional_write_is_asked_again(client: Any, loc: S3Location, tmp_path: Path) -> None:
+    w = dump(tmp_path, files=1)
+    conflicts: list[str] = []
+    body = b"<Error><Code>ConditionalRequestConflict</Code><Message>in flight</Message></Error>"
+
+    def conflict(request: Any, **kw: Any) -> AWSResponse | None:
+        if request.headers.get("If-None-Match") and not conflicts:
+            conflicts.append(request.url)
+            return AWSResponse(request.url, 409, {"Content-Type": "application/xml"}, _Raw(body))
+        return None
+
+    client.meta.events.register("before-send.s3.PutObject", conflict)
+    rep = upload_dump(client, w.out, loc, NODE)
+    assert conflicts and not rep.done_already
+    assert loc.node_prefix(NODE) + "DONE" in objects(client, loc)
+
+
 def test_upload_publishes_every_file_in_parts_and_done_last(
     client: Any, loc: S3Location, tmp_path: Path
 ) -> None:

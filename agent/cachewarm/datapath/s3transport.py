@@ -117,22 +117,36 @@ def upload_dump(
     report = UploadReport()
     for mf in manifest.files:
         _upload_file(client, dump_dir / mf.name, loc.bucket, base + mf.name, part_size, limiter, report)
-    key = base + df.MANIFEST_NAME
-    try:
-        client.put_object(Bucket=loc.bucket, Key=key, Body=done, IfNoneMatch="*")
-        report.requests += 1
-    except Exception as e:
-        if _error_code(e) not in ("PreconditionFailed", "412"):
-            raise S3TransportError(f"publishing s3://{loc.bucket}/{key}: {e}") from e
-        there = client.get_object(Bucket=loc.bucket, Key=key)["Body"].read()
-        report.requests += 2
-        if there != done:
-            raise S3TransportError(
-                f"s3://{loc.bucket}/{key} was published by another writer (its DONE differs from this "
-                "dump's): two dumps share one prefix; give each warm its own"
-            ) from e
-        report.done_already = True
+    _publish_done(client, loc.bucket, base + df.MANIFEST_NAME, done, report)
     return report
+
+
+def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: UploadReport) -> None:
+    """DONE with `If-None-Match: *`. 412: someone published it first — ours (a resumed upload) if the
+    bytes are the same, else a second writer: refused. 409 ConditionalRequestConflict (S3's answer
+    while another conditional write of the key is in flight): ask again, then compare."""
+    for attempt in range(5):
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=done, IfNoneMatch="*")
+            report.requests += 1
+            return
+        except Exception as e:
+            report.requests += 1
+            code = _error_code(e)
+            if code == "ConditionalRequestConflict" and attempt < 4:
+                time.sleep(0.2 * 2**attempt)
+                continue
+            if code not in ("PreconditionFailed", "412"):
+                raise S3TransportError(f"publishing s3://{bucket}/{key}: {e}") from e
+            there = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            report.requests += 1
+            if there != done:
+                raise S3TransportError(
+                    f"s3://{bucket}/{key} was published by another writer (its DONE differs from this "
+                    "dump's): two dumps share one prefix; give each warm its own"
+                ) from e
+            report.done_already = True
+            return
 
 
 def _upload_file(
