@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import EndpointConnectionError
+from cachewarm.datapath.dumper import dumper_node_id
 from cachewarm.datapath.populate import PopulateState, populate
 from cachewarm.datapath.s3transport import (
     MIB,
@@ -404,6 +405,31 @@ def test_warm_via_s3_end_to_end(
     listed = local_s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
     assert listed.get("KeyCount", 0) == 0
     assert not local_s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads")
+
+
+@pytest.mark.memcached_versions("1.6.45")
+def test_warm_via_s3_refuses_a_prefix_another_dump_published(
+    memcached: Any,
+    dumper_bin: Path,
+    tmp_path: Path,
+    local_s3: LocalS3,  # noqa: F811
+) -> None:
+    src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
+    put(src, [(b"k%d" % i, 0, 0, b"v") for i in range(500)])
+    prefix = f"taken-{time.time_ns()}"
+    other = DirWriter(tmp_path / "other")
+    other.write(0, 0, records(5, prefix=b"other"))
+    other.done()
+    node = dumper_node_id(src.address)
+    local_s3.client.put_object(
+        Bucket=BUCKET, Key=f"{prefix}/{node}/DONE", Body=(other.out / "DONE").read_bytes()
+    )
+    args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
+    r = run([*args, "--via-s3", f"s3://{BUCKET}/{prefix}"], dumper_bin, env=local_s3.env())
+    assert r.returncode == 1 and "published by another writer" in r.stderr, r.stderr[-2000:]
+    assert fetch(dst, [b"k1"]) == {}  # nothing was populated from someone else's dump
+    there = local_s3.client.get_object(Bucket=BUCKET, Key=f"{prefix}/{node}/DONE")["Body"].read()
+    assert there == (other.out / "DONE").read_bytes()
 
 
 def test_via_s3_flags_are_checked(dumper_bin: Path, tmp_path: Path) -> None:
