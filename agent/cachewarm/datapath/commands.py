@@ -228,6 +228,31 @@ def _holds_dump_files(path: Path) -> bool:
         return True  # the populator says what is wrong with it
 
 
+def _s3_transport(
+    url: str | None, endpoint: str | None, byte_rate: int | None, part_size: int, stream: bool
+) -> Any:
+    """The --via-s3 flags as an S3Transport (None without --via-s3); a bad value exits 2 naming it."""
+    from cachewarm.datapath.s3transport import MAX_PART_SIZE, MIN_PART_SIZE, S3Location
+    from cachewarm.datapath.s3warm import S3Transport
+
+    if url is None:
+        for flag, given in (("--s3-endpoint-url", endpoint), ("--s3-max-bytes-per-second", byte_rate)):
+            if given is not None:
+                raise click.UsageError(f"{flag} needs --via-s3")
+        return None
+    if stream:
+        raise click.UsageError("--via-s3 moves data files; --stream has none: give one of them")
+    try:
+        loc = S3Location.parse(url)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--via-s3") from e
+    if not part_size or not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+        raise click.BadParameter(
+            f"{part_size} bytes is outside 5M..64M (S3's smallest part is 5 MiB)", param_hint="--s3-part-size"
+        )
+    return S3Transport(loc, endpoint, part_size, byte_rate)
+
+
 @click.command(
     "warm", epilog=epilog(E.OK, E.FAILED, E.USAGE, E.UNREACHABLE, E.DATA, E.INCOMPLETE, E.INTERRUPTED)
 )
@@ -360,6 +385,39 @@ def _holds_dump_files(path: Path) -> bool:
     help="Look at the source and the targets and print what the warm would do (items, bytes, the "
     "targets' memory, the work directory's disk, the time at the source rate limit); move nothing.",
 )
+@click.option(
+    "--via-s3",
+    "via_s3",
+    default=None,
+    metavar="s3://BUCKET/PREFIX",
+    help="Move the data files through S3 (the transport to another region, docs/transport-s3.md): "
+    "dump, upload under PREFIX/<node>/, download, populate; the objects are deleted when the warm "
+    "succeeds.",
+    show_default="off: no S3",
+)
+@click.option(
+    "--s3-endpoint-url",
+    default=None,
+    metavar="URL",
+    help="S3 endpoint for --via-s3 (a local S3 such as moto's server).",
+    show_default="AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS",
+)
+@click.option(
+    "--s3-max-bytes-per-second",
+    type=BYTE_RATE,
+    default=None,
+    help="Bytes/s of the --via-s3 upload (the source node's network is its clients'); k, M, G "
+    "suffixes (powers of 1024); 0 = unlimited.",
+    show_default="unlimited",
+)
+@click.option(
+    "--s3-part-size",
+    type=BYTE_RATE,
+    default="8M",
+    show_default=True,
+    help="Bytes of one multipart-upload part and one ranged GET (the most of a file held in memory), "
+    "5M..64M; k, M, G suffixes (powers of 1024).",
+)
 def warm_cmd(
     source: Node,
     target: list,  # type: ignore[type-arg]
@@ -384,6 +442,10 @@ def warm_cmd(
     as_json: bool,
     stream: bool,
     plan: bool,
+    via_s3: str | None,
+    s3_endpoint_url: str | None,
+    s3_max_bytes_per_second: int | None,
+    s3_part_size: int | None,
     **options: Any,
 ) -> None:
     """Dump SOURCE and populate TARGET concurrently on this machine; exit 0 only if the target holds
@@ -409,6 +471,7 @@ def warm_cmd(
 
     routing = routing_of(options)
     check_routing(routing, target)
+    s3 = _s3_transport(via_s3, s3_endpoint_url, s3_max_bytes_per_second, s3_part_size, stream)
     try:
         cfg = WarmConfig(
             source=source,
@@ -437,6 +500,7 @@ def warm_cmd(
             check=check,
             stream=stream,
             plan=plan,
+            s3=s3,
         )
         summary = run_warm(
             cfg, display=JsonDisplay(sys.stdout) if as_json else make_display(sys.stderr, dumper=True)

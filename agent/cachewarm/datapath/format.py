@@ -209,6 +209,19 @@ def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Traile
     return Trailer(count, rbytes, end_idx, misses)
 
 
+def check_ends(
+    name: DataFileName, head: bytes | memoryview, tail: bytes | memoryview, size: int
+) -> str | None:
+    """Checks 1-2 on a file's first bytes (at least 48 + 64, or the whole file) and its last 40: None
+    if they hold, else the reason. For a reader that streams the rest and checks the xxh3 itself (the
+    S3 transport: it never holds a whole file)."""
+    header = _parse_header(head, name, size)
+    if isinstance(header, str):
+        return header
+    trailer = _parse_trailer(tail, header, size)
+    return trailer if isinstance(trailer, str) else None
+
+
 def record_spans(data: bytes | memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
     """The one record walker (section 2.2, check 4): `(key offset, value offset, next record's offset,
     flags, exptime)` of each record in `data[start:end]`, offsets into `data`. Raises CorruptRecord at

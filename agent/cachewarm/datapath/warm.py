@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
@@ -42,6 +42,9 @@ from cachewarm.datapath.populate.report import event_time
 from cachewarm.datapath.preflight import plan_text, preflight
 from cachewarm.datapath.progress import Display, JsonDisplay, make_display, plural, speed_line
 from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, SettingError, WarmError
+
+if TYPE_CHECKING:
+    from cachewarm.datapath.s3warm import S3Transport
 
 # Where `make build` puts the dumper in this repository.
 REPO_DUMPER = Path(__file__).resolve().parents[3] / "build" / "release" / dumper_cli.BINARY
@@ -103,6 +106,8 @@ class WarmConfig:
     stream: bool = False
     # `--plan`: look at the source and the targets, say what the warm would do, move nothing.
     plan: bool = False
+    # `--via-s3`: the data files go through S3 between the dump and the populator (datapath/s3warm.py).
+    s3: S3Transport | None = None
 
 
 @dataclass
@@ -136,16 +141,20 @@ class WarmSummary:
     # and how large, so it is not forgotten on a disk.
     workdir: str = ""
     workdir_bytes: int = 0
+    # `--via-s3`: the transport's counts (objects, bytes, requests each way, objects deleted).
+    s3: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"event": "warm_summary", "time": event_time(), **asdict(self)}, separators=(",", ":")
-        )
+        fields = asdict(self)
+        if not self.s3:
+            del fields["s3"]
+        return json.dumps({"event": "warm_summary", "time": event_time(), **fields}, separators=(",", ":"))
 
     def text(self) -> str:
         lines = [
             f"warm {'OK' if self.ok else 'FAILED'} in {self.total_s:.1f}s "
-            f"(dump {self.dump_s:.1f}s, populate {self.populate_s:.1f}s, overlapped)",
+            f"(dump {self.dump_s:.1f}s, populate {self.populate_s:.1f}s, "
+            + ("the upload after the dump, download and populate overlapped)" if self.s3 else "overlapped)"),
             f"  items dumped        {self.items_dumped:>12,}  (keys listed {self.keys_listed:,}, "
             f"gone before fetch {self.dump_misses:,})",
             f"  items copied        {self.copied:>12,}",
@@ -179,6 +188,13 @@ class WarmSummary:
             lines.append(
                 f"  workdir kept        {self.workdir_bytes / 1e6:>12,.1f} MB  ({self.workdir}; "
                 "remove it when done, or --resume continues from it)"
+            )
+        if self.s3:
+            c = self.s3
+            requests = c["upload_requests"] + c["download_requests"]
+            lines.append(
+                f"  via S3              {c['uploaded_files']:>12,} objects up, {c['downloaded_files']:,} "
+                f"down; {requests:,} requests; {c['objects_deleted']:,} objects deleted afterwards"
             )
         lines += [f"  WARNING: {w}" for w in self.warnings]
         lines.append(speed_line(self.items_dumped, self.bytes, self.populate_s, after))  # always last
@@ -332,6 +348,13 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
         from cachewarm.datapath.stream import run_stream_warm
 
         summary = run_stream_warm(cfg, stream, display if isinstance(display, JsonDisplay) else None)
+    elif cfg.s3 is not None:
+        from cachewarm.datapath.s3warm import run_s3_warm
+
+        prepare_workdir(cfg)
+        with started_pool(cfg.workers) as pool:
+            summary, counts = run_s3_warm(cfg, cfg.s3, stream, display, pool)
+        summary.s3 = asdict(counts)
     else:
         prepare_workdir(cfg)
         # The worker processes (populate, then the target check) start before this process has threads

@@ -1,0 +1,400 @@
+"""S3 as the transport between a dump and a populator in another region (issue 25, the local slice).
+
+Upload (`upload_dump`): every data file DONE lists goes up as a multipart upload, one part in memory at a
+time (`part_size`), its own bytes/s limit. Checks 1-2 of docs/data-format.md (header, trailer) are read
+first, the xxh3 is computed over the very bytes sent; a file whose checksum does not match its name is
+aborted (its parts deleted) and nothing more is published. DONE goes last, with `If-None-Match: *`: a
+second writer of the same prefix cannot replace it.
+
+Download (`S3Downloader`): lists the node's prefix, fetches each data object with range GETs into a
+dot-named file in a staging directory (the populator loop skips dot names), checks the xxh3 against the
+name and only then renames it into view; DONE is staged last, once every file it lists is staged or
+applied. The populator loop (datapath/populate) then runs unchanged on the staging directory and
+verifies every file again (checks 1-4) before it sends an item. Progress: a file the populator's state
+file records as consumed, or that is already staged, is never fetched again; a partly fetched file
+resumes at its length.
+
+Key layout: `<prefix>/<node>/<data file name>` and `<prefix>/<node>/DONE` — one prefix per source node,
+so that hundreds of nodes never share one (S3 scales request rates per prefix; docs/transport-s3.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from cachewarm.datapath import format as df
+from cachewarm.datapath.populate.ratelimit import RateLimiter
+from cachewarm.datapath.populate.state import PopulateState
+
+MIB = 1024 * 1024
+# S3's smallest part but the last; a part is all the uploader or downloader holds of a file.
+MIN_PART_SIZE = 5 * MIB
+DEFAULT_PART_SIZE = 8 * MIB
+MAX_PART_SIZE = 64 * MIB
+# The object metadata that names a data object's xxh3 (a resumed upload compares it).
+XXH3_META = "cachewarm-xxh3"
+
+
+class S3TransportError(RuntimeError):
+    """The transport failed; the message names the object and the problem."""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str  # no leading or trailing "/"; may be empty
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        """`s3://BUCKET[/PREFIX]`; anything else is a ValueError naming the problem."""
+        if not url.startswith("s3://"):
+            raise ValueError(f"{url!r} is not an s3://BUCKET/PREFIX URL")
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise ValueError(f"{url!r} names no bucket")
+        return cls(bucket, prefix.strip("/"))
+
+    def node_prefix(self, node: str) -> str:
+        """Where one source node's objects go (ends with "/")."""
+        return f"{self.prefix}/{node}/" if self.prefix else f"{node}/"
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+def make_client(endpoint_url: str | None = None, max_attempts: int = 10) -> Any:
+    """An S3 client with botocore's standard retry mode: 503 SlowDown, 500s and connection errors are
+    retried with exponential back-off and jitter, up to `max_attempts` tries per request. With no
+    `endpoint_url`, boto3 honours AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (a local S3)."""
+    import boto3
+    from botocore.config import Config
+
+    cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts})
+    return boto3.client("s3", endpoint_url=endpoint_url, config=cfg)
+
+
+def _error_code(e: Exception) -> str:
+    return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+
+
+@dataclass
+class UploadReport:
+    files: int = 0
+    skipped: int = 0  # already in the bucket, same size and xxh3 (a resumed upload)
+    bytes: int = 0
+    requests: int = 0
+    done_already: bool = False  # DONE was there, with the same bytes (this upload's earlier run)
+
+
+def upload_dump(
+    client: Any,
+    dump_dir: Path,
+    loc: S3Location,
+    node: str,
+    part_size: int = DEFAULT_PART_SIZE,
+    max_bytes_per_second: float | None = None,
+) -> UploadReport:
+    """Publish a finished dump (DONE present) under `loc.node_prefix(node)`; DONE last."""
+    if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+        raise ValueError(f"part size {part_size} is outside {MIN_PART_SIZE}..{MAX_PART_SIZE} bytes")
+    done_path = dump_dir / df.MANIFEST_NAME
+    try:
+        done = done_path.read_bytes()
+        manifest = df.parse_manifest(done, str(done_path))
+    except (OSError, df.FormatError) as e:
+        raise S3TransportError(f"the dump in {dump_dir} is not finished or DONE is invalid: {e}") from e
+    base = loc.node_prefix(node)
+    limiter = RateLimiter(None, max_bytes_per_second)
+    report = UploadReport()
+    for mf in manifest.files:
+        _upload_file(client, dump_dir / mf.name, loc.bucket, base + mf.name, part_size, limiter, report)
+    _publish_done(client, loc.bucket, base + df.MANIFEST_NAME, done, report)
+    return report
+
+
+def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: UploadReport) -> None:
+    """DONE with `If-None-Match: *`. 412: someone published it first — ours (a resumed upload) if the
+    bytes are the same, else a second writer: refused. 409 ConditionalRequestConflict (S3's answer
+    while another conditional write of the key is in flight): ask again, then compare."""
+    for attempt in range(5):
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=done, IfNoneMatch="*")
+            report.requests += 1
+            return
+        except Exception as e:
+            report.requests += 1
+            code = _error_code(e)
+            if code == "ConditionalRequestConflict" and attempt < 4:
+                time.sleep(0.2 * 2**attempt)
+                continue
+            if code not in ("PreconditionFailed", "412"):
+                raise S3TransportError(f"publishing s3://{bucket}/{key}: {e}") from e
+            there = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            report.requests += 1
+            if there != done:
+                raise S3TransportError(
+                    f"s3://{bucket}/{key} was published by another writer (its DONE differs from this "
+                    "dump's): two dumps share one prefix; give each warm its own"
+                ) from e
+            report.done_already = True
+            return
+
+
+def _upload_file(
+    client: Any, path: Path, bucket: str, key: str, part_size: int, limiter: RateLimiter, report: UploadReport
+) -> None:
+    name = df.parse_name(path.name)
+    if name is None:
+        raise S3TransportError(f"{path.name}: not a data file name")
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(df.HEADER_FIXED + df.MAX_NODE_LEN)
+            f.seek(max(0, size - df.TRAILER_LEN))
+            why = df.check_ends(name, head, f.read(df.TRAILER_LEN), size)
+            if why is not None:
+                raise S3TransportError(f"{path.name} does not verify ({why}): not uploaded")
+            if _already_there(client, bucket, key, size, name.xxh3_hex, report):
+                report.skipped += 1
+                return
+            f.seek(0)
+            upload_id = client.create_multipart_upload(
+                Bucket=bucket, Key=key, Metadata={XXH3_META: name.xxh3_hex}
+            )["UploadId"]
+            report.requests += 1
+            try:
+                parts = _send_parts(client, f, bucket, key, upload_id, part_size, limiter, report, name)
+                client.complete_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                )
+                report.requests += 1
+            except BaseException:
+                # Nothing half-published: the parts go (S3 keeps and bills them until aborted).
+                with contextlib.suppress(Exception):
+                    client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+                raise
+    except OSError as e:
+        raise S3TransportError(f"reading {path}: {e}") from e
+    report.files += 1
+    report.bytes += size
+
+
+def _send_parts(
+    client: Any,
+    f: Any,
+    bucket: str,
+    key: str,
+    upload_id: str,
+    part_size: int,
+    limiter: RateLimiter,
+    report: UploadReport,
+    name: df.DataFileName,
+) -> list[dict[str, Any]]:
+    h = xxhash.xxh3_64()
+    parts: list[dict[str, Any]] = []
+    number = 1
+    while True:
+        chunk = f.read(part_size)
+        if not chunk and parts:
+            break
+        h.update(chunk)
+        limiter.take(0, len(chunk))
+        r = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
+        report.requests += 1
+        parts.append({"PartNumber": number, "ETag": r["ETag"]})
+        number += 1
+        if len(chunk) < part_size:
+            break
+    if h.intdigest() != name.xxh3:
+        raise S3TransportError(
+            f"{key}: xxh3 {h.intdigest():016x} != name's {name.xxh3_hex} (the file changed or is damaged): "
+            "not published"
+        )
+    return parts
+
+
+def _already_there(
+    client: Any, bucket: str, key: str, size: int, xxh3_hex: str, report: UploadReport
+) -> bool:
+    try:
+        r = client.head_object(Bucket=bucket, Key=key)
+    except Exception as e:
+        if _error_code(e) in ("404", "NoSuchKey", "NotFound"):
+            report.requests += 1
+            return False
+        raise
+    report.requests += 1
+    return bool(r["ContentLength"] == size and r.get("Metadata", {}).get(XXH3_META) == xxh3_hex)
+
+
+@dataclass
+class DownloadReport:
+    files: int = 0  # fetched and verified this run
+    skipped: int = 0  # applied already (the populator's state) or staged already
+    bytes: int = 0  # bytes fetched this run
+    requests: int = 0
+    rejected: int = 0  # fetched bytes whose xxh3 did not match: fetched again
+
+
+@dataclass
+class S3Downloader:
+    """Stages one node's published objects for the populator loop; `run` returns once DONE is staged."""
+
+    client: Any
+    loc: S3Location
+    node: str
+    staging: Path
+    state_file: Path
+    part_size: int = DEFAULT_PART_SIZE
+    poll_interval: float = 0.5
+    # How long DONE may name an object the listing does not show (a torn or lagging listing).
+    missing_timeout: float = 60.0
+    stop: threading.Event = field(default_factory=threading.Event)
+    # Called after each staged file (tests stop a run there, as a kill would).
+    on_file: Callable[[str], None] = lambda name: None
+    report: DownloadReport = field(default_factory=DownloadReport)
+
+    def _applied(self) -> set[str]:
+        try:
+            return set(PopulateState.load(self.state_file).consumed)
+        except Exception:  # written by the populator meanwhile (atomic replace): read it next round
+            return set()
+
+    def _list(self) -> dict[str, int]:
+        base = self.loc.node_prefix(self.node)
+        found: dict[str, int] = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.loc.bucket, Prefix=base
+        ):
+            self.report.requests += 1
+            for obj in page.get("Contents", []):
+                found[obj["Key"][len(base) :]] = int(obj["Size"])
+        return found
+
+    def run(self) -> DownloadReport:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        base = self.loc.node_prefix(self.node)
+        missing_since: float | None = None
+        while not self.stop.is_set():
+            listed = self._list()
+            manifest: df.Manifest | None = None
+            done_bytes = b""
+            if df.MANIFEST_NAME in listed:
+                body = self.client.get_object(Bucket=self.loc.bucket, Key=base + df.MANIFEST_NAME)["Body"]
+                self.report.requests += 1
+                done_bytes = body.read()
+                try:
+                    manifest = df.parse_manifest(done_bytes, f"s3://{self.loc.bucket}/{base}DONE")
+                except df.FormatError as e:
+                    raise S3TransportError(str(e)) from e
+            applied = self._applied()
+            skipped: set[str] = set()
+            for obj, size in sorted(listed.items()):
+                if self.stop.is_set():
+                    return self.report
+                name = df.parse_name(obj)
+                if name is None:
+                    continue
+                if obj in applied or (self.staging / obj).exists():
+                    skipped.add(obj)
+                    continue
+                self._fetch(base + obj, name, size)
+                self.on_file(obj)
+            if manifest is not None:
+                applied = self._applied()
+                absent = [
+                    f.name
+                    for f in manifest.files
+                    if f.name not in applied and not (self.staging / f.name).exists()
+                ]
+                if not absent:
+                    self.report.skipped = len(skipped)
+                    _write_atomically(self.staging / df.MANIFEST_NAME, done_bytes)
+                    return self.report
+                now = time.monotonic()
+                missing_since = missing_since or now
+                if now - missing_since > self.missing_timeout:
+                    raise S3TransportError(
+                        f"DONE lists {absent[0]} ({len(absent)} objects) but s3://{self.loc.bucket}/{base} "
+                        f"did not show it within {self.missing_timeout:g}s"
+                    )
+            self.stop.wait(self.poll_interval)
+        return self.report
+
+    def _fetch(self, key: str, name: df.DataFileName, size: int) -> None:
+        """Range GETs into `.<name>.part` (resuming at its length), xxh3 checked, then renamed into view."""
+        tmp = self.staging / f".{key.rsplit('/', 1)[-1]}.part"
+        h = xxhash.xxh3_64()
+        have = 0
+        if tmp.exists():  # a run killed mid-object: hash what is here instead of fetching it again
+            with open(tmp, "rb") as f:
+                for chunk in iter(lambda: f.read(self.part_size), b""):
+                    h.update(chunk)
+                    have += len(chunk)
+            if have > size:
+                tmp.unlink()
+                h, have = xxhash.xxh3_64(), 0
+        with open(tmp, "ab") as out:
+            out.truncate(have)
+            for chunk in self._ranges(key, have, size):
+                h.update(chunk)
+                out.write(chunk)
+                self.report.bytes += len(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        if h.intdigest() != name.xxh3:
+            tmp.unlink()
+            self.report.rejected += 1
+            raise S3TransportError(
+                f"s3://{self.loc.bucket}/{key}: fetched xxh3 {h.intdigest():016x} != name's {name.xxh3_hex}: "
+                "the object is damaged; nothing of it was sent"
+            )
+        os.rename(tmp, self.staging / key.rsplit("/", 1)[-1])
+        self.report.files += 1
+
+    def _ranges(self, key: str, start: int, size: int) -> Iterator[bytes]:
+        pos = start
+        while pos < size:
+            end = min(size, pos + self.part_size) - 1
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={pos}-{end}")["Body"]
+            self.report.requests += 1
+            chunk = body.read()
+            if len(chunk) != end - pos + 1:
+                raise S3TransportError(f"{key}: range {pos}-{end} returned {len(chunk)} bytes")
+            yield chunk
+            pos = end + 1
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def delete_prefix(client: Any, loc: S3Location) -> int:
+    """Delete every object and abort every multipart upload under `loc`'s prefix; returns objects deleted."""
+    prefix = f"{loc.prefix}/" if loc.prefix else ""
+    deleted = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            r = client.delete_objects(Bucket=loc.bucket, Delete={"Objects": keys, "Quiet": True})
+            if errors := r.get("Errors"):
+                raise S3TransportError(f"deleting under {loc}: {errors[0]}")
+            deleted += len(keys)
+    for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=loc.bucket, Prefix=prefix):
+        for u in page.get("Uploads", []):
+            client.abort_multipart_upload(Bucket=loc.bucket, Key=u["Key"], UploadId=u["UploadId"])
+    return deleted
