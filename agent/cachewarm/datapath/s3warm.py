@@ -34,10 +34,10 @@ from cachewarm.datapath.s3transport import (
     upload_dump,
 )
 from cachewarm.datapath.warm import (
+    DumperRun,
     WarmConfig,
     WarmSummary,
-    _check_target,
-    _DumperRun,
+    check_target,
     dumper_command,
     populate_config,
 )
@@ -88,7 +88,7 @@ def run_s3_warm(
     proc = subprocess.Popen(
         dumper_command(cfg, dump_dir).argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    dumper = _DumperRun(proc, on_progress=display.dumper)
+    dumper = DumperRun(proc, on_progress=display.dumper)
     dumper.pump()
     problems: list[str] = []
     down = S3Downloader(client, s3.location, node, staging, state_file, part_size=s3.part_size)
@@ -133,7 +133,7 @@ def run_s3_warm(
     manifest = df.read_manifest(staging / df.MANIFEST_NAME)
     checked = missing = 0
     if cfg.check:
-        checked, missing, examples = _check_target(cfg, staging, manifest, summary, pool)
+        checked, missing, examples = check_target(cfg, staging, manifest, summary, pool)
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; examples: {keys_text(examples)}\n"

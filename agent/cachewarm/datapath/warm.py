@@ -202,7 +202,7 @@ class WarmSummary:
 
 
 @dataclass
-class _DumperRun:
+class DumperRun:
     proc: subprocess.Popen[bytes]
     last_progress: DumperProgress | None = None
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
@@ -267,7 +267,7 @@ def _check_file(
     return checked, gone
 
 
-def _check_target(
+def check_target(
     cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
 ) -> tuple[int, int, list[bytes]]:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
@@ -429,7 +429,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     display = display or make_display(stream, dumper=True)
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    dumper = _DumperRun(proc, on_progress=display.dumper)
+    dumper = DumperRun(proc, on_progress=display.dumper)
     dumper.pump()
     pcfg = populate_config(cfg, dump_dir, state_file, should_abort=dumper.failure, pool=pool)
     problems: list[str] = []
@@ -453,7 +453,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
     checked = missing = 0
     if cfg.check:
-        checked, missing, examples = _check_target(cfg, dump_dir, manifest, summary, pool)
+        checked, missing, examples = check_target(cfg, dump_dir, manifest, summary, pool)
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
