@@ -14,12 +14,10 @@ import subprocess
 import threading
 import time
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import IO, Any
 
-from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import dumper_node_id, terminate_child
-from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.populate import PopulateIncomplete, PopulateSummary, populate
 from cachewarm.datapath.progress import Display, make_display
 from cachewarm.datapath.s3transport import (
@@ -37,7 +35,7 @@ from cachewarm.datapath.warm import (
     DumperRun,
     WarmConfig,
     WarmSummary,
-    check_target,
+    conclude,
     dumper_command,
     populate_config,
 )
@@ -130,40 +128,8 @@ def run_s3_warm(
         raise
     display.close()
     pop_end = time.monotonic()
-    manifest = df.read_manifest(staging / df.MANIFEST_NAME)
-    checked = missing = 0
-    if cfg.check:
-        checked, missing, examples = check_target(cfg, staging, manifest, summary, pool)
-        if missing:
-            stream.write(
-                f"target is missing {missing:,} of {checked:,} keys; examples: {keys_text(examples)}\n"
-            )
-            if not (cfg.accept.get("accept_evictions") and missing <= summary.destination_evictions):
-                problems.append(f"the target is missing {missing} items")
-    deleted = 0
-    if s3.clean and not problems:
-        deleted = delete_prefix(client, s3.location)
-    t = manifest.totals
-    ws = WarmSummary(
-        ok=not problems,
-        items_dumped=manifest.total_records,
-        keys_listed=int(t.get("keys_listed", 0)),
-        dump_misses=int(t.get("misses", 0)),
-        copied=summary.stored,
-        already_present=summary.already_present,
-        skipped_expired=summary.expired,
-        bytes=summary.bytes,
-        files=summary.files,
-        missing_in_target=missing,
-        checked_in_target=checked,
-        dump_s=round(dump_end - start, 3),
-        populate_s=round(pop_end - start, 3),
-        total_s=round(time.monotonic() - start, 3),
-        mb_per_s=round(summary.bytes / 1e6 / (pop_end - start), 1),
-        populate=asdict(summary),
-        problems=problems,
-        items_per_s=round(manifest.total_records / (pop_end - start), 1),
-    )
+    ws = conclude(cfg, staging, summary, pool, problems, stream, start, dump_end, pop_end)
+    deleted = delete_prefix(client, s3.location) if s3.clean and ws.ok else 0
     return ws, _counts(up, down.report, deleted)
 
 

@@ -450,6 +450,22 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     display.close()
     dump_end = dumper.ended_at or time.monotonic()
     pop_end = time.monotonic()
+    return conclude(cfg, dump_dir, summary, pool, problems, stream, start, dump_end, pop_end)
+
+
+def conclude(
+    cfg: WarmConfig,
+    dump_dir: Path,
+    summary: PopulateSummary,
+    pool: Executor,
+    problems: list[str],
+    stream: IO[str],
+    start: float,
+    dump_end: float,
+    pop_end: float,
+) -> WarmSummary:
+    """After the populate: the target check (unless --no-check) and the warm's summary, from the
+    DONE in `dump_dir` (the dump's, or the S3 warm's staging copy)."""
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
     checked = missing = 0
     if cfg.check:
