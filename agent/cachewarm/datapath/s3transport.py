@@ -42,6 +42,8 @@ MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 DEFAULT_PART_SIZE = 8 * MIB
 MAX_PART_SIZE = 64 * MIB
+# A range GET that returns fewer bytes than asked is asked again this many times in all.
+SHORT_READ_ATTEMPTS = 3
 # The object metadata that names a data object's xxh3 (a resumed upload compares it).
 XXH3_META = "cachewarm-xxh3"
 
@@ -306,6 +308,7 @@ class DownloadReport:
     requests: int = 0
     rejected: int = 0  # fetched bytes whose xxh3 did not match: fetched again
     evicted: int = 0  # staged files deleted once the populator applied them
+    short_reads: int = 0  # ranges that returned fewer bytes than asked (asked again)
 
 
 @dataclass
@@ -467,11 +470,19 @@ class S3Downloader:
         self.report.files += 1
 
     def _get_range(self, key: str, start: int, end: int) -> bytes:
-        body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")["Body"]
-        chunk: bytes = body.read()
-        if len(chunk) != end - start + 1:
-            raise S3TransportError(f"{key}: range {start}-{end} returned {len(chunk)} bytes")
-        return chunk
+        """One range; a short answer (a connection cut, a proxy) is asked again, then named."""
+        for attempt in range(SHORT_READ_ATTEMPTS):
+            if attempt:
+                self.report.requests += 1
+                self.report.short_reads += 1
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")["Body"]
+            chunk: bytes = body.read()
+            if len(chunk) == end - start + 1:
+                return chunk
+        raise S3TransportError(
+            f"{key}: range {start}-{end} returned {len(chunk)} of {end - start + 1} bytes "
+            f"{SHORT_READ_ATTEMPTS} times"
+        )
 
     def _ranges(self, pool: ThreadPoolExecutor, key: str, start: int, size: int) -> Iterator[bytes]:
         """The object's bytes from `start`, in order, with up to `parallel` range GETs in flight."""
