@@ -77,7 +77,11 @@ class LocalS3:
             "CACHEWARM_INSTANCE_ARN": f"arn:aws:ec2:us-east-1:123456789012:instance/{NODE}",
         }
         self.client = boto3.client(
-            "s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench"
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="bench",
+            aws_secret_access_key="bench",
         )
         self.client.create_bucket(Bucket=BUCKET)
         return self
@@ -97,7 +101,9 @@ def last_json(stdout: str) -> dict[str, Any]:
     return {}
 
 
-def warm(mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, s3: LocalS3, run: int) -> dict[str, Any]:
+def warm(
+    mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, s3: LocalS3, run: int
+) -> dict[str, Any]:
     shutil.rmtree(work, ignore_errors=True)
     argv = [*CLI, "warm", "--source", src.address, "--target", dst.address, "--workdir", str(work)]
     argv += ["--no-check", "--json"]
@@ -111,7 +117,7 @@ def warm(mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, s3: 
     s = last_json(p.stdout)
     s = s.get("warm_summary", s)
     out.update({k: s[k] for k in ("dump_s", "populate_s", "copied", "bytes") if k in s})
-    if "s3" in s and s["s3"]:
+    if s.get("s3"):
         c = s["s3"]
         out["s3"] = c
         gb = max(1, int(c.get("uploaded_bytes", 0))) / GB
@@ -139,7 +145,7 @@ def peak_rss(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
-    out, err = p.communicate()
+    _, err = p.communicate()
     stop.set()
     t.join()
     r: dict[str, Any] = {"peak_rss_mb": round(peak / 2**20, 1), "exit": p.returncode}
@@ -150,19 +156,28 @@ def peak_rss(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 def agents_memory(n: int, size: int, s3: LocalS3, tmp: Path, binary: str) -> dict[str, Any]:
     prefix = f"mem-{n}-{time.monotonic_ns()}"
-    common = ["--warm-id", "bench-1", "--node-id", NODE, "--status-bucket", BUCKET, "--status-prefix", "status"]
+    to_s3 = ["--adaptive", "off", "--to-s3", f"s3://{BUCKET}/{prefix}"]
+    from_s3 = ["--state-dir", str(tmp / "state"), "--from-s3", f"s3://{BUCKET}/{prefix}/{NODE}"]
+    common = [
+        "--warm-id",
+        "bench-1",
+        "--node-id",
+        NODE,
+        "--status-bucket",
+        BUCKET,
+        "--status-prefix",
+        "status",
+    ]
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as src:
         load(src, n, size)
         settle(src)
         dump = peak_rss(
-            [*CLI, "agent", "dump", *common, "--mount", str(tmp / "src"), "--memcached", src.address]
-            + ["--adaptive", "off", "--to-s3", f"s3://{BUCKET}/{prefix}"],
+            [*CLI, "agent", "dump", *common, "--mount", str(tmp / "src"), "--memcached", src.address, *to_s3],
             s3.env,
         )
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
         pop = peak_rss(
-            [*CLI, "agent", "populate", *common, "--mount", str(tmp / "pop"), "--to", dst.address]
-            + ["--state-dir", str(tmp / "state"), "--from-s3", f"s3://{BUCKET}/{prefix}/{NODE}"],
+            [*CLI, "agent", "populate", *common, "--mount", str(tmp / "pop"), "--to", dst.address, *from_s3],
             s3.env,
         )
         pop["destination_items"] = int(dst.stats()["curr_items"])
@@ -183,8 +198,11 @@ def bench_set(n: int, size: int, s3: LocalS3, tmp: Path, binary: str) -> dict[st
                     res = warm(mode, src, dst, tmp / "work", s3, r)
                     res["completeness"] = completeness(src, dst, n, size, 1000)
                 runs[mode].append(res)
-                print(f"{n} x {size} B {mode:<12} run {r + 1}: {res['seconds']:.2f} s, exit {res['exit']}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{n} x {size} B {mode:<12} run {r + 1}: {res['seconds']:.2f} s, exit {res['exit']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     out: dict[str, Any] = {"items": n, "value_bytes": size, "modes": {}}
     for mode, rs in runs.items():
         med = statistics.median(x["seconds"] for x in rs)
@@ -200,7 +218,9 @@ def bench_set(n: int, size: int, s3: LocalS3, tmp: Path, binary: str) -> dict[st
             "upload": statistics.median(x["upload_requests_per_gb"] for x in s3runs),
             "download": statistics.median(x["download_requests_per_gb"] for x in s3runs),
         }
-    out["s3_vs_volume_path"] = round(out["modes"]["s3"]["median_s"] / out["modes"]["volume-path"]["median_s"], 3)
+    out["s3_vs_volume_path"] = round(
+        out["modes"]["s3"]["median_s"] / out["modes"]["volume-path"]["median_s"], 3
+    )
     return out
 
 

@@ -91,7 +91,9 @@ def _handler(upstream: tuple[str, int], faults: Faults) -> type[BaseHTTPRequestH
             conn.request(self.command, self.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
-            out_headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in ("transfer-encoding", "connection")]
+            out_headers = [
+                (k, v) for k, v in resp.getheaders() if k.lower() not in ("transfer-encoding", "connection")
+            ]
             status = resp.status
             conn.close()
             is_listing = self.command == "GET" and query.get("list-type") == ["2"]
@@ -135,7 +137,9 @@ def _handler(upstream: tuple[str, int], faults: Faults) -> type[BaseHTTPRequestH
 def s3_proxy(upstream_url: str, faults: Faults) -> Iterator[str]:
     """Serve the proxy on 127.0.0.1 (a free port) in front of `upstream_url`; yields its URL."""
     up = urlsplit(upstream_url)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler((up.hostname or "127.0.0.1", up.port or 80), faults))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), _handler((up.hostname or "127.0.0.1", up.port or 80), faults)
+    )
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="s3-proxy", daemon=True)
     thread.start()

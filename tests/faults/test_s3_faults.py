@@ -27,6 +27,13 @@ from tests.faults.s3proxy import Faults, s3_proxy
 from tests.volume.conftest import BUCKET, LocalS3, local_s3  # noqa: F401  (the fixture)
 
 NODE = "i-0123456789abcdef0"
+
+
+@pytest.fixture
+def s3(local_s3: LocalS3) -> LocalS3:  # noqa: F811
+    return local_s3
+
+
 ARN = f"arn:aws:ec2:us-east-1:123456789012:instance/{NODE}"
 
 
@@ -46,13 +53,22 @@ class Trial:
         return self.local.env() | {
             "AWS_ENDPOINT_URL_S3": endpoint,
             "CACHEWARM_INSTANCE_ARN": ARN,
-            "CACHEWARM_DUMP": os.environ.get("CACHEWARM_DUMP", str(Path("build/release/cachewarm-dump").resolve())),
+            "CACHEWARM_DUMP": os.environ.get(
+                "CACHEWARM_DUMP", str(Path("build/release/cachewarm-dump").resolve())
+            ),
         }
 
     def common(self, mount: str) -> list[str]:
         return [
             *("--warm-id", "warm-1", "--node-id", NODE, "--mount", str(self.root / mount)),
-            *("--status-bucket", BUCKET, "--status-prefix", f"status/{self.prefix}", "--heartbeat-seconds", "1"),
+            *(
+                "--status-bucket",
+                BUCKET,
+                "--status-prefix",
+                f"status/{self.prefix}",
+                "--heartbeat-seconds",
+                "1",
+            ),
         ]
 
     def dump_argv(self, src: MemcachedServer) -> list[str]:
@@ -122,21 +138,24 @@ def check_ok(r: subprocess.CompletedProcess[str], what: str, t: Tally, trial: in
     return False
 
 
-def test_s3_part_upload_fails_then_rerun(local_s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:  # noqa: F811
+def test_s3_part_upload_fails_then_rerun(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: part uploads fail (500 past the retries) → dump agent re-run")
     n = 3000
     for trial in range(trials()):
-        tr = Trial(local_s3, tmp_path / f"t{trial}", f"faults/part-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/part-{trial}")
         src, dst = fill_source(memcached, n, 100 + trial), memcached(memory_mb=128)
         want = source_items(src, n, 100 + trial)
         faults = Faults(seed=trial, fail_parts_of=NODE, fail_parts=12)  # > botocore's 10 attempts
-        with s3_proxy(local_s3.url, faults) as url:
+        with s3_proxy(s3.url, faults) as url:
             first = tr.run(tr.dump_argv(src), url)
             t.trials += 1
             if first.returncode == 0:
                 t.note(f"trial {trial}: the dump agent succeeded through {faults.counts} part failures")
             # The failed upload was aborted: no DONE, no multipart upload left.
-            keys = [o["Key"] for o in local_s3.client.list_objects_v2(Bucket=BUCKET, Prefix=tr.prefix + "/").get("Contents", [])]
+            keys = [
+                o["Key"]
+                for o in s3.client.list_objects_v2(Bucket=BUCKET, Prefix=tr.prefix + "/").get("Contents", [])
+            ]
             if first.returncode != 0 and any(k.endswith("/DONE") for k in keys):
                 t.corrupt += 1
                 t.note(f"trial {trial}: DONE published although a part failed")
@@ -157,7 +176,9 @@ def big_dump(path: Path, seed: int) -> dict[bytes, Record]:
     w = DirWriter(path, node="src")
     recs: dict[bytes, Record] = {}
     for f in range(3):
-        batch = [Record(b"big:%d:%d" % (f, j), rng.getrandbits(32), -1, rng.randbytes(100_000)) for j in range(120)]
+        batch = [
+            Record(b"big:%d:%d" % (f, j), rng.getrandbits(32), -1, rng.randbytes(100_000)) for j in range(120)
+        ]
         recs.update((r.key, r) for r in batch)
         w.write(f, 0, batch)
     w.done()
@@ -177,21 +198,27 @@ def audit_records(recs: dict[bytes, Record], dst: MemcachedServer, t: Tally, tri
             t.note(f"trial {trial}: {k!r} wrong in the destination")
 
 
-def test_s3_populator_killed_mid_object(local_s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:  # noqa: F811
+def test_s3_populator_killed_mid_object(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: populate agent kill -9 mid-object → restart")
     for trial in range(trials()):
-        tr = Trial(local_s3, tmp_path / f"t{trial}", f"faults/kill-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/kill-{trial}")
         recs = big_dump(tr.root / "dump", 200 + trial)
-        upload_dump(local_s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
+        upload_dump(s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
         dst = memcached(memory_mb=256, max_item_size="1m")
         staging = tr.root / "pop" / "dump"
+
+        def partial_object(staging: Path = staging) -> bool:
+            return staging.is_dir() and any(
+                p.name.endswith(".part") and p.stat().st_size > 0 for p in staging.iterdir()
+            )
+
         # Slow the download (a third of the ranges answer SlowDown first) so the kill finds a partial object.
-        with s3_proxy(local_s3.url, Faults(seed=trial, slowdown=0.3)) as url:
+        with s3_proxy(s3.url, Faults(seed=trial, slowdown=0.3)) as url:
             proc = subprocess.Popen(
                 tr.populate_argv(dst), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=tr.env(url)
             )
             partial = wait_until(
-                lambda: staging.is_dir() and any(p.name.endswith(".part") and p.stat().st_size > 0 for p in staging.iterdir()),
+                partial_object,
                 timeout=120,
                 step=0.005,
             )
@@ -199,7 +226,7 @@ def test_s3_populator_killed_mid_object(local_s3: LocalS3, memcached: Any, tmp_p
             t.trials += 1
             if not partial:
                 t.note(f"trial {trial}: no partial object seen before the kill")
-        r = tr.run(tr.populate_argv(dst), local_s3.url)
+        r = tr.run(tr.populate_argv(dst), s3.url)
         if not check_ok(r, "the restarted populate agent", t, trial, len(recs)):
             continue
         audit_records(recs, dst, t, trial)
@@ -209,15 +236,15 @@ def test_s3_populator_killed_mid_object(local_s3: LocalS3, memcached: Any, tmp_p
     t.check()
 
 
-def test_s3_torn_listing_and_partial_reads(local_s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:  # noqa: F811
+def test_s3_torn_listing_and_partial_reads(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: torn listings (objects left out) and ranges read partial")
     for trial in range(trials()):
-        tr = Trial(local_s3, tmp_path / f"t{trial}", f"faults/torn-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/torn-{trial}")
         recs = big_dump(tr.root / "dump", 300 + trial)
-        upload_dump(local_s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
+        upload_dump(s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
         dst = memcached(memory_mb=256, max_item_size="1m")
         faults = Faults(seed=trial, torn_listings=4, listed_keep=1 + trial % 2, short_reads=3)
-        with s3_proxy(local_s3.url, faults) as url:
+        with s3_proxy(s3.url, faults) as url:
             r = tr.run(tr.populate_argv(dst), url)
         t.trials += 1
         if faults.counts.get("torn_listing", 0) < 1 or faults.counts.get("short_read", 0) < 1:
@@ -235,12 +262,12 @@ def test_s3_throttled_with_slowdown(local_s3: LocalS3, memcached: Any, tmp_path:
     t = tally("S3: 503 SlowDown on a quarter of the requests (dump and populate agents)")
     n = 3000
     for trial in range(trials()):
-        tr = Trial(local_s3, tmp_path / f"t{trial}", f"faults/slow-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/slow-{trial}")
         src, dst = fill_source(memcached, n, 400 + trial), memcached(memory_mb=128)
         want = source_items(src, n, 400 + trial)
         faults = Faults(seed=trial, slowdown=0.25)
         start = time.monotonic()
-        with s3_proxy(local_s3.url, faults) as url:
+        with s3_proxy(s3.url, faults) as url:
             ok = check_ok(tr.run(tr.dump_argv(src), url), "the dump agent", t, trial, n) and check_ok(
                 tr.run(tr.populate_argv(dst), url), "the populate agent", t, trial, n
             )
@@ -253,7 +280,10 @@ def test_s3_throttled_with_slowdown(local_s3: LocalS3, memcached: Any, tmp_path:
         t.leaked += len(left := tr.leftovers())
         if left:
             t.note(f"trial {trial}: left {left[:3]}")
-        t.note(f"trial {trial}: {faults.counts.get('slowdown', 0)} SlowDown answers, {time.monotonic() - start:.1f} s")
+        t.note(
+            f"trial {trial}: {faults.counts.get('slowdown', 0)} SlowDown answers, "
+            f"{time.monotonic() - start:.1f} s"
+        )
     t.check()
 
 

@@ -190,15 +190,40 @@ def test_parse_from_s3_and_cli_usage(tmp_path: Path) -> None:
     base = ["--warm-id", "warm-1", "--node-id", NODE, "--mount", str(tmp_path), "--status-bucket", "bkt"]
     cases = {
         "--from-s3 reads S3, not a volume": [
-            "populate", *base, "--to", "127.0.0.1:1", "--device", "/dev/xvdf", "--from-s3", f"s3://bkt/w/{NODE}",
+            "populate",
+            *base,
+            "--to",
+            "127.0.0.1:1",
+            "--device",
+            "/dev/xvdf",
+            "--from-s3",
+            f"s3://bkt/w/{NODE}",
         ],
-        "must end in --node-id": ["populate", *base, "--to", "127.0.0.1:1", "--from-s3", "s3://bkt/w/i-01234567"],
+        "must end in --node-id": [
+            "populate",
+            *base,
+            "--to",
+            "127.0.0.1:1",
+            "--from-s3",
+            "s3://bkt/w/i-01234567",
+        ],
         "--device is required (only --from-s3": ["populate", *base, "--to", "127.0.0.1:1"],
         "--device is required (only --to-s3": ["dump", *base, "--memcached", "127.0.0.1:1"],
-        "go with --to-s3": ["dump", *base, "--memcached", "127.0.0.1:1", "--device", "/dev/x", "--upload-rate", "5"],
+        "go with --to-s3": [
+            "dump",
+            *base,
+            "--memcached",
+            "127.0.0.1:1",
+            "--device",
+            "/dev/x",
+            "--upload-rate",
+            "5",
+        ],
     }
     for why, argv in cases.items():
         res = CliRunner().invoke(agent_group, argv)
         assert res.exit_code == ExitCode.USAGE and why in res.output, (why, res.output)
-    res = CliRunner().invoke(agent_group, ["dump", *base, "--memcached", "127.0.0.1:1", "--to-s3", "s3://bkt/"])
+    res = CliRunner().invoke(
+        agent_group, ["dump", *base, "--memcached", "127.0.0.1:1", "--to-s3", "s3://bkt/"]
+    )
     assert res.exit_code == ExitCode.USAGE and "--to-s3" in res.output

@@ -113,10 +113,7 @@ def upload_dump(
     max_bytes_per_second: float | None = None,
 ) -> UploadReport:
     """Publish a finished dump (DONE present) under `loc.node_prefix(node)`; DONE last."""
-    up = S3Uploader(client, dump_dir, loc, node, part_size, max_bytes_per_second)
-    if not (dump_dir / df.MANIFEST_NAME).exists():
-        raise S3TransportError(f"the dump in {dump_dir} is not finished (no DONE)")
-    return up.finish()
+    return S3Uploader(client, dump_dir, loc, node, part_size, max_bytes_per_second).finish()
 
 
 @dataclass
@@ -176,7 +173,9 @@ class S3Uploader:
             done = done_path.read_bytes()
             manifest = df.parse_manifest(done, str(done_path))
         except (OSError, df.FormatError) as e:
-            raise S3TransportError(f"the dump in {self.dump_dir} is not finished or DONE is invalid: {e}") from e
+            raise S3TransportError(
+                f"the dump in {self.dump_dir} is not finished or DONE is invalid: {e}"
+            ) from e
         for mf in manifest.files:
             if mf.name not in self.uploaded:
                 _upload_file(self, self.dump_dir / mf.name, self.base + mf.name)
@@ -222,7 +221,7 @@ def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: Uploa
 
 
 def _upload_file(up: S3Uploader, path: Path, key: str) -> None:
-    client, bucket, part_size, report = up.client, up.loc.bucket, up.part_size, up.report
+    client, bucket, report = up.client, up.loc.bucket, up.report
     name = df.parse_name(path.name)
     if name is None:
         raise S3TransportError(f"{path.name}: not a data file name")
@@ -259,7 +258,9 @@ def _upload_file(up: S3Uploader, path: Path, key: str) -> None:
     report.bytes += size
 
 
-def _send_parts(up: S3Uploader, f: Any, key: str, upload_id: str, name: df.DataFileName) -> list[dict[str, Any]]:
+def _send_parts(
+    up: S3Uploader, f: Any, key: str, upload_id: str, name: df.DataFileName
+) -> list[dict[str, Any]]:
     """One part in memory at a time (`part_size`): the uploader's memory does not grow with the dump."""
     client, bucket, part_size, report = up.client, up.loc.bucket, up.part_size, up.report
     h = xxhash.xxh3_64()
@@ -341,15 +342,19 @@ class S3Downloader:
     # Called after each staged file (tests stop a run there, as a kill would).
     on_file: Callable[[str], None] = lambda name: None
     report: DownloadReport = field(default_factory=DownloadReport)
+    _last_applied: set[str] = field(default_factory=set, repr=False)
 
     def _applied(self) -> set[str]:
         """Files the populator has applied to every destination (consumed and owing no re-send: a
         file owed to a restarted destination is staged again)."""
+        if not self.state_file.exists():
+            return set()
         try:
             st = PopulateState.load(self.state_file)
-        except Exception:  # written by the populator meanwhile (atomic replace): read it next round
-            return set()
-        return {n for n in st.consumed if not st.redo.get(n)}
+        except Exception:  # unreadable this once: the last view (never an empty one: refetch all)
+            return set(self._last_applied)
+        self._last_applied = {n for n in st.consumed if not st.redo.get(n)}
+        return set(self._last_applied)
 
     def _list(self) -> dict[str, int]:
         base = self.loc.node_prefix(self.node)
@@ -423,20 +428,41 @@ class S3Downloader:
                         self.report.skipped = len(skipped)
                         if not (self.staging / df.MANIFEST_NAME).exists():
                             _write_atomically(self.staging / df.MANIFEST_NAME, done_bytes)
-                        if not self.evict or all(f.name in applied for f in manifest.files):
-                            return self.report
-                        # Keep evicting what the populator applies until it has applied every file.
-                        self.stop.wait(self.poll_interval / 5)
-                        continue
+                        return self._evict_until_applied(manifest)
                     now = time.monotonic()
                     missing_since = missing_since or now
                     if now - missing_since > self.missing_timeout:
                         raise S3TransportError(
-                            f"DONE lists {absent[0]} ({len(absent)} objects) but s3://{self.loc.bucket}/{base} "
-                            f"did not show it within {self.missing_timeout:g}s"
+                            f"DONE lists {absent[0]} ({len(absent)} objects) but "
+                            f"s3://{self.loc.bucket}/{base} did not show it within {self.missing_timeout:g}s"
                         )
                 self.stop.wait(self.poll_interval)
         return self.report
+
+    def _evict_until_applied(self, manifest: df.Manifest) -> DownloadReport:
+        """Everything is staged: delete what the populator applies until it has applied every file
+        (without evicting, return at once). No more listings: DONE says what there is."""
+        while self.evict:
+            applied = self._applied()
+            self._staged_waiting(applied)
+            if all(f.name in applied for f in manifest.files):
+                break
+            # A file owed again (a destination restarted) and already evicted is fetched again.
+            for f in manifest.files:
+                if f.name not in applied and not (self.staging / f.name).exists():
+                    name = df.parse_name(f.name)
+                    if name is not None:
+                        self._refetch(f.name, name)
+            if self.stop.wait(self.poll_interval / 5):
+                break
+        return self.report
+
+    def _refetch(self, obj: str, name: df.DataFileName) -> None:
+        base = self.loc.node_prefix(self.node)
+        head = self.client.head_object(Bucket=self.loc.bucket, Key=base + obj)
+        self.report.requests += 1
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="s3-range") as pool:
+            self._fetch(pool, base + obj, name, int(head["ContentLength"]))
 
     def _fetch(self, pool: ThreadPoolExecutor, key: str, name: df.DataFileName, size: int) -> None:
         """Range GETs into `.<name>.part` (resuming at its length), xxh3 checked, then renamed into view."""
@@ -475,7 +501,9 @@ class S3Downloader:
             if attempt:
                 self.report.requests += 1
                 self.report.short_reads += 1
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")["Body"]
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")[
+                "Body"
+            ]
             chunk: bytes = body.read()
             if len(chunk) == end - start + 1:
                 return chunk

@@ -254,7 +254,9 @@ _S3_REGION_OPTION = click.option(
 )
 
 
-def _s3_url(pattern: str, check: Callable[[str], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+def _s3_url(
+    pattern: str, check: Callable[[str], Any]
+) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value is None:
             return None
@@ -553,7 +555,9 @@ def populate_cmd(
     if from_s3 is not None and flags.device is not None:
         raise click.UsageError("--from-s3 reads S3, not a volume: leave out --device")
     if from_s3 is not None and not from_s3.endswith("/" + flags.node_id):
-        raise click.UsageError(f"--from-s3 {from_s3} must end in --node-id {flags.node_id} (PREFIX/<node-id>)")
+        raise click.UsageError(
+            f"--from-s3 {from_s3} must end in --node-id {flags.node_id} (PREFIX/<node-id>)"
+        )
     if from_s3 is None and s3_region is not None:
         raise click.UsageError("--s3-region goes with --from-s3")
     _run(flags, "populate", work)

@@ -37,8 +37,8 @@ from cachewarm.node_agent.jobs import (
     PopulateJob,
     manifest_progress,
     placement_spec,
-    progress_of,
     progress_from_populator,
+    progress_of,
 )
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import Progress, StatusPublisher
@@ -153,7 +153,9 @@ def run_dump_to_s3(
     if not res.ok:
         raise AgentError(ExitCode.WORK_FAILED, f"the dumper failed: {res.describe()}")
     if failure:
-        raise AgentError(ExitCode.WORK_FAILED, f"the S3 upload to {where} failed: {failure[0]}") from failure[0]
+        raise AgentError(ExitCode.WORK_FAILED, f"the S3 upload to {where} failed: {failure[0]}") from failure[
+            0
+        ]
     if not done.exists():
         raise AgentError(ExitCode.WORK_FAILED, f"the dumper exited 0 but {done} is missing")
     status.update(manifest_progress(done))
@@ -251,7 +253,9 @@ def run_populate_from_s3(
         summary = fn(config, lambda p: status.update(progress_from_populator(p)))
     except PopulateError as e:
         if failure:
-            raise AgentError(_download_code(failure[0]), f"the S3 download from {where} failed: {failure[0]}") from e
+            raise AgentError(
+                _download_code(failure[0]), f"the S3 download from {where} failed: {failure[0]}"
+            ) from e
         raise AgentError(code_of(e, ExitCode.WORK_FAILED), f"the populator failed: {e}") from e
     finally:
         down.stop.set()
@@ -262,7 +266,9 @@ def run_populate_from_s3(
         f"{rep.skipped} applied before; {rep.evicted} deleted once applied"
     )
     status.update(
-        Progress(items=int(summary.records), bytes=int(summary.bytes), files=int(summary.files), keys_listed=0)
+        Progress(
+            items=int(summary.records), bytes=int(summary.bytes), files=int(summary.files), keys_listed=0
+        )
     )
     return summary
 
