@@ -187,7 +187,18 @@ def test_the_upload_holds_while_the_guard_backs_off(tmp_path: Path, client: Any,
 def test_parse_from_s3_and_cli_usage(tmp_path: Path) -> None:
     assert parse_from_s3(f"s3://b-1/warm-1/{NODE}") == (S3Location("b-1", "warm-1"), NODE)
     assert parse_from_s3(f"s3://b-1/{NODE}") == (S3Location("b-1", ""), NODE)
-    base = ["--warm-id", "warm-1", "--node-id", NODE, "--mount", str(tmp_path), "--status-bucket", "bkt"]
+    base = [
+        "--warm-id",
+        "warm-1",
+        "--node-id",
+        NODE,
+        "--mount",
+        str(tmp_path),
+        "--status-bucket",
+        "bkt",
+        "--status-prefix",
+        "warms",
+    ]
     cases = {
         "--from-s3 reads S3, not a volume": [
             "populate",

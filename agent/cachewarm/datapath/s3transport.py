@@ -439,6 +439,12 @@ class S3Downloader:
                 self.stop.wait(self.poll_interval)
         return self.report
 
+    def evict_applied(self) -> None:
+        """Delete the staged files the populator has applied (also after `run`: the populator may
+        finish, and stop the download, before its last files were evicted)."""
+        if self.evict:
+            self._staged_waiting(self._applied())
+
     def _evict_until_applied(self, manifest: df.Manifest) -> DownloadReport:
         """Everything is staged: delete what the populator applies until it has applied every file
         (without evicting, return at once). No more listings: DONE says what there is."""

@@ -137,6 +137,7 @@ def run_s3_warm(
             thread.join()
         if failure:
             raise WarmError(f"the S3 download failed: {failure[0]}") from failure[0]
+        down.evict_applied()
     except BaseException:
         display.close()
         terminate_child(proc, 10)

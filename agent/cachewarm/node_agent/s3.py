@@ -260,6 +260,7 @@ def run_populate_from_s3(
     finally:
         down.stop.set()
         thread.join()
+    down.evict_applied()
     rep = down.report
     log(
         f"downloaded {rep.files} files ({rep.bytes:,} bytes, {rep.requests} requests) from {where}; "
