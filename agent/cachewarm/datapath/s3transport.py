@@ -81,12 +81,15 @@ class S3Location:
 
 def make_client(endpoint_url: str | None = None, max_attempts: int = 10, region: str | None = None) -> Any:
     """An S3 client with botocore's standard retry mode: 503 SlowDown, 500s and connection errors are
-    retried with exponential back-off and jitter, up to `max_attempts` tries per request. With no
+    retried with exponential back-off and jitter, up to `max_attempts` tries per request (or
+    AWS_MAX_ATTEMPTS). With no
     `endpoint_url`, boto3 honours AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (a local S3)."""
     import boto3
     from botocore.config import Config
 
-    cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts})
+    # AWS_MAX_ATTEMPTS, botocore's own setting, still wins (an explicit Config would hide it).
+    attempts = int(os.environ.get("AWS_MAX_ATTEMPTS", max_attempts))
+    cfg = Config(retries={"mode": "standard", "max_attempts": attempts})
     return boto3.client("s3", endpoint_url=endpoint_url, config=cfg, region_name=region)
 
 
