@@ -238,3 +238,22 @@ def test_parse_from_s3_and_cli_usage(tmp_path: Path) -> None:
         agent_group, ["dump", *base, "--memcached", "127.0.0.1:1", "--to-s3", "s3://bkt/"]
     )
     assert res.exit_code == ExitCode.USAGE and "--to-s3" in res.output
+
+
+def test_dump_to_s3_onto_a_scratch_volume(
+    tmp_path: Path, client: Any, loc: S3Location, memcached: Any, dumper_bin: Path
+) -> None:
+    """With --device the source formats and mounts it as on the volume path (a scratch disk for the
+    dump), but never freezes it: nothing reads it but the uploader."""
+    from tests.node_agent.support import BLANK, NOT_MOUNTED, volume
+
+    src = fill(memcached, 300)
+    runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    runner.stream = SubprocessRunner().stream  # type: ignore[method-assign]
+    job = dump_job(tmp_path, src.port, dumper_bin, runner)
+    job.volume = volume(tmp_path, runner)
+    pub = StatusPublisher(client, where("dump"), interval_s=3600)
+    up = run_dump_to_s3(job, S3Options(loc), pub, runner, lambda m: None, use_volume=True)
+    assert runner.commands()[:4] == ["findmnt", "blkid", "mkfs.xfs", "mkdir"]
+    assert "fsfreeze" not in runner.commands()
+    assert up.report.files >= 1 and f"{NODE}/DONE" in keys(client, loc)
