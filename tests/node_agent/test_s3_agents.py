@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from cachewarm.datapath import format as df
-from cachewarm.datapath.s3transport import S3Location, S3Uploader, make_client
+from cachewarm.datapath.s3transport import GuardSignal, S3Location, S3Uploader, make_client
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.node_agent.cli import agent_group, execute
 from cachewarm.node_agent.errors import ExitCode
 from cachewarm.node_agent.jobs import DumpJob, PopulateJob
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.s3 import (
-    GuardSignal,
     S3Options,
     S3PopulateJob,
     local_volume,

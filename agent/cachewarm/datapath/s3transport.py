@@ -120,6 +120,21 @@ def upload_dump(
 
 
 @dataclass
+class GuardSignal:
+    """The dumper's adaptive guard as its progress lines report it (`backing_off`): the upload holds
+    while it backs off, and only while the dumper runs (afterwards nothing probes the source)."""
+
+    backing_off: bool = False
+    running: threading.Event = field(default_factory=threading.Event)
+
+    def on_progress(self, p: Any) -> None:
+        self.backing_off = bool(p.backing_off)
+
+    def hold(self) -> bool:
+        return self.running.is_set() and self.backing_off
+
+
+@dataclass
 class S3Uploader:
     """Uploads a dump while the dumper writes it: each published data file (the dumper renames a file
     into view only once it is complete) as soon as it appears, DONE last once the dump is finished.
