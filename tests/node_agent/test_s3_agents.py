@@ -256,3 +256,18 @@ def test_dump_to_s3_onto_a_scratch_volume(
     assert runner.commands()[:4] == ["findmnt", "blkid", "mkfs.xfs", "mkdir"]
     assert "fsfreeze" not in runner.commands()
     assert up.report.files >= 1 and f"{NODE}/DONE" in keys(client, loc)
+
+
+def test_a_stopped_upload_aborts_its_multipart_upload(tmp_path: Path, client: Any, loc: S3Location) -> None:
+    """An interrupted agent stops the upload between parts: nothing half-published, no upload left."""
+    from cachewarm.datapath.s3transport import S3TransportError
+
+    w = DirWriter(tmp_path / "dump")
+    w.write(0, 0, records(50, prefix=b"a:", size=200))
+    w.done()
+    up = S3Uploader(client, tmp_path / "dump", loc, NODE)
+    up.stop.set()
+    with pytest.raises(S3TransportError, match="stopped"):
+        up.finish()
+    assert keys(client, loc) == []
+    assert not client.list_multipart_uploads(Bucket=loc.bucket, Prefix=loc.prefix).get("Uploads")

@@ -154,6 +154,8 @@ class S3Uploader:
     sleep: Callable[[float], None] = time.sleep
     report: UploadReport = field(default_factory=UploadReport)
     uploaded: set[str] = field(default_factory=set)
+    # Set to stop between parts (an interrupted agent): the file's multipart upload is aborted.
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
@@ -166,7 +168,7 @@ class S3Uploader:
 
     def wait_while_held(self) -> None:
         held = False
-        while self.hold():
+        while self.hold() and not self.stop.is_set():
             held = True
             self.report.held_s += self.hold_poll
             self.sleep(self.hold_poll)
@@ -179,6 +181,8 @@ class S3Uploader:
         for entry in sorted(os.listdir(self.dump_dir)):
             if entry in self.uploaded or entry.startswith(".") or df.parse_name(entry) is None:
                 continue
+            if self.stop.is_set():
+                break
             _upload_file(self, self.dump_dir / entry, self.base + entry)
             self.uploaded.add(entry)
             n += 1
@@ -204,7 +208,7 @@ class S3Uploader:
     def run(self, dumper_running: Callable[[], bool], poll: float = 0.2) -> None:
         """Upload files as they appear while `dumper_running()`; returns when the dumper has ended
         (the caller then calls `finish` if the dump succeeded)."""
-        while dumper_running():
+        while dumper_running() and not self.stop.is_set():
             if self.step() == 0:
                 self.sleep(poll)
         self.step()
@@ -289,6 +293,8 @@ def _send_parts(
         if not chunk and parts:
             break
         h.update(chunk)
+        if up.stop.is_set():
+            raise S3TransportError(f"{key}: the upload was stopped")
         up.wait_while_held()
         up.limiter.take(0, len(chunk))
         r = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)

@@ -170,6 +170,7 @@ def run_s3_warm(
     except BaseException:
         display.close()
         terminate_child(proc, 10)
+        uploader.stop.set()
         guard.running.clear()
         down.stop.set()
         raise

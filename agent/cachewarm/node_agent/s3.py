@@ -134,6 +134,9 @@ def run_dump_to_s3(
     thread.start()
     try:
         res = runner.stream(job.argv(resume), on_line)
+    except BaseException:  # interrupted (SIGTERM): stop the upload between parts too
+        up.stop.set()
+        raise
     finally:
         guard.running.clear()
         thread.join()
