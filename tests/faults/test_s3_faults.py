@@ -159,6 +159,7 @@ def test_s3_part_upload_fails_then_rerun(s3: LocalS3, memcached: Any, tmp_path: 
         with s3_proxy(s3.url, faults) as url:
             first = tr.run(tr.dump_argv(src), url)
             t.trials += 1
+            print(f"S3 part trial {trial}: the first run exited {first.returncode} after {faults.counts}")
             if first.returncode == 0:
                 t.note(f"trial {trial}: the dump agent succeeded through {faults.counts} part failures")
             # The failed upload was aborted: no DONE, no multipart upload left.
@@ -259,6 +260,7 @@ def test_s3_torn_listing_and_partial_reads(s3: LocalS3, memcached: Any, tmp_path
         with s3_proxy(s3.url, faults) as url:
             r = tr.run(tr.populate_argv(dst), url)
         t.trials += 1
+        print(f"S3 torn trial {trial}: faults injected {faults.counts}")
         if faults.counts.get("torn_listing", 0) < 1 or faults.counts.get("short_read", 0) < 1:
             t.note(f"trial {trial}: the faults did not happen: {faults.counts}")
         if not check_ok(r, "the populate agent", t, trial, len(recs)):
