@@ -33,6 +33,7 @@ from typing import Any
 
 import boto3
 import psutil
+from cachewarm.datapath.s3transport import S3Location, delete_prefix
 from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer, memcached_binary
 
@@ -185,6 +186,8 @@ def agents_memory(n: int, size: int, s3: LocalS3, tmp: Path, binary: str) -> dic
         pop["destination_items"] = int(dst.stats()["curr_items"])
     for d in ("src", "pop", "state"):
         shutil.rmtree(tmp / d, ignore_errors=True)
+    # moto keeps objects in memory: the agents never delete (the controller does), so the bench does.
+    delete_prefix(s3.client, S3Location(BUCKET, prefix))
     return {"items": n, "value_bytes": size, "dump_bytes": n * size, "uploader": dump, "downloader": pop}
 
 
