@@ -79,6 +79,7 @@ def settings_from_env() -> Settings:
         vpc_id=env["VPC_ID"],
         stack_tag=env["STACK_TAG"],
         launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
+        populator_role_arns=tuple(r for r in (env.get("POPULATOR_ROLE_ARNS") or "").split(",") if r),
     )
 
 
@@ -194,6 +195,7 @@ def plan(event: StepEvent, deps: Deps) -> dict[str, Any]:
 
 
 create_volumes = _loop(resources.create_volumes, "volumes")
+create_transport = _loop(resources.create_transport, "transport")
 launch_populators = _loop(resources.launch_populators, "populators")
 attach_volumes = _loop(resources.attach_volumes, "attach")
 install_agents = _loop(agent_commands.install_agents, "install")
@@ -225,6 +227,6 @@ def check_progress(event: StepEvent, deps: Deps) -> dict[str, Any]:
 def teardown(event: TeardownEvent, deps: Deps) -> dict[str, Any]:
     target = teardown_steps.teardown_target(event)
     out = teardown_steps.teardown(target, event.teardown or {}, deps)
-    left = out.get("volumes_left", 0) + out.get("instances_left", 0)
+    left = out.get("volumes_left", 0) + out.get("instances_left", 0) + out.get("buckets_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out
