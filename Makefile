@@ -25,7 +25,7 @@ PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
 # For recipes whose programs start `python3` (cdk.json's app, tests) or `cachewarm` by name.
 IN_VENV := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)"
 
-.PHONY: all venv deps deps-apt deps-apt-run deps-run deps-infra deps-py deps-node build dumper dumper-asan vectors memcached-versions test test-cpp test-py test-matrix lint demo bench bench-peers faults fuzz dist synth clean distclean
+.PHONY: all venv deps deps-apt deps-apt-run deps-run deps-infra deps-py deps-node build dumper dumper-asan vectors memcached-versions test test-cpp test-py test-matrix lint demo bench bench-peers bench-s3 faults fuzz dist synth clean distclean
 
 all: build
 
@@ -130,6 +130,13 @@ BENCH_RUNS ?= 3
 bench-peers: deps-apt-run deps-py dumper memcached-versions
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) CACHEWARM_MEMCACHED_DIR=$(CURDIR)/$(BUILD)/memcached \
 	  MCDUMPLOAD=$(MCDUMPLOAD) $(PY) bench/peers.py --runs $(BENCH_RUNS)
+
+# S3 as the transport against the volume path (bench/s3_transport.py): warm time on 1M x 1 KB and
+# 100k x 10 KB through moto's local S3, S3 requests per GB, the agents' peak RSS at two dump sizes; JSON
+# into build/bench-s3.json. BENCH_SETS=20000x1000 for a smoke run.
+bench-s3: deps-apt-run deps-py dumper
+	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) BENCH_RUNS=$(BENCH_RUNS) $(PY) bench/s3_transport.py \
+	  | tee $(BUILD)/bench-s3.json
 
 TRIALS ?= 20
 # Fault scenarios with TRIALS trials each, on every memcached release (stream scenarios too); the closing

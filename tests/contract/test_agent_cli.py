@@ -52,6 +52,10 @@ FLAG_PARAM = {
     "--source": "source",
     "--sample": "sampleKeys",
     "--placement": "placement",
+    "--to-s3": "toS3",
+    "--from-s3": "fromS3",
+    "--s3-region": "s3Region",
+    "--upload-rate": "uploadRate",
 }
 # Document parameters that are not passed to the agent: SSM's own run time limit, and the version
 # the document checks `cachewarm --version` against before it starts the agent (filled in by the stack).
@@ -134,6 +138,45 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
         [f"h{HOST_MAX}:1", "10.0.1.17", "10.0.1.17:123456", ":11211", "a_b:1", ""],
     ),
     "sampleKeys": (["1", "10000", "9" * 7], ["0", "1" + "0" * 7, "-1", "01", "1e4", ""]),
+    # `none` / `default` / 0 are the documents' way of leaving the flag out (below).
+    "toS3": (
+        [
+            "s3://cachewarm-transport/warm-1",
+            "s3://abc",
+            "s3://a.b-c/w/x_y/z.1",
+            "s3://bbb/" + "/".join(["p" * 64] * 6),
+        ],
+        [
+            "none",
+            "s3://bbb/" + "/".join(["p" * 64] * 7),
+            "s3://B/p",
+            "s3://b/p/",
+            "s3://b/../x",
+            "s3:/b",
+            "b/p",
+            "",
+        ],
+    ),
+    "fromS3": (
+        [
+            "s3://cachewarm-transport/warm-1/i-0123456789abcdef0",
+            "s3://abc/i-01234567",
+            "s3://a.b-c/w/x_y/i-" + "f" * 17,
+        ],
+        [
+            "none",
+            "s3://abc",
+            "s3://abc/warm-1",
+            "s3://abc/warm-1/i-0123456789abcdef0/",
+            "s3://abc/w/i-XYZ",
+            "",
+        ],
+    ),
+    "s3Region": (
+        ["us-east-1", "eu-west-2", "ap-southeast-1", "us-gov-west-1"],
+        ["default", "US-EAST-1", "us", ""],
+    ),
+    "uploadRate": (["1", "52428800", "9" * 12], ["1" + "0" * 12, "0", "-1", "50M", ""]),
 }
 
 
@@ -151,8 +194,10 @@ def contract_allows(param: str, value: str) -> bool:
     ok = inputs.matches(inputs.SSM_PARAMETERS[param], value)
     if ok and param == "threads":
         return int(value) <= inputs.THREADS_MAX
-    if ok and param in ("maxItemsPerSecond", "maxBytesPerSecond"):
+    if ok and param in ("maxItemsPerSecond", "maxBytesPerSecond", "uploadRate"):
         return int(value) >= 1  # 0 = unlimited: the documents leave the flag out
+    if ok and param in ("toS3", "fromS3", "s3Region"):
+        return value not in ("none", "default")  # the volume path / the SDK's region: flag left out
     return ok
 
 
@@ -291,6 +336,21 @@ def test_unlimited_byte_rate_leaves_the_flag_out(name: str, tmp_path: Path) -> N
     argv = run_document(name, tmp_path, {**document_values(name, 0), "maxBytesPerSecond": "0"})
     assert "--max-bytes-per-second" not in argv
     assert parse(name, argv)["max_bytes_per_second"] is None
+
+
+@pytest.mark.parametrize(("name", "param"), [("dump", "toS3"), ("populate", "fromS3")])
+def test_the_volume_path_by_default_and_s3_only_when_named(name: str, param: str, tmp_path: Path) -> None:
+    """The documents' defaults (`none`, `default`, 0) leave the S3 flags out: the volume path, as before
+    the S3 transport; `device` = none leaves --device out (the S3 transport's plain directory)."""
+    defaults = {param: "none", "s3Region": "default"} | ({"uploadRate": "0"} if name == "dump" else {})
+    argv = run_document(name, tmp_path, document_values(name, 0) | defaults)
+    assert not {"--to-s3", "--from-s3", "--s3-region", "--upload-rate"} & set(argv)
+    assert "--device" in argv
+    sent = document_values(name, 0) | {"device": "none"}
+    argv = run_document(name, tmp_path, sent)
+    assert "--device" not in argv
+    got = parse(name, argv)
+    assert got["device"] is None and got[param.replace("S3", "_s3")] == sent[param]
 
 
 def test_the_dump_agent_is_adaptive_and_recency_ordered_by_default(tmp_path: Path) -> None:

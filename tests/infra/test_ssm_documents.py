@@ -172,9 +172,11 @@ def agent_argv(path: Path) -> list[str]:
         ln for step in load(path)["mainSteps"] for ln in step["inputs"]["runCommand"] if AGENT_LINE.search(ln)
     ]
     line = line[AGENT_LINE.search(line).start() :]  # type: ignore[union-attr]
+    # The volume path: --device as the controller sends it (DEV is empty only for device=none, S3).
+    line = line.replace('"${DEV[@]}"', "--device '{{ device }}'")
     values = {n: VALID.get(n, s.get("default", "")) for n, s in params(path)}
     line = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], line)
-    argv = [a for a in shlex.split(line) if a not in ("${RATE[@]}", "${BRATE[@]}")]
+    argv = [a for a in shlex.split(line) if a not in ("${RATE[@]}", "${BRATE[@]}", "${S3[@]}")]
     assert argv[:2] == ["cachewarm", "agent"]
     return argv[2:]
 

@@ -95,6 +95,21 @@ THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 EXECUTION_TIMEOUT_MAX_S = 172_800
 EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
 
+# ---- S3 as the transport (issue 25; docs/transport-s3.md) -----------------------------------------
+# `agent dump --to-s3 s3://BUCKET/PREFIX`: the node's objects go under PREFIX/<node-id>/.
+_S3_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+_S3_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}"
+S3_TRANSPORT_URL = rf"^s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}$"
+# `agent populate --from-s3 s3://BUCKET/PREFIX/<node-id>`: one source node's objects.
+S3_NODE_URL = rf"^s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}/i-[0-9a-f]{{8,17}}$"
+AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$"
+# The SSM documents' forms: `none` = the volume path (the flag left out), `default` = the SDK's region.
+S3_TO_PARAM = rf"^(none|s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}})$"
+S3_FROM_PARAM = rf"^(none|s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}/i-[0-9a-f]{{8,17}})$"
+S3_REGION_PARAM = r"^(default|[a-z]{2}(-[a-z]+)+-[0-9]{1,2})$"
+# The documents' `device`: `none` = no volume (the S3 transport: --mount is a plain directory).
+DEVICE_PARAM = r"^(none|/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol[0-9a-f]{8,17})$"
+
 # ---- verification (`cachewarm agent verify`) -------------------------------------------------------
 SAMPLE_KEYS = r"^[1-9][0-9]{0,6}$"  # 1 .. 9,999,999 keys per node
 SAMPLE_KEYS_MAX = 1_000_000  # what the controller sends at most (the input model's limit)
@@ -128,7 +143,7 @@ DEFAULT_CRAWL_SLEEP = "server"
 SSM_PARAMETERS: dict[str, str] = {
     "warmId": WARM_ID,
     "nodeId": INSTANCE_ID,
-    "device": EBS_DEVICE,
+    "device": DEVICE_PARAM,
     "mount": MOUNT,
     "statusBucket": STATUS_BUCKET,
     "statusPrefix": STATUS_PREFIX,
@@ -153,6 +168,10 @@ SSM_PARAMETERS: dict[str, str] = {
     "agentBundleSha256": SHA256,
     "dumperTarballUrl": S3_URL,
     "dumperTarballSha256": SHA256,
+    "toS3": S3_TO_PARAM,
+    "fromS3": S3_FROM_PARAM,
+    "s3Region": S3_REGION_PARAM,
+    "uploadRate": BYTE_RATE,
 }
 
 

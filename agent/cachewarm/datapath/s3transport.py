@@ -24,7 +24,9 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,12 +42,18 @@ MIB = 1024 * 1024
 MIN_PART_SIZE = 5 * MIB
 DEFAULT_PART_SIZE = 8 * MIB
 MAX_PART_SIZE = 64 * MIB
+# A range GET that returns fewer bytes than asked is asked again this many times in all.
+SHORT_READ_ATTEMPTS = 3
 # The object metadata that names a data object's xxh3 (a resumed upload compares it).
 XXH3_META = "cachewarm-xxh3"
 
 
 class S3TransportError(RuntimeError):
     """The transport failed; the message names the object and the problem."""
+
+
+class DamagedObject(S3TransportError):
+    """An object's fetched bytes do not match the xxh3 its name carries: bad data, never sent."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class S3Location:
         return f"s3://{self.bucket}/{self.prefix}"
 
 
-def make_client(endpoint_url: str | None = None, max_attempts: int = 10) -> Any:
+def make_client(endpoint_url: str | None = None, max_attempts: int = 10, region: str | None = None) -> Any:
     """An S3 client with botocore's standard retry mode: 503 SlowDown, 500s and connection errors are
     retried with exponential back-off and jitter, up to `max_attempts` tries per request. With no
     `endpoint_url`, boto3 honours AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (a local S3)."""
@@ -79,7 +87,7 @@ def make_client(endpoint_url: str | None = None, max_attempts: int = 10) -> Any:
     from botocore.config import Config
 
     cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts})
-    return boto3.client("s3", endpoint_url=endpoint_url, config=cfg)
+    return boto3.client("s3", endpoint_url=endpoint_url, config=cfg, region_name=region)
 
 
 def _error_code(e: Exception) -> str:
@@ -93,6 +101,7 @@ class UploadReport:
     bytes: int = 0
     requests: int = 0
     done_already: bool = False  # DONE was there, with the same bytes (this upload's earlier run)
+    held_s: float = 0.0  # seconds the upload waited while the source's adaptive guard backed off
 
 
 def upload_dump(
@@ -104,21 +113,83 @@ def upload_dump(
     max_bytes_per_second: float | None = None,
 ) -> UploadReport:
     """Publish a finished dump (DONE present) under `loc.node_prefix(node)`; DONE last."""
-    if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
-        raise ValueError(f"part size {part_size} is outside {MIN_PART_SIZE}..{MAX_PART_SIZE} bytes")
-    done_path = dump_dir / df.MANIFEST_NAME
-    try:
-        done = done_path.read_bytes()
-        manifest = df.parse_manifest(done, str(done_path))
-    except (OSError, df.FormatError) as e:
-        raise S3TransportError(f"the dump in {dump_dir} is not finished or DONE is invalid: {e}") from e
-    base = loc.node_prefix(node)
-    limiter = RateLimiter(None, max_bytes_per_second)
-    report = UploadReport()
-    for mf in manifest.files:
-        _upload_file(client, dump_dir / mf.name, loc.bucket, base + mf.name, part_size, limiter, report)
-    _publish_done(client, loc.bucket, base + df.MANIFEST_NAME, done, report)
-    return report
+    return S3Uploader(client, dump_dir, loc, node, part_size, max_bytes_per_second).finish()
+
+
+@dataclass
+class S3Uploader:
+    """Uploads a dump while the dumper writes it: each published data file (the dumper renames a file
+    into view only once it is complete) as soon as it appears, DONE last once the dump is finished.
+
+    `hold()` is the source's adaptive guard: while it says the guard is backing off (the dumper's
+    progress `backing_off`), no part is sent — the upload shares the network of the source's clients.
+    The bytes/s limit starts afresh after a hold, so a pause is never made up for by a burst."""
+
+    client: Any
+    dump_dir: Path
+    loc: S3Location
+    node: str
+    part_size: int = DEFAULT_PART_SIZE
+    max_bytes_per_second: float | None = None
+    hold: Callable[[], bool] = lambda: False
+    hold_poll: float = 0.1
+    sleep: Callable[[float], None] = time.sleep
+    report: UploadReport = field(default_factory=UploadReport)
+    uploaded: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+            raise ValueError(f"part size {self.part_size} is outside {MIN_PART_SIZE}..{MAX_PART_SIZE} bytes")
+        self.limiter = RateLimiter(None, self.max_bytes_per_second)
+
+    @property
+    def base(self) -> str:
+        return self.loc.node_prefix(self.node)
+
+    def wait_while_held(self) -> None:
+        held = False
+        while self.hold():
+            held = True
+            self.report.held_s += self.hold_poll
+            self.sleep(self.hold_poll)
+        if held:
+            self.limiter = RateLimiter(None, self.max_bytes_per_second)
+
+    def step(self) -> int:
+        """Upload every data file now in the dump directory that is not uploaded yet; returns how many."""
+        n = 0
+        for entry in sorted(os.listdir(self.dump_dir)):
+            if entry in self.uploaded or entry.startswith(".") or df.parse_name(entry) is None:
+                continue
+            _upload_file(self, self.dump_dir / entry, self.base + entry)
+            self.uploaded.add(entry)
+            n += 1
+        return n
+
+    def finish(self) -> UploadReport:
+        """The dump is finished: upload what DONE lists that is not up yet, then DONE (conditional)."""
+        done_path = self.dump_dir / df.MANIFEST_NAME
+        try:
+            done = done_path.read_bytes()
+            manifest = df.parse_manifest(done, str(done_path))
+        except (OSError, df.FormatError) as e:
+            raise S3TransportError(
+                f"the dump in {self.dump_dir} is not finished or DONE is invalid: {e}"
+            ) from e
+        for mf in manifest.files:
+            if mf.name not in self.uploaded:
+                _upload_file(self, self.dump_dir / mf.name, self.base + mf.name)
+                self.uploaded.add(mf.name)
+        _publish_done(self.client, self.loc.bucket, self.base + df.MANIFEST_NAME, done, self.report)
+        return self.report
+
+    def run(self, dumper_running: Callable[[], bool], poll: float = 0.2) -> None:
+        """Upload files as they appear while `dumper_running()`; returns when the dumper has ended
+        (the caller then calls `finish` if the dump succeeded)."""
+        while dumper_running():
+            if self.step() == 0:
+                self.sleep(poll)
+        self.step()
 
 
 def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: UploadReport) -> None:
@@ -149,9 +220,8 @@ def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: Uploa
             return
 
 
-def _upload_file(
-    client: Any, path: Path, bucket: str, key: str, part_size: int, limiter: RateLimiter, report: UploadReport
-) -> None:
+def _upload_file(up: S3Uploader, path: Path, key: str) -> None:
+    client, bucket, report = up.client, up.loc.bucket, up.report
     name = df.parse_name(path.name)
     if name is None:
         raise S3TransportError(f"{path.name}: not a data file name")
@@ -172,7 +242,7 @@ def _upload_file(
             )["UploadId"]
             report.requests += 1
             try:
-                parts = _send_parts(client, f, bucket, key, upload_id, part_size, limiter, report, name)
+                parts = _send_parts(up, f, key, upload_id, name)
                 client.complete_multipart_upload(
                     Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
                 )
@@ -189,16 +259,10 @@ def _upload_file(
 
 
 def _send_parts(
-    client: Any,
-    f: Any,
-    bucket: str,
-    key: str,
-    upload_id: str,
-    part_size: int,
-    limiter: RateLimiter,
-    report: UploadReport,
-    name: df.DataFileName,
+    up: S3Uploader, f: Any, key: str, upload_id: str, name: df.DataFileName
 ) -> list[dict[str, Any]]:
+    """One part in memory at a time (`part_size`): the uploader's memory does not grow with the dump."""
+    client, bucket, part_size, report = up.client, up.loc.bucket, up.part_size, up.report
     h = xxhash.xxh3_64()
     parts: list[dict[str, Any]] = []
     number = 1
@@ -207,7 +271,8 @@ def _send_parts(
         if not chunk and parts:
             break
         h.update(chunk)
-        limiter.take(0, len(chunk))
+        up.wait_while_held()
+        up.limiter.take(0, len(chunk))
         r = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
         report.requests += 1
         parts.append({"PartNumber": number, "ETag": r["ETag"]})
@@ -243,11 +308,18 @@ class DownloadReport:
     bytes: int = 0  # bytes fetched this run
     requests: int = 0
     rejected: int = 0  # fetched bytes whose xxh3 did not match: fetched again
+    evicted: int = 0  # staged files deleted once the populator applied them
+    short_reads: int = 0  # ranges that returned fewer bytes than asked (asked again)
 
 
 @dataclass
 class S3Downloader:
-    """Stages one node's published objects for the populator loop; `run` returns once DONE is staged."""
+    """Stages one node's published objects for the populator loop; `run` returns once DONE is staged.
+
+    Memory: at most `parallel` ranges of `part_size` bytes are in flight (a sliding window of range
+    GETs over one object, written and hashed in order). Disk: at most `max_staged` files wait in the
+    staging directory for the populator; a file the populator has applied is deleted (`evict`), so
+    the staging directory is not a second copy of the dump."""
 
     client: Any
     loc: S3Location
@@ -258,16 +330,31 @@ class S3Downloader:
     poll_interval: float = 0.5
     # How long DONE may name an object the listing does not show (a torn or lagging listing).
     missing_timeout: float = 60.0
+    # Range GETs in flight at once (each holds one `part_size` range in memory).
+    parallel: int = 4
+    # Files staged and not yet applied, at most (the populator's look-ahead); 0 = no bound. Callers
+    # that run a populator on the staging directory bound it (without one, nothing would free a slot).
+    max_staged: int = 0
+    # Delete a staged file once the populator's state records it applied; `run` then returns only
+    # once every file DONE lists is applied (it keeps evicting until then).
+    evict: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     # Called after each staged file (tests stop a run there, as a kill would).
     on_file: Callable[[str], None] = lambda name: None
     report: DownloadReport = field(default_factory=DownloadReport)
+    _last_applied: set[str] = field(default_factory=set, repr=False)
 
     def _applied(self) -> set[str]:
-        try:
-            return set(PopulateState.load(self.state_file).consumed)
-        except Exception:  # written by the populator meanwhile (atomic replace): read it next round
+        """Files the populator has applied to every destination (consumed and owing no re-send: a
+        file owed to a restarted destination is staged again)."""
+        if not self.state_file.exists():
             return set()
+        try:
+            st = PopulateState.load(self.state_file)
+        except Exception:  # unreadable this once: the last view (never an empty one: refetch all)
+            return set(self._last_applied)
+        self._last_applied = {n for n in st.consumed if not st.redo.get(n)}
+        return set(self._last_applied)
 
     def _list(self) -> dict[str, int]:
         base = self.loc.node_prefix(self.node)
@@ -280,57 +367,110 @@ class S3Downloader:
                 found[obj["Key"][len(base) :]] = int(obj["Size"])
         return found
 
+    def _staged_waiting(self, applied: set[str]) -> int:
+        """Evict the applied staged files; return how many staged files still wait for the populator."""
+        waiting = 0
+        for entry in os.listdir(self.staging):
+            if entry.startswith(".") or df.parse_name(entry) is None:
+                continue
+            if entry in applied and self.evict:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.staging / entry).unlink()
+                    self.report.evicted += 1
+            elif entry not in applied:
+                waiting += 1
+        return waiting
+
     def run(self) -> DownloadReport:
+        if self.parallel < 1:
+            raise ValueError(f"parallel range GETs must be >= 1, got {self.parallel}")
         self.staging.mkdir(parents=True, exist_ok=True)
         base = self.loc.node_prefix(self.node)
         missing_since: float | None = None
-        while not self.stop.is_set():
-            listed = self._list()
-            manifest: df.Manifest | None = None
-            done_bytes = b""
-            if df.MANIFEST_NAME in listed:
-                body = self.client.get_object(Bucket=self.loc.bucket, Key=base + df.MANIFEST_NAME)["Body"]
-                self.report.requests += 1
-                done_bytes = body.read()
-                try:
-                    manifest = df.parse_manifest(done_bytes, f"s3://{self.loc.bucket}/{base}DONE")
-                except df.FormatError as e:
-                    raise S3TransportError(str(e)) from e
-            applied = self._applied()
-            skipped: set[str] = set()
-            for obj, size in sorted(listed.items()):
-                if self.stop.is_set():
-                    return self.report
-                name = df.parse_name(obj)
-                if name is None:
-                    continue
-                if obj in applied or (self.staging / obj).exists():
-                    skipped.add(obj)
-                    continue
-                self._fetch(base + obj, name, size)
-                self.on_file(obj)
-            if manifest is not None:
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="s3-range") as pool:
+            while not self.stop.is_set():
+                listed = self._list()
+                manifest: df.Manifest | None = None
+                done_bytes = b""
+                if df.MANIFEST_NAME in listed:
+                    body = self.client.get_object(Bucket=self.loc.bucket, Key=base + df.MANIFEST_NAME)["Body"]
+                    self.report.requests += 1
+                    done_bytes = body.read()
+                    try:
+                        manifest = df.parse_manifest(done_bytes, f"s3://{self.loc.bucket}/{base}DONE")
+                    except df.FormatError as e:
+                        raise S3TransportError(str(e)) from e
                 applied = self._applied()
-                absent = [
-                    f.name
-                    for f in manifest.files
-                    if f.name not in applied and not (self.staging / f.name).exists()
-                ]
-                if not absent:
-                    self.report.skipped = len(skipped)
-                    _write_atomically(self.staging / df.MANIFEST_NAME, done_bytes)
-                    return self.report
-                now = time.monotonic()
-                missing_since = missing_since or now
-                if now - missing_since > self.missing_timeout:
-                    raise S3TransportError(
-                        f"DONE lists {absent[0]} ({len(absent)} objects) but s3://{self.loc.bucket}/{base} "
-                        f"did not show it within {self.missing_timeout:g}s"
-                    )
-            self.stop.wait(self.poll_interval)
+                skipped: set[str] = set()
+                for obj, size in sorted(listed.items()):
+                    if self.stop.is_set():
+                        return self.report
+                    name = df.parse_name(obj)
+                    if name is None:
+                        continue
+                    if obj in applied or (self.staging / obj).exists():
+                        skipped.add(obj)
+                        continue
+                    while self.max_staged and self._staged_waiting(self._applied()) >= self.max_staged:
+                        if self.stop.wait(self.poll_interval / 5):
+                            return self.report
+                    self._fetch(pool, base + obj, name, size)
+                    self.on_file(obj)
+                applied = self._applied()
+                self._staged_waiting(applied)
+                if manifest is not None:
+                    absent = [
+                        f.name
+                        for f in manifest.files
+                        if f.name not in applied and not (self.staging / f.name).exists()
+                    ]
+                    if not absent:
+                        self.report.skipped = len(skipped)
+                        if not (self.staging / df.MANIFEST_NAME).exists():
+                            _write_atomically(self.staging / df.MANIFEST_NAME, done_bytes)
+                        return self._evict_until_applied(manifest)
+                    now = time.monotonic()
+                    missing_since = missing_since or now
+                    if now - missing_since > self.missing_timeout:
+                        raise S3TransportError(
+                            f"DONE lists {absent[0]} ({len(absent)} objects) but "
+                            f"s3://{self.loc.bucket}/{base} did not show it within {self.missing_timeout:g}s"
+                        )
+                self.stop.wait(self.poll_interval)
         return self.report
 
-    def _fetch(self, key: str, name: df.DataFileName, size: int) -> None:
+    def evict_applied(self) -> None:
+        """Delete the staged files the populator has applied (also after `run`: the populator may
+        finish, and stop the download, before its last files were evicted)."""
+        if self.evict:
+            self._staged_waiting(self._applied())
+
+    def _evict_until_applied(self, manifest: df.Manifest) -> DownloadReport:
+        """Everything is staged: delete what the populator applies until it has applied every file
+        (without evicting, return at once). No more listings: DONE says what there is."""
+        while self.evict:
+            applied = self._applied()
+            self._staged_waiting(applied)
+            if all(f.name in applied for f in manifest.files):
+                break
+            # A file owed again (a destination restarted) and already evicted is fetched again.
+            for f in manifest.files:
+                if f.name not in applied and not (self.staging / f.name).exists():
+                    name = df.parse_name(f.name)
+                    if name is not None:
+                        self._refetch(f.name, name)
+            if self.stop.wait(self.poll_interval / 5):
+                break
+        return self.report
+
+    def _refetch(self, obj: str, name: df.DataFileName) -> None:
+        base = self.loc.node_prefix(self.node)
+        head = self.client.head_object(Bucket=self.loc.bucket, Key=base + obj)
+        self.report.requests += 1
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="s3-range") as pool:
+            self._fetch(pool, base + obj, name, int(head["ContentLength"]))
+
+    def _fetch(self, pool: ThreadPoolExecutor, key: str, name: df.DataFileName, size: int) -> None:
         """Range GETs into `.<name>.part` (resuming at its length), xxh3 checked, then renamed into view."""
         tmp = self.staging / f".{key.rsplit('/', 1)[-1]}.part"
         h = xxhash.xxh3_64()
@@ -345,7 +485,7 @@ class S3Downloader:
                 h, have = xxhash.xxh3_64(), 0
         with open(tmp, "ab") as out:
             out.truncate(have)
-            for chunk in self._ranges(key, have, size):
+            for chunk in self._ranges(pool, key, have, size):
                 h.update(chunk)
                 out.write(chunk)
                 self.report.bytes += len(chunk)
@@ -354,24 +494,45 @@ class S3Downloader:
         if h.intdigest() != name.xxh3:
             tmp.unlink()
             self.report.rejected += 1
-            raise S3TransportError(
+            raise DamagedObject(
                 f"s3://{self.loc.bucket}/{key}: fetched xxh3 {h.intdigest():016x} != name's {name.xxh3_hex}: "
                 "the object is damaged; nothing of it was sent"
             )
         os.rename(tmp, self.staging / key.rsplit("/", 1)[-1])
         self.report.files += 1
 
-    def _ranges(self, key: str, start: int, size: int) -> Iterator[bytes]:
+    def _get_range(self, key: str, start: int, end: int) -> bytes:
+        """One range; a short answer (a connection cut, a proxy) is asked again, then named."""
+        for attempt in range(SHORT_READ_ATTEMPTS):
+            if attempt:
+                self.report.requests += 1
+                self.report.short_reads += 1
+            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")[
+                "Body"
+            ]
+            chunk: bytes = body.read()
+            if len(chunk) == end - start + 1:
+                return chunk
+        raise S3TransportError(
+            f"{key}: range {start}-{end} returned {len(chunk)} of {end - start + 1} bytes "
+            f"{SHORT_READ_ATTEMPTS} times"
+        )
+
+    def _ranges(self, pool: ThreadPoolExecutor, key: str, start: int, size: int) -> Iterator[bytes]:
+        """The object's bytes from `start`, in order, with up to `parallel` range GETs in flight."""
+        window: deque[Future[bytes]] = deque()
         pos = start
-        while pos < size:
-            end = min(size, pos + self.part_size) - 1
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={pos}-{end}")["Body"]
-            self.report.requests += 1
-            chunk = body.read()
-            if len(chunk) != end - pos + 1:
-                raise S3TransportError(f"{key}: range {pos}-{end} returned {len(chunk)} bytes")
-            yield chunk
-            pos = end + 1
+        try:
+            while pos < size or window:
+                while pos < size and len(window) < self.parallel:
+                    end = min(size, pos + self.part_size) - 1
+                    window.append(pool.submit(self._get_range, key, pos, end))
+                    self.report.requests += 1
+                    pos = end + 1
+                yield window.popleft().result()
+        finally:
+            for fut in window:  # a failure or a stop: the ranges still in flight are not needed
+                fut.cancel()
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

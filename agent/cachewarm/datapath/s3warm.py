@@ -42,6 +42,8 @@ from cachewarm.datapath.warm import (
 from cachewarm.datapath.warm_errors import WarmError
 
 STAGING_DIR = "s3-staging"
+# Files downloaded ahead of the populator, at most (its workers take one file each).
+STAGED_AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class S3Transport:
     max_bytes_per_second: float | None = None
     # Delete every object under the prefix when the warm succeeds (a failed warm keeps them for --resume).
     clean: bool = True
+    # Range GETs in flight at once in the download (each holds one part in memory).
+    parallel_gets: int = 4
 
 
 @dataclass
@@ -89,7 +93,19 @@ def run_s3_warm(
     dumper = DumperRun(proc, on_progress=display.dumper)
     dumper.pump()
     problems: list[str] = []
-    down = S3Downloader(client, s3.location, node, staging, state_file, part_size=s3.part_size)
+    # The staging directory holds only the files the populator has not applied yet (evicted after), at
+    # most STAGED_AHEAD of them: no second copy of the dump on this disk.
+    down = S3Downloader(
+        client,
+        s3.location,
+        node,
+        staging,
+        state_file,
+        part_size=s3.part_size,
+        parallel=s3.parallel_gets,
+        max_staged=STAGED_AHEAD,
+        evict=True,
+    )
     failure: list[BaseException] = []
     try:
         rc = proc.wait()
@@ -121,6 +137,7 @@ def run_s3_warm(
             thread.join()
         if failure:
             raise WarmError(f"the S3 download failed: {failure[0]}") from failure[0]
+        down.evict_applied()
     except BaseException:
         display.close()
         terminate_child(proc, 10)
@@ -128,7 +145,8 @@ def run_s3_warm(
         raise
     display.close()
     pop_end = time.monotonic()
-    ws = conclude(cfg, staging, summary, pool, problems, stream, start, dump_end, pop_end)
+    # The target check reads the dump's own files (the staged copies are deleted once applied).
+    ws = conclude(cfg, dump_dir, summary, pool, problems, stream, start, dump_end, pop_end)
     deleted = delete_prefix(client, s3.location) if s3.clean and ws.ok else 0
     return ws, _counts(up, down.report, deleted)
 

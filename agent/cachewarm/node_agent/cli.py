@@ -25,6 +25,7 @@ import click
 from cachewarm.contract import inputs
 from cachewarm.contract.status import Role, StatusLocation, VerifyResult, verify_key
 from cachewarm.datapath.dumper import SourceProtection
+from cachewarm.datapath.s3transport import S3Location
 from cachewarm.exitcodes import epilog
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
@@ -139,7 +140,7 @@ class AgentFlags:
 
     warm_id: str
     node_id: str
-    device: str
+    device: str | None  # None: no volume (the S3 transport only; --mount is then a plain directory)
     mount: str
     status_bucket: str
     status_prefix: str
@@ -203,7 +204,12 @@ _AGENT_FLAGS = [
     WARM_ID_OPTION,
     click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id."),
     # DEVICE, not EBS_DEVICE: a loop device in tests or a device renamed by hand is fine here.
-    click.option("--device", required=True, type=Matching(inputs.DEVICE), help="Block device of the volume."),
+    click.option(
+        "--device",
+        default=None,
+        type=Matching(inputs.DEVICE),
+        help="Block device of the volume (required but with --to-s3 / --from-s3: docs/transport-s3.md).",
+    ),
     click.option("--mount", required=True, type=Matching(inputs.AGENT_MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
     STATUS_PREFIX_OPTION,
@@ -238,6 +244,30 @@ _BYTE_RATE_OPTION = click.option(
     default=None,
     help="Rate limit in bytes/s (leave out for unlimited).",
 )
+
+
+_S3_REGION_OPTION = click.option(
+    "--s3-region",
+    type=Matching(inputs.AWS_REGION),
+    default=None,
+    help="Region of the --to-s3 / --from-s3 bucket (default: the SDK's).",
+)
+
+
+def _s3_url(
+    pattern: str, check: Callable[[str], Any]
+) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        if not inputs.matches(pattern, value):
+            raise click.BadParameter(f"{value!r} does not match {pattern}", param=param)
+        try:
+            return check(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param=param) from e
+
+    return callback
 
 
 _PROTECTION_OPTIONS = [
@@ -308,9 +338,10 @@ def common_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def _run(
     flags: AgentFlags, role: Role, work: Callable[[StatusPublisher, CommandRunner, Volume], None]
 ) -> NoReturn:
-    """Run one agent: its volume's commands through the real runner, SIGTERM unwinding it."""
+    """Run one agent: its volume's commands through the real runner, SIGTERM unwinding it. Without
+    --device the "volume" is the plain directory --mount (never formatted or mounted)."""
     runner = SubprocessRunner()
-    volume = Volume(flags.device, Path(flags.mount), runner, log=_log)
+    volume = Volume(flags.device or "", Path(flags.mount), runner, log=_log)
     with _sigterm_raises():
         code = execute(flags.publisher(role), lambda status: work(status, runner, volume))
     sys.exit(code)
@@ -348,6 +379,22 @@ def agent_group() -> None:
     show_default=True,
     help="At most one freeze/thaw (makes new files visible to the populators) per this many seconds.",
 )
+@click.option(
+    "--to-s3",
+    "to_s3",
+    default=None,
+    callback=_s3_url(inputs.S3_TRANSPORT_URL, lambda v: S3Location.parse(v) and v),
+    help="S3 as the transport: upload the dump to s3://BUCKET/PREFIX/<node-id>/ as it is written, DONE "
+    "last (no freeze/thaw; --device optional: without it --mount is a plain directory).",
+)
+@_S3_REGION_OPTION
+@click.option(
+    "--upload-rate",
+    type=MatchingInt(inputs.BYTE_RATE, 1),
+    default=None,
+    help="The S3 upload's own limit in bytes/s (leave out for unlimited); it also waits while the "
+    "adaptive guard backs off.",
+)
 def dump_cmd(
     flags: AgentFlags,
     memcached: str,
@@ -359,6 +406,9 @@ def dump_cmd(
     crawl_sleep_us: str,
     dumper: str | None,
     publish_interval: float,
+    to_s3: str | None,
+    s3_region: str | None,
+    upload_rate: int | None,
 ) -> None:
     """Format (if blank) and mount the volume read-write, run or resume cachewarm-dump.
 
@@ -380,8 +430,18 @@ def dump_cmd(
             publish_interval_s=publish_interval,
             **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
-        run_dump(job, status, runner, _log)
+        if to_s3 is not None:
+            from cachewarm.node_agent.s3 import S3Options, run_dump_to_s3
 
+            opts = S3Options(S3Location.parse(to_s3), s3_region, upload_rate)
+            run_dump_to_s3(job, opts, status, runner, _log, use_volume=flags.device is not None)
+        else:
+            run_dump(job, status, runner, _log)
+
+    if to_s3 is None and flags.device is None:
+        raise click.UsageError("--device is required (only --to-s3 dumps without a volume)")
+    if to_s3 is None and (upload_rate is not None or s3_region is not None):
+        raise click.UsageError("--upload-rate and --s3-region go with --to-s3")
     _run(flags, "dump", work)
 
 
@@ -439,6 +499,15 @@ def dump_cmd(
     help="Read-only mount options; must include ro,norecovery (tests add nouuid: two mounts, one kernel).",
 )
 @_PLACEMENT_OPTION
+@click.option(
+    "--from-s3",
+    "from_s3",
+    default=None,
+    callback=_s3_url(inputs.S3_NODE_URL, lambda v: v),
+    help="S3 as the transport: read s3://BUCKET/PREFIX/<node-id> (the source node's objects; it ends "
+    "in --node-id) with parallel range GETs into --mount/dump, a plain directory (no --device).",
+)
+@_S3_REGION_OPTION
 def populate_cmd(
     flags: AgentFlags,
     to: str,
@@ -449,6 +518,8 @@ def populate_cmd(
     state_dir: Path,
     source_timeout: float,
     mount_options: str,
+    from_s3: str | None,
+    s3_region: str | None,
 ) -> None:
     """Mount the volume ro,norecovery and run the populator loop until the dump's DONE is consumed.
 
@@ -470,9 +541,25 @@ def populate_cmd(
             source_timeout_s=source_timeout,
             placement=placement,
         )
-        summary = run_populate(job, status, log=_log)
+        if from_s3 is not None:
+            from cachewarm.node_agent.s3 import S3PopulateJob, parse_from_s3, run_populate_from_s3
+
+            loc, node = parse_from_s3(from_s3)
+            summary = run_populate_from_s3(S3PopulateJob(job, loc, node, s3_region), status, log=_log)
+        else:
+            summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
 
+    if from_s3 is None and flags.device is None:
+        raise click.UsageError("--device is required (only --from-s3 populates without a volume)")
+    if from_s3 is not None and flags.device is not None:
+        raise click.UsageError("--from-s3 reads S3, not a volume: leave out --device")
+    if from_s3 is not None and not from_s3.endswith("/" + flags.node_id):
+        raise click.UsageError(
+            f"--from-s3 {from_s3} must end in --node-id {flags.node_id} (PREFIX/<node-id>)"
+        )
+    if from_s3 is None and s3_region is not None:
+        raise click.UsageError("--s3-region goes with --from-s3")
     _run(flags, "populate", work)
 
 
