@@ -33,7 +33,7 @@ SubnetId = Annotated[str, Field(pattern=inputs.SUBNET_ID)]
 AzName = Annotated[str, Field(pattern=inputs.AZ_NAME)]
 Endpoint = Annotated[str, Field(pattern=inputs.ENDPOINT)]
 ReplicaName = Annotated[str, Field(pattern=inputs.REPLICA_NAME)]
-Region = Annotated[str, Field(pattern=inputs.REGION)]
+Region = Annotated[str, Field(pattern=inputs.AWS_REGION)]
 AsgName = Annotated[str, Field(pattern=inputs.ASG_NAME)]
 
 

@@ -71,11 +71,11 @@ def test_bucket_names_fit_s3_and_the_documents_for_the_longest_warm_id() -> None
     assert len(name) == 63 and re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name)
     assert transport.bucket_name(longest, arn + "2") != name  # another execution, another bucket
     node = "i-0123456789abcdef0"
-    assert inputs.matches(inputs.S3_TRANSPORT_URL, transport.node_url(name))
-    assert inputs.matches(inputs.S3_TRANSPORT_URL, transport.node_source_url(name, node))
-    assert not inputs.matches(inputs.S3_TRANSPORT_URL, "s3://bucket/x;rm -rf /")
+    # What the controller sends passes the documents' patterns (the agents' flags: w25a's half).
+    assert inputs.matches(inputs.S3_TO_PARAM, transport.node_url(name))
+    assert inputs.matches(inputs.S3_FROM_PARAM, transport.node_source_url(name, node))
     for region in ("us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-2"):
-        assert inputs.matches(inputs.S3_REGION, region) and inputs.matches(inputs.REGION, region)
+        assert inputs.matches(inputs.S3_REGION_PARAM, region) and inputs.matches(inputs.AWS_REGION, region)
 
 
 def test_the_bucket_policy_lets_populators_only_read_and_nobody_outside_the_account_in() -> None:
