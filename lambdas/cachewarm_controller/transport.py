@@ -28,11 +28,15 @@ from cachewarm.contract import tags
 from cachewarm_controller.awsutil import error_code
 from cachewarm_controller.errors import TransportError
 
-# Every transport bucket's name starts so; the stack's IAM scopes the controller's and the agents'
-# S3 rights to `arn:aws:s3:::cw-*`.
+# Every transport bucket's name starts with the stack's prefix (TRANSPORT_BUCKET_PREFIX, this default
+# outside a stack); the stack's IAM scopes the controller's and the agents' S3 rights to
+# `arn:aws:s3:::<prefix>*`.
 BUCKET_PREFIX = "cw-"
-# The execution's part of the name: hex of the ARN's sha256 (63 characters at most in all).
-_HASH_CHARS = 11
+# At most 8 characters, so that prefix + a 48-character warm id + "-" + the hash fit S3's 63.
+PREFIX_PATTERN = r"^[a-z0-9][a-z0-9-]{0,6}-$"
+# The execution's part of the name: hex of the ARN's sha256. Two executions of one warm id never
+# run at once (the claim), so 24 bits only have to tell a leftover from the current one.
+_HASH_CHARS = 6
 # Objects deleted per DeleteObjects call (S3's maximum).
 DELETE_BATCH = 1000
 NO_BUCKET = frozenset({"NoSuchBucket", "404", "NotFound"})
@@ -42,10 +46,10 @@ def execution_hash(execution_arn: str) -> str:
     return hashlib.sha256(execution_arn.encode()).hexdigest()[:_HASH_CHARS]
 
 
-def bucket_name(warm_id: str, execution_arn: str) -> str:
-    """`cw-<warm id>-<11 hex of the execution ARN>`: at most 3 + 48 + 1 + 11 = 63 characters, lower
-    case, as S3 requires; two executions of one warm id never share a bucket."""
-    return f"{BUCKET_PREFIX}{warm_id}-{execution_hash(execution_arn)}"
+def bucket_name(warm_id: str, execution_arn: str, prefix: str = BUCKET_PREFIX) -> str:
+    """`<prefix><warm id>-<6 hex of the execution ARN>`: at most 8 + 48 + 1 + 6 = 63 characters,
+    lower case, as S3 requires; two executions of one warm id get two buckets."""
+    return f"{prefix}{warm_id}-{execution_hash(execution_arn)}"
 
 
 def node_url(bucket: str) -> str:
@@ -195,17 +199,17 @@ def _exists(s3: Any, name: str) -> bool:
     return True
 
 
-def find_buckets(s3: Any, execution_arn: str, warm_id: str | None) -> list[str]:
+def find_buckets(s3: Any, execution_arn: str, warm_id: str | None, prefix: str = BUCKET_PREFIX) -> list[str]:
     """The transport buckets of this execution: by name when the warm id is known, else every
-    `cw-*-<hash>` bucket of the account (an execution whose input never named a valid warm id)."""
+    `<prefix>*-<hash>` bucket of the account (an execution whose input never named a valid warm id)."""
     if warm_id is not None:
-        name = bucket_name(warm_id, execution_arn)
+        name = bucket_name(warm_id, execution_arn, prefix)
         return [name] if _exists(s3, name) else []
     suffix = "-" + execution_hash(execution_arn)
     return [
         b["Name"]
         for b in s3.list_buckets().get("Buckets", [])
-        if b["Name"].startswith(BUCKET_PREFIX) and b["Name"].endswith(suffix)
+        if b["Name"].startswith(prefix) and b["Name"].endswith(suffix)
     ]
 
 

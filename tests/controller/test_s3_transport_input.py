@@ -67,9 +67,11 @@ def test_per_az_populator_subnets_do_not_mix_with_s3() -> None:
 def test_bucket_names_fit_s3_and_the_documents_for_the_longest_warm_id() -> None:
     arn = "arn:aws:states:us-east-1:123456789012:execution:cachewarm:run-1"
     longest = "w" * inputs.WARM_ID_MAX
-    name = transport.bucket_name(longest, arn)
+    stack_prefix = "cw0a1b2-"  # the longest a stack sets (TRANSPORT_BUCKET_PREFIX)
+    assert re.fullmatch(transport.PREFIX_PATTERN, stack_prefix)
+    name = transport.bucket_name(longest, arn, stack_prefix)
     assert len(name) == 63 and re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name)
-    assert transport.bucket_name(longest, arn + "2") != name  # another execution, another bucket
+    assert transport.bucket_name(longest, arn + "2", stack_prefix) != name  # another execution
     node = "i-0123456789abcdef0"
     # What the controller sends passes the documents' patterns (the agents' flags: w25a's half).
     assert inputs.matches(inputs.S3_TO_PARAM, transport.node_url(name))

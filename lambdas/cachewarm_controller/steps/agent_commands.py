@@ -62,7 +62,7 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
         "mount": inputs.mount_point(inp.mount_dir, inp.warm_id),
     }
     if inp.transport == "s3":
-        bucket = transport.bucket_name(inp.warm_id, warm.execution_arn)
+        bucket = transport.bucket_name(inp.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix)
         common["s3Region"] = warm.region  # the bucket's region (the populators' may differ)
         if role == "dump":
             common["toS3"] = transport.node_url(bucket)

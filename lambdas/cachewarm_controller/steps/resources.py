@@ -253,7 +253,7 @@ def transport_spec(warm: Warm, deps: Deps) -> transport.BucketSpec:
     if spec is None:
         raise PlanError(f"warm {warm.warm_id} has transport {warm.inp.transport}: no bucket to create")
     return transport.BucketSpec(
-        name=transport.bucket_name(warm.warm_id, warm.execution_arn),
+        name=transport.bucket_name(warm.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix),
         region=warm.region,
         warm_id=warm.warm_id,
         execution_arn=warm.execution_arn,

@@ -234,7 +234,8 @@ def _delete_buckets(target: TeardownTarget, deps: Deps, calls: _Calls) -> transp
     """Empty and delete this execution's S3 transport bucket (found by the name its ARN gives), within
     the pass's call budget; `left` names what is still there."""
     out = transport.Emptied()
-    for name in transport.find_buckets(deps.s3.s3, target.execution_arn, target.warm_id):
+    prefix = deps.settings.transport_bucket_prefix
+    for name in transport.find_buckets(deps.s3.s3, target.execution_arn, target.warm_id, prefix):
         one = transport.delete_bucket(deps.s3.s3, name, max(calls.left, 0))
         calls.left -= one.calls
         out.objects += one.objects
