@@ -259,13 +259,15 @@ def delete_bucket(s3: Any, name: str, max_calls: int) -> Emptied:
                 )
             out.objects += len(keys)
         if out.calls < max_calls:
-            s3.delete_bucket(Bucket=name)
             out.calls += 1
+            s3.delete_bucket(Bucket=name)
             out.gone = True
     except ClientError as exc:
-        if error_code(exc) not in NO_BUCKET:
+        code = error_code(exc)
+        if code in NO_BUCKET:
+            out.gone = True
+        elif code != "BucketNotEmpty":  # a cancelled agent's last part landed: the next pass again
             raise
-        out.gone = True
     if not out.gone:
         out.left.append(f"s3://{name}")
     return out
