@@ -19,6 +19,7 @@ transport's own cost, not S3's throughput. Compare within one run only.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -63,6 +64,7 @@ class LocalS3:
     def __enter__(self) -> LocalS3:
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         host, port = self.server.get_host_and_port()

@@ -223,6 +223,65 @@ def test_download_stages_verified_files_then_done(client: Any, loc: S3Location, 
     assert sum(r.startswith("bytes=") for r in gets) == 3 + 3  # ranged, the large one in three
 
 
+def test_range_gets_in_parallel_hold_a_bounded_window(client: Any, loc: S3Location, tmp_path: Path) -> None:
+    """Up to `parallel` ranges in flight (never more), the object still written and hashed in order."""
+    w = dump(tmp_path, files=1, big=True)  # the large file: three 5 MiB ranges
+    upload_dump(client, w.out, loc, NODE, part_size=MIN_PART_SIZE)
+    lock, inflight, peak = threading.Lock(), [0], [0]
+    real = client.get_object
+
+    def get_object(**kw: Any) -> Any:
+        with lock:
+            inflight[0] += 1
+            peak[0] = max(peak[0], inflight[0])
+        try:
+            time.sleep(0.05)  # long enough for the window to fill
+            return real(**kw)
+        finally:
+            with lock:
+                inflight[0] -= 1
+
+    client.get_object = get_object
+    d = _download(client, loc, tmp_path, part_size=MIN_PART_SIZE)
+    d.parallel = 2
+    d.run()
+    for p in w.published:
+        assert (d.staging / p.name.name).read_bytes() == p.path.read_bytes()
+    assert peak[0] == 2
+
+
+def test_staging_holds_at_most_max_staged_files_and_evicts_applied_ones(
+    client: Any, loc: S3Location, tmp_path: Path
+) -> None:
+    """The populator's disk never holds the dump: at most `max_staged` files wait, each deleted once the
+    populator's state records it applied; `run` returns once every file DONE lists is applied."""
+    from cachewarm.datapath.populate.state import ConsumedFile
+
+    w = dump(tmp_path, files=4)
+    upload_dump(client, w.out, loc, NODE)
+    d = _download(client, loc, tmp_path)
+    d.max_staged, d.evict, d.poll_interval = 2, True, 0.05
+    thread = threading.Thread(target=d.run, daemon=True)
+    thread.start()
+    names = [p.name.name for p in w.published]
+    most = 0
+    state = PopulateState()
+    for name in names:  # a populator that applies the files one by one, in order
+        deadline = time.monotonic() + 30
+        while not (d.staging / name).exists():
+            assert time.monotonic() < deadline, f"{name} never staged"
+            time.sleep(0.01)
+        waiting = [n for n in names if (d.staging / n).exists()]
+        most = max(most, len(waiting))
+        state.consumed[name] = ConsumedFile(200, 1)
+        state.save(d.state_file)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert most <= 2
+    assert [p.name for p in d.staging.iterdir() if p.name != "DONE"] == []
+    assert d.report.files == 4 and d.report.evicted == 4
+
+
 def test_a_killed_download_resumes_without_reading_what_it_has(
     client: Any, loc: S3Location, tmp_path: Path
 ) -> None:
@@ -405,6 +464,9 @@ def test_warm_via_s3_end_to_end(
     listed = local_s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
     assert listed.get("KeyCount", 0) == 0
     assert not local_s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads")
+    # No second copy of the dump: every staged file was deleted once applied.
+    staged = [p.name for p in (tmp_path / "w" / "s3-staging").iterdir() if p.name != "DONE"]
+    assert staged == []
 
 
 @pytest.mark.memcached_versions("1.6.45")

@@ -7,6 +7,7 @@ nothing left behind (no unfinished multipart upload, no partial or staged file).
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import subprocess
@@ -26,15 +27,22 @@ from tests.faults.harness import CLI, Tally, fetch_all, kill9, trials, wait_unti
 from tests.faults.s3proxy import Faults, s3_proxy
 from tests.volume.conftest import BUCKET, LocalS3, local_s3  # noqa: F401  (the fixture)
 
+# The oldest release and the newest (its crawl answers OK first): the transport does not depend on the
+# release between them, and each trial is seconds of S3 round trips.
+pytestmark = pytest.mark.memcached_versions("1.6.18", "1.6.45")
+
 NODE = "i-0123456789abcdef0"
 
 
 @pytest.fixture
 def s3(local_s3: LocalS3) -> LocalS3:  # noqa: F811
+    # moto's server logs every request through werkzeug: `make faults` prints its table, not those.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     return local_s3
 
 
 ARN = f"arn:aws:ec2:us-east-1:123456789012:instance/{NODE}"
+MAX_ATTEMPTS = 4
 
 
 @dataclass
@@ -53,6 +61,8 @@ class Trial:
         return self.local.env() | {
             "AWS_ENDPOINT_URL_S3": endpoint,
             "CACHEWARM_INSTANCE_ARN": ARN,
+            # Fewer tries per request than the agents' 10: a part that fails past them fails sooner.
+            "AWS_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
             "CACHEWARM_DUMP": os.environ.get(
                 "CACHEWARM_DUMP", str(Path("build/release/cachewarm-dump").resolve())
             ),
@@ -142,10 +152,10 @@ def test_s3_part_upload_fails_then_rerun(s3: LocalS3, memcached: Any, tmp_path: 
     t = tally("S3: part uploads fail (500 past the retries) → dump agent re-run")
     n = 3000
     for trial in range(trials()):
-        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/part-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/{tmp_path.name}/part-{trial}")
         src, dst = fill_source(memcached, n, 100 + trial), memcached(memory_mb=128)
         want = source_items(src, n, 100 + trial)
-        faults = Faults(seed=trial, fail_parts_of=NODE, fail_parts=12)  # > botocore's 10 attempts
+        faults = Faults(seed=trial, fail_parts_of=NODE, fail_parts=MAX_ATTEMPTS + 1)
         with s3_proxy(s3.url, faults) as url:
             first = tr.run(tr.dump_argv(src), url)
             t.trials += 1
@@ -201,7 +211,7 @@ def audit_records(recs: dict[bytes, Record], dst: MemcachedServer, t: Tally, tri
 def test_s3_populator_killed_mid_object(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: populate agent kill -9 mid-object → restart")
     for trial in range(trials()):
-        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/kill-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/{tmp_path.name}/kill-{trial}")
         recs = big_dump(tr.root / "dump", 200 + trial)
         upload_dump(s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
         dst = memcached(memory_mb=256, max_item_size="1m")
@@ -224,6 +234,8 @@ def test_s3_populator_killed_mid_object(s3: LocalS3, memcached: Any, tmp_path: P
             )
             kill9(proc)
             t.trials += 1
+            # Said on the output (`make faults` runs with -s): whether the kill landed mid-object.
+            print(f"S3 kill trial {trial}: a partly fetched object at the kill: {partial}")
             if not partial:
                 t.note(f"trial {trial}: no partial object seen before the kill")
         r = tr.run(tr.populate_argv(dst), s3.url)
@@ -239,7 +251,7 @@ def test_s3_populator_killed_mid_object(s3: LocalS3, memcached: Any, tmp_path: P
 def test_s3_torn_listing_and_partial_reads(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: torn listings (objects left out) and ranges read partial")
     for trial in range(trials()):
-        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/torn-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/{tmp_path.name}/torn-{trial}")
         recs = big_dump(tr.root / "dump", 300 + trial)
         upload_dump(s3.client, tr.root / "dump", tr.loc, NODE, part_size=5 * 1024 * 1024)
         dst = memcached(memory_mb=256, max_item_size="1m")
@@ -258,11 +270,11 @@ def test_s3_torn_listing_and_partial_reads(s3: LocalS3, memcached: Any, tmp_path
     t.check()
 
 
-def test_s3_throttled_with_slowdown(local_s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:  # noqa: F811
+def test_s3_throttled_with_slowdown(s3: LocalS3, memcached: Any, tmp_path: Path, tally: Any) -> None:
     t = tally("S3: 503 SlowDown on a quarter of the requests (dump and populate agents)")
     n = 3000
     for trial in range(trials()):
-        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/slow-{trial}")
+        tr = Trial(s3, tmp_path / f"t{trial}", f"faults/{tmp_path.name}/slow-{trial}")
         src, dst = fill_source(memcached, n, 400 + trial), memcached(memory_mb=128)
         want = source_items(src, n, 400 + trial)
         faults = Faults(seed=trial, slowdown=0.25)

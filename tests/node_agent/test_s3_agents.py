@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 from cachewarm.datapath import format as df
-from cachewarm.datapath.s3transport import S3Location, S3Uploader, make_client
+from cachewarm.datapath.s3transport import GuardSignal, S3Location, S3Uploader, make_client
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.node_agent.cli import agent_group, execute
 from cachewarm.node_agent.errors import ExitCode
 from cachewarm.node_agent.jobs import DumpJob, PopulateJob
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.s3 import (
-    GuardSignal,
     S3Options,
     S3PopulateJob,
     local_volume,
@@ -238,3 +237,37 @@ def test_parse_from_s3_and_cli_usage(tmp_path: Path) -> None:
         agent_group, ["dump", *base, "--memcached", "127.0.0.1:1", "--to-s3", "s3://bkt/"]
     )
     assert res.exit_code == ExitCode.USAGE and "--to-s3" in res.output
+
+
+def test_dump_to_s3_onto_a_scratch_volume(
+    tmp_path: Path, client: Any, loc: S3Location, memcached: Any, dumper_bin: Path
+) -> None:
+    """With --device the source formats and mounts it as on the volume path (a scratch disk for the
+    dump), but never freezes it: nothing reads it but the uploader."""
+    from tests.node_agent.support import BLANK, NOT_MOUNTED, volume
+
+    src = fill(memcached, 300)
+    runner = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": BLANK})
+    runner.stream = SubprocessRunner().stream  # type: ignore[method-assign]
+    job = dump_job(tmp_path, src.port, dumper_bin, runner)
+    job.volume = volume(tmp_path, runner)
+    pub = StatusPublisher(client, where("dump"), interval_s=3600)
+    up = run_dump_to_s3(job, S3Options(loc), pub, runner, lambda m: None, use_volume=True)
+    assert runner.commands()[:4] == ["findmnt", "blkid", "mkfs.xfs", "mkdir"]
+    assert "fsfreeze" not in runner.commands()
+    assert up.report.files >= 1 and f"{NODE}/DONE" in keys(client, loc)
+
+
+def test_a_stopped_upload_aborts_its_multipart_upload(tmp_path: Path, client: Any, loc: S3Location) -> None:
+    """An interrupted agent stops the upload between parts: nothing half-published, no upload left."""
+    from cachewarm.datapath.s3transport import S3TransportError
+
+    w = DirWriter(tmp_path / "dump")
+    w.write(0, 0, records(50, prefix=b"a:", size=200))
+    w.done()
+    up = S3Uploader(client, tmp_path / "dump", loc, NODE)
+    up.stop.set()
+    with pytest.raises(S3TransportError, match="stopped"):
+        up.finish()
+    assert keys(client, loc) == []
+    assert not client.list_multipart_uploads(Bucket=loc.bucket, Prefix=loc.prefix).get("Uploads")

@@ -81,12 +81,15 @@ class S3Location:
 
 def make_client(endpoint_url: str | None = None, max_attempts: int = 10, region: str | None = None) -> Any:
     """An S3 client with botocore's standard retry mode: 503 SlowDown, 500s and connection errors are
-    retried with exponential back-off and jitter, up to `max_attempts` tries per request. With no
+    retried with exponential back-off and jitter, up to `max_attempts` tries per request (or
+    AWS_MAX_ATTEMPTS). With no
     `endpoint_url`, boto3 honours AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (a local S3)."""
     import boto3
     from botocore.config import Config
 
-    cfg = Config(retries={"mode": "standard", "max_attempts": max_attempts})
+    # AWS_MAX_ATTEMPTS, botocore's own setting, still wins (an explicit Config would hide it).
+    attempts = int(os.environ.get("AWS_MAX_ATTEMPTS", max_attempts))
+    cfg = Config(retries={"mode": "standard", "max_attempts": attempts})
     return boto3.client("s3", endpoint_url=endpoint_url, config=cfg, region_name=region)
 
 
@@ -117,6 +120,21 @@ def upload_dump(
 
 
 @dataclass
+class GuardSignal:
+    """The dumper's adaptive guard as its progress lines report it (`backing_off`): the upload holds
+    while it backs off, and only while the dumper runs (afterwards nothing probes the source)."""
+
+    backing_off: bool = False
+    running: threading.Event = field(default_factory=threading.Event)
+
+    def on_progress(self, p: Any) -> None:
+        self.backing_off = bool(p.backing_off)
+
+    def hold(self) -> bool:
+        return self.running.is_set() and self.backing_off
+
+
+@dataclass
 class S3Uploader:
     """Uploads a dump while the dumper writes it: each published data file (the dumper renames a file
     into view only once it is complete) as soon as it appears, DONE last once the dump is finished.
@@ -136,6 +154,8 @@ class S3Uploader:
     sleep: Callable[[float], None] = time.sleep
     report: UploadReport = field(default_factory=UploadReport)
     uploaded: set[str] = field(default_factory=set)
+    # Set to stop between parts (an interrupted agent): the file's multipart upload is aborted.
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
@@ -148,7 +168,7 @@ class S3Uploader:
 
     def wait_while_held(self) -> None:
         held = False
-        while self.hold():
+        while self.hold() and not self.stop.is_set():
             held = True
             self.report.held_s += self.hold_poll
             self.sleep(self.hold_poll)
@@ -161,6 +181,8 @@ class S3Uploader:
         for entry in sorted(os.listdir(self.dump_dir)):
             if entry in self.uploaded or entry.startswith(".") or df.parse_name(entry) is None:
                 continue
+            if self.stop.is_set():
+                break
             _upload_file(self, self.dump_dir / entry, self.base + entry)
             self.uploaded.add(entry)
             n += 1
@@ -186,7 +208,7 @@ class S3Uploader:
     def run(self, dumper_running: Callable[[], bool], poll: float = 0.2) -> None:
         """Upload files as they appear while `dumper_running()`; returns when the dumper has ended
         (the caller then calls `finish` if the dump succeeded)."""
-        while dumper_running():
+        while dumper_running() and not self.stop.is_set():
             if self.step() == 0:
                 self.sleep(poll)
         self.step()
@@ -271,6 +293,8 @@ def _send_parts(
         if not chunk and parts:
             break
         h.update(chunk)
+        if up.stop.is_set():
+            raise S3TransportError(f"{key}: the upload was stopped")
         up.wait_while_held()
         up.limiter.take(0, len(chunk))
         r = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)

@@ -1,7 +1,8 @@
 """`cachewarm warm --via-s3 s3://BUCKET/PREFIX`: the S3 transport's whole path on one machine.
 
-dump (cachewarm-dump into WORKDIR/dump, to the end) -> upload (datapath/s3transport.py: verified data
-files, DONE last and conditional) -> download (range GETs into WORKDIR/s3-staging, a thread) and
+dump (cachewarm-dump into WORKDIR/dump) and, while it runs, upload (datapath/s3transport.py: each
+verified data file as it is published, holding while the dumper's guard backs off; DONE last and
+conditional, once the dump has ended) -> download (range GETs into WORKDIR/s3-staging, a thread) and
 populate (the populator loop, unchanged, on the staging directory, while the download runs) -> the
 target check -> every object under the prefix deleted. On AWS the upload runs on the source node and
 the download on a populator in the other region; here both run in one process against a local S3
@@ -15,21 +16,22 @@ import threading
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO
 
-from cachewarm.datapath.dumper import dumper_node_id, terminate_child
+from cachewarm.datapath.dumper import DumperProgress, dumper_node_id, terminate_child
 from cachewarm.datapath.populate import PopulateIncomplete, PopulateSummary, populate
 from cachewarm.datapath.progress import Display, make_display
 from cachewarm.datapath.s3transport import (
     DEFAULT_PART_SIZE,
     DownloadReport,
+    GuardSignal,
     S3Downloader,
     S3Location,
     S3TransportError,
+    S3Uploader,
     UploadReport,
     delete_prefix,
     make_client,
-    upload_dump,
 )
 from cachewarm.datapath.warm import (
     DumperRun,
@@ -90,8 +92,31 @@ def run_s3_warm(
     proc = subprocess.Popen(
         dumper_command(cfg, dump_dir).argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    dumper = DumperRun(proc, on_progress=display.dumper)
+    # The upload runs while the dump does: each published file as it appears, no part sent while the
+    # dumper's adaptive guard backs off; DONE once the dumper has finished (S3Uploader).
+    guard = GuardSignal()
+    guard.running.set()
+    show = display.dumper
+
+    def on_progress(p: DumperProgress) -> None:
+        guard.on_progress(p)
+        show(p)
+
+    dumper = DumperRun(proc, on_progress=on_progress)
     dumper.pump()
+    uploader = S3Uploader(
+        client, dump_dir, s3.location, node, s3.part_size, s3.max_bytes_per_second, hold=guard.hold
+    )
+    up_failure: list[BaseException] = []
+
+    def upload() -> None:
+        try:
+            uploader.run(guard.running.is_set)
+        except BaseException as e:  # raised once the dumper has ended
+            up_failure.append(e)
+
+    up_thread = threading.Thread(target=upload, name="s3-upload", daemon=True)
+    up_thread.start()
     problems: list[str] = []
     # The staging directory holds only the files the populator has not applied yet (evicted after), at
     # most STAGED_AHEAD of them: no second copy of the dump on this disk.
@@ -109,10 +134,14 @@ def run_s3_warm(
     failure: list[BaseException] = []
     try:
         rc = proc.wait()
+        guard.running.clear()
+        up_thread.join()
         if rc != 0:
             raise WarmError(dumper.failure() or f"cachewarm-dump exited {rc}")
+        if up_failure:
+            raise WarmError(f"the S3 upload failed: {up_failure[0]}") from up_failure[0]
         dump_end = time.monotonic()
-        up = _upload(client, dump_dir, s3, node)
+        up = _finish_upload(uploader)
 
         def download() -> None:
             try:
@@ -141,6 +170,8 @@ def run_s3_warm(
     except BaseException:
         display.close()
         terminate_child(proc, 10)
+        uploader.stop.set()
+        guard.running.clear()
         down.stop.set()
         raise
     display.close()
@@ -151,11 +182,11 @@ def run_s3_warm(
     return ws, _counts(up, down.report, deleted)
 
 
-def _upload(client: Any, dump_dir: Any, s3: S3Transport, node: str) -> UploadReport:
+def _finish_upload(uploader: S3Uploader) -> UploadReport:
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        return upload_dump(client, dump_dir, s3.location, node, s3.part_size, s3.max_bytes_per_second)
+        return uploader.finish()
     except (S3TransportError, BotoCoreError, ClientError) as e:
         raise WarmError(f"the S3 upload failed: {e}") from e
 

@@ -154,7 +154,7 @@ class WarmSummary:
         lines = [
             f"warm {'OK' if self.ok else 'FAILED'} in {self.total_s:.1f}s "
             f"(dump {self.dump_s:.1f}s, populate {self.populate_s:.1f}s, "
-            + ("the upload after the dump, download and populate overlapped)" if self.s3 else "overlapped)"),
+            + ("upload with the dump, then download and populate, overlapped)" if self.s3 else "overlapped)"),
             f"  items dumped        {self.items_dumped:>12,}  (keys listed {self.keys_listed:,}, "
             f"gone before fetch {self.dump_misses:,})",
             f"  items copied        {self.copied:>12,}",

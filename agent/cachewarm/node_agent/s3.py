@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from cachewarm.datapath.dumper import DumperProgress
 from cachewarm.datapath.s3transport import (
     DEFAULT_PART_SIZE,
     DamagedObject,
+    GuardSignal,
     S3Downloader,
     S3Location,
     S3TransportError,
@@ -80,20 +81,6 @@ class S3Options:
         return make_client(region=self.region)
 
 
-@dataclass
-class GuardSignal:
-    """The dumper's adaptive guard as its progress lines report it: the upload holds while it backs off."""
-
-    backing_off: bool = False
-    running: threading.Event = field(default_factory=threading.Event)
-
-    def on_progress(self, p: DumperProgress) -> None:
-        self.backing_off = p.backing_off
-
-    def hold(self) -> bool:
-        return self.running.is_set() and self.backing_off
-
-
 def run_dump_to_s3(
     job: Any,
     s3: S3Options,
@@ -147,6 +134,9 @@ def run_dump_to_s3(
     thread.start()
     try:
         res = runner.stream(job.argv(resume), on_line)
+    except BaseException:  # interrupted (SIGTERM): stop the upload between parts too
+        up.stop.set()
+        raise
     finally:
         guard.running.clear()
         thread.join()
