@@ -70,6 +70,9 @@ class CacheWarmer(Construct):
         self.access_logs, self.status_bucket = storage.access_logs, storage.status_bucket
         # cachewarm:stack: on everything this stack's controller creates, and in its IAM conditions.
         self.stack_tag = f"{Aws.STACK_NAME}-{self.node.addr[:10]}"
+        # The S3 transport's buckets (one per warm execution) are named <prefix><warm id>-<hash>;
+        # 8 characters at most (S3's 63 with a 48-character warm id), this construct's own.
+        self.transport_bucket_prefix = f"cw{self.node.addr[2:7]}-"
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
@@ -77,7 +80,9 @@ class CacheWarmer(Construct):
         # The key admits CloudWatch Logs (and EventBridge, CloudWatch) before anything uses it.
         admit_services_to_key(self.key)
         self.agent_logs = build_agent_log_group(self, props, self.key)
-        self.agent_policy = build_agent_policy(self, artifacts, storage, props.status_prefix, self.agent_logs)
+        self.agent_policy = build_agent_policy(
+            self, artifacts, storage, props.status_prefix, self.agent_logs, self.transport_bucket_prefix
+        )
         self._populator = populator = build_populator(
             self, props, agent_policy=self.agent_policy, key=self.key, artifacts=artifacts
         )
@@ -90,6 +95,7 @@ class CacheWarmer(Construct):
             documents=self.documents,
             status_prefix=props.status_prefix,
             stack_tag=self.stack_tag,
+            transport_bucket_prefix=self.transport_bucket_prefix,
         )
         self.controller_role, self.controller_policy = controller.role, controller.policy
 
@@ -103,6 +109,8 @@ class CacheWarmer(Construct):
             agent_log_group=self.agent_logs.log_group_name,
             vpc_id=props.vpc.vpc_id,
             stack_tag=self.stack_tag,
+            transport_bucket_prefix=self.transport_bucket_prefix,
+            populator_role_arn=populator.role.role_arn,
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key

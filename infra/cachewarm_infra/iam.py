@@ -36,8 +36,19 @@ OWN_INSTANCE_ARN = "${ec2:SourceInstanceARN}"
 CONTROLLER_ROOT = status.CONTROLLER_ROOT
 
 
+def transport_bucket_arns(prefix: str) -> tuple[str, str]:
+    """The S3 transport's buckets (one per warm execution, named <prefix>...): (buckets, objects)."""
+    bucket = f"arn:{Aws.PARTITION}:s3:::{prefix}*"
+    return bucket, f"{bucket}/*"
+
+
 def build_agent_policy(
-    scope: Construct, artifacts: Artifacts, storage: Storage, status_prefix: str, agent_logs: logs.ILogGroup
+    scope: Construct,
+    artifacts: Artifacts,
+    storage: Storage,
+    status_prefix: str,
+    agent_logs: logs.ILogGroup,
+    transport_bucket_prefix: str,
 ) -> iam.ManagedPolicy:
     """What the agents need: read the artifacts (install), write their status objects, and let the
     SSM agent send the commands' output to the stack's log group.
@@ -45,6 +56,7 @@ def build_agent_policy(
     Attached to the populator role; the platform team attaches the same managed policy to the source
     memcached nodes' instance role (output `SourceNodePolicyArn`).
     """
+    transport_buckets, _ = transport_bucket_arns(transport_bucket_prefix)
     return iam.ManagedPolicy(
         scope,
         "AgentPolicy",
@@ -65,7 +77,18 @@ def build_agent_policy(
                 ["s3:GetObject", "s3:PutObject"],
                 [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
             ),
-            # Only through S3 (the status objects): the key never decrypts anything else for an agent.
+            # The S3 transport (docs/transport-s3.md): a source node uploads its dump under the warm
+            # bucket's dumps/ (and reads it back to resume), a populator reads it; only this stack's
+            # transport buckets. Each bucket's own policy lets the populator role only read.
+            _allow(
+                "TransportObjects",
+                ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+                [f"{transport_buckets}/dumps/*"],
+            ),
+            # Listing a node's prefix; HEAD of a missing key answers 404 (not 403) only with it.
+            _allow("ListTransportBuckets", ["s3:ListBucket"], [transport_buckets]),
+            # Only through S3 (the status objects, the transport's objects): the key never decrypts
+            # anything else for an agent.
             _allow(
                 "StatusBucketKey",
                 ["kms:Decrypt", "kms:GenerateDataKey"],
@@ -99,6 +122,7 @@ def build_controller_role(
     documents: Mapping[str, ssm.CfnDocument],
     status_prefix: str,
     stack_tag: str,
+    transport_bucket_prefix: str,
 ) -> ControllerIdentity:
     """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
     stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's."""
@@ -118,6 +142,7 @@ def build_controller_role(
         }
     }
     key_arn, bucket = storage.key.key_arn, storage.status_bucket
+    transport_buckets, transport_objects = transport_bucket_arns(transport_bucket_prefix)
     role = iam.Role(
         scope,
         "ControllerRole",
@@ -231,6 +256,33 @@ def build_controller_role(
                 bucket.arn_for_objects(f"{CONTROLLER_ROOT}/{status_prefix}/*"),
             ],
         ),
+        # The S3 transport: a bucket per warm execution, named with this stack's prefix — made,
+        # configured (encryption, public access block, lifecycle, policy, tags), emptied and deleted
+        # by the controller; no other bucket.
+        _allow(
+            "TransportBuckets",
+            [
+                "s3:CreateBucket",
+                "s3:PutBucketOwnershipControls",
+                "s3:PutEncryptionConfiguration",
+                "s3:PutBucketPublicAccessBlock",
+                "s3:PutLifecycleConfiguration",
+                "s3:PutBucketPolicy",
+                "s3:PutBucketTagging",
+                "s3:ListBucket",
+                "s3:ListBucketVersions",
+                "s3:ListBucketMultipartUploads",
+                "s3:DeleteBucket",
+            ],
+            [transport_buckets],
+        ),
+        _allow(
+            "EmptyTransportBuckets",
+            ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload"],
+            [transport_objects],
+        ),
+        # Teardown of an execution whose input named no valid warm id finds its bucket by listing.
+        _allow("FindTransportBuckets", ["s3:ListAllMyBuckets"], ["*"]),
         # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
         _allow(
             "UseKey",

@@ -106,6 +106,29 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         f"AwsSolutions-IAM5[Resource::<{_logical(w.agent_logs)}.Arn>:log-stream:*]",
         "SSM names one log stream per command, instance and step in the stack's agent output group.",
     )
+    transport = f"arn:<AWS::Partition>:s3:::{w.transport_bucket_prefix}*"
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{transport}]",
+        "The S3 transport makes one bucket per warm execution, named with this stack's own prefix; "
+        "their names are unknown before the warm.",
+    )
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::{transport}/*]",
+        "Teardown empties the S3 transport's bucket of this execution: every object and upload in it.",
+    )
+    ack(
+        w.agent_policy,
+        f"AwsSolutions-IAM5[Resource::{transport}]",
+        "Listing a node's prefix in the warm's S3 transport bucket (named per warm execution).",
+    )
+    ack(
+        w.agent_policy,
+        f"AwsSolutions-IAM5[Resource::{transport}/dumps/*]",
+        "Dump objects are named per warm, node and data file; each bucket's policy lets the populator "
+        "role only read.",
+    )
     xray = (
         "X-Ray PutTraceSegments/PutTelemetryRecords and the log delivery APIs do not support "
         "resource scoping."

@@ -54,6 +54,10 @@ class Wiring:
     vpc_id: str | None = None
     # The cachewarm:stack tag value of what this stack's controller creates.
     stack_tag: str | None = None
+    # The S3 transport: its buckets' name prefix (the IAM of both sides is scoped to it) and the
+    # populators' role (each bucket's policy lets it only read).
+    transport_bucket_prefix: str | None = None
+    populator_role_arn: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -75,6 +79,10 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["VPC_ID"] = w.vpc_id
     if w.stack_tag:
         env["STACK_TAG"] = w.stack_tag
+    if w.transport_bucket_prefix:
+        env["TRANSPORT_BUCKET_PREFIX"] = w.transport_bucket_prefix
+    if w.populator_role_arn:
+        env["POPULATOR_ROLE_ARNS"] = w.populator_role_arn
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name

@@ -28,6 +28,10 @@ class ResourceFailedError(ControllerError):
     """A volume or instance went into a failed state (error, terminated, ...)."""
 
 
+class TransportError(ResourceFailedError):
+    """The S3 transport's bucket cannot be made or reached (taken by another account, ...)."""
+
+
 class WaitTimedOutError(ControllerError):
     """A bounded wait loop (volumes, populators, attachments, teardown) ran out of attempts."""
 

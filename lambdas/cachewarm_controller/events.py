@@ -75,6 +75,7 @@ class StepEvent(_Event):
     volumes: LoopPass | None = None
     populators: LoopPass | None = None
     attach: LoopPass | None = None
+    transport: LoopPass | None = None
     install: LoopPass | None = None
     agents: LoopPass | None = None
     progress: LoopPass | None = None

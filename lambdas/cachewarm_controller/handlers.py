@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
+from cachewarm_controller import transport
 from cachewarm_controller.agents import SsmAgentRunner
 from cachewarm_controller.attach import Ec2VolumeAttacher
 from cachewarm_controller.awsutil import RETRY_CONFIG, is_throttling
@@ -79,7 +81,17 @@ def settings_from_env() -> Settings:
         vpc_id=env["VPC_ID"],
         stack_tag=env["STACK_TAG"],
         launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
+        populator_role_arns=tuple(r for r in (env.get("POPULATOR_ROLE_ARNS") or "").split(",") if r),
+        transport_bucket_prefix=transport_prefix(env.get("TRANSPORT_BUCKET_PREFIX")),
     )
+
+
+def transport_prefix(value: str | None) -> str:
+    if not value:
+        return transport.BUCKET_PREFIX
+    if not re.fullmatch(transport.PREFIX_PATTERN, value):
+        raise RuntimeError(f"TRANSPORT_BUCKET_PREFIX={value!r} does not match {transport.PREFIX_PATTERN}")
+    return value
 
 
 @functools.cache
@@ -194,6 +206,7 @@ def plan(event: StepEvent, deps: Deps) -> dict[str, Any]:
 
 
 create_volumes = _loop(resources.create_volumes, "volumes")
+create_transport = _loop(resources.create_transport, "transport")
 launch_populators = _loop(resources.launch_populators, "populators")
 attach_volumes = _loop(resources.attach_volumes, "attach")
 install_agents = _loop(agent_commands.install_agents, "install")
@@ -225,6 +238,6 @@ def check_progress(event: StepEvent, deps: Deps) -> dict[str, Any]:
 def teardown(event: TeardownEvent, deps: Deps) -> dict[str, Any]:
     target = teardown_steps.teardown_target(event)
     out = teardown_steps.teardown(target, event.teardown or {}, deps)
-    left = out.get("volumes_left", 0) + out.get("instances_left", 0)
+    left = out.get("volumes_left", 0) + out.get("instances_left", 0) + out.get("buckets_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out

@@ -43,8 +43,9 @@ LOOP_EVENTS = {
     "Teardown": 9,
 }
 # The states on the longest path that are in no loop: ValidateInput, ClaimWarmId, WarmIdClaimed?,
-# Plan, WarmOutcome, WarmSucceeded.
-LINEAR_EVENTS = 5 + 5 + 2 + 5 + 2 + 2
+# Plan, WhichTransport?, VolumesOrBucket?, WarmOutcome, WarmSucceeded. (The volume transport's path is
+# the longest: the S3 transport skips the CreateVolumes and AttachVolumes loops for one CreateTransport.)
+LINEAR_EVENTS = 5 + 5 + 2 + 5 + 2 + 2 + 2 + 2
 
 # Teardown passes that only wait (detaching, terminating) besides the passes that do its calls.
 TEARDOWN_WAIT_PASSES = 60

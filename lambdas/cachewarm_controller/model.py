@@ -33,6 +33,7 @@ SubnetId = Annotated[str, Field(pattern=inputs.SUBNET_ID)]
 AzName = Annotated[str, Field(pattern=inputs.AZ_NAME)]
 Endpoint = Annotated[str, Field(pattern=inputs.ENDPOINT)]
 ReplicaName = Annotated[str, Field(pattern=inputs.REPLICA_NAME)]
+Region = Annotated[str, Field(pattern=inputs.AWS_REGION)]
 AsgName = Annotated[str, Field(pattern=inputs.ASG_NAME)]
 
 
@@ -111,6 +112,30 @@ class VolumeSpec(_Strict):
     device_name: Annotated[str, Field(pattern=inputs.ATTACH_DEVICE_NAME)] = "/dev/sdf"
 
 
+class S3Spec(_Strict):
+    """The S3 transport (docs/transport-s3.md): a bucket per warm in the source region (KMS-encrypted,
+    a lifecycle rule, a policy naming only this warm's instances' roles), the dumps uploaded there and
+    read by populators launched in the destination region's subnets."""
+
+    # Where the populators run (the destination replica's region); None = the controller's own.
+    destination_region: Region | None = None
+    # The destination region's subnets the populators are launched in, one after another.
+    subnet_ids: list[SubnetId] = Field(min_length=1, max_length=16)
+    # Bytes/s one source node uploads, 0 = unlimited: the upload shares the clients' network.
+    upload_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
+    # The lifecycle rule: objects a teardown could not delete expire after this many days, and
+    # unfinished multipart uploads are aborted after one.
+    expire_days: int = Field(default=3, ge=1, le=365)
+    # The bucket's SSE-KMS key; None = the stack's key (KMS_KEY_ID), else S3's own aws/s3 key.
+    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = None
+
+    @model_validator(mode="after")
+    def _unique_subnets(self) -> S3Spec:
+        if len(set(self.subnet_ids)) != len(self.subnet_ids):
+            raise ValueError("subnet_ids has duplicates")
+        return self
+
+
 class DumperSpec(_Strict):
     """How each source node's dumper reads: fixed ceilings (0 = unlimited), the adaptive guard that
     backs off while the source's live clients would feel the dump (on by default), and the order
@@ -164,12 +189,31 @@ class WarmInput(_Strict):
     source: SourceSpec = Field(default_factory=SourceSpec)
     destination: DestinationSpec
     populator: PopulatorSpec
+    # volume: an io2 multi-attach volume per node (the destination in the source node's AZ); s3: the
+    # dumps travel through a bucket per warm (any zone or region; `s3` says where).
+    transport: Literal["volume", "s3"] = "volume"
     volume: VolumeSpec = Field(default_factory=VolumeSpec)
+    s3: S3Spec | None = None
     dumper: DumperSpec = Field(default_factory=DumperSpec)
     polling: PollingSpec = Field(default_factory=PollingSpec)
     verify: VerifySpec = Field(default_factory=VerifySpec)
     status_prefix: Annotated[str, Field(pattern=inputs.STATUS_PREFIX)] = inputs.DEFAULT_STATUS_PREFIX
     mount_dir: Annotated[str, Field(pattern=inputs.MOUNT_DIR)] = inputs.DEFAULT_MOUNT_DIR
+
+    @model_validator(mode="after")
+    def _transport(self) -> WarmInput:
+        if self.transport == "s3" and self.s3 is None:
+            raise ValueError(
+                "transport s3 needs s3.subnet_ids (the destination region's subnets for the populators)"
+            )
+        if self.transport == "volume" and self.s3 is not None:
+            raise ValueError('s3 is given but transport is "volume": set transport to "s3" or drop s3')
+        if self.transport == "s3" and self.populator.subnet_ids:
+            raise ValueError(
+                "populator.subnet_ids picks subnets per source AZ for volumes; with transport s3 the "
+                "populators go to s3.subnet_ids"
+            )
+        return self
 
 
 def describe_errors(exc: ValidationError) -> str:

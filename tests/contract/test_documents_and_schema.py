@@ -44,6 +44,9 @@ SCHEMA_PATTERNS: dict[tuple[str | int, ...], str] = {
     (_D, "VolumeSpec", "properties", "kms_key_id", "anyOf", 0, "pattern"): inputs.KMS_KEY_ID,
     (_D, "VolumeSpec", "properties", "device_name", "pattern"): inputs.ATTACH_DEVICE_NAME,
     (_D, "PopulatorSpec", "properties", "placement", "pattern"): inputs.PLACEMENT,
+    (_D, "S3Spec", "properties", "destination_region", "anyOf", 0, "pattern"): inputs.AWS_REGION,
+    (_D, "S3Spec", "properties", "subnet_ids", "items", "pattern"): inputs.SUBNET_ID,
+    (_D, "S3Spec", "properties", "kms_key_id", "anyOf", 0, "pattern"): inputs.KMS_KEY_ID,
 }
 # Maps keyed by a pattern (JSON Schema `patternProperties`): where the map is, the key's pattern, and
 # the pattern of its values (None: the values are objects).
@@ -66,6 +69,7 @@ SCHEMA_RANGES_SENT_TO_SSM: dict[tuple[str | int, ...], str] = {
     (_D, "DumperSpec", "properties", "threads"): inputs.THREADS,
     (_D, "DumperSpec", "properties", "max_items_per_second"): inputs.RATE,
     (_D, "PopulatorSpec", "properties", "max_items_per_second"): inputs.RATE,
+    (_D, "S3Spec", "properties", "upload_bytes_per_second"): inputs.BYTE_RATE,
 }
 
 

@@ -329,6 +329,7 @@ def test_star_resources_only_for_unscopable_reads(synth: Synth) -> None:
     """`Resource: "*"` only on actions IAM cannot scope (Describe/List, X-Ray, log delivery)."""
     allowed = re.compile(
         r"^(ec2:Describe\w+|autoscaling:Describe\w+|ssm:(Describe|List|Get)\w+|ssm:CancelCommand|"
+        r"s3:ListAllMyBuckets|"
         r"ec2messages:\w+|ssmmessages:\w+|"
         r"xray:\w+|logs:(CreateLogDelivery|GetLogDelivery|UpdateLogDelivery|DeleteLogDelivery|ListLogDeliveries|"
         r"PutResourcePolicy|DescribeResourcePolicies|DescribeLogGroups))$"

@@ -19,7 +19,8 @@ this machine's view of the instance (machine.py):
 
 What an instance sees differently is mapped: 127.0.0.1:<port> on a source node is its local
 memcached; a source node's private IP:<port> (verify's --source) is that node's local memcached;
-`mount` is the volume's local directory; the populator's state directory is a temporary directory.
+`mount` is the volume's local directory (with the S3 transport's `device` none, a directory of the
+host's own); the populator's state directory is a temporary directory.
 Agents run in threads, so SIGTERM handling (main thread only) is left out and `cancel` stops nothing.
 """
 
@@ -235,7 +236,11 @@ class LocalAgents:
             # reach their stand-in memcacheds on this machine.
             p["to"] = ",".join(self.machine.destination(e) for e in p["to"].split(","))
         if "device" in p:
-            local = str(self.machine.device(p["device"]).directory)
+            if p["device"] == "none":  # the S3 transport: `mount` is a directory on the instance's disk
+                # (short: the agent's --mount takes at most 8 path segments)
+                local = str(self.machine.work / "disks" / host.instance_id)
+            else:
+                local = str(self.machine.device(p["device"]).directory)
             host.aliases[p["mount"]] = local
             p["mount"] = local
         return p

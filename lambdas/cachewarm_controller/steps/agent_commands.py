@@ -15,6 +15,7 @@ from typing import Any, Literal
 from cachewarm.contract import inputs
 from cachewarm.contract.status import ROLES
 
+from cachewarm_controller import transport
 from cachewarm_controller.agents import FAILED_COMMAND_STATES, RUNNING_COMMAND_STATES
 from cachewarm_controller.awsutil import chunks
 from cachewarm_controller.budget import COMMANDS_PER_PASS
@@ -56,9 +57,18 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
         }
     common = {
         **status,
-        "device": inputs.ebs_device_path(str(row.volume_id)),
+        # With the S3 transport there is no volume: the mount point is the agent's local work dir.
+        "device": "none" if inp.transport == "s3" else inputs.ebs_device_path(str(row.volume_id)),
         "mount": inputs.mount_point(inp.mount_dir, inp.warm_id),
     }
+    if inp.transport == "s3":
+        bucket = transport.bucket_name(inp.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix)
+        common["s3Region"] = warm.region  # the bucket's region (the populators' may differ)
+        if role == "dump":
+            common["toS3"] = transport.node_url(bucket)
+            common["uploadRate"] = str(inp.s3.upload_bytes_per_second if inp.s3 else 0)
+        else:
+            common["fromS3"] = transport.node_source_url(bucket, row.node_id)
     if role == "dump":
         return {
             **common,

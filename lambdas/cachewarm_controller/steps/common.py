@@ -48,6 +48,11 @@ class Settings:
     # This stack's populator launch template (POPULATOR_LAUNCH_TEMPLATE_ID): the only one its IAM may
     # launch from, so an input naming another is refused at ValidateInput.
     launch_template_id: str | None = None
+    # The populators' instance roles (POPULATOR_ROLE_ARNS): an S3 transport bucket lets them only read.
+    populator_role_arns: tuple[str, ...] = ()
+    # The S3 transport buckets' name prefix (TRANSPORT_BUCKET_PREFIX): the stack's IAM allows the
+    # controller and the agents only buckets named so.
+    transport_bucket_prefix: str = "cw-"
 
 
 @dataclass
@@ -90,6 +95,15 @@ class Warm:
     @property
     def prefix(self) -> str:
         return self.inp.status_prefix
+
+    @property
+    def region(self) -> str:
+        """The execution's region (arn:<partition>:states:<region>:<account>:execution:...)."""
+        return self.execution_arn.split(":")[3]
+
+    @property
+    def account(self) -> str:
+        return self.execution_arn.split(":")[4]
 
 
 def backoff_seconds(attempt: int, base: int = 5) -> int:

@@ -208,6 +208,29 @@ def _populator_subnets(inp: WarmInput, deps: Deps) -> dict[str, str]:
     return {**by_az, **inp.populator.subnet_ids}
 
 
+def _s3_populator_subnets(warm: Warm, deps: Deps) -> list[tuple[str, str]]:
+    """(subnet, AZ) of the S3 transport's populator subnets, in the input's order; each must exist."""
+    spec = warm.inp.s3
+    assert spec is not None  # WarmInput: transport s3 has s3
+    region = spec.destination_region or warm.region
+    if region != warm.region:
+        # Said plainly: the populators' EC2 and SSM calls would go to this region's endpoints.
+        raise PlanError(
+            f"s3.destination_region {region}: this controller launches populators in its own region "
+            f"({warm.region}) only (docs/transport-s3.md, 'Not done yet')"
+        )
+    found = {
+        s["SubnetId"]: s["AvailabilityZone"]
+        for s in deps.ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": list(spec.subnet_ids)}])[
+            "Subnets"
+        ]
+    }
+    missing = [s for s in spec.subnet_ids if s not in found]
+    if missing:
+        raise PlanError(f"s3.subnet_ids: {', '.join(missing)} not found in {region}")
+    return [(s, found[s]) for s in spec.subnet_ids]
+
+
 def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     """One row per source node: AZ, subnet, address, data size, volume size. Saved to S3."""
     inp = warm.inp
@@ -231,6 +254,7 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
     _check_launch_template(inp, deps.ec2)
     subnets = _populator_subnets(inp, deps)
+    s3_subnets = _s3_populator_subnets(warm, deps) if inp.transport == "s3" else []
     endpoints = destination_endpoints(inp, deps.ec2, set(ids), deps.settings.vpc_id)
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
@@ -250,6 +274,8 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
                 size_gib=volume_size_gib(st.bytes, inp.volume.headroom, inp.volume.iops),
             )
         )
+        if s3_subnets:  # the populator goes to the destination's subnets, one after another
+            rows[-1].subnet_id, rows[-1].az = s3_subnets[(len(rows) - 1) % len(s3_subnets)]
         if not rows[-1].subnet_id:
             raise PlanError(f"source node {n['InstanceId']} has no subnet; give populator.subnet_ids.{az}")
     result = WarmPlan(

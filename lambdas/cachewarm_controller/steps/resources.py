@@ -1,5 +1,6 @@
 """CreateVolumes, LaunchPopulators, AttachVolumes: one io2 multi-attach volume and one populator
-instance per source node, the volume attached to both.
+instance per source node, the volume attached to both; CreateTransport instead of the volumes for
+the S3 transport (a bucket per execution; the populators in the input's `s3.subnet_ids`).
 
 Each is a looping step: one pass creates (or attaches) at most a batch, paced under EC2's rate limits,
 then reports whether everything is ready; the state machine waits and runs the next pass. Resources
@@ -13,6 +14,7 @@ from typing import Any
 
 from cachewarm.contract import tags
 
+from cachewarm_controller import transport
 from cachewarm_controller.attach import LIVE_STATES, require_nitro
 from cachewarm_controller.awsutil import chunks, client_token
 from cachewarm_controller.budget import ATTACHMENTS_PER_PASS, POPULATORS_PER_PASS, VOLUMES_PER_PASS
@@ -125,7 +127,8 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
             LaunchTemplate=template,
             MinCount=1,
             MaxCount=1,
-            # The source node's AZ (via its subnet): a multi-attach volume is single-AZ.
+            # The source node's AZ (via its subnet): a multi-attach volume is single-AZ. With the S3
+            # transport, the subnet Plan picked from s3.subnet_ids.
             SubnetId=row.subnet_id,
             ClientToken=client_token(warm.execution_arn, row.node_id, "populator"),
             TagSpecifications=[
@@ -239,4 +242,41 @@ def attach_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, A
         pending=pending,
         attachments=len(pairs),
         attached=attached,
+    )
+
+
+# ---- the S3 transport's bucket ------------------------------------------------------------------------
+
+
+def transport_spec(warm: Warm, deps: Deps) -> transport.BucketSpec:
+    spec = warm.inp.s3
+    if spec is None:
+        raise PlanError(f"warm {warm.warm_id} has transport {warm.inp.transport}: no bucket to create")
+    return transport.BucketSpec(
+        name=transport.bucket_name(warm.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix),
+        region=warm.region,
+        warm_id=warm.warm_id,
+        execution_arn=warm.execution_arn,
+        stack_tag=deps.settings.stack_tag,
+        expire_days=spec.expire_days,
+        kms_key_id=spec.kms_key_id or deps.settings.kms_key_id,
+        reader_role_arns=deps.settings.populator_role_arns,
+        account=warm.account,
+    )
+
+
+def create_transport(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
+    """The S3 transport's bucket of this execution (transport.py says what it carries), in the
+    controller's region — the source's. One pass: creating it again adopts it."""
+    spec = transport_spec(warm, deps)
+    created = transport.ensure_bucket(deps.s3.s3, spec)
+    return pass_result(
+        state,
+        ready=True,
+        progressed=created,
+        limit=1,
+        what="transport bucket",
+        pending=[],
+        bucket=spec.name,
+        created=created,
     )

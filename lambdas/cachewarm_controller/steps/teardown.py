@@ -1,5 +1,6 @@
 """Teardown (both state machines): stop the agents, unmount on both hosts, detach, terminate the
-populators, delete the volumes, then the warm's S3 objects — from any stage, one bounded pass at a
+populators, delete the volumes and the S3 transport's bucket (every object, every unfinished multipart
+upload, then the bucket), then the warm's S3 objects — from any stage, one bounded pass at a
 time, touching only what this execution created.
 
 - EC2 resources are found by the execution's tag (and the warm id's): another execution's resources,
@@ -22,6 +23,7 @@ from botocore.exceptions import ClientError
 from cachewarm.contract import inputs, tags, warm_ids
 from cachewarm.contract.status import ROLES
 
+from cachewarm_controller import transport
 from cachewarm_controller.agents import RUNNING_COMMAND_STATES
 from cachewarm_controller.attach import LIVE_STATES
 from cachewarm_controller.awsutil import chunks, tag_value
@@ -126,7 +128,10 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     warm_id = target.warm_id or next(
         (w for r in inv.volumes + inv.instances if (w := tag_value(r, tags.WARM_ID))), None
     )
-    if inv.empty:
+    # The S3 transport's bucket: emptied once the agents are stopped (a running dump still uploads).
+    emptied = _delete_buckets(target, deps, calls) if mem.cancelled else None
+    buckets_left = emptied.left if emptied is not None else ["(agents not yet stopped)"]
+    if inv.empty and not buckets_left:
         objects = deps.s3.delete_warm(target.status_prefix, target.warm_id) if owns and target.warm_id else 0
         return {
             "complete": True,
@@ -134,6 +139,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
             "waits": waits,
             "wait_seconds": 0,
             "deleted_objects": objects,
+            "transport_objects": emptied.objects if emptied else 0,
         }
 
     ours = {i["InstanceId"]: i for i in inv.instances}
@@ -204,7 +210,9 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     if passes >= TEARDOWN_MAX_PASSES:
         raise WaitTimedOutError(
             f"teardown of {warm_id or target.execution_arn} incomplete after {passes} passes; left: "
-            f"{inv.describe()}" + (f"; still mounted: {'; '.join(blocked[:5])}" if blocked else "")
+            f"{inv.describe()}"
+            + (f"; buckets: {', '.join(buckets_left)}" if buckets_left else "")
+            + (f"; still mounted: {'; '.join(blocked[:5])}" if blocked else "")
         )
     progressed = calls.left < TEARDOWN_CALLS_PER_PASS
     return {
@@ -216,8 +224,25 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
         "terminated": len(to_terminate),
         "volumes_left": len(inv.volumes) - deleted,
         "instances_left": len(inv.instances),
+        "buckets_left": len(buckets_left),
+        "transport_objects": emptied.objects if emptied else 0,
         "blocked": blocked[:3],
     }
+
+
+def _delete_buckets(target: TeardownTarget, deps: Deps, calls: _Calls) -> transport.Emptied:
+    """Empty and delete this execution's S3 transport bucket (found by the name its ARN gives), within
+    the pass's call budget; `left` names what is still there."""
+    out = transport.Emptied()
+    prefix = deps.settings.transport_bucket_prefix
+    for name in transport.find_buckets(deps.s3.s3, target.execution_arn, target.warm_id, prefix):
+        one = transport.delete_bucket(deps.s3.s3, name, max(calls.left, 0))
+        calls.left -= one.calls
+        out.objects += one.objects
+        out.uploads += one.uploads
+        out.calls += one.calls
+        out.left += one.left
+    return out
 
 
 def _unmount_results(mem: TeardownState, deps: Deps) -> dict[str, str]:
