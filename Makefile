@@ -47,7 +47,7 @@ venv: $(PY)
 
 # The project is installed editable (the C loop built in place): runtime deps only, + the CDK libraries
 # (synth), or everything the tests, lint and fuzzing use (dev, which includes the other two).
-PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c agent/cachewarm/datapath/_placement.c $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h)
+PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c agent/cachewarm/datapath/_placement.c agent/cachewarm/datapath/_probes.c $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h)
 # After apt: without python3-dev the C loop would be skipped quietly (setup.py marks it optional).
 $(VENV)/.deps-run: $(PY_SRC) | $(PY) deps-apt-run
 	$(PIP_INSTALL) -e .

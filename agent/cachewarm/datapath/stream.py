@@ -29,12 +29,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
-from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.ketama import KetamaRing, Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.placement import Placer
 from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate.plan import ring_arrays
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
+
+try:
+    from cachewarm.datapath import _speedups
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _speedups = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from cachewarm.datapath.progress import Display
@@ -186,10 +194,37 @@ def _listed(path: Path, now: int) -> Iterable[bytes]:
 def _check_list(
     path: Path, targets: list[Node], routing: Routing, excluded: frozenset[bytes]
 ) -> tuple[int, list[bytes]]:
-    """(keys checked, keys missing) of one key list on the target nodes (runs in a pool process)."""
+    """(keys checked, keys missing) of one key list on the target nodes (runs in a pool process):
+    the C walk routes its keys into lookups (_probes.c), presence.py sends them; without the C
+    extension, the keys are routed here."""
+    now = int(time.time()) + 1
     ring = routing.ring(targets)
+    if _speedups is None:  # pragma: no cover - exercised where no C compiler was available
+        return _check_list_py(path, targets, ring, excluded, now)
+    points, owners = ring_arrays(ring)
+    shares = _speedups.probe_keys(
+        path.read_bytes(),
+        now,
+        len(targets),
+        points,
+        owners,
+        ring.hash_delimiter if ring is not None else None,
+    )
+    checked, gone = 0, []
+    for n, (lookups, expiry, binary) in zip(targets, shares, strict=True):
+        c, g = presence.missing(n, presence.NodeProbes(n.address, lookups, expiry, binary), now)
+        checked += c
+        gone += g
+    # The stream never sent these on purpose (too large for their node, undumpable): not its misses.
+    skipped = [k for k in gone if k in excluded]
+    return checked - len(skipped), [k for k in gone if k not in excluded]
+
+
+def _check_list_py(
+    path: Path, targets: list[Node], ring: KetamaRing | Placer | None, excluded: frozenset[bytes], now: int
+) -> tuple[int, list[bytes]]:
     per_node: list[list[bytes]] = [[] for _ in targets]
-    for key in _listed(path, int(time.time()) + 1):
+    for key in _listed(path, now):
         if key not in excluded:
             per_node[ring.index_for(key) if ring else 0].append(key)
     gone: list[bytes] = []

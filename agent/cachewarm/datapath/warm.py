@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
+from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
@@ -267,11 +268,26 @@ def _check_file(
     return checked, gone
 
 
+def _check_one(
+    path: Path, targets: list[Node], routing: Routing, limits: list[ItemLimit], probes: Path | None
+) -> tuple[int, list[bytes]]:
+    """One file's target check: the lookups its populate kept (presence.py), else a walk of the file."""
+    if probes is not None and (kept := presence.check_kept(probes, path.name, targets)) is not None:
+        return kept
+    return _check_file(path, targets, routing, limits)
+
+
+def probe_dir(cfg: WarmConfig) -> Path | None:
+    """Where the populate keeps each file's lookups for the target check (None: --no-check)."""
+    return cfg.workdir / "probes" if cfg.check else None
+
+
 def check_target(
     cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
 ) -> tuple[int, int, list[bytes]]:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
-    processes. Returns (checked, missing, examples)."""
+    processes: with the lookups the populate kept (routed, no file read again) where it kept them.
+    Returns (checked, missing, examples)."""
     checked = missing = 0
     examples: list[bytes] = []
     targets = resolve_nodes(cfg.targets)
@@ -279,7 +295,9 @@ def check_target(
         ItemLimit(int(d["item_size_max"]), bool(d["cas"]))
         for d in (summary.destinations[t.address] for t in targets)
     ]
-    check = functools.partial(_check_file, targets=targets, routing=cfg.routing, limits=limits)
+    check = functools.partial(
+        _check_one, targets=targets, routing=cfg.routing, limits=limits, probes=probe_dir(cfg)
+    )
     for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
         checked += n
         missing += len(gone)
@@ -328,6 +346,7 @@ def populate_config(
         destination_timeout=cfg.destination_timeout,
         should_abort=should_abort,
         pool=pool,
+        probe_dir=probe_dir(cfg),
         **cfg.accept,  # type: ignore[arg-type]
     )
 
@@ -424,6 +443,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     if not cfg.resume:  # a new dump: what a previous populate remembered is about other files
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)
+        presence.forget(cfg.workdir / "probes")
     dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
     argv = dumper_command(cfg, dump_dir).argv()
     display = display or make_display(stream, dumper=True)
@@ -470,6 +490,7 @@ def conclude(
     checked = missing = 0
     if cfg.check:
         checked, missing, examples = check_target(cfg, dump_dir, manifest, summary, pool)
+        presence.forget(cfg.workdir / "probes")
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "

@@ -1,0 +1,122 @@
+"""The target check's lookups (datapath/presence.py, _probes.c) against real memcacheds: hits and misses
+named in order, base64 keys, an error reply fails loudly, kept lookups of a file, and a key list
+routed by the C walk exactly as ketama.index_for routes it."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from cachewarm.datapath import presence
+from cachewarm.datapath.ketama import KetamaRing, Node, Routing
+from cachewarm.datapath.populate.plan import ring_arrays
+from cachewarm.datapath.stream import _check_list
+
+from tests.datapath.test_warm import put
+
+try:
+    from cachewarm.datapath import _speedups
+except ImportError:  # pragma: no cover
+    _speedups = None  # type: ignore[assignment]
+
+needs_c = pytest.mark.skipif(
+    _speedups is None and not os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"), reason="_speedups not built"
+)
+
+
+def _lines(keys: list[bytes]) -> bytes:
+    out = bytearray()
+    for k in keys:
+        if all(0x21 <= c <= 0x7E for c in k):
+            out += b"mg %b\r\n" % k
+        else:
+            import base64
+
+            out += b"mg %b b\r\n" % base64.b64encode(k)
+    return bytes(out)
+
+
+def test_absent_names_every_miss_in_order(memcached) -> None:  # type: ignore[no-untyped-def]
+    srv = memcached()
+    present = [b"k:%d" % i for i in range(0, 30_000, 2)] + [b"bin\x00\xff key"]
+    put(srv, [(k, 0, 0, b"v") for k in present])
+    asked = [b"k:%d" % i for i in range(30_000)] + [b"bin\x00\xff key", b"bin\x01 gone"]
+    idx = presence.absent(srv.host, srv.port, _lines(asked))
+    assert idx == [i for i in range(1, 30_000, 2)] + [30_001]
+    assert presence.absent(srv.host, srv.port, _lines(present)) == []
+    assert presence.absent(srv.host, srv.port, b"") == []
+
+
+def test_an_error_reply_fails_loudly(memcached) -> None:  # type: ignore[no-untyped-def]
+    srv = memcached()
+    with pytest.raises(presence.PresenceError, match="answered"):
+        presence.absent(srv.host, srv.port, b"mg ok\r\nmg " + b"x" * 300 + b"\r\nmg ok2\r\n")
+
+
+def test_kept_lookups_count_expired_misses_as_explained(memcached, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a, b = memcached(), memcached()
+    nodes = [Node(a.host, a.port), Node(b.host, b.port)]
+    put(a, [(b"a1", 0, 0, b"v"), (b"a2", 0, 0, b"v")])
+    put(b, [(b"b1", 0, 0, b"v")])
+    now = int(time.time())
+    t = struct.Struct("<q")
+    per_node = {
+        # a3 missing (never expires), a4 missing but its T has passed: expired, explained
+        nodes[0].address: (_lines([b"a1", b"a2", b"a3", b"a4"]), t.pack(0) * 3 + t.pack(now - 10), []),
+        nodes[1].address: (_lines([b"b1"]), t.pack(now + 3600), [b"L" * 200]),  # a binary-protocol key
+    }
+    presence.save_probes(tmp_path, "f1", per_node)
+    checked, gone = presence.check_kept(tmp_path, "f1", nodes) or (0, [])
+    assert (checked, sorted(gone)) == (5, [b"L" * 200, b"a3"])
+    # Kept for other destinations (or none kept): the caller walks the file instead.
+    assert presence.check_kept(tmp_path, "f1", [Node(a.host, a.port + 1)]) is None
+    assert presence.check_kept(tmp_path, "f2", nodes) is None
+    presence.forget(tmp_path)
+    assert not tmp_path.exists()
+
+
+@needs_c
+@pytest.mark.parametrize("delimiter", [None, b":"])
+def test_key_lists_route_as_the_ring(delimiter: bytes | None) -> None:
+    nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 5)]
+    ring = KetamaRing(nodes, hash_delimiter=delimiter)
+    now = 1_800_000_000
+    keys = [b"user:%d:x%d" % (i % 97, i) for i in range(3000)] + [b"sp ace", b"\x00\xffbin", b"\xfe" * 200]
+    exps = [-1, now + 10, now, now - 1]
+    data = b"".join(
+        urllib.parse.quote_from_bytes(k).encode() + b" %d\n" % exps[i % 4] for i, k in enumerate(keys)
+    )
+    points, owners = ring_arrays(ring)
+    shares = _speedups.probe_keys(data, now, len(nodes), points, owners, delimiter)
+    want: list[list[bytes]] = [[] for _ in nodes]
+    want_bin: list[list[bytes]] = [[] for _ in nodes]
+    for i, k in enumerate(keys):
+        if exps[i % 4] in (-1, now + 10):
+            (want_bin if len(k) > 186 else want)[ring.index_for(k)].append(k)
+    for (lookups, expiry, binary), w, wb in zip(shares, want, want_bin, strict=True):
+        got = [presence.probe_key(x) for x in lookups.split(b"\r\n")[:-1]]
+        assert got == w and binary == wb and len(expiry) == 8 * len(w)
+    with pytest.raises(ValueError, match="key list line 2"):
+        _speedups.probe_keys(b"a 1\nnoexptime\n", now, 1, None, None, None)
+
+
+@needs_c
+def test_a_stream_key_list_check_finds_the_missing(memcached, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    a, b = memcached(), memcached()
+    nodes = [Node(a.host, a.port), Node(b.host, b.port)]
+    routing = Routing(node_key_format="{host}:{port}")
+    ring = routing.ring(nodes)
+    assert ring is not None
+    keys = [b"s:%d" % i for i in range(2000)]
+    for i, srv in enumerate((a, b)):
+        put(srv, [(k, 0, 0, b"v") for k in keys if k != b"s:7" and ring.index_for(k) == i])
+    lst = tmp_path / "0.keys"
+    lst.write_bytes(b"".join(k + b" -1\n" for k in keys) + b"gone:1 %d\n" % (int(time.time()) - 5))
+    checked, gone = _check_list(lst, nodes, routing, frozenset())
+    assert (checked, gone) == (2000, [b"s:7"])
+    checked, gone = _check_list(lst, nodes, routing, frozenset({b"s:7"}))  # skipped on purpose
+    assert (checked, gone) == (1999, [])
