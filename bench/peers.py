@@ -19,8 +19,9 @@ without flags: files, recency order, the target check):
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
-(`cachewarm-dump`, sampled from /proc every 50 ms), the populator (every other process of the run:
-the CLI and its pool workers, from getrusage of the reaped children less the dumper), both memcacheds
+(`cachewarm-dump`, sampled from /proc every 50 ms; in the stream modes it also populates), the
+populator (every other process of the run: the CLI and its pool workers, from getrusage of the reaped
+children less the dumper; `cli` in the stream modes), both memcacheds
 (/proc/<pid>/stat before and after), mcdumpload (getrusage) — and the target check's share of the
 wall time (the summary's total_s - populate_s).
 The physical limit: the two servers' CPU seconds to answer `mg <key> v f t q` for every item
@@ -253,7 +254,10 @@ def run_mode(
         cpu["mcdumpload"] = round(all_s * per_m, 2)
     else:
         cpu["dumper"] = round(dumper_s * per_m, 2)
-        cpu["populator"] = round(max(0.0, all_s - dumper_s) * per_m, 2)
+        # Files: the CLI and its pool workers populate. Stream: the dumper populates; the CLI only
+        # starts it and runs the target check.
+        python = "cli" if "--stream" in MODES[mode] else "populator"
+        cpu[python] = round(max(0.0, all_s - dumper_s) * per_m, 2)
     out: dict[str, Any] = {"seconds": round(dt, 3), "exit": p.returncode, "cpu_s_per_million": cpu}
     if p.returncode != 0:
         out["stderr_tail"] = stderr.strip().splitlines()[-5:]
