@@ -4,6 +4,7 @@ routed by the C walk exactly as ketama.index_for routes it."""
 
 from __future__ import annotations
 
+import base64
 import os
 import struct
 import time
@@ -11,10 +12,16 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
+from cachewarm.datapath.encode import FileJob
 from cachewarm.datapath.ketama import KetamaRing, Node, Routing
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import ring_arrays
+from cachewarm.datapath.populate.worker import apply_file
 from cachewarm.datapath.stream import _check_list
+from cachewarm.datapath.writer import encode_file
 
 from tests.datapath.test_warm import put
 
@@ -34,8 +41,6 @@ def _lines(keys: list[bytes]) -> bytes:
         if all(0x21 <= c <= 0x7E for c in k):
             out += b"mg %b\r\n" % k
         else:
-            import base64
-
             out += b"mg %b b\r\n" % base64.b64encode(k)
     return bytes(out)
 
@@ -69,7 +74,10 @@ def test_kept_lookups_count_expired_misses_as_explained(memcached, tmp_path: Pat
         nodes[0].address: (_lines([b"a1", b"a2", b"a3", b"a4"]), t.pack(0) * 3 + t.pack(now - 10), []),
         nodes[1].address: (_lines([b"b1"]), t.pack(now + 3600), [b"L" * 200]),  # a binary-protocol key
     }
-    presence.save_probes(tmp_path, "f1", per_node)
+    presence.save_probes(tmp_path, "f1", {nodes[1].address: (b"mg stale\r\n", t.pack(0), [])})
+    presence.save_probes(tmp_path, "f1", {nodes[0].address: per_node[nodes[0].address]})
+    assert presence.check_kept(tmp_path, "f1", nodes) == (3 + 1, [b"a3", b"stale"])  # both kept (a4: expired)
+    presence.save_probes(tmp_path, "f1", {nodes[1].address: per_node[nodes[1].address]})  # replaces b's
     checked, gone = presence.check_kept(tmp_path, "f1", nodes) or (0, [])
     assert (checked, sorted(gone)) == (5, [b"L" * 200, b"a3"])
     # Kept for other destinations (or none kept): the caller walks the file instead.
@@ -120,3 +128,34 @@ def test_a_stream_key_list_check_finds_the_missing(memcached, tmp_path: Path) ->
     assert (checked, gone) == (2000, [b"s:7"])
     checked, gone = _check_list(lst, nodes, routing, frozenset({b"s:7"}))  # skipped on purpose
     assert (checked, gone) == (1999, [])
+
+
+@pytest.mark.parametrize("mode", ["add", "set"])
+def test_the_worker_keeps_what_the_check_needs(memcached, tmp_path: Path, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """A populated file's kept lookups find every item it sent (base64 and binary-protocol keys
+    included); a key deleted afterwards is named; an expired one and an oversize one are not asked."""
+    a, b = memcached(), memcached()
+    nodes = (Node(a.host, a.port), Node(b.host, b.port))
+    routing = Routing(node_key_format="{host}:{port}")
+    now = int(time.time())
+    recs = [df.Record(b"k:%d" % i, i, -1, b"v%d" % i) for i in range(500)]
+    recs += [df.Record(b"\x00bin\xff", 1, now + 3600, b"b64"), df.Record(b"\xfe" * 200, 2, -1, b"binary")]
+    recs += [df.Record(b"gone", 0, now - 10, b"expired"), df.Record(b"huge", 0, -1, b"x" * 5000)]
+    data = encode_file("n1", 0, 0, recs)
+    path = tmp_path / df.name_for("n1", 0, 0, data).name
+    path.write_bytes(data)
+    probes = tmp_path / "probes"
+    params = WorkerParams(nodes=nodes, mode=mode, routing=routing, probe_dir=probes)  # type: ignore[arg-type]
+    out = apply_file(str(path), params, FileJob(budgets=(4096, 4096)))
+    assert out.status == "ok", out.reason
+    checked, gone = presence.check_kept(probes, path.name, list(nodes)) or (-1, [])
+    assert (checked, gone) == (502, [])
+    ring = routing.ring(list(nodes))
+    assert ring is not None
+    for key in (b"k:7", b"\x00bin\xff"):
+        srv = (a, b)[ring.index_for(key)]
+        with MetaConnection(srv.host, srv.port) as c:
+            c._send(b"md %b b\r\n" % base64.b64encode(key))
+            assert c._readline() == b"HD"
+    checked, gone = presence.check_kept(probes, path.name, list(nodes)) or (-1, [])
+    assert (checked, sorted(gone)) == (502, [b"\x00bin\xff", b"k:7"])

@@ -138,10 +138,16 @@ def _paths(probe_dir: Path, name: str) -> tuple[Path, Path, Path]:
 
 
 def save_probes(probe_dir: Path, name: str, per_node: dict[str, tuple[bytes, bytes, list[bytes]]]) -> None:
-    """Keep one applied file's lookups (per destination address: lookups, Ts, binary keys). The
-    index (`<name>.json`) is written last, by rename: a check that finds it finds the rest whole."""
+    """Keep one applied file's lookups (per destination address: lookups, Ts, binary keys); those
+    kept before for other destinations stay (a resend to one restarted node writes only its own).
+    The index (`<name>.json`) is written last, by rename: a check that finds it finds the rest whole."""
     probes, expiry, index = _paths(probe_dir, name)
     probe_dir.mkdir(parents=True, exist_ok=True)
+    earlier = load_probes(probe_dir, name) or {}
+    per_node = {
+        **{a: (p.probes, p.expiry, p.binary) for a, p in earlier.items() if a not in per_node},
+        **per_node,
+    }
     spans = []
     p_at = e_at = 0
     with open(probes, "wb") as pf, open(expiry, "wb") as ef:
