@@ -76,9 +76,13 @@ def test_kept_lookups_count_expired_misses_as_explained(memcached, tmp_path: Pat
     }
     presence.save_probes(tmp_path, "f1", {nodes[1].address: (b"mg stale\r\n", t.pack(0), [])})
     presence.save_probes(tmp_path, "f1", {nodes[0].address: per_node[nodes[0].address]})
-    assert presence.check_kept(tmp_path, "f1", nodes) == (3 + 1, [b"a3", b"stale"])  # both kept (a4: expired)
+    assert presence.check_kept(tmp_path, "f1", nodes) == (
+        3 + 1,
+        [b"a3", b"stale"],
+        [],
+    )  # both kept (a4: expired)
     presence.save_probes(tmp_path, "f1", {nodes[1].address: per_node[nodes[1].address]})  # replaces b's
-    checked, gone = presence.check_kept(tmp_path, "f1", nodes) or (0, [])
+    checked, gone, _ = presence.check_kept(tmp_path, "f1", nodes) or (0, [], [])
     assert (checked, sorted(gone)) == (5, [b"L" * 200, b"a3"])
     # Kept for other destinations (or none kept): the caller walks the file instead.
     assert presence.check_kept(tmp_path, "f1", [Node(a.host, a.port + 1)]) is None
@@ -124,9 +128,9 @@ def test_a_stream_key_list_check_finds_the_missing(memcached, tmp_path: Path) ->
         put(srv, [(k, 0, 0, b"v") for k in keys if k != b"s:7" and ring.index_for(k) == i])
     lst = tmp_path / "0.keys"
     lst.write_bytes(b"".join(k + b" -1\n" for k in keys) + b"gone:1 %d\n" % (int(time.time()) - 5))
-    checked, gone = _check_list(lst, nodes, routing, frozenset())
-    assert (checked, gone) == (2000, [b"s:7"])
-    checked, gone = _check_list(lst, nodes, routing, frozenset({b"s:7"}))  # skipped on purpose
+    checked, gone, sample = _check_list(lst, nodes, routing, frozenset(), 0.1)
+    assert (checked, gone) == (2000, [b"s:7"]) and 100 <= len(sample) <= 300 and b"s:7" not in sample
+    checked, gone, _ = _check_list(lst, nodes, routing, frozenset({b"s:7"}))  # skipped on purpose
     assert (checked, gone) == (1999, [])
 
 
@@ -148,8 +152,9 @@ def test_the_worker_keeps_what_the_check_needs(memcached, tmp_path: Path, mode: 
     params = WorkerParams(nodes=nodes, mode=mode, routing=routing, probe_dir=probes)  # type: ignore[arg-type]
     out = apply_file(str(path), params, FileJob(budgets=(4096, 4096)))
     assert out.status == "ok", out.reason
-    checked, gone = presence.check_kept(probes, path.name, list(nodes)) or (-1, [])
+    checked, gone, sample = presence.check_kept(probes, path.name, list(nodes), 1.0) or (-1, [], [])
     assert (checked, gone) == (502, [])
+    assert len(sample) == (500 if mode == "add" else 501)  # every key sent as text (add: base64 goes binary)
     ring = routing.ring(list(nodes))
     assert ring is not None
     for key in (b"k:7", b"\x00bin\xff"):
@@ -157,5 +162,5 @@ def test_the_worker_keeps_what_the_check_needs(memcached, tmp_path: Path, mode: 
         with MetaConnection(srv.host, srv.port) as c:
             c._send(b"md %b b\r\n" % base64.b64encode(key))
             assert c._readline() == b"HD"
-    checked, gone = presence.check_kept(probes, path.name, list(nodes)) or (-1, [])
+    checked, gone, _ = presence.check_kept(probes, path.name, list(nodes)) or (-1, [], [])
     assert (checked, sorted(gone)) == (502, [b"\x00bin\xff", b"k:7"])

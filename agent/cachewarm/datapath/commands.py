@@ -365,6 +365,15 @@ def _s3_transport(
     help="After populating, look up every dumped, unexpired key in the target.",
 )
 @click.option(
+    "--check-sample",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="With the check: also compare the value, flags and TTL of about N random checked keys on "
+    "the source and their target node (`cachewarm verify`'s rules); 0 = presence only.",
+)
+@click.option(
     "--dumper",
     default=None,
     type=click.Path(exists=True, dir_okay=False),
@@ -437,6 +446,7 @@ def warm_cmd(
     data_file_size: str,
     resume: bool,
     check: bool,
+    check_sample: int,
     dumper: str | None,
     destination_timeout: float,
     as_json: bool,
@@ -498,6 +508,7 @@ def warm_cmd(
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            check_sample=check_sample,
             stream=stream,
             plan=plan,
             s3=s3,

@@ -18,6 +18,7 @@ import base64
 import contextlib
 import json
 import os
+import random
 import socket
 import struct
 import threading
@@ -110,12 +111,16 @@ def absent(host: str, port: int, probes: bytes, timeout: float = SILENCE_TIMEOUT
     raise PresenceError(f"{host}:{port} answered {bad[:200]!r} to the target check's mg")
 
 
-def missing(node: Node, probes: NodeProbes, now: int) -> tuple[int, list[bytes]]:
-    """(keys checked, keys missing) of one destination's lookups; a miss whose T is not after `now`
-    expired (explained): neither checked nor missing."""
+def missing(
+    node: Node, probes: NodeProbes, now: int, sample_rate: float = 0.0
+) -> tuple[int, list[bytes], list[bytes]]:
+    """(keys checked, keys missing, a sample of the keys present) of one destination's lookups; a
+    miss whose T is not after `now` expired (explained): neither checked nor missing. The sample:
+    each present text key with probability `sample_rate` (for the value/flags/TTL compare)."""
     checked = probes.count
     gone: list[bytes] = []
     idx = absent(node.connect_host, node.port, probes.probes)
+    lines: list[bytes] | None = None
     if idx:
         lines = probes.probes.split(b"\n")
         for i in idx:
@@ -124,10 +129,17 @@ def missing(node: Node, probes: NodeProbes, now: int) -> tuple[int, list[bytes]]
                 checked -= 1
             else:
                 gone.append(probe_key(lines[i]))
+    sample: list[bytes] = []
+    n = len(probes.expiry) // _T.size
+    if sample_rate > 0 and n:
+        lines = lines or probes.probes.split(b"\n")
+        k = min(n, int(n * sample_rate + random.random()))  # rounded at random: the right total on average
+        absent_at = set(idx)
+        sample = [probe_key(lines[i]) for i in random.sample(range(n), k) if i not in absent_at]
     if probes.binary:
         with MetaConnection(node.connect_host, node.port) as rd:
             gone += rd.missing(probes.binary)
-    return checked, gone
+    return checked, gone, sample
 
 
 # ---- kept by the populate, per data file -------------------------------------------------------
@@ -186,19 +198,23 @@ def load_probes(probe_dir: Path, name: str) -> dict[str, NodeProbes] | None:
     return out
 
 
-def check_kept(probe_dir: Path, name: str, targets: list[Node]) -> tuple[int, list[bytes]] | None:
-    """(keys checked, keys missing) of one data file from its kept lookups, or None when there are
-    none for every target (an older populate, a version 1 file): the caller walks the file then."""
+def check_kept(
+    probe_dir: Path, name: str, targets: list[Node], sample_rate: float = 0.0
+) -> tuple[int, list[bytes], list[bytes]] | None:
+    """(keys checked, keys missing, a sample of the keys present) of one data file from its kept
+    lookups, or None when there are none for every target (an older populate, a version 1 file):
+    the caller walks the file then."""
     kept = load_probes(probe_dir, name)
     if kept is None or any(t.address not in kept for t in targets):
         return None
     now = int(time.time()) + 1
-    checked, gone = 0, []
+    checked, gone, sample = 0, [], []
     for t in targets:
-        n, g = missing(t, kept[t.address], now)
+        n, g, s = missing(t, kept[t.address], now, sample_rate)
         checked += n
         gone += g
-    return checked, gone
+        sample += s
+    return checked, gone, sample
 
 
 def forget(probe_dir: Path) -> None:

@@ -77,6 +77,8 @@ class WarmConfig:
     data_file_size: str = "32M"
     resume: bool = False
     check: bool = True
+    # --check-sample: with the check, compare value, flags and TTL of about this many keys (0: none).
+    check_sample: int = 0
     dumper_args: list[str] = field(default_factory=list)
     poll_interval: float = 0.1
     source_max_items_per_second: int | None = None
@@ -144,6 +146,9 @@ class WarmSummary:
     workdir_bytes: int = 0
     # `--via-s3`: the transport's counts (objects, bytes, requests each way, objects deleted).
     s3: dict[str, int] = field(default_factory=dict)
+    # --check-sample: keys whose value, flags and TTL were compared with the source, and how many differed.
+    sample_compared: int = 0
+    sample_different: int = 0
 
     def to_json(self) -> str:
         fields = asdict(self)
@@ -182,6 +187,11 @@ class WarmSummary:
             lines.append(
                 f"  target check        {self.checked_in_target - self.missing_in_target:>12,} of "
                 f"{self.checked_in_target:,} unexpired keys present"
+            )
+        if self.sample_compared:
+            lines.append(
+                f"  sample compared     {self.sample_compared - self.sample_different:>12,} of "
+                f"{self.sample_compared:,} the same as the source (value, flags, TTL)"
             )
         check = self.total_s - self.populate_s
         after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
@@ -269,12 +279,21 @@ def _check_file(
 
 
 def _check_one(
-    path: Path, targets: list[Node], routing: Routing, limits: list[ItemLimit], probes: Path | None
-) -> tuple[int, list[bytes]]:
-    """One file's target check: the lookups its populate kept (presence.py), else a walk of the file."""
-    if probes is not None and (kept := presence.check_kept(probes, path.name, targets)) is not None:
+    path: Path,
+    targets: list[Node],
+    routing: Routing,
+    limits: list[ItemLimit],
+    probes: Path | None,
+    sample_rate: float = 0.0,
+) -> tuple[int, list[bytes], list[bytes]]:
+    """One file's target check: the lookups its populate kept (presence.py), else a walk of the file
+    (no sample then). Returns (checked, missing, a sample of the keys present)."""
+    if (
+        probes is not None
+        and (kept := presence.check_kept(probes, path.name, targets, sample_rate)) is not None
+    ):
         return kept
-    return _check_file(path, targets, routing, limits)
+    return (*_check_file(path, targets, routing, limits), [])
 
 
 def probe_dir(cfg: WarmConfig) -> Path | None:
@@ -282,27 +301,70 @@ def probe_dir(cfg: WarmConfig) -> Path | None:
     return cfg.workdir / "probes" if cfg.check else None
 
 
+@dataclass
+class CheckResult:
+    checked: int = 0
+    missing: int = 0
+    examples: list[bytes] = field(default_factory=list)
+    # --check-sample: keys found present, to compare value, flags and TTL with the source.
+    sample: list[bytes] = field(default_factory=list)
+
+    def add(self, checked: int, gone: list[bytes], sample: list[bytes]) -> None:
+        self.checked += checked
+        self.missing += len(gone)
+        self.examples.extend(gone[: max(0, 5 - len(self.examples))])
+        self.sample += sample
+
+
 def check_target(
     cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
-) -> tuple[int, int, list[bytes]]:
+) -> CheckResult:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
-    processes: with the lookups the populate kept (routed, no file read again) where it kept them.
-    Returns (checked, missing, examples)."""
-    checked = missing = 0
-    examples: list[bytes] = []
+    processes: with the lookups the populate kept (routed, no file read again) where it kept them."""
     targets = resolve_nodes(cfg.targets)
     limits = [
         ItemLimit(int(d["item_size_max"]), bool(d["cas"]))
         for d in (summary.destinations[t.address] for t in targets)
     ]
     check = functools.partial(
-        _check_one, targets=targets, routing=cfg.routing, limits=limits, probes=probe_dir(cfg)
+        _check_one,
+        targets=targets,
+        routing=cfg.routing,
+        limits=limits,
+        probes=probe_dir(cfg),
+        sample_rate=sample_rate(cfg, manifest.total_records),
     )
-    for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
-        checked += n
-        missing += len(gone)
-        examples.extend(gone[: max(0, 5 - len(examples))])
-    return checked, missing, examples
+    res = CheckResult()
+    for part in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
+        res.add(*part)
+    return res
+
+
+def sample_rate(cfg: WarmConfig, items: int) -> float:
+    """The share of checked keys --check-sample asks to compare (0: none)."""
+    return min(1.0, cfg.check_sample / items) if cfg.check_sample and items else 0.0
+
+
+def compare_sample(
+    cfg: WarmConfig, keys: list[bytes], stream: IO[str], problems: list[str]
+) -> tuple[int, int]:
+    """--check-sample: the value, flags and TTL of `keys` on the source and their target node
+    (`cachewarm verify`'s rules; a key gone from the source meanwhile is not compared). Returns
+    (compared, different); differences are a problem of the warm, with examples on `stream`."""
+    if not keys:
+        return 0, 0
+    from cachewarm.datapath.verify import _compare
+
+    keys = keys[: cfg.check_sample]
+    rep = _compare(
+        resolve_nodes([cfg.source])[0], resolve_nodes(cfg.targets), keys, ttl_tolerance=5, routing=cfg.routing
+    )
+    if rep.keys_different or rep.missing:
+        stream.write(rep.text() + "\n")
+        problems.append(
+            f"{rep.differences} of {rep.checked} sampled keys differ between the source and the target"
+        )
+    return rep.checked, rep.differences
 
 
 def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
@@ -487,10 +549,12 @@ def conclude(
     """After the populate: the target check (unless --no-check) and the warm's summary, from the
     DONE in `dump_dir` (the dump's, or the S3 warm's staging copy)."""
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
-    checked = missing = 0
+    checked = missing = sampled = different = 0
     if cfg.check:
-        checked, missing, examples = check_target(cfg, dump_dir, manifest, summary, pool)
+        res = check_target(cfg, dump_dir, manifest, summary, pool)
         presence.forget(cfg.workdir / "probes")
+        checked, missing, examples = res.checked, res.missing, res.examples
+        sampled, different = compare_sample(cfg, res.sample, stream, problems)
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
@@ -520,4 +584,6 @@ def conclude(
         populate=asdict(summary),
         problems=problems,
         items_per_s=round(manifest.total_records / (pop_end - start), 1),
+        sample_compared=sampled,
+        sample_different=different,
     )
