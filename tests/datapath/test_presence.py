@@ -5,6 +5,7 @@ routed by the C walk exactly as ketama.index_for routes it."""
 from __future__ import annotations
 
 import base64
+import io
 import os
 import struct
 import time
@@ -21,6 +22,7 @@ from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import ring_arrays
 from cachewarm.datapath.populate.worker import apply_file
 from cachewarm.datapath.stream import _check_list
+from cachewarm.datapath.warm import WarmConfig, compare_sample
 from cachewarm.datapath.writer import encode_file
 
 from tests.datapath.test_warm import put
@@ -164,3 +166,17 @@ def test_the_worker_keeps_what_the_check_needs(memcached, tmp_path: Path, mode: 
             assert c._readline() == b"HD"
     checked, gone, _ = presence.check_kept(probes, path.name, list(nodes)) or (-1, [], [])
     assert (checked, sorted(gone)) == (502, [b"\x00bin\xff", b"k:7"])
+
+
+def test_a_sampled_difference_fails_the_warm_with_examples(memcached, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src, dst = memcached(), memcached()
+    put(src, [(b"same", 1, 0, b"v"), (b"other", 1, 0, b"source's")])
+    put(dst, [(b"same", 1, 0, b"v"), (b"other", 2, 0, b"a live write")])
+    cfg = WarmConfig(
+        Node(src.host, src.port), [Node(dst.host, dst.port)], tmp_path, Path("x"), check_sample=10
+    )
+    out, problems = io.StringIO(), []
+    assert compare_sample(cfg, [b"same"], out, problems) == (1, 0) and not problems
+    assert compare_sample(cfg, [b"same", b"other"], out, problems) == (2, 1)
+    assert problems == ["1 of 2 sampled keys differ between the source and the target"]
+    assert "other: value (8 bytes vs 12) and flags (1 vs 2) differ" in out.getvalue()
