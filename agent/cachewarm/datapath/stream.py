@@ -16,6 +16,7 @@ Here: its command line (`StreamCommand`), running it (`run_stream`), and the loc
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import re
@@ -25,7 +26,7 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -247,6 +248,7 @@ def check_stream_target(
     summary: Mapping[str, Any],
     workers: int,
     sample: int = 0,
+    pool: Executor | None = None,
 ) -> tuple[int, int, list[bytes], list[bytes]]:
     """Look up every listed, unexpired key the stream did not skip on purpose on its target node; a
     key missing there counts only if the source still holds it (else it was gone before it could
@@ -261,10 +263,12 @@ def check_stream_target(
         sample_rate=min(1.0, sample / records) if sample and records else 0.0,
     )
     checked, absent, present = 0, [], []
-    # Threads, not processes: the lookups wait on the destinations (the GIL released in the socket
-    # calls) and the walk is C; a process pool started now (the dumper's pump threads still alive)
-    # would go through a fork server, ~0.3 s of imports per worker.
-    with ThreadPoolExecutor(max(1, workers)) as pool:
+    # The caller's pool, forked before the dumper's pump threads started (a pool started now would
+    # go through a fork server: ~0.3 s of imports per worker); else threads (the lookups wait on the
+    # destinations with the GIL released, but under CPU contention the threads queue for it).
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(ThreadPoolExecutor(max(1, workers)))
         for n, gone, some in pool.map(check, lists):
             checked += n
             absent += gone
@@ -312,9 +316,12 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
     )
 
 
-def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = None) -> WarmSummary:
-    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`.
-    Progress: plain lines on `stream`, or the dumper's events to `display` (`--json`: `dump_progress`)."""
+def run_stream_warm(
+    cfg: WarmConfig, stream: IO[str], display: Display | None = None, pool: Executor | None = None
+) -> WarmSummary:
+    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`
+    (in `pool`'s processes, when given). Progress: plain lines on `stream`, or the dumper's events
+    to `display` (`--json`: `dump_progress`)."""
     from cachewarm.datapath.warm import WarmSummary, compare_sample, prepare_workdir
     from cachewarm.datapath.warm_errors import Unreachable, WarmError
 
@@ -340,7 +347,7 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = 
     checked = missing = sampled = different = 0
     if cfg.check:
         checked, missing, examples, sample = check_stream_target(
-            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers, cfg.check_sample
+            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers, cfg.check_sample, pool
         )
         sampled, different = compare_sample(cfg, sample, stream, problems)
         if missing:

@@ -9,6 +9,7 @@ or the user accepted what it was not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import subprocess
@@ -428,7 +429,11 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
-        summary = run_stream_warm(cfg, stream, display if isinstance(display, JsonDisplay) else None)
+        # The check's workers start now, before the dumper's output pumps: forked in milliseconds.
+        with started_pool(cfg.workers) if cfg.check else contextlib.nullcontext() as pool:
+            summary = run_stream_warm(
+                cfg, stream, display if isinstance(display, JsonDisplay) else None, pool
+            )
     elif cfg.s3 is not None:
         from cachewarm.datapath.s3warm import run_s3_warm
 
