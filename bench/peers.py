@@ -29,9 +29,10 @@ The physical limit: the two servers' CPU seconds to answer `mg <key> v f t q` fo
 destination; limit_s = their sum / the cores. Each mode's `of_limit` = limit_s / its median (1.0:
 the servers' CPU is all it costs).
 Completeness after each run: the destination's `curr_items` against the source's, and a sample of
---sample keys read back (value, flags, TTL kind). Prints each run on stderr and one JSON document on
-stdout: per mode the times, the median, the speed ratio to mcdumpload's median (its time / ours:
-> 1 is faster) and the completeness of every run. The machine is shared: compare within one run.
+--sample keys read back (value, flags, TTL kind). Prints each run and, at the end, the table (markdown)
+on stderr, and one JSON document on stdout: per mode the times, the median, the speed ratio to
+mcdumpload's median (its time / ours: > 1 is faster) and the completeness of every run. The machine is
+shared: compare within one run.
 """
 
 from __future__ import annotations
@@ -377,6 +378,29 @@ def bench_set(
     return result
 
 
+def table(result: dict[str, Any]) -> str:
+    """The issue's table (markdown, on stderr): per mode and data set the median, the ratio to
+    mcdumpload, whether every run was complete, the check's share and the distance to the limit."""
+    sets = [k for k in result if k.startswith("set_")]
+    head = "| mode | " + " | ".join(
+        f"{result[k]['items']:,} x {result[k]['value_bytes']:,} B: median (ratio), complete, check, of limit"
+        for k in sets
+    )
+    lines = [head + " |", "|---" * (len(sets) + 1) + "|"]
+    for mode in result["modes"]:
+        cells = []
+        for k in sets:
+            e = result[k]["modes"][mode]
+            ratio = f" ({e['speed_vs_mcdumpload']:.2f}x)" if "speed_vs_mcdumpload" in e else ""
+            check = f"{e['check_share']:.0%}" if "check_share" in e else "-"
+            cells.append(
+                f"{e['median_s']:.2f} s{ratio}, {'yes' if e['all_complete'] else 'NO'}, {check}, "
+                f"{e['of_limit']:.2f}"
+            )
+        lines.append(f"| `{mode}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def machine(args: argparse.Namespace) -> dict[str, Any]:
     with open("/proc/meminfo") as f:
         mem_kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
@@ -442,6 +466,7 @@ def main() -> None:
             n = max(1, int(n * args.scale))
             result[f"set_{name}"] = bench_set(n, size, modes, args.runs, args, Path(d))
     result["machine"]["loadavg_end"] = os.getloadavg()
+    print(table(result), file=sys.stderr)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
