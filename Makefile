@@ -121,7 +121,9 @@ bench: deps-apt-run deps-py dumper
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/hot_first.py
 
 # cachewarm against memcached's own mcdumpload (bench/peers.py): 1M x 1 KB and 100k x 10 KB, alternating
-# runs, medians, ratios, completeness, as JSON. mcdumpload is not in this repository and nothing here
+# runs, the defaults first (warm, warm --stream: the target check on), then the --no-check and --order
+# crawl variants; medians, ratios, completeness, the check's share, CPU per process and the physical
+# limit, as JSON (the table on stderr); ~5 min on a quiet machine with BENCH_RUNS=3. mcdumpload is not in this repository and nothing here
 # fetches or builds it: build it yourself (git clone https://github.com/memcached/mcdumpload && make -C
 # mcdumpload) and pass MCDUMPLOAD=/path/to/mcdumpload; without it the peer is skipped (and said so).
 # It needs memcached 1.6.38 (`mgdump` without the OK line of >= 1.6.43): built by memcached-versions.
