@@ -467,8 +467,9 @@ def warm_cmd(
 
     Before the dumper starts, the source and every target are reached (a dead one fails now, exit 6),
     identified (a target that is the source is refused, exit 2) and sized (an empty source is named).
-    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists) and
-    stays afterwards: remove it when done. --resume continues an interrupted warm (on an empty
+    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists; the
+    check's lookups, ~25 bytes per item, until the check ends) and stays afterwards: remove it when
+    done. --resume continues an interrupted warm (on an empty
     WORKDIR it simply starts); Ctrl-C prints the exact command.
 
     \b
