@@ -298,7 +298,7 @@ def _read_all(srv: MemcachedServer, n: int) -> None:
             chunk = sock.recv(1 << 20)
             if not chunk:
                 raise RuntimeError(f"{srv.address} closed the connection")
-            tail = (tail + chunk)[-4:]
+            tail = (tail + chunk[-4:])[-4:]
         writer.join()
 
 

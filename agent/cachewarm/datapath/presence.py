@@ -90,7 +90,7 @@ def absent(host: str, port: int, probes: bytes, timeout: float = SILENCE_TIMEOUT
                     raise PresenceError(f"{host}:{port} closed the connection during the target check")
                 chunks.append(chunk)
                 got += len(chunk)
-                tail = (tail + chunk)[-4:]
+                tail = (tail + chunk[-4:])[-4:]
                 if got >= want and tail == _END:
                     break
         except OSError as e:
