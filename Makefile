@@ -47,7 +47,7 @@ venv: $(PY)
 
 # The project is installed editable (the C loop built in place): runtime deps only, + the CDK libraries
 # (synth), or everything the tests, lint and fuzzing use (dev, which includes the other two).
-PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c agent/cachewarm/datapath/_placement.c $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h)
+PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c agent/cachewarm/datapath/_placement.c agent/cachewarm/datapath/_probes.c $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h)
 # After apt: without python3-dev the C loop would be skipped quietly (setup.py marks it optional).
 $(VENV)/.deps-run: $(PY_SRC) | $(PY) deps-apt-run
 	$(PIP_INSTALL) -e .
@@ -121,7 +121,9 @@ bench: deps-apt-run deps-py dumper
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) bench/hot_first.py
 
 # cachewarm against memcached's own mcdumpload (bench/peers.py): 1M x 1 KB and 100k x 10 KB, alternating
-# runs, medians, ratios, completeness, as JSON. mcdumpload is not in this repository and nothing here
+# runs, the defaults first (warm, warm --stream: the target check on), then the --no-check and --order
+# crawl variants; medians, ratios, completeness, the check's share, CPU per process and the physical
+# limit, as JSON (the table on stderr); ~5 min on a quiet machine with BENCH_RUNS=3. mcdumpload is not in this repository and nothing here
 # fetches or builds it: build it yourself (git clone https://github.com/memcached/mcdumpload && make -C
 # mcdumpload) and pass MCDUMPLOAD=/path/to/mcdumpload; without it the peer is skipped (and said so).
 # It needs memcached 1.6.38 (`mgdump` without the OK line of >= 1.6.43): built by memcached-versions.

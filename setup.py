@@ -16,6 +16,7 @@ setup(
                 "agent/cachewarm/datapath/_speedups.c",
                 "agent/cachewarm/datapath/_v2plan.c",
                 "agent/cachewarm/datapath/_v2send.c",
+                "agent/cachewarm/datapath/_probes.c",
                 "agent/cachewarm/datapath/_placement.c",
                 # The placement core, shared with the C++ dumper (dumper-cpp/hashkit/hashkit.h).
                 *sorted(glob.glob("dumper-cpp/hashkit/*.c")),

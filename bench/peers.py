@@ -1,6 +1,6 @@
-"""cachewarm against the peer a memcached user would pick: memcached's own `mcdumpload` (issue 15).
+"""cachewarm against the peer a memcached user would pick: memcached's own `mcdumpload` (issues 15, 23).
 
-    MCDUMPLOAD=/path/to/mcdumpload python3 bench/peers.py [--runs 3] [--scale 1.0]
+    MCDUMPLOAD=/path/to/mcdumpload python3 bench/peers.py [--runs 3] [--scale 1.0] [--modes ...]
 
 mcdumpload is not part of this repository and nothing here fetches or builds it: build it yourself
 (`git clone https://github.com/memcached/mcdumpload && make -C mcdumpload`) and name the binary in
@@ -10,18 +10,29 @@ mcdumpload needs a memcached whose `lru_crawler mgdump` does not answer `OK` fir
 sides here, from `make memcached-versions`; `--memcached` picks another). Per data set (1,000,000 x
 1,000 B and 100,000 x 10,000 B; flags over all 32 bits, every other item with a 1-day TTL, each value
 starting with its key's number), one source is loaded once; then, alternating and rotating the order,
-`--runs` times each, into a fresh destination (`-m 4096 -t 2`):
+`--runs` times each, into a fresh destination (`-m 4096 -t 2`), the defaults first (what a user gets
+without flags: files, recency order, the target check):
   * `mcdumpload --add` (meta adds, like cachewarm's default), source and destination on loopback;
-  * `cachewarm warm --no-check --json` (files: the dumper and the populator on this machine);
-  * `cachewarm warm --stream --no-check --json`, when this cachewarm has `--stream`;
-  * with --crawl-order-too, both again with `--order crawl` (modes `files-crawl`, `stream-crawl`): the
-    default order, recency, lists every key before the first fetch.
+  * `warm` and `warm --stream` (the defaults, the target check included);
+  * `warm --no-check`, `warm --no-check --order crawl`, `warm --stream --no-check`,
+    `warm --stream --no-check --order crawl` (what each safety and the order cost).
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
+Per run, beside the wall time: CPU seconds per million items of each process — the dumper
+(`cachewarm-dump`, sampled from /proc every 50 ms; in the stream modes it also populates), the
+populator (every other process of the run: the CLI and its pool workers, from getrusage of the reaped
+children less the dumper; `cli` in the stream modes), both memcacheds
+(/proc/<pid>/stat before and after), mcdumpload (getrusage) — and the target check's share of the
+wall time (the summary's total_s - populate_s).
+The physical limit: the two servers' CPU seconds to answer `mg <key> v f t q` for every item
+(pipelined, the replies discarded) and to store every item with pipelined `ms ... q` into a fresh
+destination; limit_s = their sum / the cores. Each mode's `of_limit` = limit_s / its median (1.0:
+the servers' CPU is all it costs).
 Completeness after each run: the destination's `curr_items` against the source's, and a sample of
---sample keys read back (value, flags, TTL kind). Prints each run on stderr and one JSON document on
-stdout: per mode the times, the median, the speed ratio to mcdumpload's median (its time / ours:
-> 1 is faster) and the completeness of every run. The machine is shared: compare within one run.
+--sample keys read back (value, flags, TTL kind). Prints each run and, at the end, the table (markdown)
+on stderr, and one JSON document on stdout: per mode the times, the median, the speed ratio to
+mcdumpload's median (its time / ours: > 1 is faster) and the completeness of every run. The machine is
+shared: compare within one run.
 """
 
 from __future__ import annotations
@@ -32,11 +43,14 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -114,6 +128,83 @@ def completeness(
     }
 
 
+# The modes, the defaults first: name -> `cachewarm warm` flags (mcdumpload is its own).
+MODES: dict[str, list[str]] = {
+    "warm": [],
+    "warm --stream": ["--stream"],
+    "warm --no-check": ["--no-check"],
+    "warm --no-check --order crawl": ["--no-check", "--order", "crawl"],
+    "warm --stream --no-check": ["--stream", "--no-check"],
+    "warm --stream --no-check --order crawl": ["--stream", "--no-check", "--order", "crawl"],
+}
+SHORT = {  # --modes names
+    "default": "warm",
+    "stream": "warm --stream",
+    "no-check": "warm --no-check",
+    "no-check-crawl": "warm --no-check --order crawl",
+    "stream-no-check": "warm --stream --no-check",
+    "stream-no-check-crawl": "warm --stream --no-check --order crawl",
+}
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float | None:
+    """A process's user + system CPU seconds (/proc/<pid>/stat), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+class DumperCpu:
+    """Samples the CPU of every `cachewarm-dump` under a process every 50 ms (its last sample before
+    it exits is what counts: up to 50 ms of it may be missed)."""
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.05):
+            todo = [self.root]
+            while todo:
+                pid = todo.pop()
+                todo += _children(pid)
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        comm = f.read().strip()
+                except OSError:
+                    continue
+                if comm == "cachewarm-dump" and (c := cpu_s(pid)) is not None:
+                    self.seen[pid] = c
+
+    def total(self) -> float:
+        self.stop.set()
+        self.thread.join()
+        return sum(self.seen.values())
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def cachewarm_argv() -> list[str]:
     return [sys.executable, "-m", "cachewarm"]
 
@@ -133,7 +224,7 @@ def has_stream() -> bool:
 
 
 def run_mode(
-    mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, peer: str | None
+    mode: str, src: MemcachedServer, dst: MemcachedServer, work: Path, peer: str | None, n: int
 ) -> dict[str, Any]:
     env = {**os.environ, "CACHEWARM_DUMP": str(DUMPER)}
     if mode == "mcdumpload":
@@ -143,31 +234,98 @@ def run_mode(
     else:
         shutil.rmtree(work, ignore_errors=True)
         argv = [*cachewarm_argv(), "warm", "--source", src.address, "--target", dst.address]
-        argv += ["--workdir", str(work), "--no-check", "--json"]
-        if mode.startswith("stream"):
-            argv.append("--stream")
-        if mode.endswith("-crawl"):  # the dump in the crawl's order, fetching while it lists
-            argv += ["--order", "crawl"]
+        argv += ["--workdir", str(work), "--json", *MODES[mode]]
+    assert src.proc is not None and dst.proc is not None
+    servers0 = (cpu_s(src.proc.pid) or 0.0, cpu_s(dst.proc.pid) or 0.0)
+    children0 = children_cpu()
     t0 = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, env=env)
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    dumper = DumperCpu(p.pid)
+    stdout, stderr = p.communicate()
     dt = time.monotonic() - t0
-    out: dict[str, Any] = {"seconds": round(dt, 3), "exit": p.returncode}
-    if p.returncode != 0:
-        out["stderr_tail"] = p.stderr.strip().splitlines()[-5:]
+    dumper_s = dumper.total()
+    all_s = children_cpu() - children0
+    servers1 = (cpu_s(src.proc.pid) or 0.0, cpu_s(dst.proc.pid) or 0.0)
+    per_m = 1e6 / n
+    cpu = {
+        "source_memcached": round((servers1[0] - servers0[0]) * per_m, 2),
+        "destination_memcached": round((servers1[1] - servers0[1]) * per_m, 2),
+    }
     if mode == "mcdumpload":
-        errs = p.stderr.count("SERVER_ERROR")
+        cpu["mcdumpload"] = round(all_s * per_m, 2)
+    else:
+        cpu["dumper"] = round(dumper_s * per_m, 2)
+        # Files: the CLI and its pool workers populate. Stream: the dumper populates; the CLI only
+        # starts it and runs the target check.
+        python = "cli" if "--stream" in MODES[mode] else "populator"
+        cpu[python] = round(max(0.0, all_s - dumper_s) * per_m, 2)
+    out: dict[str, Any] = {"seconds": round(dt, 3), "exit": p.returncode, "cpu_s_per_million": cpu}
+    if p.returncode != 0:
+        out["stderr_tail"] = stderr.strip().splitlines()[-5:]
+    if mode == "mcdumpload":
+        errs = stderr.count("SERVER_ERROR")
         if errs:
             out["server_errors"] = errs
     else:
-        for line in reversed(p.stdout.strip().splitlines()):
+        for line in reversed(stdout.strip().splitlines()):
             try:
                 s = json.loads(line)
             except ValueError:
                 continue
-            out.update({k: s[k] for k in ("dump_s", "populate_s", "copied") if k in s})
+            out.update({k: s[k] for k in ("dump_s", "populate_s", "total_s", "copied") if k in s})
+            if "total_s" in s and "populate_s" in s:
+                out["check_s"] = round(s["total_s"] - s["populate_s"], 3)
+                out["check_share"] = round(out["check_s"] / dt, 3)
+                out["checked_in_target"] = s.get("checked_in_target", 0)
             break
     shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _read_all(srv: MemcachedServer, n: int) -> None:
+    """Every item read back (`mg <key> v f t q`), pipelined: one writer thread, replies discarded."""
+    with socket.create_connection((srv.host, srv.port)) as sock:
+
+        def send() -> None:
+            for s in range(0, n, 10_000):
+                sock.sendall(b"".join(b"mg key:%d v f t q\r\n" % i for i in range(s, min(n, s + 10_000))))
+            sock.sendall(b"mn\r\n")
+
+        writer = threading.Thread(target=send, daemon=True)
+        writer.start()
+        tail = b""
+        while tail != b"MN\r\n":
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError(f"{srv.address} closed the connection")
+            tail = (tail + chunk[-4:])[-4:]
+        writer.join()
+
+
+def physical_limit(src: MemcachedServer, n: int, size: int, binary: str) -> dict[str, Any]:
+    """The two servers' CPU for the work itself: every item read from the source and stored into a
+    fresh destination, pipelined (the client's own CPU not counted)."""
+    assert src.proc is not None
+    before = cpu_s(src.proc.pid) or 0.0
+    _read_all(src, n)
+    read_s = (cpu_s(src.proc.pid) or 0.0) - before
+    with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
+        assert dst.proc is not None
+        before = cpu_s(dst.proc.pid) or 0.0
+        load(dst, n, size)
+        write_s = (cpu_s(dst.proc.pid) or 0.0) - before
+    cores = os.cpu_count() or 1
+    return {
+        "source_mg_cpu_s_per_million": round(read_s * 1e6 / n, 2),
+        "destination_ms_cpu_s_per_million": round(write_s * 1e6 / n, 2),
+        "cores": cores,
+        "limit_s": round((read_s + write_s) / cores, 3),
+    }
+
+
+def _median_of(rs: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rs if key in r]
+    return round(statistics.median(vals), 3) if vals else None
 
 
 def bench_set(
@@ -178,37 +336,69 @@ def bench_set(
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as src:
         load(src, n, size)
         settle(src)
+        limit = physical_limit(src, n, size, binary)
         for t in range(runs):
             order = modes[t % len(modes) :] + modes[: t % len(modes)]
             for mode in order:
                 settle(src)
                 with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
-                    r = run_mode(mode, src, dst, tmp / "work", args.mcdumpload)
+                    r = run_mode(mode, src, dst, tmp / "work", args.mcdumpload, n)
                     r["completeness"] = completeness(src, dst, n, size, args.sample)
                 runs_by_mode[mode].append(r)
                 print(
-                    f"{n} x {size} B  {mode:<10} run {t + 1}: {r['seconds']:.2f} s, exit {r['exit']}, "
-                    f"complete {r['completeness']['complete']}",
+                    f"{n} x {size} B  {mode:<40} run {t + 1}: {r['seconds']:.2f} s, exit {r['exit']}, "
+                    f"complete {r['completeness']['complete']}, cpu/M {r['cpu_s_per_million']}",
                     file=sys.stderr,
                     flush=True,
                 )
-    result: dict[str, Any] = {"items": n, "value_bytes": size, "modes": {}}
+    result: dict[str, Any] = {"items": n, "value_bytes": size, "physical_limit": limit, "modes": {}}
     base = None
     if "mcdumpload" in modes:
         base = statistics.median(r["seconds"] for r in runs_by_mode["mcdumpload"])
     for mode, rs in runs_by_mode.items():
         med = statistics.median(r["seconds"] for r in rs)
+        cpu_names = sorted({k for r in rs for k in r["cpu_s_per_million"]})
         entry: dict[str, Any] = {
             "median_s": round(med, 3),
             "items_per_s": round(n / med),
             "times_s": [r["seconds"] for r in rs],
             "all_complete": all(r["completeness"]["complete"] and r["exit"] == 0 for r in rs),
-            "runs": rs,
+            "cpu_s_per_million": {
+                k: round(statistics.median(r["cpu_s_per_million"][k] for r in rs), 2) for k in cpu_names
+            },
+            "of_limit": round(limit["limit_s"] / med, 3),
         }
         if base is not None:
             entry["speed_vs_mcdumpload"] = round(base / med, 3)
+        if (share := _median_of(rs, "check_share")) is not None and mode in ("warm", "warm --stream"):
+            entry["check_s"] = _median_of(rs, "check_s")
+            entry["check_share"] = share
+        entry["runs"] = rs
         result["modes"][mode] = entry
     return result
+
+
+def table(result: dict[str, Any]) -> str:
+    """The issue's table (markdown, on stderr): per mode and data set the median, the ratio to
+    mcdumpload, whether every run was complete, the check's share and the distance to the limit."""
+    sets = [k for k in result if k.startswith("set_")]
+    head = "| mode | " + " | ".join(
+        f"{result[k]['items']:,} x {result[k]['value_bytes']:,} B: median (ratio), complete, check, of limit"
+        for k in sets
+    )
+    lines = [head + " |", "|---" * (len(sets) + 1) + "|"]
+    for mode in result["modes"]:
+        cells = []
+        for k in sets:
+            e = result[k]["modes"][mode]
+            ratio = f" ({e['speed_vs_mcdumpload']:.2f}x)" if "speed_vs_mcdumpload" in e else ""
+            check = f"{e['check_share']:.0%}" if "check_share" in e else "-"
+            cells.append(
+                f"{e['median_s']:.2f} s{ratio}, {'yes' if e['all_complete'] else 'NO'}, {check}, "
+                f"{e['of_limit']:.2f}"
+            )
+        lines.append(f"| `{mode}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def machine(args: argparse.Namespace) -> dict[str, Any]:
@@ -239,10 +429,9 @@ def main() -> None:
         "a disk here; /dev/shm puts the dump on tmpfs)",
     )
     ap.add_argument(
-        "--crawl-order-too",
-        action="store_true",
-        help="also run files and stream with --order crawl (the default order, recency, lists every key "
-        "before the first fetch)",
+        "--modes",
+        default=",".join(SHORT),
+        help=f"which cachewarm modes, comma-separated, in this order (default: all): {', '.join(SHORT)}",
     )
     args = ap.parse_args()
     modes = []
@@ -255,14 +444,12 @@ def main() -> None:
             "https://github.com/memcached/mcdumpload && make -C mcdumpload)"
         )
         print(peer_note, file=sys.stderr)
-    modes.append("files")
     compile_bytecode()
-    if has_stream():
-        modes.append("stream")
-    else:
-        print("stream mode skipped: this cachewarm's `warm` has no --stream", file=sys.stderr)
-    if args.crawl_order_too:
-        modes += [f"{m}-crawl" for m in modes if m in ("files", "stream")]
+    wanted = [SHORT[m] for m in args.modes.split(",") if m]
+    if not has_stream():
+        print("stream modes skipped: this cachewarm's `warm` has no --stream", file=sys.stderr)
+        wanted = [m for m in wanted if "--stream" not in m]
+    modes += wanted
     sets = {"1k": (1_000_000, 1000), "10k": (100_000, 10_000)}
     result: dict[str, Any] = {
         "benchmark": "peers",
@@ -279,6 +466,7 @@ def main() -> None:
             n = max(1, int(n * args.scale))
             result[f"set_{name}"] = bench_set(n, size, modes, args.runs, args, Path(d))
     result["machine"]["loadavg_end"] = os.getloadavg()
+    print(table(result), file=sys.stderr)
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

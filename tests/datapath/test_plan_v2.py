@@ -9,10 +9,12 @@ import base64
 import os
 import random
 import re
+import struct
 
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
+from cachewarm.datapath import presence
 from cachewarm.datapath.encode import UNLIMITED, is_plain_key
 from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.datapath.placement import PlacementSpec
@@ -289,3 +291,35 @@ def test_each_t_goes_out_on_its_destinations_clock(set_mode: bool, offset: int) 
     assert all(t == 0 or 2_592_000 < t <= 2**31 - 1 for t in got)
     if offset == 2**31:
         assert set(got) <= {0, 2**31 - 1}
+
+
+@pytest.mark.parametrize("set_mode", [False, True])
+def test_probes_name_exactly_the_items_sent_as_text_alike(set_mode: bool) -> None:
+    """The target check's lookups (presence.py): one `mg` per item the plan sends as text, routed
+    with it, in send order, with its T; nothing for the expired, oversize and binary-protocol items."""
+    recs = _records(random.Random(11), 1500)
+    data, start, end = _file(recs)
+    nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 4)]
+    ring = KetamaRing(nodes)
+    p = _both(data, start, end, budgets=(1004,) * 3, set_mode=set_mode, ring=ring, probes=True)
+    for i, n in enumerate(p.nodes):
+        lines = n.probes.split(b"\r\n")[:-1]
+        assert len(lines) == n.items == len(n.probe_expiry) // 8 > 0
+        sent = [
+            s
+            for s in v2.spans(data, start, end)
+            if ring.index_for(s.key) == i
+            and not s.binary
+            and (set_mode or is_plain_key(s.key))
+            and (s.exptime == -1 or s.exptime - 1 > NOW)
+            and len(s.key) + s.value_end - s.value_start + (4 if s.flags else 0) <= 1004
+        ]
+        assert [presence.probe_key(x) for x in lines] == [s.key for s in sent]
+        assert [t for (t,) in struct.iter_unpack("<q", n.probe_expiry)] == [
+            v2.expiry_to_send(s.exptime) for s in sent
+        ]
+    # Not asked: none (the populator alone keeps no lookups).
+    assert all(
+        n.probes == n.probe_expiry == b""
+        for n in _both(data, start, end, ring=ring, budgets=(1004,) * 3).nodes
+    )

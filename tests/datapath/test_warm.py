@@ -219,6 +219,24 @@ def test_warm_bad_flags(bad: str, dumper_bin: Path, tmp_path: Path, warm_args: l
     assert r.returncode == 2 and "--target" in r.stderr
 
 
+def test_warm_check_sample_compares_values_with_the_source(
+    memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
+) -> None:
+    """--check-sample N: besides the presence of every key, about N keys' value, flags and TTL are
+    compared with the source; the same items compare equal. A sample comes only from the kept
+    lookups (the fallback walk gives none): so the files path used them, not the walk."""
+    src = memcached(memory_mb=64)
+    dst = memcached(memory_mb=64)
+    put(src, [(b"k%d" % i, i, 0 if i % 2 else 3600, b"v%d" % i) for i in range(3000)])
+    argv = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
+    r = run([*argv, "--json", "--check-sample", "300", *warm_args], dumper_bin)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = json.loads(r.stdout.strip().splitlines()[-1])
+    assert s["checked_in_target"] == 3000 and s["missing_in_target"] == 0
+    assert 200 <= s["sample_compared"] <= 300 and s["sample_different"] == 0
+    assert not (tmp_path / "w" / "probes").exists()  # the kept lookups go after the check
+
+
 def test_warm_fails_when_the_target_cannot_hold_everything(
     memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]
 ) -> None:

@@ -376,12 +376,15 @@ static struct PyModuleDef kModule = {
 /* Data format v2: the walk and plan (_v2plan.c) and the sender (_v2send.c). */
 extern PyMethodDef kV2PlanMethods[];
 extern PyMethodDef kV2SendMethods[];
+/* The stream warm's target check: key lists into routed lookups (_probes.c). */
+extern PyMethodDef kProbeMethods[];
 /* Key placement (_placement.c over hashkit/). */
 int placement_add_type(PyObject *m);
 
 PyMODINIT_FUNC PyInit__speedups(void) {
   PyObject *m = PyModule_Create(&kModule);
   if (m && (PyModule_AddFunctions(m, kV2PlanMethods) < 0 || PyModule_AddFunctions(m, kV2SendMethods) < 0 ||
+            PyModule_AddFunctions(m, kProbeMethods) < 0 ||
             placement_add_type(m) < 0)) {
     Py_DECREF(m);
     return NULL;

@@ -4,7 +4,7 @@
  * that both give the same plan and reject the same records with the same message.
  *
  * plan_v2(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring_points, ring_owners,
- *         delimiter, only, offsets)
+ *         delimiter, only, offsets[, probes])
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
  *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: a Placement (_placement.c; owners
@@ -16,7 +16,10 @@
  *   onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its own idea
  *   of the time, so a destination 600 s behind would otherwise keep every item 600 s too long. A
  *   set-mode record then goes as a generated `ms` line too (its T differs from the file's).
- *   -> (records, [(pieces, items, expired, oversize, binary, lines, order) per destination])
+ *   probes: also give, per destination, the target check's lookups of the items sent as text.
+ *   -> (records, [(pieces, items, expired, oversize, binary, lines, order, probes, probe_expiry)
+ *       per destination]); probes: `mg <key>\r\n` (`mg <base64> b\r\n`) per item sent as text, in
+ *   send order, empty unless asked; probe_expiry: each one's T (packed int64, 0 = never).
  *   pieces: packed little-endian int64 pairs, in send order: (offset, length) a range of `data`;
  *   (-1, n) the end of a batch of n items (the sender writes `mn`); (-2, 1) the byte `S` (set mode,
  *   in place of the record's `E`); (-3 - k, n) n bytes of `lines` from offset k. oversize / binary:
@@ -43,6 +46,9 @@
 
 typedef struct {
   V2Buf pieces, lines, order;
+  /* probes: `mg <key>[ b]\r\n` per item sent as text, in send order, and each one's T (int64, 0 =
+   * never): the warm's target check sends these as they are instead of walking the file again. */
+  V2Buf probes, probe_exp;
   long items, expired;
   long batch_items;
   uint64_t batch_bytes;
@@ -84,15 +90,35 @@ struct cw_placement;
 const struct cw_placement *placement_of(PyObject *o);
 long cw_place(const struct cw_placement *p, const unsigned char *key, size_t len);
 
+/* The destination index owning `key` on a ketama ring (sorted little-endian u32 points, the u32
+ * owner of each): the first point >= md5's hash of the key (of its part before `delim`, when given
+ * and found, as ketama.index_for), wrapping. Shared with _probes.c. */
+uint32_t ketama_owner(const unsigned char *points, const unsigned char *owners, size_t n_points,
+                      const void *delim, size_t delim_len, const unsigned char *key, size_t key_len) {
+  size_t hl = key_len;
+  if (delim) {
+    const unsigned char *cut = memmem(key, key_len, delim, delim_len);
+    if (cut) hl = (size_t)(cut - key);
+  }
+  const uint32_t h = cw_hash_md5(key, hl);
+  size_t lo = 0, hi = n_points;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (v2_le32(points + 4 * mid) < h) lo = mid + 1;
+    else hi = mid;
+  }
+  return v2_le32(owners + 4 * (lo == n_points ? 0 : lo));
+}
+
 static PyObject *plan_v2(PyObject *self, PyObject *args) {
   (void)self;
   Py_buffer view, points = {0}, owners = {0}, delim = {0}, only = {0};
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
-  int set_mode;
+  int set_mode, want_probes = 0;
   PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o, *offsets_o;
-  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOOO", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
-                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o))
+  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOOO|p", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
+                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o, &want_probes))
     return NULL;
   PyObject *result = NULL, *per_node = NULL;
   Node *nodes = NULL;
@@ -164,20 +190,7 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
         goto done;
       }
     } else if (points.buf) {
-      size_t hl = r.key_len;
-      if (delim.buf) { /* as ketama.index_for: the part before the delimiter's first occurrence */
-        const unsigned char *cut = memmem(r.key, r.key_len, delim.buf, (size_t)delim.len);
-        if (cut) hl = (size_t)(cut - r.key);
-      }
-      const uint32_t h = cw_hash_md5(r.key, hl);
-      const unsigned char *pt = points.buf;
-      size_t lo = 0, hi = n_points; /* first point >= h */
-      while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        if (v2_le32(pt + 4 * mid) < h) lo = mid + 1;
-        else hi = mid;
-      }
-      idx = (Py_ssize_t)v2_le32((const unsigned char *)owners.buf + 4 * (lo == n_points ? 0 : lo));
+      idx = (Py_ssize_t)ketama_owner(points.buf, owners.buf, n_points, delim.buf, (size_t)delim.len, r.key, r.key_len);
       if (idx >= n_nodes) {
         PyErr_SetString(PyExc_ValueError, "ring: an owner out of range");
         goto done;
@@ -225,6 +238,13 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
           add_range(n, r.mode_at + 1, r.next - r.mode_at - 1) < 0)
         goto nomem;
     }
+    if (want_probes) {
+      char probe[V2_MAX_LINE];
+      const int pl = r.b64 ? snprintf(probe, sizeof probe, "mg %.*s b\r\n", (int)r.tok_len, (const char *)r.tok)
+                           : snprintf(probe, sizeof probe, "mg %.*s\r\n", (int)r.key_len, (const char *)r.key);
+      const int64_t e = r.expiry;
+      if (v2buf_put(&n->probes, probe, (size_t)pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0) goto nomem;
+    }
     n->items++;
     n->batch_items++;
     n->batch_bytes += wire;
@@ -239,9 +259,12 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     const char *pd = nodes[i].pieces.data ? (const char *)nodes[i].pieces.data : "";
     const char *ld = nodes[i].lines.data ? (const char *)nodes[i].lines.data : "";
     const char *od = nodes[i].order.data ? (const char *)nodes[i].order.data : "";
-    PyObject *t = Py_BuildValue("(y#llOOy#y#)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
+    const char *qd = nodes[i].probes.data ? (const char *)nodes[i].probes.data : "";
+    const char *xd = nodes[i].probe_exp.data ? (const char *)nodes[i].probe_exp.data : "";
+    PyObject *t = Py_BuildValue("(y#llOOy#y#y#y#)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
                                 nodes[i].expired, nodes[i].oversize, nodes[i].binary, ld,
-                                (Py_ssize_t)nodes[i].lines.len, od, (Py_ssize_t)nodes[i].order.len);
+                                (Py_ssize_t)nodes[i].lines.len, od, (Py_ssize_t)nodes[i].order.len, qd,
+                                (Py_ssize_t)nodes[i].probes.len, xd, (Py_ssize_t)nodes[i].probe_exp.len);
     if (!t) goto done;
     PyList_SET_ITEM(per_node, i, t);
   }
@@ -256,6 +279,8 @@ done:
       v2buf_free(&nodes[i].pieces);
       v2buf_free(&nodes[i].lines);
       v2buf_free(&nodes[i].order);
+      v2buf_free(&nodes[i].probes);
+      v2buf_free(&nodes[i].probe_exp);
       Py_XDECREF(nodes[i].oversize);
       Py_XDECREF(nodes[i].binary);
     }

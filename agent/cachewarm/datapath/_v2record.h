@@ -1,7 +1,7 @@
 /* Data format v2 records (docs/data-format.md section 7.1) for the populator's C walk (_v2plan.c):
  * the strict parser of check 4 (section 7.2). The Python twin is format_v2.parse_at, with the same
  * rules and the same messages; the C++ writer's reader is dumper-cpp/src/record_v2.cc. Header-only
- * (static): included by _v2plan.c alone. */
+ * (static): included by _v2plan.c and _probes.c. */
 #ifndef CACHEWARM_V2RECORD_H
 #define CACHEWARM_V2RECORD_H
 #include <stddef.h>
@@ -157,7 +157,7 @@ static inline long long v2_dest_expiry(long long expiry, long long offset) {
 
 /* Parses the record at pos (checks of section 7.2); -1 with `why` (96 bytes) on a bad record. A
  * base64 key is decoded into keybuf. */
-static int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Record *r, unsigned char *keybuf,
+static inline int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Record *r, unsigned char *keybuf,
                     char *why) {
   if (pos >= end) V2_BAD("no record");
   if (p[pos] == 0x80) {

@@ -365,6 +365,15 @@ def _s3_transport(
     help="After populating, look up every dumped, unexpired key in the target.",
 )
 @click.option(
+    "--check-sample",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="With the check: also compare the value, flags and TTL of about N random checked keys on "
+    "the source and their target node (`cachewarm verify`'s rules); 0 = presence only.",
+)
+@click.option(
     "--dumper",
     default=None,
     type=click.Path(exists=True, dir_okay=False),
@@ -437,6 +446,7 @@ def warm_cmd(
     data_file_size: str,
     resume: bool,
     check: bool,
+    check_sample: int,
     dumper: str | None,
     destination_timeout: float,
     as_json: bool,
@@ -457,8 +467,9 @@ def warm_cmd(
 
     Before the dumper starts, the source and every target are reached (a dead one fails now, exit 6),
     identified (a target that is the source is refused, exit 2) and sized (an empty source is named).
-    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists) and
-    stays afterwards: remove it when done. --resume continues an interrupted warm (on an empty
+    WORKDIR needs about the source's `stats bytes` of disk (data files; --stream: only key lists; the
+    check's lookups, ~25 bytes per item, until the check ends) and stays afterwards: remove it when
+    done. --resume continues an interrupted warm (on an empty
     WORKDIR it simply starts); Ctrl-C prints the exact command.
 
     \b
@@ -498,6 +509,7 @@ def warm_cmd(
             data_file_size=data_file_size,
             resume=resume,
             check=check,
+            check_sample=check_sample,
             stream=stream,
             plan=plan,
             s3=s3,

@@ -18,6 +18,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import IO
 
+from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperProgress, dumper_node_id, terminate_child
 from cachewarm.datapath.populate import PopulateIncomplete, PopulateSummary, populate
 from cachewarm.datapath.progress import Display, make_display
@@ -83,6 +84,7 @@ def run_s3_warm(
     if not cfg.resume:
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)
+        presence.forget(cfg.workdir / "probes")  # the target check's lookups of an earlier dump
     dump_dir.mkdir(exist_ok=True)
     staging.mkdir(exist_ok=True)  # the populator looks at it before the download thread starts
     node = dumper_node_id(cfg.source.address)

@@ -16,6 +16,7 @@ Here: its command line (`StreamCommand`), running it (`run_stream`), and the loc
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import re
@@ -25,16 +26,24 @@ import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
-from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
+from cachewarm.datapath.ketama import KetamaRing, Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
-from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.placement import Placer
+from cachewarm.datapath.populate.plan import ring_arrays
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
+
+try:
+    from cachewarm.datapath import _speedups
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _speedups = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from cachewarm.datapath.progress import Display
@@ -184,12 +193,43 @@ def _listed(path: Path, now: int) -> Iterable[bytes]:
 
 
 def _check_list(
-    path: Path, targets: list[Node], routing: Routing, excluded: frozenset[bytes]
-) -> tuple[int, list[bytes]]:
-    """(keys checked, keys missing) of one key list on the target nodes (runs in a pool process)."""
+    path: Path, targets: list[Node], routing: Routing, excluded: frozenset[bytes], sample_rate: float = 0.0
+) -> tuple[int, list[bytes], list[bytes]]:
+    """(keys checked, keys missing, a sample of the keys present) of one key list on the target
+    nodes (runs in a pool process):
+    the C walk routes its keys into lookups (_probes.c), presence.py sends them; without the C
+    extension, the keys are routed here."""
+    now = int(time.time()) + 1
     ring = routing.ring(targets)
+    if _speedups is None:  # pragma: no cover - exercised where no C compiler was available
+        return (*_check_list_py(path, targets, ring, excluded, now), [])
+    points, owners = ring_arrays(ring)
+    shares = _speedups.probe_keys(
+        path.read_bytes(),
+        now,
+        len(targets),
+        points,
+        owners,
+        ring.hash_delimiter if ring is not None else None,
+    )
+    checked, gone, sample = 0, [], []
+    for n, (lookups, expiry, binary) in zip(targets, shares, strict=True):
+        c, g, s = presence.missing(
+            n, presence.NodeProbes(n.address, lookups, expiry, binary), now, sample_rate
+        )
+        checked += c
+        gone += g
+        sample += s
+    # The stream never sent these on purpose (too large for their node, undumpable): not its misses.
+    skipped = [k for k in gone if k in excluded]
+    return checked - len(skipped), [k for k in gone if k not in excluded], sample
+
+
+def _check_list_py(
+    path: Path, targets: list[Node], ring: KetamaRing | Placer | None, excluded: frozenset[bytes], now: int
+) -> tuple[int, list[bytes]]:
     per_node: list[list[bytes]] = [[] for _ in targets]
-    for key in _listed(path, int(time.time()) + 1):
+    for key in _listed(path, now):
         if key not in excluded:
             per_node[ring.index_for(key) if ring else 0].append(key)
     gone: list[bytes] = []
@@ -207,25 +247,38 @@ def check_stream_target(
     routing: Routing,
     summary: Mapping[str, Any],
     workers: int,
-) -> tuple[int, int, list[bytes]]:
+    sample: int = 0,
+    pool: Executor | None = None,
+) -> tuple[int, int, list[bytes], list[bytes]]:
     """Look up every listed, unexpired key the stream did not skip on purpose on its target node; a
     key missing there counts only if the source still holds it (else it was gone before it could
-    be sent: a miss of the dump). Returns (checked, missing, examples)."""
+    be sent: a miss of the dump). Returns (checked, missing, examples, about `sample` keys present)."""
     lists = sorted((out / "keys").glob("*.keys"))
+    records = int(summary.get("records", 0))
     check = functools.partial(
-        _check_list, targets=resolve_nodes(targets), routing=routing, excluded=_excluded(out, summary)
+        _check_list,
+        targets=resolve_nodes(targets),
+        routing=routing,
+        excluded=_excluded(out, summary),
+        sample_rate=min(1.0, sample / records) if sample and records else 0.0,
     )
-    checked, absent = 0, []
-    with process_pool(workers) as pool:
-        for n, gone in pool.map(check, lists):
+    checked, absent, present = 0, [], []
+    # The caller's pool, forked before the dumper's pump threads started (a pool started now would
+    # go through a fork server: ~0.3 s of imports per worker); else threads (the lookups wait on the
+    # destinations with the GIL released, but under CPU contention the threads queue for it).
+    with contextlib.ExitStack() as stack:
+        if pool is None:
+            pool = stack.enter_context(ThreadPoolExecutor(max(1, workers)))
+        for n, gone, some in pool.map(check, lists):
             checked += n
             absent += gone
+            present += some
     if absent:
         with MetaConnection(source.connect_host, source.port) as src:
             gone_at_source = set(src.missing(absent))
         absent = [k for k in absent if k not in gone_at_source]
         checked -= len(gone_at_source)
-    return checked, len(absent), absent[:5]
+    return checked, len(absent), absent[:5], present
 
 
 class _Lines:
@@ -263,10 +316,13 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
     )
 
 
-def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = None) -> WarmSummary:
-    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`.
-    Progress: plain lines on `stream`, or the dumper's events to `display` (`--json`: `dump_progress`)."""
-    from cachewarm.datapath.warm import WarmSummary, prepare_workdir
+def run_stream_warm(
+    cfg: WarmConfig, stream: IO[str], display: Display | None = None, pool: Executor | None = None
+) -> WarmSummary:
+    """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`
+    (in `pool`'s processes, when given). Progress: plain lines on `stream`, or the dumper's events
+    to `display` (`--json`: `dump_progress`)."""
+    from cachewarm.datapath.warm import WarmSummary, compare_sample, prepare_workdir
     from cachewarm.datapath.warm_errors import Unreachable, WarmError
 
     out = cfg.workdir / STREAM_DIR
@@ -288,11 +344,12 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = 
     problems = [m] if (m := failure_message(s)) else []
     if res.returncode != 0 and not problems:
         raise WarmError(res.failure())
-    checked = missing = 0
+    checked = missing = sampled = different = 0
     if cfg.check:
-        checked, missing, examples = check_stream_target(
-            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers
+        checked, missing, examples, sample = check_stream_target(
+            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers, cfg.check_sample, pool
         )
+        sampled, different = compare_sample(cfg, sample, stream, problems)
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
@@ -320,4 +377,6 @@ def run_stream_warm(cfg: WarmConfig, stream: IO[str], display: Display | None = 
         populate=dict(s),
         problems=problems,
         stream=True,
+        sample_compared=sampled,
+        sample_different=different,
     )

@@ -9,6 +9,7 @@ or the user accepted what it was not.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import subprocess
@@ -24,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
+from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
@@ -76,6 +78,8 @@ class WarmConfig:
     data_file_size: str = "32M"
     resume: bool = False
     check: bool = True
+    # --check-sample: with the check, compare value, flags and TTL of about this many keys (0: none).
+    check_sample: int = 0
     dumper_args: list[str] = field(default_factory=list)
     poll_interval: float = 0.1
     source_max_items_per_second: int | None = None
@@ -143,6 +147,9 @@ class WarmSummary:
     workdir_bytes: int = 0
     # `--via-s3`: the transport's counts (objects, bytes, requests each way, objects deleted).
     s3: dict[str, int] = field(default_factory=dict)
+    # --check-sample: keys whose value, flags and TTL were compared with the source, and how many differed.
+    sample_compared: int = 0
+    sample_different: int = 0
 
     def to_json(self) -> str:
         fields = asdict(self)
@@ -181,6 +188,11 @@ class WarmSummary:
             lines.append(
                 f"  target check        {self.checked_in_target - self.missing_in_target:>12,} of "
                 f"{self.checked_in_target:,} unexpired keys present"
+            )
+        if self.sample_compared:
+            lines.append(
+                f"  sample compared     {self.sample_compared - self.sample_different:>12,} of "
+                f"{self.sample_compared:,} the same as the source (value, flags, TTL)"
             )
         check = self.total_s - self.populate_s
         after = f" (+{check:.1f}s target check)" if self.checked_in_target else ""
@@ -267,24 +279,93 @@ def _check_file(
     return checked, gone
 
 
+def _check_one(
+    path: Path,
+    targets: list[Node],
+    routing: Routing,
+    limits: list[ItemLimit],
+    probes: Path | None,
+    sample_rate: float = 0.0,
+) -> tuple[int, list[bytes], list[bytes]]:
+    """One file's target check: the lookups its populate kept (presence.py), else a walk of the file
+    (no sample then). Returns (checked, missing, a sample of the keys present)."""
+    if (
+        probes is not None
+        and (kept := presence.check_kept(probes, path.name, targets, sample_rate)) is not None
+    ):
+        return kept
+    return (*_check_file(path, targets, routing, limits), [])
+
+
+def probe_dir(cfg: WarmConfig) -> Path | None:
+    """Where the populate keeps each file's lookups for the target check (None: --no-check)."""
+    return cfg.workdir / "probes" if cfg.check else None
+
+
+@dataclass
+class CheckResult:
+    checked: int = 0
+    missing: int = 0
+    examples: list[bytes] = field(default_factory=list)
+    # --check-sample: keys found present, to compare value, flags and TTL with the source.
+    sample: list[bytes] = field(default_factory=list)
+
+    def add(self, checked: int, gone: list[bytes], sample: list[bytes]) -> None:
+        self.checked += checked
+        self.missing += len(gone)
+        self.examples.extend(gone[: max(0, 5 - len(self.examples))])
+        self.sample += sample
+
+
 def check_target(
     cfg: WarmConfig, dump_dir: Path, manifest: df.Manifest, summary: PopulateSummary, pool: Executor
-) -> tuple[int, int, list[bytes]]:
+) -> CheckResult:
     """Look up every dumped, unexpired key that fits its node on that node, files in parallel
-    processes. Returns (checked, missing, examples)."""
-    checked = missing = 0
-    examples: list[bytes] = []
+    processes: with the lookups the populate kept (routed, no file read again) where it kept them."""
     targets = resolve_nodes(cfg.targets)
     limits = [
         ItemLimit(int(d["item_size_max"]), bool(d["cas"]))
         for d in (summary.destinations[t.address] for t in targets)
     ]
-    check = functools.partial(_check_file, targets=targets, routing=cfg.routing, limits=limits)
-    for n, gone in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
-        checked += n
-        missing += len(gone)
-        examples.extend(gone[: max(0, 5 - len(examples))])
-    return checked, missing, examples
+    check = functools.partial(
+        _check_one,
+        targets=targets,
+        routing=cfg.routing,
+        limits=limits,
+        probes=probe_dir(cfg),
+        sample_rate=sample_rate(cfg, manifest.total_records),
+    )
+    res = CheckResult()
+    for part in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
+        res.add(*part)
+    return res
+
+
+def sample_rate(cfg: WarmConfig, items: int) -> float:
+    """The share of checked keys --check-sample asks to compare (0: none)."""
+    return min(1.0, cfg.check_sample / items) if cfg.check_sample and items else 0.0
+
+
+def compare_sample(
+    cfg: WarmConfig, keys: list[bytes], stream: IO[str], problems: list[str]
+) -> tuple[int, int]:
+    """--check-sample: the value, flags and TTL of `keys` on the source and their target node
+    (`cachewarm verify`'s rules; a key gone from the source meanwhile is not compared). Returns
+    (compared, different); differences are a problem of the warm, with examples on `stream`."""
+    if not keys:
+        return 0, 0
+    from cachewarm.datapath.verify import _compare
+
+    keys = keys[: cfg.check_sample]
+    rep = _compare(
+        resolve_nodes([cfg.source])[0], resolve_nodes(cfg.targets), keys, ttl_tolerance=5, routing=cfg.routing
+    )
+    if rep.keys_different or rep.missing:
+        stream.write(rep.text() + "\n")
+        problems.append(
+            f"{rep.differences} of {rep.checked} sampled keys differ between the source and the target"
+        )
+    return rep.checked, rep.differences
 
 
 def dumper_command(cfg: WarmConfig, dump_dir: Path) -> DumperCommand:
@@ -328,6 +409,7 @@ def populate_config(
         destination_timeout=cfg.destination_timeout,
         should_abort=should_abort,
         pool=pool,
+        probe_dir=probe_dir(cfg),
         **cfg.accept,  # type: ignore[arg-type]
     )
 
@@ -347,7 +429,11 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     if cfg.stream:
         from cachewarm.datapath.stream import run_stream_warm
 
-        summary = run_stream_warm(cfg, stream, display if isinstance(display, JsonDisplay) else None)
+        # The check's workers start now, before the dumper's output pumps: forked in milliseconds.
+        with started_pool(cfg.workers) if cfg.check else contextlib.nullcontext() as pool:
+            summary = run_stream_warm(
+                cfg, stream, display if isinstance(display, JsonDisplay) else None, pool
+            )
     elif cfg.s3 is not None:
         from cachewarm.datapath.s3warm import run_s3_warm
 
@@ -424,6 +510,7 @@ def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: E
     if not cfg.resume:  # a new dump: what a previous populate remembered is about other files
         for f in (state_file, state_file.with_name(state_file.name + ".started")):
             f.unlink(missing_ok=True)
+        presence.forget(cfg.workdir / "probes")
     dump_dir.mkdir(exist_ok=True)  # the populator starts before the dumper has created it
     argv = dumper_command(cfg, dump_dir).argv()
     display = display or make_display(stream, dumper=True)
@@ -467,9 +554,12 @@ def conclude(
     """After the populate: the target check (unless --no-check) and the warm's summary, from the
     DONE in `dump_dir` (the dump's, or the S3 warm's staging copy)."""
     manifest = df.read_manifest(dump_dir / df.MANIFEST_NAME)
-    checked = missing = 0
+    checked = missing = sampled = different = 0
     if cfg.check:
-        checked, missing, examples = check_target(cfg, dump_dir, manifest, summary, pool)
+        res = check_target(cfg, dump_dir, manifest, summary, pool)
+        presence.forget(cfg.workdir / "probes")
+        checked, missing, examples = res.checked, res.missing, res.examples
+        sampled, different = compare_sample(cfg, res.sample, stream, problems)
         if missing:
             stream.write(
                 f"target is missing {missing:,} of {checked:,} keys; {len(examples)} examples of "
@@ -499,4 +589,6 @@ def conclude(
         populate=asdict(summary),
         problems=problems,
         items_per_s=round(manifest.total_records / (pop_end - start), 1),
+        sample_compared=sampled,
+        sample_different=different,
     )

@@ -129,6 +129,9 @@ class PopulateConfig:
     accept_no_evictions: bool = False
     # Where the oversize items are named (JSON lines); None: `<state file>.oversize.jsonl`.
     oversize_report: Path | None = None
+    # `warm`'s target check: each applied file's lookups, per destination, are kept here
+    # (datapath/presence.py), so the check neither reads nor routes the files again. None: not kept.
+    probe_dir: Path | None = None
 
     @property
     def routing(self) -> Routing:
@@ -162,6 +165,8 @@ class WorkerParams:
     # Encode with the C loop when it is built (single destination, one-pass files, small items);
     # False forces the Python loop (tests compare the two).
     use_speedups: bool = True
+    # PopulateConfig.probe_dir: where each applied file's lookups go for warm's target check.
+    probe_dir: Path | None = None
 
     @staticmethod
     def of(c: PopulateConfig) -> WorkerParams:

@@ -50,6 +50,11 @@ class NodePlan:
     # order (packed int64): `add` answers every item in order, so a reply's record is found by counting.
     lines: bytes = b""
     order: bytes = b""
+    # Asked for (`probes=True`): the target check's lookups of the items sent as text, `mg <key>\r\n`
+    # (`mg <base64> b\r\n`) in send order, and each one's T (packed int64, 0 = never): the check sends
+    # them as they are, without walking or routing the file again (datapath/presence.py).
+    probes: bytes = b""
+    probe_expiry: bytes = b""
 
     def order_offsets(self) -> list[int]:
         return [o for (o,) in _OFFSET.iter_unpack(self.order)]
@@ -65,7 +70,7 @@ def pieces_of(pieces: bytes) -> list[tuple[int, int]]:
     return [_PAIR.unpack_from(pieces, i) for i in range(0, len(pieces), _PAIR.size)]
 
 
-def _ring_arrays(ring: KetamaRing | Placer | None) -> tuple[object, bytes | None]:
+def ring_arrays(ring: KetamaRing | Placer | None) -> tuple[object, bytes | None]:
     if ring is None:
         return None, None
     if isinstance(ring, Placer):  # plan_v2 routes with the extension's Placement itself
@@ -90,13 +95,14 @@ def plan(
     only: frozenset[int] | None = None,
     use_c: bool = True,
     offsets: tuple[int, ...] | None = None,
+    probes: bool = False,
 ) -> Plan:
     """The plan of `data[start:end]` (a verified v2 file's records). `offsets`: per destination, its
     clock's offset from this host's in whole seconds (rounded down), None = all 0; each T goes out
     moved onto its destination's clock (format_v2.dest_expiry). Raises format_v2.RecordError at the
     first record section 7.2 forbids; nothing is planned then."""
     if use_c and _speedups is not None:
-        points, owners = _ring_arrays(ring)
+        points, owners = ring_arrays(ring)
         flags = bytes(1 if only is None or i in only else 0 for i in range(len(budgets)))
         try:
             records, per_node = _speedups.plan_v2(
@@ -113,11 +119,14 @@ def plan(
                 ring.hash_delimiter if ring is not None else None,
                 flags,
                 offsets,
+                probes,
             )
         except ValueError as e:
             raise v2.RecordError(str(e)) from e
         return Plan(records, [NodePlan(*t) for t in per_node])
-    return plan_py(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only, offsets)
+    return plan_py(
+        data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only, offsets, probes
+    )
 
 
 class _Pieces:
@@ -177,10 +186,13 @@ def plan_py(
     ring: KetamaRing | Placer | None = None,
     only: frozenset[int] | None = None,
     offsets: tuple[int, ...] | None = None,
+    probes: bool = False,
 ) -> Plan:
     """`plan` in Python (see the module doc)."""
     nodes = [NodePlan() for _ in budgets]
     pieces = [_Pieces() for _ in budgets]
+    lookups = [bytearray() for _ in budgets]
+    lookup_expiry = [bytearray() for _ in budgets]
     records = 0
     for s in v2.spans(data, start, end):
         records += 1
@@ -216,12 +228,17 @@ def plan_py(
             p.line(line, s.offset)
             p.range(s.value_start, s.end - s.value_start)
             wire = len(line) + s.end - s.value_start
+        if probes:
+            plain = is_plain_key(s.key)
+            lookups[idx] += b"mg %b\r\n" % s.key if plain else b"mg %b b\r\n" % base64.b64encode(s.key)
+            lookup_expiry[idx] += _OFFSET.pack(expiry)
         n.items += 1
         p.batch_items += 1
         p.batch_bytes += wire
         if p.batch_items >= batch_items or p.batch_bytes >= batch_bytes:
             p.end_batch()
-    for n, p in zip(nodes, pieces, strict=True):
+    for n, p, q, qx in zip(nodes, pieces, lookups, lookup_expiry, strict=True):
         n.pieces = p.finish()
         n.lines, n.order = bytes(p.lines), bytes(p.order)
+        n.probes, n.probe_expiry = bytes(q), bytes(qx)
     return Plan(records, nodes)

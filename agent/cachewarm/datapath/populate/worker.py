@@ -34,6 +34,7 @@ from cachewarm.datapath.populate.plan import plan
 from cachewarm.datapath.populate.ratelimit import RateLimiter
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.populate.state import NodeCounts
+from cachewarm.datapath.presence import save_probes
 
 DEST_ERROR = "dest_error"
 # The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
@@ -250,6 +251,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 job.only_nodes,
                 params.use_speedups,
                 tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes))),
+                probes=params.probe_dir is not None,
             )
             df.check_record_count(verdict.header, verdict.trailer, p.records)
         except (v2.RecordError, df.CorruptRecord) as e:
@@ -268,6 +270,16 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
         )
         shares = {i: NodeShare(p.nodes[i].expired, p.nodes[i].oversize, p.nodes[i].binary) for i in conns}
         _account(verdict, params, job, conns, totals, shares, out)
+        if params.probe_dir is not None and out.status == "ok":
+            binary = {
+                i: [df.record_at(verdict.data, at, df.VERSION_2).key for at in p.nodes[i].binary]
+                for i in conns
+            }
+            save_probes(
+                params.probe_dir,
+                out.name,
+                {nodes[i].address: (p.nodes[i].probes, p.nodes[i].probe_expiry, binary[i]) for i in conns},
+            )
     finally:
         for c in conns.values():
             c.close()

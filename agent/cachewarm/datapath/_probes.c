@@ -1,0 +1,204 @@
+/* The stream warm's target check, in C: one walk over a key list the dumper kept (OUT/keys/<chunk>.keys,
+ * lines `<URL-encoded key> <exptime or -1>`), routing each unexpired key to its destination and writing
+ * its lookup there, so that no key is decoded, hashed or formatted in Python (datapath/presence.py).
+ *
+ * probe_keys(data, now, n_nodes, ring_points, ring_owners, delimiter)
+ *   ring_points / ring_owners / delimiter: as plan_v2's (_v2plan.c): a Placement, or a ketama ring,
+ *   or None for one destination.
+ *   -> [(probes, expiry, binary) per destination]: probes `mg <key>\r\n` (`mg <base64> b\r\n` for a
+ *   key with other bytes than 0x21..0x7E), expiry each one's exptime as packed int64 (0 = never),
+ *   binary the keys no meta command can name (187..250 bytes: the binary protocol looks them up).
+ *   A key whose exptime is not after `now` is expired: left out.
+ *   Raises ValueError "key list line <n>: <why>" for a line that is not a listed key.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_v2record.h"
+
+uint32_t ketama_owner(const unsigned char *points, const unsigned char *owners, size_t n_points,
+                      const void *delim, size_t delim_len, const unsigned char *key, size_t key_len);
+struct cw_placement;
+const struct cw_placement *placement_of(PyObject *o);
+long cw_place(const struct cw_placement *p, const unsigned char *key, size_t len);
+
+static int hexval(unsigned char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* urllib.parse.unquote_to_bytes: %XX decoded, anything else (a bad escape too) kept as it is. */
+static size_t unquote(const unsigned char *s, size_t n, unsigned char *out, size_t cap) {
+  size_t o = 0;
+  for (size_t i = 0; i < n && o < cap; i++) {
+    int hi, lo;
+    if (s[i] == '%' && i + 2 < n && (hi = hexval(s[i + 1])) >= 0 && (lo = hexval(s[i + 2])) >= 0) {
+      out[o++] = (unsigned char)(hi << 4 | lo);
+      i += 2;
+    } else {
+      out[o++] = s[i];
+    }
+  }
+  return o;
+}
+
+static void b64encode(const unsigned char *in, size_t n, char *out) {
+  size_t o = 0, i = 0;
+  for (; i + 2 < n; i += 3) {
+    const uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+    out[o++] = kV2B64[v >> 18];
+    out[o++] = kV2B64[(v >> 12) & 63];
+    out[o++] = kV2B64[(v >> 6) & 63];
+    out[o++] = kV2B64[v & 63];
+  }
+  if (i < n) {
+    const uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
+    out[o++] = kV2B64[v >> 18];
+    out[o++] = kV2B64[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? kV2B64[(v >> 6) & 63] : '=';
+    out[o++] = '=';
+  }
+  out[o] = 0;
+}
+
+typedef struct {
+  V2Buf probes, expiry;
+  PyObject *binary;
+} Share;
+
+static PyObject *probe_keys(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer view, points = {0}, owners = {0}, delim = {0};
+  long long now;
+  Py_ssize_t n_nodes;
+  PyObject *points_o, *owners_o, *delim_o;
+  if (!PyArg_ParseTuple(args, "y*LnOOO", &view, &now, &n_nodes, &points_o, &owners_o, &delim_o)) return NULL;
+  PyObject *result = NULL;
+  Share *sh = NULL;
+  const struct cw_placement *placement = placement_of(points_o);
+  if (n_nodes < 1) {
+    PyErr_SetString(PyExc_ValueError, "n_nodes: at least one destination");
+    goto done;
+  }
+  if ((points_o != Py_None && !placement && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
+      (owners_o != Py_None && PyObject_GetBuffer(owners_o, &owners, PyBUF_SIMPLE) < 0) ||
+      (delim_o != Py_None && PyObject_GetBuffer(delim_o, &delim, PyBUF_SIMPLE) < 0))
+    goto done;
+  const size_t n_points = (size_t)points.len / 4;
+  if (points.buf && (owners.len != points.len || n_points == 0)) {
+    PyErr_SetString(PyExc_ValueError, "ring: points and owners differ in length");
+    goto done;
+  }
+  sh = PyMem_Calloc((size_t)n_nodes, sizeof *sh);
+  if (!sh) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_nodes; i++)
+    if (!(sh[i].binary = PyList_New(0))) goto done;
+  const unsigned char *p = view.buf, *end = p + view.len;
+  long line_no = 0;
+  unsigned char key[V2_MAX_KEY + 1];
+  while (p < end) {
+    line_no++;
+    const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
+    const unsigned char *stop = nl ? nl : end;
+    const unsigned char *sp = stop;
+    while (sp > p && sp[-1] != ' ') sp--; /* rpartition(" ") */
+    if (sp == p) {
+      PyErr_Format(PyExc_ValueError, "key list line %ld: no exptime after the key", line_no);
+      goto done;
+    }
+    char num[24];
+    const size_t nl_len = (size_t)(stop - sp);
+    if (nl_len == 0 || nl_len >= sizeof num) {
+      PyErr_Format(PyExc_ValueError, "key list line %ld: a bad exptime", line_no);
+      goto done;
+    }
+    memcpy(num, sp, nl_len);
+    num[nl_len] = 0;
+    char *after;
+    const long long exp = strtoll(num, &after, 10);
+    if (*after) {
+      PyErr_Format(PyExc_ValueError, "key list line %ld: a bad exptime %s", line_no, num);
+      goto done;
+    }
+    const size_t klen = unquote(p, (size_t)(sp - 1 - p), key, sizeof key);
+    p = nl ? nl + 1 : end;
+    if (exp != -1 && exp <= now) continue;
+    if (klen == 0 || klen > V2_MAX_KEY) {
+      PyErr_Format(PyExc_ValueError, "key list line %ld: a key of %zu bytes", line_no, klen);
+      goto done;
+    }
+    Py_ssize_t idx = 0;
+    if (placement) {
+      idx = (Py_ssize_t)cw_place(placement, key, klen);
+    } else if (points.buf) {
+      idx = (Py_ssize_t)ketama_owner(points.buf, owners.buf, n_points, delim.buf, (size_t)delim.len, key, klen);
+    }
+    if (idx < 0 || idx >= n_nodes) {
+      PyErr_Format(PyExc_ValueError, "key list line %ld: no destination for its key", line_no);
+      goto done;
+    }
+    Share *s = &sh[idx];
+    if (!v2_plain(key, klen) && klen > V2_MAX_BASE64_KEY) {
+      PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)klen);
+      if (!k || PyList_Append(s->binary, k) < 0) {
+        Py_XDECREF(k);
+        goto done;
+      }
+      Py_DECREF(k);
+      continue;
+    }
+    char line[V2_MAX_LINE];
+    int ll;
+    if (v2_plain(key, klen)) {
+      ll = snprintf(line, sizeof line, "mg %.*s\r\n", (int)klen, (const char *)key);
+    } else {
+      char enc[V2_MAX_WIRE_KEY + 4];
+      b64encode(key, klen, enc);
+      ll = snprintf(line, sizeof line, "mg %s b\r\n", enc);
+    }
+    const int64_t t = exp == -1 ? 0 : exp;
+    if (v2buf_put(&s->probes, line, (size_t)ll) < 0 || v2buf_put(&s->expiry, &t, sizeof t) < 0) {
+      PyErr_NoMemory();
+      goto done;
+    }
+  }
+  result = PyList_New(n_nodes);
+  if (!result) goto done;
+  for (Py_ssize_t i = 0; i < n_nodes; i++) {
+    const char *pd = sh[i].probes.data ? (const char *)sh[i].probes.data : "";
+    const char *xd = sh[i].expiry.data ? (const char *)sh[i].expiry.data : "";
+    PyObject *t = Py_BuildValue("(y#y#O)", pd, (Py_ssize_t)sh[i].probes.len, xd, (Py_ssize_t)sh[i].expiry.len,
+                                sh[i].binary);
+    if (!t) {
+      Py_CLEAR(result);
+      goto done;
+    }
+    PyList_SET_ITEM(result, i, t);
+  }
+done:
+  if (sh) {
+    for (Py_ssize_t i = 0; i < n_nodes; i++) {
+      v2buf_free(&sh[i].probes);
+      v2buf_free(&sh[i].expiry);
+      Py_XDECREF(sh[i].binary);
+    }
+    PyMem_Free(sh);
+  }
+  if (points.buf) PyBuffer_Release(&points);
+  if (owners.buf) PyBuffer_Release(&owners);
+  if (delim.buf) PyBuffer_Release(&delim);
+  PyBuffer_Release(&view);
+  return result;
+}
+
+PyMethodDef kProbeMethods[] = {
+    {"probe_keys", probe_keys, METH_VARARGS, "Route a key list's keys into lookups (see _probes.c)."},
+    {NULL, NULL, 0, NULL},
+};
