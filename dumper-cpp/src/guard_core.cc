@@ -1,0 +1,185 @@
+#include "guard_core.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cachewarm {
+
+namespace {
+uint64_t PerSecond(uint64_t n, int64_t us) { return us > 0 ? uint64_t(double(n) * 1e6 / double(us)) : 0; }
+}  // namespace
+
+GuardCore::GuardCore(const GuardConfig& c, const PaceSettings& s) : c_(c), controller_(s) {}
+
+int64_t GuardCore::threshold_us() const {
+  return std::max(int64_t(std::ceil(double(baseline_us_) * c_.target_ratio)), baseline_us_ + c_.min_slack_us);
+}
+
+uint64_t GuardCore::AllowedSlow() const {
+  // The probes a window should hold, and how many of them may be above the threshold with the
+  // window's tail percentile still below it.
+  const double expected = double(c_.window_us) / double(std::max<int64_t>(1, c_.probe_interval_us));
+  return uint64_t(std::floor(expected * (100.0 - c_.tail_percentile) / 100.0));
+}
+
+void GuardCore::Rebaseline(int64_t p99_us) {
+  baseline_samples_.push_back(p99_us);
+  while (baseline_samples_.size() > std::max<size_t>(1, c_.baseline_samples)) baseline_samples_.pop_front();
+  std::vector<int64_t> v(baseline_samples_.begin(), baseline_samples_.end());
+  // The lower median: one noisy quiet window among two does not move it, two among three do.
+  const size_t k = (v.size() - 1) / 2;
+  std::nth_element(v.begin(), v.begin() + long(k), v.end());
+  baseline_us_ = v[k];
+}
+
+void GuardCore::Calibrate(const std::vector<int64_t>& probe_us) {
+  LatencyHistogram h;
+  for (int64_t us : probe_us) h.Record(us);
+  before_.Add(h);
+  if (h.count() > 0) Rebaseline(h.Percentile(c_.tail_percentile));
+}
+
+void GuardCore::OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes) {
+  win_start_ = rate_from_ = now_us;
+  win_items_ = items;
+  win_bytes_ = bytes;
+  slow_ = win_slow_ = 0;
+  win_.Clear();
+  clean_ = true;
+}
+
+void GuardCore::Start(int64_t now_us, uint64_t items, uint64_t bytes) {
+  last_quiet_ = last_now_ = now_us;
+  OpenWindow(now_us, items, bytes);
+}
+
+void GuardCore::OnProbe(int64_t now_us, int64_t latency_us) {
+  if (finished_) return;
+  if (paused_) {
+    // A quiet window: once the batches in flight have finished, the source with no dump.
+    if (now_us >= ignore_until_) {
+      win_.Record(latency_us);
+      before_.Record(latency_us);
+    }
+    return;
+  }
+  win_.Record(latency_us);
+  during_.Record(latency_us);
+  if (latency_us > threshold_us()) {
+    win_slow_++;
+    if (now_us >= ignore_until_) slow_++;
+  }
+}
+
+bool GuardCore::backing_off(int64_t now_us) const {
+  return last_backoff_ >= 0 && now_us - last_backoff_ < c_.backed_off_us;
+}
+
+bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::vector<int64_t>& unanswered_ages_us) {
+  if (finished_) return false;
+  last_now_ = now_us;
+  if (paused_) {
+    if (now_us - pause_start_ < c_.quiet_us) return false;
+    if (win_.count() > 0) {
+      Rebaseline(win_.Percentile(c_.tail_percentile));
+      recalibrations_++;
+    }
+    paused_us_ += now_us - pause_start_;
+    paused_ = false;
+    last_quiet_ = now_us;
+    OpenWindow(now_us, items, bytes);
+    return true;
+  }
+  bool changed = false;
+  if (now_us >= ignore_until_) {
+    const int64_t threshold = threshold_us();
+    uint64_t pending = 0;
+    for (int64_t age : unanswered_ages_us) pending += age > threshold ? 1 : 0;
+    if (slow_ + pending > AllowedSlow()) {
+      const int64_t span = now_us - rate_from_;
+      controller_.BackOff(PerSecond(items - win_items_, span), PerSecond(bytes - win_bytes_, span));
+      if (clean_) congested_++;
+      clean_ = false;
+      // Time backed off: the union of [back-off, back-off + backed_off_us).
+      if (last_backoff_ < 0 || now_us >= last_backoff_ + c_.backed_off_us) {
+        if (backed_off_from_ >= 0) backed_off_us_ += last_backoff_ + c_.backed_off_us - backed_off_from_;
+        backed_off_from_ = now_us;
+      }
+      last_backoff_ = now_us;
+      ignore_until_ = now_us + c_.settle_us;
+      slow_ = 0;
+      rate_from_ = now_us;
+      win_items_ = items;
+      win_bytes_ = bytes;
+      changed = true;
+    }
+  }
+  // Slow start: from a cautious start to full speed in a second or two, not in a window per step.
+  if (!changed && controller_.slow_start() && win_slow_ == 0 && now_us >= ignore_until_ &&
+      now_us - std::max(last_grow_, rate_from_) >= c_.window_us / 4 && now_us - win_start_ < c_.window_us) {
+    const int64_t span = now_us - rate_from_;
+    controller_.Grow(PerSecond(items - win_items_, span), PerSecond(bytes - win_bytes_, span));
+    last_grow_ = rate_from_ = now_us;
+    win_items_ = items;
+    win_bytes_ = bytes;
+    changed = true;
+  }
+  if (now_us - win_start_ < c_.window_us) return changed;
+  windows_++;
+  const int64_t p99 = win_.Percentile(c_.tail_percentile);
+  if (win_.count() > 0) window_p99s_.push_back(p99);
+  last_ = WindowStats{win_.count(), win_slow_, p99};
+  // Grow only from a whole clean window: no back-off in it and none settling into it.
+  const bool settled = last_backoff_ < 0 || win_start_ - last_backoff_ >= c_.settle_us;
+  if (clean_ && settled) {
+    const int64_t span = now_us - rate_from_;
+    controller_.Grow(PerSecond(items - win_items_, span), PerSecond(bytes - win_bytes_, span));
+    last_grow_ = now_us;
+    changed = true;
+  }
+  if (now_us - last_quiet_ >= c_.recalibrate_every_us) {
+    paused_ = true;
+    pause_start_ = now_us;
+    ignore_until_ = now_us + c_.settle_us;
+    win_.Clear();
+    return true;
+  }
+  OpenWindow(now_us, items, bytes);
+  return changed;
+}
+
+void GuardCore::Finish(int64_t now_us) {
+  if (finished_) return;
+  last_now_ = now_us;
+  if (paused_) paused_us_ += now_us - pause_start_;
+  paused_ = false;
+  finished_ = true;
+}
+
+HarmReport GuardCore::Report() const {
+  HarmReport r;
+  r.before_p50_us = before_.Percentile(50);
+  r.before_p99_us = before_.Percentile(c_.tail_percentile);
+  r.during_p50_us = during_.Percentile(50);
+  r.during_p99_us = during_.Percentile(c_.tail_percentile);
+  r.during_max_us = during_.max();
+  r.probes_before = before_.count();
+  r.probes_during = during_.count();
+  if (!window_p99s_.empty()) {
+    std::vector<int64_t> v = window_p99s_;
+    std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+    r.during_window_p99_median_us = v[v.size() / 2];
+  }
+  r.baseline_us = baseline_us_;
+  r.threshold_us = threshold_us();
+  r.windows = windows_;
+  r.congested_windows = congested_;
+  r.recalibrations = recalibrations_;
+  int64_t backed = backed_off_us_;
+  if (backed_off_from_ >= 0) backed += std::min(last_backoff_ + c_.backed_off_us, last_now_) - backed_off_from_;
+  r.backed_off_ms = backed / 1000;
+  r.paused_ms = (paused_us_ + (paused_ ? last_now_ - pause_start_ : 0)) / 1000;
+  return r;
+}
+
+}  // namespace cachewarm

@@ -1,0 +1,66 @@
+#include "pace_controller.h"
+
+#include <algorithm>
+
+namespace cachewarm {
+
+namespace {
+uint64_t Ceil(uint64_t v, uint64_t ceiling) { return ceiling ? std::min(v, ceiling) : v; }
+}  // namespace
+
+PaceController::PaceController(const PaceSettings& s) : s_(s) {
+  s_.min_batch = std::max(1, std::min(s_.min_batch, s_.max_batch));
+  s_.min_batch_bytes = std::min(s_.min_batch_bytes, s_.max_batch_bytes);
+  st_.batch = std::clamp(s_.start_batch, s_.min_batch, s_.max_batch);
+  st_.rate = Ceil(std::max(s_.start_rate, s_.min_rate), s_.max_rate);
+  st_.bytes_rate = s_.max_bytes_rate;  // no byte limit of its own until the first back-off
+  st_.batch_bytes = s_.max_batch_bytes;
+  st_.crawl_sleep_us = s_.crawl_sleep_floor_us;
+}
+
+void PaceController::BackOff(uint64_t achieved_rate, uint64_t achieved_bytes_rate) {
+  peak_rate_ = std::max(peak_rate_, achieved_rate);
+  peak_bytes_ = std::max(peak_bytes_, achieved_bytes_rate);
+  // Workers using less than a tenth of the limit (the crawl alone runs, or they wait for key lists):
+  // the fetches are not what hurts, the crawl's pace may be.
+  const bool fetching = achieved_rate > 0 && achieved_rate * 10 >= st_.rate;
+  if (fetching) {
+    const uint64_t from = std::min(st_.rate, std::max(achieved_rate, st_.rate / 2));
+    st_.rate = Ceil(std::max<uint64_t>(s_.min_rate, from * 7 / 10), s_.max_rate);
+    const uint64_t bytes_from = st_.bytes_rate ? std::min(st_.bytes_rate, achieved_bytes_rate) : achieved_bytes_rate;
+    st_.bytes_rate = Ceil(std::max<uint64_t>(s_.min_bytes_rate, bytes_from * 7 / 10), s_.max_bytes_rate);
+    st_.batch = std::max(s_.min_batch, st_.batch / 2);
+    st_.batch_bytes = std::max(s_.min_batch_bytes, st_.batch_bytes / 2);
+    st_.lowest_rate = st_.lowest_rate ? std::min(st_.lowest_rate, st_.rate) : st_.rate;
+    st_.lowest_bytes_rate = st_.lowest_bytes_rate ? std::min(st_.lowest_bytes_rate, st_.bytes_rate) : st_.bytes_rate;
+  }
+  st_.crawl_sleep_us = std::min(s_.crawl_sleep_max_us, std::max<uint32_t>(st_.crawl_sleep_us * 2, 100));
+  st_.crawl_sleep_us = std::max(st_.crawl_sleep_us, s_.crawl_sleep_floor_us);
+  st_.backoffs++;
+  // The listing alone (no fetches yet) does not end slow start: the fetches have not been tried.
+  if (fetching) slow_start_ = false;
+}
+
+void PaceController::Grow(uint64_t achieved_rate, uint64_t achieved_bytes_rate) {
+  peak_rate_ = std::max(peak_rate_, achieved_rate);
+  peak_bytes_ = std::max(peak_bytes_, achieved_bytes_rate);
+  // Grow, but not far past what is used: a limit far above the achieved rate means nothing, and
+  // jumping back from it is one burst.
+  const uint64_t cap_by_use = std::max<uint64_t>(s_.start_rate, achieved_rate * 3 / 2);
+  const uint64_t step = std::max({s_.min_rate, st_.rate / 10, peak_rate_ / 20});
+  uint64_t next = slow_start_ ? st_.rate * 3 / 2 : st_.rate + step;
+  st_.rate = Ceil(std::max(st_.rate, std::min(next, cap_by_use)), s_.max_rate);
+  if (st_.bytes_rate && st_.bytes_rate != s_.max_bytes_rate) {
+    const uint64_t bstep = std::max({s_.min_bytes_rate, st_.bytes_rate / 10, peak_bytes_ / 20});
+    const uint64_t bcap = std::max<uint64_t>(s_.min_bytes_rate, achieved_bytes_rate * 3 / 2);
+    uint64_t b = std::max(st_.bytes_rate, std::min(st_.bytes_rate + bstep, bcap));
+    // Past the static ceiling (or, with none, well past anything fetched): no byte limit of our own.
+    if (s_.max_bytes_rate ? b >= s_.max_bytes_rate : (peak_bytes_ && b >= 2 * peak_bytes_)) b = s_.max_bytes_rate;
+    st_.bytes_rate = b;
+  }
+  st_.batch = std::min(s_.max_batch, st_.batch + std::max(1, st_.batch / 4));
+  st_.batch_bytes = std::min(s_.max_batch_bytes, st_.batch_bytes + std::max<uint64_t>(s_.min_batch_bytes, st_.batch_bytes / 4));
+  st_.crawl_sleep_us = std::max(st_.crawl_sleep_us * 3 / 4, s_.crawl_sleep_floor_us);
+}
+
+}  // namespace cachewarm
