@@ -95,7 +95,7 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
     const int64_t threshold = threshold_us();
     uint64_t pending = 0;
     for (int64_t age : unanswered_ages_us) pending += age > threshold ? 1 : 0;
-    if (slow_ + pending > AllowedSlow()) {
+    if (slow_ + prev_slow_ + pending > AllowedSlow() * uint64_t(std::max(1, c_.evidence_windows))) {
       const int64_t span = now_us - rate_from_;
       controller_.BackOff(PerSecond(items - win_items_, span), PerSecond(bytes - win_bytes_, span));
       if (clean_) congested_++;
@@ -107,7 +107,7 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
       }
       last_backoff_ = now_us;
       ignore_until_ = now_us + c_.settle_us;
-      slow_ = 0;
+      slow_ = prev_slow_ = 0;
       rate_from_ = now_us;
       win_items_ = items;
       win_bytes_ = bytes;
@@ -137,7 +137,9 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
     last_grow_ = now_us;
     changed = true;
   }
+  prev_slow_ = c_.evidence_windows > 1 ? slow_ : 0;
   if (now_us - last_quiet_ >= c_.recalibrate_every_us) {
+    prev_slow_ = 0;
     paused_ = true;
     pause_start_ = now_us;
     ignore_until_ = now_us + c_.settle_us;
@@ -151,6 +153,10 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
 void GuardCore::Finish(int64_t now_us) {
   if (finished_) return;
   last_now_ = now_us;
+  // The last, partial window counts when it holds a quarter of a window's probes (a short dump may
+  // have no whole window).
+  const double expected = double(c_.window_us) / double(std::max<int64_t>(1, c_.probe_interval_us));
+  if (!paused_ && double(win_.count()) >= expected / 4) window_p99s_.push_back(win_.Percentile(c_.tail_percentile));
   if (paused_) paused_us_ += now_us - pause_start_;
   paused_ = false;
   finished_ = true;

@@ -7,8 +7,9 @@
 // so a stall of D ms shows in every probe due during it, as in a client sending on its own clock.
 // A window (1 s: long enough that its p99 is not its maximum) is congested when more than 1% of
 // the probes it should hold were slower than the threshold — its p99 is above it — counted as they
-// come, so a back-off does not wait for the window's end, and bursts add up within the window
-// wherever they fall (no "twice in a row" to slip through). Probes still unanswered count at their
+// come, so a back-off does not wait for the window's end, and together with the window before
+// (evidence_windows): bursts add up wherever they fall in those 2 s (no "twice in a row" to slip
+// through), and one noisy second alone must be twice as bad. Probes still unanswered count at their
 // age so far: a server thread that answers nothing is the worst case, not a missing sample.
 // The threshold is the baseline's p99 x --adaptive-target (at least baseline + min_slack_us). The
 // baseline is the probes' p99 with no dump: measured before the dump, then again in a quiet window
@@ -32,6 +33,10 @@ struct GuardConfig {
   int64_t probe_interval_us = 2000;
   int64_t window_us = 1000000;
   double tail_percentile = 99;            // the statistic: congested when its value > threshold
+  // The slow probes of the open window and the one before it count together: a 2-s span's p99. One
+  // noisy second (another process on the core) must be twice as bad to cut alone; bursts that come
+  // less often than every 2 s are not what the p99 of a window can see anyway.
+  int evidence_windows = 2;
   double target_ratio = 1.5;              // --adaptive-target
   int64_t min_slack_us = 50;              // threshold >= baseline + this (same-host probes vary by tens of us)
   int64_t settle_us = 200000;             // after a back-off or a pause begins
@@ -98,6 +103,7 @@ class GuardCore {
   int64_t last_grow_ = 0;
   int64_t rate_from_ = 0;  // achieved rates count from here (the window's start or the last back-off)
   uint64_t win_items_ = 0, win_bytes_ = 0, slow_ = 0, win_slow_ = 0;
+  uint64_t prev_slow_ = 0;  // the slow probes counted in the window before (0 after a back-off or a pause)
   LatencyHistogram win_;
   bool clean_ = true;  // no back-off in this window
   // Quiet windows (the baseline), and the time accounts.

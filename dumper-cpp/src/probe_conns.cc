@@ -1,6 +1,7 @@
 #include "probe_conns.h"
 
 #include <poll.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -57,7 +58,7 @@ void ProbeConns::Send(int64_t due_us) {
   if (w != ssize_t(cmd_.size())) Fail(p, "probe send failed", &failed_);
 }
 
-void ProbeConns::Poll(int timeout_ms, std::vector<std::pair<int64_t, int64_t>>* answered) {
+void ProbeConns::Poll(int64_t timeout_us, std::vector<std::pair<int64_t, int64_t>>* answered) {
   answered->insert(answered->end(), failed_.begin(), failed_.end());
   failed_.clear();
   std::vector<struct pollfd> fds;
@@ -67,11 +68,9 @@ void ProbeConns::Poll(int timeout_ms, std::vector<std::pair<int64_t, int64_t>>* 
       fds.push_back({p->conn.fd(), POLLIN, 0});
       who.push_back(p.get());
     }
-  if (fds.empty()) {
-    if (timeout_ms > 0) ::poll(nullptr, 0, timeout_ms);
-    return;
-  }
-  const int r = ::poll(fds.data(), fds.size(), timeout_ms);
+  timeout_us = std::max<int64_t>(0, timeout_us);
+  const struct timespec ts = {time_t(timeout_us / 1000000), long(timeout_us % 1000000) * 1000};
+  const int r = ::ppoll(fds.empty() ? nullptr : fds.data(), fds.size(), &ts, nullptr);
   if (r <= 0) return;
   const int64_t now = MonotonicUs();
   char tmp[4096];

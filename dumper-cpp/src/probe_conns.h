@@ -25,9 +25,11 @@ class ProbeConns {
   // Sends the probe that fell due at due_us (microseconds, MonotonicUs) on the next connection. A
   // connection that fails is reconnected at its next turn; its outstanding probes are answered as failed.
   void Send(int64_t due_us);
-  // Waits up to timeout_ms for answers; appends (due_us, answered_us) per answered probe. A probe
-  // lost with its connection is answered at least kFailedAfterUs after its due time.
-  void Poll(int timeout_ms, std::vector<std::pair<int64_t, int64_t>>* answered);
+  // Waits up to timeout_us for answers; appends (due_us, answered_us) per answered probe. A probe
+  // lost with its connection is answered at least kFailedAfterUs after its due time. Microseconds,
+  // not poll()'s milliseconds: a probe sent late counts its lateness (open loop), so the wait for
+  // the next due time must not overshoot it by up to a millisecond.
+  void Poll(int64_t timeout_us, std::vector<std::pair<int64_t, int64_t>>* answered);
   // The ages of the probes still unanswered at now_us.
   void Unanswered(int64_t now_us, std::vector<int64_t>* ages) const;
   // The first connection error seen (reported, not fatal: the workers report a dead server).
