@@ -33,10 +33,17 @@ void GuardCore::Rebaseline(int64_t p99_us) {
 }
 
 void GuardCore::Calibrate(const std::vector<int64_t>& probe_us) {
-  LatencyHistogram h;
-  for (int64_t us : probe_us) h.Record(us);
-  before_.Add(h);
-  if (h.count() > 0) Rebaseline(h.Percentile(c_.tail_percentile));
+  constexpr size_t kParts = 4;
+  std::vector<int64_t> p99s;
+  for (size_t k = 0; k < kParts; k++) {
+    LatencyHistogram h;
+    for (size_t i = k * probe_us.size() / kParts; i < (k + 1) * probe_us.size() / kParts; i++) h.Record(probe_us[i]);
+    before_.Add(h);
+    if (h.count() > 0) p99s.push_back(h.Percentile(c_.tail_percentile));
+  }
+  if (p99s.empty()) return;
+  std::sort(p99s.begin(), p99s.end());
+  Rebaseline(p99s[(p99s.size() - 1) / 2]);
 }
 
 void GuardCore::OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes) {

@@ -68,7 +68,9 @@ struct HarmReport {
 class GuardCore {
  public:
   GuardCore(const GuardConfig& c, const PaceSettings& s);
-  // The probes of the calibration window before the dump (their latencies from due time).
+  // The probes of the calibration before the dump (their latencies from due time, in the order they
+  // fell due). The baseline: the lower median of the p99s of its quarters — one hiccup of a busy
+  // host in that half second does not make the baseline (the quiet windows refine it later).
   void Calibrate(const std::vector<int64_t>& probe_us);
   // The dump begins (items, bytes: the workers' counters now).
   void Start(int64_t now_us, uint64_t items, uint64_t bytes);

@@ -16,8 +16,9 @@ namespace cachewarm {
 
 namespace {
 constexpr size_t kProbeConns = 4;
-// The calibration before the dump: one window of probes.
-constexpr int64_t kCalibrationUs = 1000000;
+// The calibration before the dump: 500 probes in half a second (every 1 ms: the dump waits for it).
+constexpr int64_t kCalibrationUs = 500000;
+constexpr int64_t kCalibrationIntervalUs = 1000;
 
 // The probes' thread wakes for each due time: the kernel's default timer slack (50 us) would add to
 // every probe's latency, which counts from its due time. And it runs above the dump's own threads
@@ -114,7 +115,7 @@ Status SourceGuard::Start(int64_t saved_crawl_sleep_us) {
   probes_.reset(new ProbeConns(o_.host, o_.port, probe_cmd_, "EN\r\n"));
   CW_RETURN_IF_ERROR(probes_->Open(kProbeConns));
   if (can_pace_crawl_) CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
-  // The baseline: one window of open-loop probes before the dump begins (on a thread of its own,
+  // The baseline: half a second of open-loop probes before the dump begins (on a thread of its own,
   // set up as the guard's).
   std::vector<int64_t> base;
   std::thread calibration([&] {
@@ -123,10 +124,11 @@ Status SourceGuard::Start(int64_t saved_crawl_sleep_us) {
     const int64_t t0 = MonotonicUs();
     int64_t due = t0;
     while (MonotonicUs() < t0 + kCalibrationUs) {
-      for (int64_t now = MonotonicUs(); due <= now; due += config_.probe_interval_us) probes_->Send(due);
+      for (int64_t now = MonotonicUs(); due <= now; due += kCalibrationIntervalUs) probes_->Send(due);
       probes_->Poll(due - MonotonicUs(), &answers);
     }
     probes_->Poll(100000, &answers);
+    std::sort(answers.begin(), answers.end());  // by due time: Calibrate takes them in order
     for (const auto& a : answers) base.push_back(a.second - a.first);
   });
   calibration.join();
