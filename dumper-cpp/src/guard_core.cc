@@ -26,10 +26,9 @@ void GuardCore::Rebaseline(int64_t p99_us) {
   baseline_samples_.push_back(p99_us);
   while (baseline_samples_.size() > std::max<size_t>(1, c_.baseline_samples)) baseline_samples_.pop_front();
   std::vector<int64_t> v(baseline_samples_.begin(), baseline_samples_.end());
-  // The lower median: one noisy quiet window among two does not move it, two among three do.
-  const size_t k = (v.size() - 1) / 2;
-  std::nth_element(v.begin(), v.begin() + long(k), v.end());
-  baseline_us_ = v[k];
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  baseline_us_ = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 void GuardCore::Calibrate(const std::vector<int64_t>& probe_us) {
@@ -43,7 +42,8 @@ void GuardCore::Calibrate(const std::vector<int64_t>& probe_us) {
   }
   if (p99s.empty()) return;
   std::sort(p99s.begin(), p99s.end());
-  Rebaseline(p99s[(p99s.size() - 1) / 2]);
+  const size_t n = p99s.size();
+  Rebaseline(n % 2 ? p99s[n / 2] : (p99s[n / 2 - 1] + p99s[n / 2]) / 2);
 }
 
 void GuardCore::OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes) {
@@ -94,6 +94,7 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
     paused_us_ += now_us - pause_start_;
     paused_ = false;
     last_quiet_ = now_us;
+    backoffs_at_quiet_ = controller_.state().backoffs;
     OpenWindow(now_us, items, bytes);
     return true;
   }
@@ -145,7 +146,9 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
     changed = true;
   }
   prev_slow_ = c_.evidence_windows > 1 ? slow_ : 0;
-  if (now_us - last_quiet_ >= c_.recalibrate_every_us) {
+  const bool cutting = controller_.state().backoffs >= backoffs_at_quiet_ + c_.remeasure_after_backoffs &&
+                       now_us - last_quiet_ >= c_.min_quiet_spacing_us;
+  if (now_us - last_quiet_ >= c_.recalibrate_every_us || cutting) {
     prev_slow_ = 0;
     paused_ = true;
     pause_start_ = now_us;

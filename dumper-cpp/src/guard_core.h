@@ -13,8 +13,9 @@
 // age so far: a server thread that answers nothing is the worst case, not a missing sample.
 // The threshold is the baseline's p99 x --adaptive-target (at least baseline + min_slack_us). The
 // baseline is the probes' p99 with no dump: measured before the dump, then again in a quiet window
-// every recalibrate_every_us (the workers paused: RateLimiter::set_paused), the median of the last
-// few: it follows the source's own load, and one noisy quiet window does not move it.
+// every recalibrate_every_us (the workers paused: RateLimiter::set_paused) — sooner while the guard
+// keeps cutting — the median of the last few: it follows the source's own load, and one noisy quiet
+// window moves it only halfway.
 // A back-off is followed by a settle time (the batches in flight finish) in which slow probes are
 // reported but do not back off again; growth needs a whole clean window — except in slow start
 // (before the first back-off), which grows every quarter window while no probe at all was slow.
@@ -41,6 +42,11 @@ struct GuardConfig {
   int64_t min_slack_us = 50;              // threshold >= baseline + this (same-host probes vary by tens of us)
   int64_t settle_us = 200000;             // after a back-off or a pause begins
   int64_t recalibrate_every_us = 30000000;
+  // Sooner when the guard keeps cutting: after this many back-offs since the last quiet window (at
+  // most one every min_quiet_spacing_us), is the source slow with no dump as well? Then the baseline
+  // was too low (a lucky calibration on a busy host) and the dump is not to blame.
+  uint64_t remeasure_after_backoffs = 3;
+  int64_t min_quiet_spacing_us = 5000000;
   int64_t quiet_us = 1000000;             // a quiet window: settle_us, then the rest measures the baseline
   size_t baseline_samples = 5;            // the baseline: median of the last this many quiet p99s
   int64_t backed_off_us = 5000000;        // "backing off" for this long after a back-off
@@ -69,8 +75,8 @@ class GuardCore {
  public:
   GuardCore(const GuardConfig& c, const PaceSettings& s);
   // The probes of the calibration before the dump (their latencies from due time, in the order they
-  // fell due). The baseline: the lower median of the p99s of its quarters — one hiccup of a busy
-  // host in that half second does not make the baseline (the quiet windows refine it later).
+  // fell due). The baseline: the median of the p99s of its quarters — one hiccup of a busy host in
+  // that half second does not make the baseline (the quiet windows refine it later).
   void Calibrate(const std::vector<int64_t>& probe_us);
   // The dump begins (items, bytes: the workers' counters now).
   void Start(int64_t now_us, uint64_t items, uint64_t bytes);
@@ -111,6 +117,7 @@ class GuardCore {
   // Quiet windows (the baseline), and the time accounts.
   bool paused_ = false;
   int64_t last_quiet_ = 0, pause_start_ = 0, paused_us_ = 0;
+  uint64_t backoffs_at_quiet_ = 0;  // the controller's back-offs when the last quiet window ended
   int64_t last_backoff_ = -1, backed_off_us_ = 0, backed_off_from_ = -1;
   bool finished_ = false;
   int64_t last_now_ = 0;

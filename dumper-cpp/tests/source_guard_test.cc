@@ -171,16 +171,18 @@ TEST(GuardCore, TheBaselineFollowsTheSourceInQuietWindows) {
   s.Quiet(10000000);
   ASSERT_TRUE(s.core.paused());
   EXPECT_EQ(s.Rate(), 0u);
-  // The source's own clients got busier: 300 us with no dump.
-  auto busier = [](int64_t) { return int64_t(300); };
+  // The source's own clients got busier: 400 us with no dump.
+  auto busier = [](int64_t) { return int64_t(400); };
   s.Run(1000000, busier);
   EXPECT_FALSE(s.core.paused());
-  EXPECT_EQ(s.core.baseline_us(), 100);  // one quiet window of two: not moved yet
-  s.Run(10000000, busier);               // 300 us > 150: the guard backs off meanwhile
-  EXPECT_GE(s.core.pace().backoffs, 1u);
-  s.Run(1100000, busier);                // the second quiet window
-  EXPECT_EQ(s.core.baseline_us(), 300);
-  EXPECT_EQ(s.core.threshold_us(), 450);
+  EXPECT_EQ(s.core.baseline_us(), 250);  // one quiet window of two: halfway
+  EXPECT_EQ(s.core.threshold_us(), 375);
+  // 400 us > 375: the guard cuts; after three cuts (and 5 s since the last quiet window) it asks
+  // the source again rather than wait for the next scheduled quiet window.
+  s.Run(7000000, busier);
+  EXPECT_GE(s.core.pace().backoffs, 3u);
+  EXPECT_EQ(s.core.baseline_us(), 400);
+  EXPECT_EQ(s.core.threshold_us(), 600);
   const uint64_t cuts = s.core.pace().backoffs;
   s.Run(5000000, busier);  // the dump no longer takes the blame for the source's own load
   EXPECT_EQ(s.core.pace().backoffs, cuts);
