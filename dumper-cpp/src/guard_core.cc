@@ -55,6 +55,25 @@ void GuardCore::OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes) {
   clean_ = true;
 }
 
+void GuardCore::Trail(int64_t now_us, uint64_t items, uint64_t bytes) {
+  if (trail_.empty() || now_us - trail_.back().t >= 50000) trail_.push_back({now_us, items, bytes});
+  while (trail_.size() > 1 && now_us - trail_[1].t >= c_.window_us) trail_.pop_front();
+}
+
+void GuardCore::Achieved(int64_t now_us, uint64_t items, uint64_t bytes, uint64_t* rate, uint64_t* bytes_rate) const {
+  // A quarter second at least: right after a pause or at the start a few milliseconds between two
+  // batches would read as "fetching nothing" and cut to the floor. Shorter: the limit itself is
+  // what to cut from (when anything was fetched since the window or the last change began).
+  const int64_t span = trail_.empty() ? 0 : now_us - trail_.front().t;
+  if (span >= c_.window_us / 4) {
+    *rate = PerSecond(items - trail_.front().items, span);
+    *bytes_rate = PerSecond(bytes - trail_.front().bytes, span);
+    return;
+  }
+  *rate = items > win_items_ ? controller_.state().rate : 0;
+  *bytes_rate = 0;
+}
+
 void GuardCore::Start(int64_t now_us, uint64_t items, uint64_t bytes) {
   last_quiet_ = last_now_ = now_us;
   OpenWindow(now_us, items, bytes);
@@ -98,14 +117,16 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
     OpenWindow(now_us, items, bytes);
     return true;
   }
+  Trail(now_us, items, bytes);
   bool changed = false;
   if (now_us >= ignore_until_) {
     const int64_t threshold = threshold_us();
     uint64_t pending = 0;
     for (int64_t age : unanswered_ages_us) pending += age > threshold ? 1 : 0;
     if (slow_ + prev_slow_ + pending > AllowedSlow() * uint64_t(std::max(1, c_.evidence_windows))) {
-      const int64_t span = now_us - rate_from_;
-      controller_.BackOff(PerSecond(items - win_items_, span), PerSecond(bytes - win_bytes_, span));
+      uint64_t rate = 0, bytes_rate = 0;
+      Achieved(now_us, items, bytes, &rate, &bytes_rate);
+      controller_.BackOff(rate, bytes_rate);
       if (clean_) congested_++;
       clean_ = false;
       // Time backed off: the union of [back-off, back-off + backed_off_us).
@@ -150,6 +171,7 @@ bool GuardCore::Tick(int64_t now_us, uint64_t items, uint64_t bytes, const std::
                        now_us - last_quiet_ >= c_.min_quiet_spacing_us;
   if (now_us - last_quiet_ >= c_.recalibrate_every_us || cutting) {
     prev_slow_ = 0;
+    trail_.clear();  // the pause is not the workers' pace
     paused_ = true;
     pause_start_ = now_us;
     ignore_until_ = now_us + c_.settle_us;

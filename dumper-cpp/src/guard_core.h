@@ -99,6 +99,9 @@ class GuardCore {
 
  private:
   void OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes);
+  // The workers' counters over the last second (fetches paused excluded): what a cut starts from.
+  void Trail(int64_t now_us, uint64_t items, uint64_t bytes);
+  void Achieved(int64_t now_us, uint64_t items, uint64_t bytes, uint64_t* rate, uint64_t* bytes_rate) const;
   void Rebaseline(int64_t p99_us);
   uint64_t AllowedSlow() const;
 
@@ -114,6 +117,11 @@ class GuardCore {
   uint64_t prev_slow_ = 0;  // the slow probes counted in the window before (0 after a back-off or a pause)
   LatencyHistogram win_;
   bool clean_ = true;  // no back-off in this window
+  struct Sample {
+    int64_t t;
+    uint64_t items, bytes;
+  };
+  std::deque<Sample> trail_;
   // Quiet windows (the baseline), and the time accounts.
   bool paused_ = false;
   int64_t last_quiet_ = 0, pause_start_ = 0, paused_us_ = 0;

@@ -29,8 +29,11 @@ void PaceController::BackOff(uint64_t achieved_rate, uint64_t achieved_bytes_rat
   if (fetching) {
     const uint64_t from = std::min(st_.rate, achieved_rate);
     st_.rate = Ceil(std::max<uint64_t>(s_.min_rate, from * 7 / 10), s_.max_rate);
-    const uint64_t bytes_from = st_.bytes_rate ? std::min(st_.bytes_rate, achieved_bytes_rate) : achieved_bytes_rate;
-    st_.bytes_rate = Ceil(std::max<uint64_t>(s_.min_bytes_rate, bytes_from * 7 / 10), s_.max_bytes_rate);
+    // No bytes/s measured (0): the byte limit, if any, is cut from itself.
+    const uint64_t bytes_from = achieved_bytes_rate == 0 ? st_.bytes_rate
+                                : st_.bytes_rate       ? std::min(st_.bytes_rate, achieved_bytes_rate)
+                                                       : achieved_bytes_rate;
+    if (bytes_from) st_.bytes_rate = Ceil(std::max<uint64_t>(s_.min_bytes_rate, bytes_from * 7 / 10), s_.max_bytes_rate);
     st_.batch = std::max(s_.min_batch, st_.batch / 2);
     st_.batch_bytes = std::max(s_.min_batch_bytes, st_.batch_bytes / 2);
     st_.lowest_rate = st_.lowest_rate ? std::min(st_.lowest_rate, st_.rate) : st_.rate;

@@ -40,8 +40,8 @@ struct PaceState {
 class PaceController {
  public:
   explicit PaceController(const PaceSettings& s);
-  // What the workers achieved since the last decision (items/s, bytes/s) and whether they were
-  // fetching at all (a listing running alone: only the crawl's pace can be what hurts).
+  // What the workers achieved lately (items/s, bytes/s; 0 items/s: they fetched nothing — a listing
+  // running alone, only the crawl's pace can be what hurts; 0 bytes/s: not measured).
   void BackOff(uint64_t achieved_rate, uint64_t achieved_bytes_rate);
   void Grow(uint64_t achieved_rate, uint64_t achieved_bytes_rate);
   const PaceState& state() const { return st_; }

@@ -191,6 +191,22 @@ TEST(GuardCore, TheBaselineFollowsTheSourceInQuietWindows) {
   EXPECT_GE(s.core.Report().paused_ms, 2000);
 }
 
+TEST(GuardCore, ACutRightAfterAPauseStartsFromTheLimitNotFromTheFloor) {
+  // A few milliseconds after the workers resume, "what they fetched" means nothing: the cut is from
+  // the limit (measured over less than a quarter second, it read as almost nothing: the floor).
+  GuardConfig c;
+  c.recalibrate_every_us = 3000000;
+  Sim s(c);
+  s.Quiet(3000000);
+  ASSERT_TRUE(s.core.paused());
+  s.Quiet(1000000);
+  ASSERT_FALSE(s.core.paused());
+  const uint64_t limit = s.core.pace().rate;
+  s.Run(30000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().rate, limit * 7 / 10);
+}
+
 TEST(GuardCore, TheListingAloneDoesNotEndSlowStart) {
   Sim s;
   s.fetching_from_us = 2000000;
