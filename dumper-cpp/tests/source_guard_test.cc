@@ -241,10 +241,16 @@ TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
   s.crawl_sleep_floor_us = 100;
   PaceController c(s);
   for (int i = 0; i < 200; i++) c.BackOff(c.state().rate, c.state().rate * 1000);
-  EXPECT_EQ(c.state().rate, s.min_rate);
+  // Items/s and bytes/s: a tenth of the best achieved (60,000 items/s, 60 MB/s); a batch: one key,
+  // 16 KiB — the bursts are what is cut to the bone.
+  EXPECT_EQ(c.state().rate, 6000u);
+  EXPECT_EQ(c.state().bytes_rate, 6000000u);
   EXPECT_EQ(c.state().batch, 1);
   EXPECT_EQ(c.state().batch_bytes, s.min_batch_bytes);
-  EXPECT_EQ(c.state().bytes_rate, s.min_bytes_rate);
+  PaceController d(PaceSettings{});
+  for (int i = 0; i < 200; i++) d.BackOff(100, 100000);  // never faster than 100 items/s: the absolute floors
+  EXPECT_EQ(d.state().rate, PaceSettings().min_rate);
+  EXPECT_EQ(d.state().bytes_rate, PaceSettings().min_bytes_rate);
   EXPECT_EQ(c.state().crawl_sleep_us, 20000u);
   for (int i = 0; i < 2000; i++) c.Grow(c.state().rate, c.state().rate * 1000);
   EXPECT_EQ(c.state().rate, 60000u);
