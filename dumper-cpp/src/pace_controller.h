@@ -4,8 +4,8 @@
 // change nothing), the keys of one batch and the bytes of one batch (/2: a batch of large values
 // occupies the memcached worker thread its connection lives on for as long as it takes to send, so
 // a cap on keys alone does nothing for 10 KB values), and the crawl's `lru_crawler sleep` (x2).
-// Growth is slow start (x1.5) until the first back-off, then additive, and only from a clean window:
-// the caller says when a window was clean.
+// Growth: the rate x1.5 in slow start (until the first back-off), then +1/5 per clean window; the
+// batch limits x1.5 per clean window; the caller says when a window was clean.
 #pragma once
 #include <cstdint>
 
