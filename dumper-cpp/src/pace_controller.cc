@@ -26,8 +26,8 @@ void PaceController::BackOff(uint64_t achieved_rate, uint64_t achieved_bytes_rat
   // a limit far above them (the old guard's "fetching less than a tenth of the limit: not the
   // fetches") left a dump of 10 KB values uncut.
   const bool fetching = achieved_rate > 0;
-  // Never below a tenth of the best the workers did (nor the absolute floors): by then a batch is a
-  // key or 16 KiB, the bursts are gone, and a source still slow is slow for another reason (on a
+  // Never below a tenth of the best the workers did (nor the absolute floors): by then a batch is
+  // four keys or 16 KiB, the bursts are gone, and a source still slow is slow for another reason (on a
   // busy 2-core host, cut after cut for its own noise held a smoke run at 200 items/s, 0.04x).
   const uint64_t floor = std::max(s_.min_rate, peak_rate_ / 10);
   const uint64_t bytes_floor = std::max(s_.min_bytes_rate, peak_bytes_ / 10);

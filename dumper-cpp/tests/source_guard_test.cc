@@ -241,11 +241,11 @@ TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
   s.crawl_sleep_floor_us = 100;
   PaceController c(s);
   for (int i = 0; i < 200; i++) c.BackOff(c.state().rate, c.state().rate * 1000);
-  // Items/s and bytes/s: a tenth of the best achieved (60,000 items/s, 60 MB/s); a batch: one key,
+  // Items/s and bytes/s: a tenth of the best achieved (60,000 items/s, 60 MB/s); a batch: four keys,
   // 16 KiB — the bursts are what is cut to the bone.
   EXPECT_EQ(c.state().rate, 6000u);
   EXPECT_EQ(c.state().bytes_rate, 6000000u);
-  EXPECT_EQ(c.state().batch, 1);
+  EXPECT_EQ(c.state().batch, 4);
   EXPECT_EQ(c.state().batch_bytes, s.min_batch_bytes);
   PaceController d(PaceSettings{});
   for (int i = 0; i < 200; i++) d.BackOff(100, 100000);  // never faster than 100 items/s: the absolute floors
