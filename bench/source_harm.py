@@ -163,6 +163,8 @@ def dump(name: str, args: list[str], srv: MemcachedServer, a: argparse.Namespace
         "complete": done.get("complete"),
     }
     p = done.get("source_protection") or {}
+    # memcached's own view: connections that yielded their thread, and its CPU seconds, during the dump.
+    res["server"] = {"conn_yields": p.get("server_conn_yields"), "cpu_s": p.get("server_cpu_s")}
     if p.get("adaptive"):
         keys = (
             "backoffs",

@@ -1,7 +1,8 @@
 """The live client of bench/source_harm.py and bench/hot_first.py: an open-loop, steady-rate memcached
 client over Zipf-distributed keys, in a process of its own, on connections of its own.
 
-    python3 bench/zipf_client.py HOST:PORT --items N --rate R --seconds S --out FILE [--set-fraction F] [--ready]
+    python3 bench/zipf_client.py HOST:PORT --items N --rate R --seconds S --out FILE [--set-fraction F]
+        [--ready]
 
 Keys are the loaded `k<i>` (bench/source_latency.py `load`); key rank r (0 = the hottest) is `k<perm[r]>`
 for a fixed random permutation (so hotness is unrelated to the key's name or the order it was
