@@ -58,6 +58,10 @@ void GuardCore::OpenWindow(int64_t now_us, uint64_t items, uint64_t bytes) {
 void GuardCore::Trail(int64_t now_us, uint64_t items, uint64_t bytes) {
   if (trail_.empty() || now_us - trail_.back().t >= 50000) trail_.push_back({now_us, items, bytes});
   while (trail_.size() > 1 && now_us - trail_[1].t >= c_.window_us) trail_.pop_front();
+  // Nothing fetched yet at the head (the listing ran alone, or the workers waited): not their pace.
+  // Counted in, the first cut after the listing began from a fraction of the real rate (a smoke run:
+  // five cuts to the floor, 0.04x of the unthrottled speed).
+  while (trail_.size() > 1 && trail_[1].items == trail_.front().items) trail_.pop_front();
 }
 
 void GuardCore::Achieved(int64_t now_us, uint64_t items, uint64_t bytes, uint64_t* rate, uint64_t* bytes_rate) const {

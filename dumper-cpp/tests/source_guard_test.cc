@@ -207,6 +207,18 @@ TEST(GuardCore, ACutRightAfterAPauseStartsFromTheLimitNotFromTheFloor) {
   EXPECT_EQ(s.core.pace().rate, limit * 7 / 10);
 }
 
+TEST(GuardCore, TheListingsIdleTimeIsNotTheWorkersPace) {
+  // The listing runs alone for 2 s, then the workers fetch 100,000 items/s; harm 0.6 s later: the
+  // cut is from what they fetch (x0.7), not from a trailing second that was 40% idle (x0.6 of it).
+  Sim s;
+  s.capacity = 100000;
+  s.fetching_from_us = 2000000;
+  s.Quiet(2600000);
+  s.Run(40000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_NEAR(double(s.core.pace().rate), 70000, 5000);
+}
+
 TEST(GuardCore, TheListingAloneDoesNotEndSlowStart) {
   Sim s;
   s.fetching_from_us = 2000000;
