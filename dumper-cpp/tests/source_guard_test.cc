@@ -125,9 +125,10 @@ TEST(GuardCore, LargeValuesCutBytesPerSecondAndBatchBytes) {
   ASSERT_EQ(s.core.pace().backoffs, 1u);
   EXPECT_EQ(s.core.pace().batch_bytes, 512u << 10);
   EXPECT_NEAR(double(s.core.pace().bytes_rate), 0.7 * 4000 * 10000, 0.05 * 4000 * 10000);
+  // The items/s limit was far above the 4,000 fetched: its cut alone would not bind; the bytes/s does.
+  EXPECT_GT(s.core.pace().rate, 4000u);
   EXPECT_LT(s.Rate(), 4000u);  // the workers really slow down
   EXPECT_EQ(s.core.pace().batch, batch / 2);
-  EXPECT_LE(s.core.pace().rate, 4000u * 7 / 10);  // items/s cut from what was fetched, not the limit
 }
 
 TEST(GuardCore, SettlesAfterABackOffThenCutsAgainIfTheHarmGoesOn) {
@@ -217,6 +218,19 @@ TEST(GuardCore, TheListingsIdleTimeIsNotTheWorkersPace) {
   s.Run(40000, [](int64_t) { return int64_t(5000); });
   ASSERT_EQ(s.core.pace().backoffs, 1u);
   EXPECT_NEAR(double(s.core.pace().rate), 70000, 5000);
+}
+
+TEST(GuardCore, AStalledSecondDoesNotSendTheLimitToTheFloor) {
+  // Everything stalls (the host, not the dump): the workers fetch almost nothing, the probes are
+  // slow. One cut goes to a quarter of the limit at most, each further cut needs its own evidence.
+  Sim s;
+  s.Quiet(3000000);
+  const uint64_t limit = s.core.pace().rate;
+  s.capacity = 1000;
+  s.Run(1000000, [](int64_t) { return int64_t(100); });
+  s.Run(30000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().rate, limit / 4 * 7 / 10);
 }
 
 TEST(GuardCore, TheListingAloneDoesNotEndSlowStart) {
