@@ -2,6 +2,7 @@
 client over Zipf-distributed keys, in a process of its own, on connections of its own.
 
     python3 bench/zipf_client.py HOST:PORT --items N --rate R --seconds S --out FILE [--set-fraction F]
+        [--ready]
 
 Keys are the loaded `k<i>` (bench/source_latency.py `load`); key rank r (0 = the hottest) is `k<perm[r]>`
 for a fixed random permutation (so hotness is unrelated to the key's name or the order it was
@@ -50,7 +51,7 @@ class ZipfKeys:
 
 
 def run(addr: str, items: int, rate: float, seconds: float, set_fraction: float, value_size: int, conns: int,
-        exponent: float, seed: int) -> dict[str, object]:  # fmt: skip
+        exponent: float, seed: int, ready: bool = False) -> dict[str, object]:  # fmt: skip
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     host, port = addr.rsplit(":", 1)
@@ -72,6 +73,8 @@ def run(addr: str, items: int, rate: float, seconds: float, set_fraction: float,
     lat_l: list[int] = []
     hit_l: list[int] = []
     interval = 1.0 / rate
+    if ready:  # the key table is built (seconds for a million keys): the caller may start its dump
+        print("ready", flush=True)
     t0 = time.perf_counter()
     due, end, n = t0, t0 + seconds, 0
 
@@ -146,8 +149,10 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--zipf", type=float, default=1.0, help="the Zipf exponent s")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--ready", action="store_true", help='print "ready" on stdout once sending begins')
     a = ap.parse_args()
-    res = run(a.addr, a.items, a.rate, a.seconds, a.set_fraction, a.value_size, a.conns, a.zipf, a.seed)
+    mix = (a.set_fraction, a.value_size, a.conns, a.zipf, a.seed)
+    res = run(a.addr, a.items, a.rate, a.seconds, *mix, ready=a.ready)
     with open(a.out, "w") as f:
         json.dump(res, f)
 

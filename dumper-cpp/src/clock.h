@@ -12,6 +12,13 @@ inline uint64_t NowMs() {
                       .count());
 }
 
+// Microseconds on the monotonic clock (the source guard's probes and windows).
+inline int64_t MonotonicUs() {
+  return int64_t(std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::steady_clock::now().time_since_epoch())
+                     .count());
+}
+
 // Seconds elapsed since `t`.
 inline double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

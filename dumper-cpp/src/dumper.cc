@@ -186,6 +186,42 @@ Status Dumper::CheckServer(const char* when) {
   return Status::OK();
 }
 
+// DONE's source_protection: the limits, what the guard did and what its probes saw (data-format.md).
+std::string Dumper::ProtectionJson(const GuardSummary& g, const ServerStats& after) const {
+  const HarmReport& h = g.harm;
+  auto i = [](const char* k, int64_t v) { return std::string(", \"") + k + "\": " + std::to_string(v); };
+  const ServerStats& b = stats_before_;
+  std::string cpu = "-1";
+  if (b.rusage_s >= 0 && after.rusage_s >= 0) {
+    char c[32];
+    std::snprintf(c, sizeof c, "%.2f", after.rusage_s - b.rusage_s);
+    cpu = c;
+  }
+  std::string ratio = "null";  // the tail during the dump over the tail before it
+  if (h.before_p99_us > 0 && h.during_window_p99_median_us >= 0) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f", double(h.during_window_p99_median_us) / double(h.before_p99_us));
+    ratio = b;
+  }
+  return std::string("{\"adaptive\": ") + (g.adaptive ? "true" : "false") +
+         i("max_items_per_second", int64_t(o_.max_items_per_second)) +
+         i("max_bytes_per_second", int64_t(o_.max_bytes_per_second)) + i("probe_baseline_us", h.baseline_us) +
+         i("probe_threshold_us", h.threshold_us) + i("backoffs", int64_t(g.backoffs)) +
+         i("windows", int64_t(h.windows)) + i("congested_windows", int64_t(h.congested_windows)) +
+         i("lowest_rate", int64_t(g.lowest_rate)) + i("lowest_bytes_rate", int64_t(g.lowest_bytes_rate)) +
+         i("backed_off_ms", h.backed_off_ms) + i("paused_ms", h.paused_ms) +
+         i("recalibrations", int64_t(h.recalibrations)) + i("probes_before", int64_t(h.probes_before)) +
+         i("probe_p50_before_us", h.before_p50_us) + i("probe_p99_before_us", h.before_p99_us) +
+         i("probes_during", int64_t(h.probes_during)) + i("probe_p50_during_us", h.during_p50_us) +
+         i("probe_p99_during_us", h.during_p99_us) + i("probe_window_p99_median_us", h.during_window_p99_median_us) +
+         i("probe_max_during_us", h.during_max_us) + ", \"probe_p99_ratio\": " + ratio +
+         // memcached's own view over this run of the dumper (-1: not reported).
+         i("server_conn_yields", b.conn_yields >= 0 && after.conn_yields >= 0 ? after.conn_yields - b.conn_yields : -1) +
+         ", \"server_cpu_s\": " + cpu +
+         i("crawl_sleep_original_us", g.crawl_sleep_original_us) +
+         i("crawl_sleep_max_us", int64_t(g.crawl_sleep_max_us)) + "}";
+}
+
 Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady_clock::time_point t0) {
   ServerStats after;
   CW_RETURN_IF_ERROR(SourceStats(&after));
@@ -200,16 +236,7 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.reconcile_s = reconcile_s;
   m.total_s = Since(t0);
   const GuardSummary& g = guard_.summary();
-  m.protection_json = std::string("{\"adaptive\": ") + (g.adaptive ? "true" : "false") +
-                      ", \"max_items_per_second\": " + std::to_string(o_.max_items_per_second) +
-                      ", \"max_bytes_per_second\": " + std::to_string(o_.max_bytes_per_second) +
-                      ", \"probe_baseline_us\": " + std::to_string(g.baseline_us) +
-                      ", \"probe_threshold_us\": " + std::to_string(g.threshold_us) +
-                      ", \"backoffs\": " + std::to_string(g.backoffs) + ", \"windows\": " + std::to_string(g.windows) +
-                      ", \"congested_windows\": " + std::to_string(g.congested_windows) +
-                      ", \"lowest_rate\": " + std::to_string(g.lowest_rate) +
-                      ", \"crawl_sleep_original_us\": " + std::to_string(g.crawl_sleep_original_us) +
-                      ", \"crawl_sleep_max_us\": " + std::to_string(g.crawl_sleep_max_us) + "}";
+  m.protection_json = ProtectionJson(g, after);
   DecideCompleteness(&m);
   if (stream_) CW_RETURN_IF_ERROR(stream_->Finish(&m));  // a last look at the destinations; the summary
   CW_RETURN_IF_ERROR(WriteManifest(env_, o_.out, m));

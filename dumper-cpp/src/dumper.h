@@ -47,6 +47,7 @@ class Dumper {
   // Fails if the source restarted since the dump began.
   Status CheckServer(const char* when);
   // The manifest, published last; `t0` is when this run started.
+  std::string ProtectionJson(const GuardSummary& g, const ServerStats& after) const;
   Status WriteDone(double crawl_s, double reconcile_s, std::chrono::steady_clock::time_point t0);
   // `stats` on a connection of its own, closed at once: the dumper keeps no idle connection to the
   // source (while the crawl runs nothing of the dumper's waits on a server thread).

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -150,6 +151,10 @@ Status GetStats(Conn* c, ServerStats* out) {
       out->curr_items = std::atoll(val.c_str());
     } else if (name == "version") {
       out->version = val;
+    } else if (name == "conn_yields") {
+      out->conn_yields = std::atoll(val.c_str());
+    } else if (name == "rusage_user" || name == "rusage_system") {
+      out->rusage_s = std::max(0.0, out->rusage_s) + std::atof(val.c_str());
     }
   }
   if (!have_pid) return Status::Protocol("stats reply from " + c->peer() + " has no pid");

@@ -43,6 +43,11 @@ struct ServerStats {
   int64_t uptime = 0;
   int64_t time = 0;
   int64_t curr_items = 0;
+  // What memcached says about its own load (the source guard's report): connections that yielded
+  // their worker thread after reqs_per_event requests in one go (a pipelined batch does), and the
+  // server's CPU seconds. -1: not reported.
+  int64_t conn_yields = -1;
+  double rusage_s = -1;
   std::string version;
   // This host's wall clock when the answer arrived (seconds).
   double received = 0;

@@ -21,11 +21,12 @@ void ProgressReporter::Print(const char* event) {
   std::printf("{\"event\": \"%s\", \"phase\": \"%s\", \"keys_listed\": %" PRIu64 ", \"items\": %" PRIu64
               ", \"bytes\": %" PRIu64 ", \"files\": %" PRIu64 ", \"misses\": %" PRIu64 ", \"skipped_min_ttl\": %" PRIu64
               ", \"items_per_s\": %" PRIu64 ", \"limit_items_per_s\": %" PRIu64 ", \"batch_cap\": %" PRIu64
-              ", \"backing_off\": %s, \"backoffs\": %" PRIu64 ", \"probe_us\": %" PRIu64 ", \"time_ms\": %" PRIu64 "}\n",
+              ", \"backing_off\": %s, \"backoffs\": %" PRIu64 ", \"probe_us\": %" PRIu64 ", \"probe_p99_us\": %" PRIu64
+              ", \"probe_baseline_us\": %" PRIu64 ", \"backed_off_ms\": %" PRIu64 ", \"time_ms\": %" PRIu64 "}\n",
               event, kPhaseNames[p_->phase.load()], p_->keys_listed.load(), items, p_->bytes.load(),
               p_->files.load(), p_->misses.load(), p_->skipped_min_ttl.load(), rate, p_->pace_rate.load(),
               p_->pace_batch.load(), p_->backing_off.load() ? "true" : "false", p_->backoffs.load(),
-              p_->probe_us.load(), now);
+              p_->probe_us.load(), p_->probe_p99_us.load(), p_->probe_baseline_us.load(), p_->backed_off_ms.load(), now);
   std::fflush(stdout);
 }
 

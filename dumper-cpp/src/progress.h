@@ -1,9 +1,11 @@
 // Progress counters shared by all threads, and the JSON lines that report them on stdout:
 //   {"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
 //    "skipped_min_ttl", "items_per_s", "limit_items_per_s", "batch_cap", "backing_off", "backoffs",
-//    "probe_us", "time_ms"}
+//    "probe_us", "probe_p99_us", "probe_baseline_us", "backed_off_ms", "time_ms"}
 // items_per_s: measured over the last interval; limit_items_per_s / batch_cap: the pace now (0 = none);
-// backing_off / backoffs / probe_us: the adaptive guard's state (source_guard.h).
+// backing_off / backoffs / probe_us: the adaptive guard's state (source_guard.h); probe_p99_us: its
+// probes' p99 in the last whole window, probe_baseline_us: the same with no dump (the baseline);
+// backed_off_ms: the time spent backed off so far.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -19,6 +21,7 @@ struct Progress {
   std::atomic<int> phase{kStart};  // a Phase
   // The pace (rate_limiter.h, source_guard.h): set by the guard, or once from the static limits.
   std::atomic<uint64_t> pace_rate{0}, pace_batch{0}, backoffs{0}, probe_us{0}, probe_baseline_us{0};
+  std::atomic<uint64_t> probe_p99_us{0}, backed_off_ms{0};
   std::atomic<bool> backing_off{false};
 };
 

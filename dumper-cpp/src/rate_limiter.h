@@ -3,7 +3,8 @@
 // batch's items before it is sent (Acquire) and by its bytes once they have arrived (Charge); callers
 // sleep until their slot. Zero rate = unlimited. The guard also caps the keys of one batch: a batch is
 // a burst that occupies a memcached worker thread, and bursts raise the live clients' p99 more than
-// the average rate does (FACTS.md).
+// the average rate does (FACTS.md) — in keys, and in bytes (a batch of 10 KB values is long at any
+// key count). The guard can also pause new batches (a quiet window that re-measures the source).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -19,11 +20,13 @@ class RateLimiter {
       : rate_(per_second), bytes_rate_(bytes_per_second) {}
   void Acquire(uint64_t n) {
     using clock = std::chrono::steady_clock;
+    // Paused by the guard for at most a quiet window (it always unpauses before it stops).
+    while (paused_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     clock::time_point slot;
     {
       std::lock_guard<std::mutex> l(mu_);
       const uint64_t rate = rate_.load();
-      if (rate == 0 && bytes_rate_ == 0) return;
+      if (rate == 0 && bytes_rate_.load() == 0) return;
       const clock::time_point now = clock::now();
       if (next_ < now) next_ = now;
       slot = next_;
@@ -33,24 +36,33 @@ class RateLimiter {
   }
   // The bytes a batch brought (counted against --max-bytes-per-second: known only afterwards).
   void Charge(uint64_t bytes) {
-    if (bytes_rate_ == 0) return;
+    const uint64_t rate = bytes_rate_.load();
+    if (rate == 0) return;
     using clock = std::chrono::steady_clock;
     std::lock_guard<std::mutex> l(mu_);
     const clock::time_point now = clock::now();
     if (next_ < now) next_ = now;
-    next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(bytes) / double(bytes_rate_)));
+    next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(bytes) / double(rate)));
   }
   uint64_t rate() const { return rate_.load(); }
-  uint64_t bytes_rate() const { return bytes_rate_; }
-  // The adaptive guard's controls: items/s (0 = unlimited) and the most keys per batch (0 = no cap).
+  uint64_t bytes_rate() const { return bytes_rate_.load(); }
+  // The adaptive guard's controls: items/s and bytes/s (0 = unlimited), the most keys and the most
+  // bytes of values per batch (0 = no cap), and a pause of new batches.
   void set_rate(uint64_t per_second) { rate_.store(per_second); }
+  void set_bytes_rate(uint64_t per_second) { bytes_rate_.store(per_second); }
   void set_batch_cap(int keys) { batch_cap_.store(keys); }
   int batch_cap() const { return batch_cap_.load(); }
+  void set_batch_bytes_cap(uint64_t bytes) { batch_bytes_cap_.store(bytes); }
+  uint64_t batch_bytes_cap() const { return batch_bytes_cap_.load(); }
+  void set_paused(bool p) { paused_.store(p); }
+  bool paused() const { return paused_.load(); }
 
  private:
   std::atomic<uint64_t> rate_;
-  const uint64_t bytes_rate_;
+  std::atomic<uint64_t> bytes_rate_;
   std::atomic<int> batch_cap_{0};
+  std::atomic<uint64_t> batch_bytes_cap_{0};
+  std::atomic<bool> paused_{false};
   std::mutex mu_;
   std::chrono::steady_clock::time_point next_{};
 };

@@ -111,10 +111,13 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   if (inflight_.empty()) return Status::Protocol("MN without a batch in flight");
   const Batch& b = inflight_.front();
   if (hits > b.mg_keys) return Status::Protocol("more values than keys requested in a batch");
-  // Size the next batch so its response is about kTargetBatchBytes (large values: fewer keys).
+  // Size the next batch so its response is about kTargetBatchBytes (large values: fewer keys), or
+  // the source guard's cap on a batch's bytes (source_guard.h: a long batch is a burst on the source).
   if (hits > skipped) {
     const uint64_t per_item = std::max<uint64_t>(1, batch_bytes_ / (hits - skipped));
-    adaptive_batch_ = int(std::clamp<uint64_t>(kTargetBatchBytes / per_item, 8, uint64_t(batch_)));
+    const uint64_t cap = limiter_->batch_bytes_cap();
+    const uint64_t target = cap ? std::min(cap, kTargetBatchBytes) : kTargetBatchBytes;
+    adaptive_batch_ = int(std::clamp<uint64_t>(target / per_item, cap ? 1 : 8, uint64_t(batch_)));
   }
   limiter_->Charge(batch_bytes_);  // --max-bytes-per-second
   batch_bytes_ = 0;

@@ -1,139 +1,312 @@
-// The adaptive pace (source_guard.h): the controller driven by scripted probe latencies, no clock.
+// The adaptive guard (source_guard.h): its decisions on a fake clock with scripted probe latencies.
 #include <gtest/gtest.h>
 
 #include "options.h"
 #include "rate_limiter.h"
+#include "guard_core.h"
+#include "latency_histogram.h"
+#include "pace_controller.h"
 #include "source_guard.h"
 
 namespace cachewarm {
 namespace {
 
-PaceSettings Settings() {
-  PaceSettings s;
-  s.target_ratio = 1.5;
-  s.slack_us = 100;
-  s.start_rate = 50000;
-  s.min_rate = 1000;
-  s.max_batch = 500;
-  s.min_batch = 4;
-  s.start_batch = 50;
-  s.crawl_sleep_floor_us = 100;
-  s.crawl_sleep_max_us = 20000;
-  s.hold_windows = 2;
-  s.backing_off_windows = 10;
-  return s;
+// A dump under the guard, on a fake clock: a probe falls due every probe interval and is answered
+// with the latency the test scripts; the workers fetch at the guard's pace, up to what they could do
+// unthrottled (`capacity` items/s of `value_bytes`), nothing while it pauses.
+struct Sim {
+  GuardConfig cfg;
+  GuardCore core;
+  int64_t now = 0;
+  uint64_t items = 0, bytes = 0;
+  uint64_t capacity = 400000, value_bytes = 1000;
+  uint64_t fetching_from_us = 0;  // before this, the listing runs alone: no fetches
+  std::vector<int64_t> unanswered;
+
+  explicit Sim(const GuardConfig& c = GuardConfig(), const PaceSettings& s = PaceSettings()) : cfg(c), core(c, s) {
+    core.Calibrate(std::vector<int64_t>(500, 100));  // a quiet source: p99 100 us
+    core.Start(now, items, bytes);
+  }
+  uint64_t Rate() const {
+    if (core.paused() || uint64_t(now) < fetching_from_us) return 0;
+    uint64_t r = core.pace().rate ? std::min(core.pace().rate, capacity) : capacity;
+    if (core.pace().bytes_rate) r = std::min(r, core.pace().bytes_rate / value_bytes);
+    return r;
+  }
+  template <class F>
+  void Run(int64_t us, F latency) {
+    for (const int64_t end = now + us; now < end;) {
+      now += cfg.probe_interval_us;
+      const uint64_t n = Rate() * uint64_t(cfg.probe_interval_us) / 1000000;
+      items += n;
+      bytes += n * value_bytes;
+      core.OnProbe(now, latency(now));
+      core.Tick(now, items, bytes, unanswered);
+    }
+  }
+  void Quiet(int64_t us) {
+    Run(us, [](int64_t) { return int64_t(100); });
+  }
+};
+
+int64_t Probe(int64_t t) { return t / 2000; }  // the probe's number
+
+TEST(GuardCore, ThresholdIsTheBaselineTailTimesTargetWithASmallSlack) {
+  Sim s;
+  EXPECT_EQ(s.core.baseline_us(), 100);
+  EXPECT_EQ(s.core.threshold_us(), 150);
+  GuardConfig c;
+  c.target_ratio = 1.2;
+  Sim t(c);
+  EXPECT_EQ(t.core.threshold_us(), 150);  // 120 is within the probes' own noise: baseline + 50 us
 }
 
-TEST(PaceController, ThresholdIsBaselineTimesTargetPlusSlack) {
-  PaceController c(Settings());
-  c.Calibrate(200);
-  EXPECT_EQ(c.threshold_us(), 400);
+TEST(GuardCore, OneHiccupBeforeTheDumpDoesNotMakeTheBaseline) {
+  // A busy host stalls the probes for 30 ms in the calibration's second quarter: the p99 of the
+  // whole half second would be 30 ms (a guard blind to everything below 45 ms); its quarters' lower
+  // median is the source's.
+  GuardCore c{GuardConfig(), PaceSettings()};
+  std::vector<int64_t> probes(500, 100);
+  for (int i = 0; i < 30; i++) probes[size_t(150 + i)] = 30000 - i * 1000;
+  c.Calibrate(probes);
+  EXPECT_EQ(c.baseline_us(), 100);
+  EXPECT_EQ(c.Report().probes_before, 500u);
+  EXPECT_EQ(c.Report().before_p99_us, 25000);  // the report keeps what was seen
 }
 
-TEST(PaceController, SlowStartGrowsWithWhatIsUsedThenBacksOff) {
-  PaceController c(Settings());
-  c.Calibrate(100);
-  EXPECT_EQ(c.state().rate, 50000u);
-  EXPECT_EQ(c.state().batch, 50);
-  // Quiet probes, workers using the whole limit: x1.5 per window, batch +25%.
-  c.Update(120, 50000);
-  EXPECT_EQ(c.state().rate, 75000u);
-  EXPECT_EQ(c.state().batch, 62);
-  // A limit far above the achieved rate does not grow further (1.5 x achieved).
-  c.Update(120, 60000);
-  EXPECT_EQ(c.state().rate, 90000u);
-  EXPECT_TRUE(c.slow_start());
-  EXPECT_FALSE(c.state().backing_off);
-  // Congested (probe above 250 us): rate x0.7 from what was achieved, batch halved, crawl sleep up.
-  c.Update(900, 90000);
-  EXPECT_EQ(c.state().rate, 63000u);
-  EXPECT_EQ(c.state().batch, 38);
-  EXPECT_EQ(c.state().crawl_sleep_us, 200u);
-  EXPECT_EQ(c.state().backoffs, 1u);
-  EXPECT_TRUE(c.state().backing_off);
-  EXPECT_FALSE(c.slow_start());
-  EXPECT_EQ(c.state().lowest_rate, 63000u);
+TEST(GuardCore, TailOnlyHarmBacksOff) {
+  // 2% of the probes slow, the rest as before the dump: the median and the p90 do not move (the
+  // old guard's signal), the p99 does — over the 2-s evidence span, early in the second second.
+  Sim s;
+  s.Run(1000000, [](int64_t t) { return Probe(t) % 50 == 0 ? int64_t(400) : int64_t(100); });
+  EXPECT_EQ(s.core.pace().backoffs, 0u);  // 10 of 500: p99 at the threshold, not above
+  s.Run(100000, [](int64_t t) { return Probe(t) % 50 == 0 ? int64_t(400) : int64_t(100); });
+  EXPECT_GE(s.core.pace().backoffs, 1u);
+  EXPECT_TRUE(s.core.backing_off(s.now));
+  EXPECT_EQ(s.core.Report().during_p50_us, 100);
 }
 
-TEST(PaceController, HoldsAfterABackOffAndRecoversAdditively) {
-  PaceController c(Settings());
-  c.Calibrate(100);
-  c.Update(900, 50000);  // back off: 35000
-  EXPECT_EQ(c.state().rate, 35000u);
-  // Still congested for the hold windows: no second cut (the first has not taken effect yet).
-  c.Update(900, 35000);
-  EXPECT_EQ(c.state().rate, 35000u);
-  EXPECT_EQ(c.state().backoffs, 1u);
-  c.Update(900, 35000);
-  EXPECT_EQ(c.state().backoffs, 2u);
-  EXPECT_EQ(c.state().rate, 24500u);
-  // Quiet again: additive increase (a tenth of the rate, at least min_rate, at least 1/20 of the
-  // best achieved), not x1.5.
-  c.Update(100, 24500);
-  EXPECT_EQ(c.state().rate, 24500u + 2500u);
-  EXPECT_TRUE(c.state().backing_off);
-  for (int i = 0; i < 10; i++) c.Update(100, c.state().rate);
-  EXPECT_FALSE(c.state().backing_off);
+TEST(GuardCore, OneSlowProbeInTwoHundredIsWithinTheTarget) {
+  Sim s;
+  s.Run(5000000, [](int64_t t) { return Probe(t) % 200 == 0 ? int64_t(900) : int64_t(100); });
+  EXPECT_EQ(s.core.pace().backoffs, 0u);
+  EXPECT_GT(s.core.pace().rate, 300000u);  // grew to what the workers can do
 }
 
-TEST(PaceController, OneNoisyWindowDoesNotBackOffWhenTwoMustConfirm) {
-  PaceSettings s = Settings();
-  s.confirm_windows = 2;
-  PaceController c(s);
-  c.Calibrate(100);  // threshold 250 us
-  c.Update(900, 50000);  // congested once: neither a cut nor growth
-  EXPECT_EQ(c.state().rate, 50000u);
-  EXPECT_EQ(c.state().backoffs, 0u);
-  EXPECT_EQ(c.state().congested_windows, 1u);
-  c.Update(100, 50000);  // quiet: the run of congested windows starts over
-  EXPECT_EQ(c.state().rate, 75000u);
-  c.Update(900, 75000);
-  EXPECT_EQ(c.state().backoffs, 0u);
-  c.Update(900, 75000);  // the second in a row: back off
-  EXPECT_EQ(c.state().backoffs, 1u);
-  EXPECT_EQ(c.state().rate, 52500u);
-  // Far above the threshold (4x) or no answer at all: at once.
-  PaceController d(s);
-  d.Calibrate(100);
-  d.Update(1001, 50000);
-  EXPECT_EQ(d.state().backoffs, 1u);
-  PaceController e(s);
-  e.Calibrate(100);
-  e.Update(-1, 50000);
-  EXPECT_EQ(e.state().backoffs, 1u);
+TEST(GuardCore, BurstsAddUpWithinAWindowWhereverTheyFall) {
+  // Three slow probes every 300 ms, clean in between: no 100 ms window is more than 6% slow (the
+  // old guard's p90 never moved); the fourth burst within the 2-s span crosses its p99.
+  Sim s;
+  s.Run(1500000, [](int64_t t) { return Probe(t) % 150 < 3 && Probe(t) > 10 ? int64_t(2000) : int64_t(100); });
+  EXPECT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.Report().congested_windows, 1u);
+}
+
+TEST(GuardCore, AStallCountsBeforeItsProbesAnswer) {
+  // Open loop: a server thread that answers nothing leaves probes outstanding; their ages count.
+  Sim s;
+  s.Quiet(300000);
+  const uint64_t before = s.core.pace().backoffs;
+  for (int i = 1; i <= 11; i++) s.unanswered.push_back(200 + i * 2000);
+  s.core.Tick(s.now + 1, s.items, s.bytes, s.unanswered);
+  EXPECT_EQ(s.core.pace().backoffs, before + 1);
+}
+
+TEST(GuardCore, LargeValuesCutBytesPerSecondAndBatchBytes) {
+  // 10 KB values: 4,000 items/s are 40 MB/s; the cut is in bytes too, and in a batch's bytes.
+  Sim s;
+  s.capacity = 4000;
+  s.value_bytes = 10000;
+  s.Quiet(1000000);
+  EXPECT_EQ(s.core.pace().batch_bytes, 1u << 20);
+  EXPECT_EQ(s.core.pace().bytes_rate, 0u);  // no byte limit before a back-off
+  const int batch = s.core.pace().batch;
+  s.Run(300000, [](int64_t t) { return Probe(t) % 10 == 0 ? int64_t(5000) : int64_t(100); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().batch_bytes, 512u << 10);
+  EXPECT_NEAR(double(s.core.pace().bytes_rate), 0.7 * 4000 * 10000, 0.05 * 4000 * 10000);
+  // The items/s limit was far above the 4,000 fetched: its cut alone would not bind; the bytes/s does.
+  EXPECT_GT(s.core.pace().rate, 4000u);
+  EXPECT_LT(s.Rate(), 4000u);  // the workers really slow down
+  EXPECT_EQ(s.core.pace().batch, batch / 2);
+}
+
+TEST(GuardCore, SettlesAfterABackOffThenCutsAgainIfTheHarmGoesOn) {
+  Sim s;
+  auto harm = [](int64_t t) { return Probe(t) % 20 == 0 ? int64_t(1000) : int64_t(100); };
+  s.Run(500000, harm);  // 5%: the 11th slow probe at 440 ms
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  s.Run(190000, harm);  // the batches in flight finish: the next cut waits for the settle time
+  EXPECT_EQ(s.core.pace().backoffs, 1u);
+  s.Run(600000, harm);
+  EXPECT_GE(s.core.pace().backoffs, 2u);
+}
+
+TEST(GuardCore, RecoveryIsAdditiveFromWholeCleanWindows) {
+  Sim s;
+  s.Quiet(2000000);  // slow start to full speed
+  const uint64_t full = s.core.pace().rate;
+  EXPECT_GE(full, s.capacity);
+  s.Run(300000, [](int64_t t) { return Probe(t) % 10 == 0 ? int64_t(1000) : int64_t(100); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  const uint64_t cut = s.core.pace().rate;
+  EXPECT_LT(cut, full);
+  s.Quiet(700000);  // the rest of the window with the back-off: no growth
+  EXPECT_EQ(s.core.pace().rate, cut);
+  s.Quiet(1000000);  // one whole clean window: one additive step, not x1.5
+  EXPECT_GT(s.core.pace().rate, cut);
+  EXPECT_LT(s.core.pace().rate, cut * 3 / 2);
+  EXPECT_TRUE(s.core.backing_off(s.now));
+  s.Quiet(5000000);
+  EXPECT_FALSE(s.core.backing_off(s.now));
+  s.core.Finish(s.now);
+  const HarmReport r = s.core.Report();
+  EXPECT_EQ(r.backed_off_ms, 5000);
+  EXPECT_EQ(r.congested_windows, 1u);
+}
+
+TEST(GuardCore, TheBaselineFollowsTheSourceInQuietWindows) {
+  GuardConfig c;
+  c.recalibrate_every_us = 10000000;
+  Sim s(c);
+  s.Quiet(10000000);
+  ASSERT_TRUE(s.core.paused());
+  EXPECT_EQ(s.Rate(), 0u);
+  // The source's own clients got busier: 400 us with no dump.
+  auto busier = [](int64_t) { return int64_t(400); };
+  s.Run(1000000, busier);
+  EXPECT_FALSE(s.core.paused());
+  EXPECT_EQ(s.core.baseline_us(), 250);  // one quiet window of two: halfway
+  EXPECT_EQ(s.core.threshold_us(), 375);
+  // 400 us > 375: the guard cuts; after three cuts (and 5 s since the last quiet window) it asks
+  // the source again rather than wait for the next scheduled quiet window.
+  s.Run(7000000, busier);
+  EXPECT_GE(s.core.pace().backoffs, 3u);
+  EXPECT_EQ(s.core.baseline_us(), 400);
+  EXPECT_EQ(s.core.threshold_us(), 600);
+  const uint64_t cuts = s.core.pace().backoffs;
+  s.Run(5000000, busier);  // the dump no longer takes the blame for the source's own load
+  EXPECT_EQ(s.core.pace().backoffs, cuts);
+  s.core.Finish(s.now);
+  EXPECT_EQ(s.core.Report().recalibrations, 2u);
+  EXPECT_GE(s.core.Report().paused_ms, 2000);
+}
+
+TEST(GuardCore, ACutRightAfterAPauseStartsFromTheLimitNotFromTheFloor) {
+  // A few milliseconds after the workers resume, "what they fetched" means nothing: the cut is from
+  // the limit (measured over less than a quarter second, it read as almost nothing: the floor).
+  GuardConfig c;
+  c.recalibrate_every_us = 3000000;
+  Sim s(c);
+  s.Quiet(3000000);
+  ASSERT_TRUE(s.core.paused());
+  s.Quiet(1000000);
+  ASSERT_FALSE(s.core.paused());
+  const uint64_t limit = s.core.pace().rate;
+  s.Run(30000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().rate, limit * 7 / 10);
+}
+
+TEST(GuardCore, TheListingsIdleTimeIsNotTheWorkersPace) {
+  // The listing runs alone for 2 s, then the workers fetch 100,000 items/s; harm 0.6 s later: the
+  // cut is from what they fetch (x0.7), not from a trailing second that was 40% idle (x0.6 of it).
+  Sim s;
+  s.capacity = 100000;
+  s.fetching_from_us = 2000000;
+  s.Quiet(2600000);
+  s.Run(40000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_NEAR(double(s.core.pace().rate), 70000, 5000);
+}
+
+TEST(GuardCore, AStalledSecondDoesNotSendTheLimitToTheFloor) {
+  // Everything stalls (the host, not the dump): the workers fetch almost nothing, the probes are
+  // slow. One cut goes to a quarter of the limit at most, each further cut needs its own evidence.
+  Sim s;
+  s.Quiet(3000000);
+  const uint64_t limit = s.core.pace().rate;
+  s.capacity = 1000;
+  s.Run(1000000, [](int64_t) { return int64_t(100); });
+  s.Run(30000, [](int64_t) { return int64_t(5000); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().rate, limit / 4 * 7 / 10);
+}
+
+TEST(GuardCore, TheListingAloneDoesNotEndSlowStart) {
+  Sim s;
+  s.fetching_from_us = 2000000;
+  s.Run(500000, [](int64_t t) { return Probe(t) % 20 == 0 ? int64_t(1000) : int64_t(100); });
+  EXPECT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_EQ(s.core.pace().rate, PaceSettings().start_rate);  // not cut: nothing was fetched
+  EXPECT_GT(s.core.pace().crawl_sleep_us, 0u);
+  s.Quiet(3000000);
+  EXPECT_GE(s.core.pace().rate, s.capacity);  // x1.5 steps once the fetches run
+}
+
+TEST(GuardCore, TheHarmReport) {
+  Sim s;
+  s.Run(4000000, [](int64_t t) { return Probe(t) % 200 == 0 ? int64_t(900) : int64_t(120); });
+  s.core.Finish(s.now);
+  const HarmReport r = s.core.Report();
+  EXPECT_EQ(r.probes_before, 500u);
+  EXPECT_EQ(r.before_p50_us, 100);
+  EXPECT_EQ(r.before_p99_us, 100);
+  EXPECT_EQ(r.probes_during, 2000u);
+  EXPECT_EQ(r.during_p50_us, 120);
+  EXPECT_EQ(r.during_p99_us, 120);
+  EXPECT_EQ(r.during_max_us, 900);
+  EXPECT_EQ(r.during_window_p99_median_us, 120);
+  EXPECT_EQ(r.windows, 4u);
+  EXPECT_EQ(r.backed_off_ms, 0);
 }
 
 TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
-  PaceSettings s = Settings();
+  PaceSettings s;
   s.max_rate = 60000;
+  s.crawl_sleep_floor_us = 100;
   PaceController c(s);
-  c.Calibrate(10);
-  for (int i = 0; i < 200; i++) c.Update(-1, c.state().rate);  // no probe answered: congested
-  EXPECT_EQ(c.state().rate, 1000u);
+  for (int i = 0; i < 200; i++) c.BackOff(c.state().rate, c.state().rate * 1000);
+  // Items/s and bytes/s: a tenth of the best achieved (60,000 items/s, 60 MB/s); a batch: four keys,
+  // 16 KiB — the bursts are what is cut to the bone.
+  EXPECT_EQ(c.state().rate, 6000u);
+  EXPECT_EQ(c.state().bytes_rate, 6000000u);
   EXPECT_EQ(c.state().batch, 4);
+  EXPECT_EQ(c.state().batch_bytes, s.min_batch_bytes);
+  PaceController d(PaceSettings{});
+  for (int i = 0; i < 200; i++) d.BackOff(100, 100000);  // never faster than 100 items/s: the absolute floors
+  EXPECT_EQ(d.state().rate, PaceSettings().min_rate);
+  EXPECT_EQ(d.state().bytes_rate, PaceSettings().min_bytes_rate);
   EXPECT_EQ(c.state().crawl_sleep_us, 20000u);
-  for (int i = 0; i < 500; i++) c.Update(10, c.state().rate);
+  for (int i = 0; i < 2000; i++) c.Grow(c.state().rate, c.state().rate * 1000);
   EXPECT_EQ(c.state().rate, 60000u);
   EXPECT_EQ(c.state().batch, 500);
+  EXPECT_EQ(c.state().batch_bytes, s.max_batch_bytes);
+  EXPECT_EQ(c.state().bytes_rate, 0u);  // back to no byte limit of its own
   EXPECT_EQ(c.state().crawl_sleep_us, 100u);  // the server's own setting, never faster
 }
 
-TEST(PaceController, CongestionWithoutFetchingPacesOnlyTheCrawl) {
-  PaceController c(Settings());
-  c.Calibrate(100);
-  // The workers fetch nothing (the listing of a recency-ordered dump runs alone).
-  c.Update(900, 0);
-  EXPECT_EQ(c.state().rate, 50000u);
-  EXPECT_EQ(c.state().batch, 50);
-  EXPECT_EQ(c.state().crawl_sleep_us, 200u);
-  EXPECT_EQ(c.state().backoffs, 1u);
-}
-
 TEST(PaceController, StaticCeilingStartsBelowTheDefault) {
-  PaceSettings s = Settings();
+  PaceSettings s;
   s.max_rate = 2000;
   PaceController c(s);
   EXPECT_EQ(c.state().rate, 2000u);
+}
+
+TEST(LatencyHistogram, Percentiles) {
+  LatencyHistogram h;
+  EXPECT_EQ(h.Percentile(99), -1);
+  for (int i = 1; i <= 100; i++) h.Record(i);
+  EXPECT_EQ(h.Percentile(50), 50);
+  EXPECT_EQ(h.Percentile(99), 99);
+  EXPECT_EQ(h.max(), 100);
+  LatencyHistogram g;
+  g.Record(123456);  // three significant digits above 1 ms
+  g.Record(2500);
+  EXPECT_EQ(g.Percentile(100), 123000);
+  EXPECT_EQ(g.Percentile(50), 2500);
+  h.Add(g);
+  EXPECT_EQ(h.count(), 102u);
 }
 
 TEST(Percentile, OfAWindow) {
@@ -155,6 +328,12 @@ TEST(RateLimiter, SettableRateAndBatchCap) {
   EXPECT_EQ(r.rate(), 5000u);
   RateLimiter b(0, 1 << 20);
   EXPECT_EQ(b.bytes_rate(), 1u << 20);
+  b.set_bytes_rate(5000);
+  b.set_batch_bytes_cap(1 << 14);
+  EXPECT_EQ(b.bytes_rate(), 5000u);
+  EXPECT_EQ(b.batch_bytes_cap(), 1u << 14);
+  b.set_paused(true);
+  EXPECT_TRUE(b.paused());
 }
 
 Status Parse(std::vector<std::string> args, Options* o) {

@@ -33,6 +33,11 @@ NODE_PROGRESS_FIELDS = (
     "dump_items_per_s",
     "dump_limit_items_per_s",
     "dump_backing_off",
+    # What the source's clients feel: the guard's probes' p99 (last second; a done dump: the median of
+    # its 1-s windows), the same with no dump, and the time it spent backed off.
+    "dump_probe_p99_us",
+    "dump_probe_baseline_us",
+    "dump_backed_off_ms",
 )
 
 
@@ -286,7 +291,8 @@ def build_dashboard(
         dash.add_widgets(
             cw.LogQueryWidget(
                 title="Per-node progress by warm id (latest CheckProgress poll; still_s = seconds without"
-                " progress; dump_backing_off = 1 while the dumper spares its source's clients)",
+                " progress; dump_backing_off = 1 while the dumper spares its source's clients;"
+                " probe_p99_us vs probe_baseline_us = the source's tail during the dump vs without it)",
                 log_group_names=[progress.log_group.log_group_name],
                 query_lines=[
                     f"fields @timestamp, correlation_id, {', '.join(NODE_PROGRESS_FIELDS)}",
@@ -295,7 +301,10 @@ def build_dashboard(
                     " max(items) as items, max(bytes) as bytes, max(files) as files,"
                     " latest(still_s) as still_s, latest(dump_items_per_s) as dump_items_per_s,"
                     " latest(dump_limit_items_per_s) as dump_limit_items_per_s,"
-                    " latest(dump_backing_off) as dump_backing_off by correlation_id, node_id",
+                    " latest(dump_backing_off) as dump_backing_off,"
+                    " latest(dump_probe_p99_us) as probe_p99_us,"
+                    " latest(dump_probe_baseline_us) as probe_baseline_us,"
+                    " latest(dump_backed_off_ms) as backed_off_ms by correlation_id, node_id",
                     "sort correlation_id, node_id",
                 ],
                 width=24,

@@ -210,7 +210,15 @@ def test_check_progress_reports_the_dumpers_pace(world: Any) -> None:
             return st
         pace = Progress(items=10, items_per_s=20_000, limit_items_per_s=0)
         if node == slow:
-            pace = Progress(items=10, items_per_s=5_000, limit_items_per_s=6_000, backing_off=True)
+            pace = Progress(
+                items=10,
+                items_per_s=5_000,
+                limit_items_per_s=6_000,
+                backing_off=True,
+                probe_p99_us=450,
+                probe_baseline_us=300,
+                backed_off_ms=1200,
+            )
         return dataclasses.replace(st, state="running", progress=pace)
 
     world.agents._status = pacing
@@ -224,6 +232,9 @@ def test_check_progress_reports_the_dumpers_pace(world: Any) -> None:
         6_000,
         1,
     ]
+    # Issue 22: what the source's clients feel, per node.
+    harm = ("dump_probe_p99_us", "dump_probe_baseline_us", "dump_backed_off_ms")
+    assert [mine[slow][f] for f in harm] == [450, 300, 1200]
     world.agents._status = real
     out = check_progress(w, 1, world.deps)
     assert (out["dump_items_per_s"], out["dumps_backing_off"]) == (0, 0)  # done dumps have no pace

@@ -95,5 +95,15 @@ def test_adaptive_dump_is_complete_reports_its_guard_and_restores_the_crawl_pace
     assert guard["adaptive"] is True and guard["crawl_sleep_original_us"] == before
     assert guard["probe_baseline_us"] > 0 and guard["probe_threshold_us"] >= guard["probe_baseline_us"]
     assert guard["crawl_sleep_max_us"] >= 250
+    # Issue 22: the harm report — its probes with no dump (the second before it) and during it.
+    assert guard["probes_before"] > 0 and 0 < guard["probe_p50_before_us"] <= guard["probe_p99_before_us"]
+    assert guard["probes_during"] >= 0 and guard["backed_off_ms"] >= 0 and guard["paused_ms"] >= 0
+    if guard["probes_during"]:
+        during = [guard[k] for k in ("probe_p50_during_us", "probe_p99_during_us", "probe_max_during_us")]
+        assert 0 < during[0] <= during[1] <= during[2]
+    assert guard["probe_p99_ratio"] is None or guard["probe_p99_ratio"] > 0
+    # memcached's own view of the run: it served the dump (CPU seconds), yields counted (>= 0).
+    assert guard["server_cpu_s"] >= 0 and guard["server_conn_yields"] >= 0
     lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert lines[-1]["event"] == "done" and "backing_off" in lines[-1] and "limit_items_per_s" in lines[-1]
+    assert lines[-1]["probe_baseline_us"] > 0 and "probe_p99_us" in lines[-1] and "backed_off_ms" in lines[-1]

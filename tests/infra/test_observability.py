@@ -90,6 +90,9 @@ def test_dashboard_plots_the_dumpers_pace(synth: Synth) -> None:
     [table] = [w for t, w in titles.items() if t.startswith("Per-node progress")]
     for field in ("dump_items_per_s", "dump_limit_items_per_s", "dump_backing_off"):
         assert field in table["properties"]["query"]
+    # Issue 22: what the source's clients feel, per node (the guard's probes, DONE's harm report).
+    for field in ("dump_probe_p99_us", "dump_probe_baseline_us", "dump_backed_off_ms"):
+        assert field in table["properties"]["query"]
 
 
 def _widgets(synth: Synth) -> list[dict[str, Any]]:

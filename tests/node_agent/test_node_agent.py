@@ -19,6 +19,7 @@ from cachewarm.node_agent.jobs import (
     PopulateJob,
     Publication,
     dumper_node_id,
+    manifest_progress,
     progress_from_dumper,
     run_dump,
     run_populate,
@@ -198,6 +199,26 @@ def test_dumper_node_id_and_progress_parsing() -> None:
     assert progress_from_dumper('{"event": "start"}') is None
     assert progress_from_dumper("[1,2]") is None
     assert progress_from_dumper(dumper_line(3)) == Progress(3, 30, 2, 100)
+    guarded = json.loads(dumper_line(3)) | {"probe_p99_us": 410, "probe_baseline_us": 300, "backed_off_ms": 7}
+    p = progress_from_dumper(json.dumps(guarded))
+    assert p is not None and (p.probe_p99_us, p.probe_baseline_us, p.backed_off_ms) == (410, 300, 7)
+
+
+def test_done_status_carries_the_harm_report(tmp_path: Path) -> None:
+    """Issue 22: the node's final status says what the source's clients felt (DONE's source_protection)."""
+    done = tmp_path / "DONE"
+    body = json.loads(manifest(10))
+    done.write_text(json.dumps(body))
+    assert manifest_progress(done).probe_p99_us == 0  # no guard ran: nothing measured
+    body["source_protection"] = {
+        "adaptive": True,
+        "probe_p99_before_us": 180,
+        "probe_window_p99_median_us": 240,
+        "backed_off_ms": 3500,
+    }
+    done.write_text(json.dumps(body))
+    p = manifest_progress(done)
+    assert (p.items, p.probe_p99_us, p.probe_baseline_us, p.backed_off_ms) == (10, 240, 180, 3500)
 
 
 def test_dump_agent_with_the_real_dumper(tmp_path: Path, s3: Any, memcached: Any, dumper_bin: Path) -> None:

@@ -14,7 +14,14 @@ from moto import mock_aws
 from tests.node_agent.support import read_status, where
 
 # A dump's pace (Progress.items_per_s, ...) when the dumper has reported none.
-IDLE_PACE = {"items_per_s": 0, "limit_items_per_s": 0, "backing_off": False}
+IDLE_PACE = {
+    "items_per_s": 0,
+    "limit_items_per_s": 0,
+    "backing_off": False,
+    "probe_p99_us": 0,
+    "probe_baseline_us": 0,
+    "backed_off_ms": 0,
+}
 
 
 def test_status_object_schema_and_attempts(s3: Any) -> None:
@@ -40,6 +47,9 @@ def test_status_object_schema_and_attempts(s3: Any) -> None:
             "items_per_s": 0,
             "limit_items_per_s": 0,
             "backing_off": False,
+            "probe_p99_us": 0,
+            "probe_baseline_us": 0,
+            "backed_off_ms": 0,
         },
         "error": None,
         "attempt": 1,

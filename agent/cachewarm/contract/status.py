@@ -50,6 +50,12 @@ class Progress:
     items_per_s: int = 0
     limit_items_per_s: int = 0
     backing_off: bool = False
+    # Dump only, what the source's clients feel (the adaptive guard's probes, 0 = no guard): the p99
+    # over the last second (when done: the median of the dump's 1-s windows' p99s), the same with no
+    # dump, and the time the guard spent backed off.
+    probe_p99_us: int = 0
+    probe_baseline_us: int = 0
+    backed_off_ms: int = 0
 
     @staticmethod
     def from_json(body: Any) -> Progress:
@@ -62,6 +68,9 @@ class Progress:
             items_per_s=int(p.get("items_per_s", 0)),
             limit_items_per_s=int(p.get("limit_items_per_s", 0)),
             backing_off=bool(p.get("backing_off", False)),
+            probe_p99_us=int(p.get("probe_p99_us", 0)),
+            probe_baseline_us=int(p.get("probe_baseline_us", 0)),
+            backed_off_ms=int(p.get("backed_off_ms", 0)),
         )
 
 

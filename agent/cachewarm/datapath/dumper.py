@@ -5,9 +5,10 @@ lines. `cachewarm warm` and the node agent's dump job both run it through `Dumpe
 The dumper prints one JSON object a line on stdout (dumper-cpp/src/dumper.cc, `PrintProgress`):
 `{"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
 "skipped_min_ttl", "items_per_s", "limit_items_per_s", "batch_cap", "backing_off", "backoffs", "probe_us",
-"time_ms"}` (the pace: items/s over the last interval, the limit now and the most keys per batch, 0 =
-none; whether the adaptive guard is backing off — dumper-cpp/src/source_guard.h); diagnostics go to
-stderr.
+"probe_p99_us", "probe_baseline_us", "backed_off_ms", "time_ms"}` (the pace: items/s over the last
+interval, the limit now and the most keys per batch, 0 = none; whether the adaptive guard is backing
+off, its probes' p99 in the last second and with no dump, and the time it spent backed off —
+dumper-cpp/src/source_guard.h); diagnostics go to stderr.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ class DumperProgress:
     backing_off: bool = False
     backoffs: int = 0
     probe_us: int = 0
+    probe_p99_us: int = 0  # the guard's probes' p99 over its last 1-s window (0: no guard)
+    probe_baseline_us: int = 0  # the same with no dump
+    backed_off_ms: int = 0
 
     @staticmethod
     def parse(line: str | bytes) -> DumperProgress | None:
@@ -168,6 +172,9 @@ class DumperProgress:
                 backing_off=bool(obj.get("backing_off", False)),
                 backoffs=int(obj.get("backoffs", 0)),
                 probe_us=int(obj.get("probe_us", 0)),
+                probe_p99_us=int(obj.get("probe_p99_us", 0)),
+                probe_baseline_us=int(obj.get("probe_baseline_us", 0)),
+                backed_off_ms=int(obj.get("backed_off_ms", 0)),
             )
         except (TypeError, ValueError):
             return None

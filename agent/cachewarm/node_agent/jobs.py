@@ -144,6 +144,9 @@ def progress_of(p: DumperProgress) -> Progress:
         items_per_s=p.items_per_s,
         limit_items_per_s=p.limit_items_per_s,
         backing_off=p.backing_off,
+        probe_p99_us=p.probe_p99_us,
+        probe_baseline_us=p.probe_baseline_us,
+        backed_off_ms=p.backed_off_ms,
     )
 
 
@@ -154,16 +157,27 @@ def progress_from_dumper(line: str) -> Progress | None:
 
 
 def manifest_progress(done_file: Path) -> Progress:
-    """The dump's totals from its DONE manifest, read and checked by the format's reader."""
+    """The dump's totals from its DONE manifest, read and checked by the format's reader, and the
+    harm its source guard measured (`source_protection`, docs/data-format.md)."""
     try:
         m = df.read_manifest(done_file)
     except (df.FormatError, OSError) as e:
         raise AgentError(ExitCode.WORK_FAILED, f"the dump's manifest is unusable: {e}") from e
+    guard = m.raw.get("source_protection")
+    guard = guard if isinstance(guard, dict) else {}
+
+    def harm(key: str) -> int:
+        v = guard.get(key)
+        return v if isinstance(v, int) and v > 0 else 0
+
     return Progress(
         items=m.total_records,
         bytes=int(m.totals.get("bytes", 0)),
         files=int(m.totals.get("files", 0)),
         keys_listed=int(m.totals.get("keys_listed", 0)),
+        probe_p99_us=harm("probe_window_p99_median_us"),
+        probe_baseline_us=harm("probe_p99_before_us"),
+        backed_off_ms=harm("backed_off_ms"),
     )
 
 

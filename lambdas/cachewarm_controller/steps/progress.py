@@ -168,6 +168,10 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
                 "dump_items_per_s": pace.items_per_s if pace else 0,
                 "dump_limit_items_per_s": pace.limit_items_per_s if pace else 0,
                 "dump_backing_off": int(pace.backing_off) if pace else 0,
+                # What the source's clients feel (the guard's probes; a done dump: its whole run).
+                "dump_probe_p99_us": dump.progress.probe_p99_us if dump else 0,
+                "dump_probe_baseline_us": dump.progress.probe_baseline_us if dump else 0,
+                "dump_backed_off_ms": dump.progress.backed_off_ms if dump else 0,
                 "still_s": still_s,
                 "revives": row.revives,
             }
