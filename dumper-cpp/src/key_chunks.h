@@ -33,6 +33,8 @@ class KeyChunkWriter {
   Status Flush();
   uint64_t next_chunk() const { return next_chunk_; }
   uint64_t keys() const { return keys_; }
+  // Chunks cut and not yet published (async only).
+  size_t queued();
 
  private:
   struct Pending {
@@ -61,6 +63,6 @@ class KeyChunkWriter {
 };
 
 // Splits a key list into lines; calls fn(url_key, exptime) for each. Corruption on a bad line.
-Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn);
+Status ForEachKeyLine(const Slice& contents, const std::function<Status(const Slice&, int64_t)>& fn);
 
 }  // namespace cachewarm

@@ -51,6 +51,11 @@ Status RecencyTiers::Open() {
     return Status::IOError(ErrnoMessage("mkdir " + dir_, errno));
   files_.assign(kRecencyTiers, nullptr);
   buffers_.assign(kRecencyTiers, std::vector<char>());
+  written_.assign(kRecencyTiers, 0);
+  read_off_.assign(kRecencyTiers, 0);
+  unread_.assign(kRecencyTiers, 0);
+  pending_ = 0;
+  read_buf_.reset(new char[kRecencyReadBuffer]);
   return Status::OK();
 }
 
@@ -68,34 +73,62 @@ Status RecencyTiers::Add(const Slice& url_key, int64_t exptime, int64_t la, bool
   const int n = std::snprintf(tail, sizeof tail, " %" PRId64 "\n", exptime);
   if (std::fwrite(url_key.data(), 1, url_key.size(), f) != url_key.size() || std::fwrite(tail, 1, size_t(n), f) != size_t(n))
     return Status::IOError(ErrnoMessage("write " + TierPath(t), errno));
+  written_[size_t(t)] += url_key.size() + size_t(n);
   counts_[size_t(t)]++;
+  unread_[size_t(t)]++;
+  pending_++;
   return Status::OK();
 }
 
-Status RecencyTiers::Emit(const std::function<Status(const Slice& url_key, int64_t exptime)>& fn) {
-  constexpr size_t kRead = 256 << 10;
-  std::unique_ptr<char[]> buf(new char[kRead]);
-  std::string carry;
+// The file is read with pread at read_off_ (the FILE keeps appending at its end): what was written
+// is flushed first, so a tier can be read while the crawl still adds to it.
+Status RecencyTiers::ReadTier(int t, uint64_t max_keys, const KeyFn& fn, uint64_t* taken) {
+  *taken = 0;
+  FILE* f = files_[size_t(t)];
+  if (!f || unread_[size_t(t)] == 0 || max_keys == 0) return Status::OK();
+  if (std::fflush(f) != 0) return Status::IOError(ErrnoMessage("flush " + TierPath(t), errno));
+  char* buf = read_buf_.get();
+  while (*taken < max_keys && read_off_[size_t(t)] < written_[size_t(t)]) {
+    const size_t want = size_t(std::min<uint64_t>(kRecencyReadBuffer, written_[size_t(t)] - read_off_[size_t(t)]));
+    const ssize_t n = ::pread(::fileno(f), buf, want, off_t(read_off_[size_t(t)]));
+    if (n < 0) return Status::IOError(ErrnoMessage("read " + TierPath(t), errno));
+    if (n == 0) return Status::Corruption("recency tier " + TierPath(t) + " is shorter than written");
+    // Whole lines only, at most the keys still wanted; a line cut by the buffer is read again next.
+    size_t end = 0;
+    uint64_t lines = 0;
+    for (size_t i = 0; i < size_t(n) && *taken + lines < max_keys; i++)
+      if (buf[i] == '\n') {
+        end = i + 1;
+        lines++;
+      }
+    if (lines == 0) return Status::Corruption("recency tier " + TierPath(t) + " has a line longer than the read buffer");
+    CW_RETURN_IF_ERROR(ForEachKeyLine(Slice(buf, end), fn));
+    read_off_[size_t(t)] += end;
+    *taken += lines;
+  }
+  unread_[size_t(t)] -= *taken;
+  pending_ -= *taken;
+  return Status::OK();
+}
+
+Status RecencyTiers::TakeHottest(uint64_t max_keys, const KeyFn& fn, uint64_t* taken) {
+  *taken = 0;
+  for (int t = 0; t < kRecencyTiers && *taken < max_keys; t++) {
+    uint64_t n = 0;
+    CW_RETURN_IF_ERROR(ReadTier(t, max_keys - *taken, fn, &n));
+    *taken += n;
+  }
+  return Status::OK();
+}
+
+Status RecencyTiers::Emit(const KeyFn& fn) {
   for (int t = 0; t < kRecencyTiers; t++) {
     FILE* f = files_[size_t(t)];
     if (!f) continue;
-    if (std::fflush(f) != 0 || std::fseek(f, 0, SEEK_SET) != 0)
-      return Status::IOError(ErrnoMessage("rewind " + TierPath(t), errno));
-    carry.clear();
-    for (;;) {
-      const size_t n = std::fread(buf.get(), 1, kRead, f);
-      if (n == 0) {
-        if (std::ferror(f)) return Status::IOError(ErrnoMessage("read " + TierPath(t), errno));
-        break;
-      }
-      // Whole lines go to ForEachKeyLine; a line cut by the buffer waits for the next read.
-      size_t last_nl = n;
-      while (last_nl > 0 && buf[last_nl - 1] != '\n') last_nl--;
-      carry.append(buf.get(), last_nl);
-      CW_RETURN_IF_ERROR(ForEachKeyLine(carry, fn));
-      carry.assign(buf.get() + last_nl, n - last_nl);
-    }
-    if (!carry.empty()) return Status::Corruption("recency tier " + TierPath(t) + " ends without a newline");
+    uint64_t n = 0;
+    CW_RETURN_IF_ERROR(ReadTier(t, UINT64_MAX, fn, &n));
+    if (read_off_[size_t(t)] != written_[size_t(t)])
+      return Status::Corruption("recency tier " + TierPath(t) + " ends without a newline");
     std::fclose(f);
     files_[size_t(t)] = nullptr;
     ::unlink(TierPath(t).c_str());

@@ -1,0 +1,28 @@
+#include "hot_first.h"
+
+#include <utility>
+
+namespace cachewarm {
+
+HotFirstListing::HotFirstListing(RecencyTiers* tiers, std::function<bool()> workers_need_keys,
+                                 RecencyTiers::KeyFn out, uint64_t min_pool, uint64_t take)
+    : tiers_(tiers), need_(std::move(workers_need_keys)), out_(std::move(out)), min_pool_(min_pool),
+      take_(take) {}
+
+Status HotFirstListing::Add(const Slice& url_key, int64_t exptime, int64_t la, bool fetched) {
+  CW_RETURN_IF_ERROR(tiers_->Add(url_key, exptime, la, fetched));
+  listed_++;
+  // Look at the workers every take_ keys (a look takes a lock); before min_pool_ keys are listed
+  // there is no sample to pick the hottest from.
+  if (listed_ % take_ != 0 || listed_ < min_pool_) return Status::OK();
+  while (tiers_->pending() > 0 && need_()) {
+    uint64_t n = 0;
+    CW_RETURN_IF_ERROR(tiers_->TakeHottest(take_, out_, &n));
+    while_listing_ += n;
+  }
+  return Status::OK();
+}
+
+Status HotFirstListing::Finish() { return tiers_->Emit(out_); }
+
+}  // namespace cachewarm

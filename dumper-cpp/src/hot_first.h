@@ -1,0 +1,46 @@
+// Hot first without the stall (--order recency): the workers fetch while the crawl still lists.
+// Every listed key goes into the recency tiers (recency.h); whenever the workers are about to run
+// dry, the hottest keys listed so far are taken out and handed to them (the key lists), and after
+// the listing the rest follow in recency order. So the dump runs at crawl order's speed (the fetch
+// overlaps the listing, as with --order crawl) and still fetches the hottest tier seen so far first.
+//
+// The hand-out waits until a pool of keys has been listed (kHotFirstMinPool) so that the first keys
+// are the hottest of a sample, not simply the first listed; it takes kHotFirstTake keys at a time
+// until the workers have enough again. Memory: nothing beyond the tiers' own buffers.
+#pragma once
+#include <cstdint>
+#include <functional>
+
+#include "recency.h"
+#include "slice.h"
+#include "status.h"
+
+namespace cachewarm {
+
+// Keys listed before the first hand-out (~40 ms of a listing on 2 cores).
+constexpr uint64_t kHotFirstMinPool = 32768;
+// Keys taken out per hand-out, and listed keys between two looks at the workers.
+constexpr uint64_t kHotFirstTake = 1024;
+
+class HotFirstListing {
+ public:
+  // `workers_need_keys`: true when the workers would soon have nothing to fetch (few key lists
+  // waiting). `out`: where keys go, in fetch order (the key lists). Both outlive this.
+  HotFirstListing(RecencyTiers* tiers, std::function<bool()> workers_need_keys, RecencyTiers::KeyFn out,
+                  uint64_t min_pool = kHotFirstMinPool, uint64_t take = kHotFirstTake);
+  // One key of the listing.
+  Status Add(const Slice& url_key, int64_t exptime, int64_t la, bool fetched);
+  // The listing ended: everything not yet handed out, most recent tier first.
+  Status Finish();
+  // Keys handed out while the listing ran.
+  uint64_t while_listing() const { return while_listing_; }
+
+ private:
+  RecencyTiers* tiers_;
+  std::function<bool()> need_;
+  RecencyTiers::KeyFn out_;
+  const uint64_t min_pool_, take_;
+  uint64_t listed_ = 0, while_listing_ = 0;
+};
+
+}  // namespace cachewarm
