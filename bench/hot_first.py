@@ -178,7 +178,8 @@ def main() -> None:
         for i in range(a.runs):
             for order in ("crawl", "recency") if i % 2 == 0 else ("recency", "crawl"):
                 warms.append(one_warm(order, src, a, work))
-                print(json.dumps({k: warms[-1][k] for k in ("order", "warm_s", "t90_s", "at")}), file=sys.stderr)
+                brief = {k: warms[-1][k] for k in ("order", "warm_s", "t90_s", "at")}
+                print(json.dumps(brief), file=sys.stderr)
     result["warms"] = warms
     summary: dict[str, Any] = {}
     for order in ("crawl", "recency"):
