@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <algorithm>
@@ -16,12 +17,24 @@
 
 namespace cachewarm {
 
+namespace {
+// A URL-encoded key (at most 3 x 250 bytes) and its exptime.
+constexpr size_t kMaxUrlKeyLine = 3 * 250 + 32;
+}  // namespace
+
 int RecencyTier(int64_t now, int64_t la, bool fetched) {
   const int64_t age = now - la;
   int a = 0;
-  // 1 + floor(2 log2(age)): 1 s -> 1, 2 s -> 3, 3 s -> 4, 4 s -> 5, ... 2^31 s -> 63.
-  if (la < 0) a = kRecencyAges - 1;  // the line had no la: last
-  else if (age > 0) a = std::min(kRecencyAges - 1, 1 + int(std::floor(2.0 * std::log2(double(age)))));
+  // 1 + floor(2 log2(age)): 1 s -> 1, 2 s -> 3, 3 s -> 4, 4 s -> 5, ... 2^31 s -> 63. In integers
+  // (once per listed key, on the crawl's parser thread): with b = floor(log2(age)),
+  // floor(2 log2(age)) = 2b + (age^2 >= 2^(2b+1)).
+  if (la < 0) {
+    a = kRecencyAges - 1;  // the line had no la: last
+  } else if (age > 0) {
+    const int b = 63 - __builtin_clzll(uint64_t(age));
+    const bool upper = b < 31 ? uint64_t(age) * uint64_t(age) >= (uint64_t(1) << (2 * b + 1)) : false;
+    a = std::min(kRecencyAges - 1, 1 + 2 * b + (upper ? 1 : 0));
+  }
   return 2 * a + (fetched ? 0 : 1);
 }
 
@@ -69,11 +82,17 @@ Status RecencyTiers::Add(const Slice& url_key, int64_t exptime, int64_t la, bool
     buffers_[size_t(t)].resize(kRecencyTierBuffer);
     std::setvbuf(f, buffers_[size_t(t)].data(), _IOFBF, kRecencyTierBuffer);
   }
-  char tail[32];
-  const int n = std::snprintf(tail, sizeof tail, " %" PRId64 "\n", exptime);
-  if (std::fwrite(url_key.data(), 1, url_key.size(), f) != url_key.size() || std::fwrite(tail, 1, size_t(n), f) != size_t(n))
-    return Status::IOError(ErrnoMessage("write " + TierPath(t), errno));
-  written_[size_t(t)] += url_key.size() + size_t(n);
+  // One unlocked write per key (only this thread uses the tier files).
+  char line[kMaxUrlKeyLine];
+  if (url_key.size() > sizeof line - 24) return Status::Corruption("listed key too long: " + url_key.ToString());
+  std::memcpy(line, url_key.data(), url_key.size());
+  char* e = line + url_key.size();
+  *e++ = ' ';
+  e = std::to_chars(e, line + sizeof line - 1, exptime).ptr;
+  *e++ = '\n';
+  const size_t n = size_t(e - line);
+  if (::fwrite_unlocked(line, 1, n, f) != n) return Status::IOError(ErrnoMessage("write " + TierPath(t), errno));
+  written_[size_t(t)] += n;
   counts_[size_t(t)]++;
   unread_[size_t(t)]++;
   pending_++;

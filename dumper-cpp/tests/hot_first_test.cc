@@ -2,6 +2,8 @@
 // and in what order the rest follows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -154,6 +156,24 @@ TEST(Recency, TakeHottestReadsWhileTheTiersGrow) {
   ASSERT_TRUE(t.Emit(keep).ok());
   EXPECT_EQ(t.pending(), 0u);
   EXPECT_EQ(got, (std::vector<std::string>{"hot1", "hot2", "hot3", "cold1", "cold2"}));
+}
+
+}  // namespace
+}  // namespace cachewarm
+
+namespace cachewarm {
+namespace {
+
+// The integer tier (once per listed key) is the float formula 1 + floor(2 log2(age)).
+TEST(Recency, IntegerTierMatchesTheFormula) {
+  for (int64_t age = 1; age < kNow - 2; age = age * 9 / 8 + 1) {  // la = now - age stays >= 0
+    for (int64_t d : {int64_t(-1), int64_t(0), int64_t(1)}) {
+      const int64_t a = age + d;
+      if (a < 1) continue;
+      const int want = std::min(kRecencyAges - 1, 1 + int(std::floor(2.0 * std::log2(double(a)))));
+      ASSERT_EQ(RecencyTier(kNow, kNow - a, true), 2 * want) << a;
+    }
+  }
 }
 
 }  // namespace
