@@ -31,6 +31,9 @@ class KeyChunkWriter {
   Status Add(const Slice& url_key, int64_t exptime);
   // Publishes the last, partly filled chunk and waits until every chunk is published.
   Status Flush();
+  // Ends the chunk being filled (if any) without waiting for its publication (async: waits only
+  // while async_depth chunks are queued).
+  Status CutNow() { return Cut(); }
   uint64_t next_chunk() const { return next_chunk_; }
   uint64_t keys() const { return keys_; }
   // Chunks cut and not yet published (async only).

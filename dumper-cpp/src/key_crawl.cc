@@ -131,7 +131,7 @@ Status KeyCrawl::FirstByRecency(bool* fell_back) {
   // one list at a time): then the hottest keys listed so far are handed out (hot_first.h).
   HotFirstListing hot(
       &tiers, [&] { return queue_->Waiting() + w.queued() < size_t(std::max(1, o_.threads)); },
-      [&](const Slice& url, int64_t exp) { return w.Add(url, exp); });
+      [&](const Slice& url, int64_t exp) { return w.Add(url, exp); }, [&] { return w.CutNow(); });
   CW_RETURN_IF_ERROR(Metadump(
       CrawlReader::KeyLaFn([&](const Slice& k, int64_t exp, int64_t la, bool fetched) {
         progress_->keys_listed++;

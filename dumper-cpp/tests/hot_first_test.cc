@@ -28,10 +28,12 @@ struct Outcome {
   std::vector<std::string> out;        // keys in the order handed to the workers
   std::vector<size_t> listed_when;     // for each key out: how many keys had been listed then
   uint64_t while_listing = 0;
+  std::vector<size_t> cuts;            // keys out when each key list was ended
 };
 
 template <typename NeedAt>
-Outcome Feed(const std::string& dir, const std::vector<Listed>& listing, NeedAt need_at, uint64_t min_pool, uint64_t take) {
+Outcome Feed(const std::string& dir, const std::vector<Listed>& listing, NeedAt need_at, uint64_t min_pool, uint64_t take,
+             uint64_t max_take = 0) {
   Outcome r;
   RecencyTiers tiers(dir, kNow);
   EXPECT_TRUE(tiers.Open().ok());
@@ -43,7 +45,11 @@ Outcome Feed(const std::string& dir, const std::vector<Listed>& listing, NeedAt 
         r.listed_when.push_back(listed);
         return Status::OK();
       },
-      min_pool, take);
+      [&] {
+        r.cuts.push_back(r.out.size());
+        return Status::OK();
+      },
+      min_pool, take, max_take ? max_take : take);
   for (const Listed& l : listing) {
     listed++;
     EXPECT_TRUE(hot.Add(Slice(l.key), -1, l.la, l.fetched).ok());
@@ -131,6 +137,30 @@ TEST(HotFirst, PartlyHungryWorkersGetHotKeysEarlyAndTheRestInRecencyOrder) {
     last = t;
   }
   EXPECT_EQ(std::set<std::string>(r.out.begin(), r.out.end()).size(), listing.size());
+}
+
+TEST(HotFirst, AHandOutIsAQuarterOfThePoolAndEndsItsKeyList) {
+  TempDir d;
+  const std::vector<Listed> listing = Mixed(5000);
+  // Hungry once, at the first look (64 keys listed): 16 keys, the hottest, in a key list of their own.
+  Outcome r = Feed(d.path() + "/tiers", listing, [](size_t, size_t out) { return out == 0; }, 64, 8, 1000);
+  EXPECT_EQ(r.while_listing, 16u);
+  ASSERT_FALSE(r.cuts.empty());
+  EXPECT_EQ(r.cuts[0], 16u);
+  EXPECT_EQ(r.out.size(), listing.size());
+  // Workers taking half of what is listed: the pool grows, and the hand-outs with it, up to the most
+  // allowed.
+  TempDir d2;
+  Outcome h = Feed(
+      d2.path() + "/tiers", listing, [](size_t listed, size_t out) { return listed != SIZE_MAX && out * 2 < listed; },
+      64, 8, 100);
+  size_t prev = 0, biggest = 0;
+  for (size_t c : h.cuts) {
+    EXPECT_LE(c - prev, 100u);
+    biggest = std::max(biggest, c - prev);
+    prev = c;
+  }
+  EXPECT_EQ(biggest, 100u);
 }
 
 TEST(Recency, TakeHottestReadsWhileTheTiersGrow) {
