@@ -11,9 +11,13 @@ attachments (the reader adds `nouuid`: both mounts share one kernel). In the sam
    - the two loop devices: the node agent's own `run_dump` (the writer publishes with freeze/thaw)
      and `run_populate` (remount between rounds), each on its device, formatted and mounted
      beforehand (not timed).
-   Same dumper flags both ways (2 threads, 32 MB files). Runs alternate, BENCH_RUNS (>= 3) each;
-   medians. Target: loop / plain <= 1.3. One more loop run without publishing (what the reader did
-   before: wait until XFS covers its log) for information; BENCH_NO_PUBLISH_RUN=0 skips it.
+   Same dumper settings both ways: the agent's own defaults (2 threads; the adaptive guard on, as
+   the agent runs it on AWS; BENCH_DUMPER_FLAGS adds flags to both). Runs alternate, BENCH_RUNS
+   (>= 3) each; medians. Target: loop / plain <= 1.3. Per run also the writer's own time (the
+   dumper, or the agent's run_dump, from start to exit). BENCH_UNGUARDED_PAIR=1 adds the same pair
+   without the adaptive guard (what the file system costs alone; the guard's start is slow). One
+   more loop run without publishing (what the reader did before: wait until XFS covers its log)
+   for information; BENCH_NO_PUBLISH_RUN=0 skips it. The image is sized for BENCH_ITEMS.
 2. **publish-to-visible latency**: a paced dump (BENCH_PACED_RATE items/s, 1 MB files) through the
    loop devices; for every data file, the time from its publication on the writer (its ctime: the
    rename) to the populator first listing it after a remount. Also how long each freeze stalled the
@@ -39,25 +43,35 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from cachewarm.contract.status import StatusLocation
-from cachewarm.datapath.dumper import DumperCommand
+from cachewarm.datapath.dumper import DumperCommand, SourceProtection
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.populate import PopulateConfig, populate
 from cachewarm.datapath.warm import find_dumper
-from cachewarm.node_agent.jobs import DumpJob, PopulateJob, Publication, run_dump, run_populate
+from cachewarm.node_agent.jobs import (
+    AWS_PROTECTION,
+    DumpJob,
+    PopulateJob,
+    Publication,
+    run_dump,
+    run_populate,
+)
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
 from cachewarm.node_agent.volume import Published, Volume
 from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.shared_volume import TEST_READER_OPTIONS, LoopVolume, unavailable_reason
+from cachewarm.testing.shared_volume import IMAGE_BYTES, TEST_READER_OPTIONS, LoopVolume, unavailable_reason
 
 ITEMS = int(os.environ.get("BENCH_ITEMS", "200000"))
 VALUE_BYTES = int(os.environ.get("BENCH_VALUE_BYTES", "1000"))
 RUNS = max(3, int(os.environ.get("BENCH_RUNS", "3")))
 NO_PUBLISH_RUN = os.environ.get("BENCH_NO_PUBLISH_RUN", "1") != "0"
 PACED_RATE = int(os.environ.get("BENCH_PACED_RATE", "40000"))
-DUMPER_FLAGS = ["--data-file-size", "32M"]
+DUMPER_FLAGS = os.environ.get("BENCH_DUMPER_FLAGS", "").split()
+UNGUARDED_PAIR = os.environ.get("BENCH_UNGUARDED_PAIR", "0") == "1"
+# The volume holds one dump at a time: twice its bytes, at least the tests' image.
+IMAGE_BYTES_NEEDED = max(IMAGE_BYTES, 2 * ITEMS * (VALUE_BYTES + 200))
 NODE = "i-0123456789abcdef0"
 
 
@@ -125,11 +139,28 @@ class Seen:
                 self.first.setdefault(name, now)
 
 
-def plain_warm(src: MemcachedServer, dst: MemcachedServer, tmp: Path, dumper: Path) -> float:
+@dataclass
+class PlainResult:
+    seconds: float
+    writer_s: float
+
+
+def plain_warm(
+    src: MemcachedServer, dst: MemcachedServer, tmp: Path, dumper: Path, protection: SourceProtection
+) -> PlainResult:
     out = tmp / "plain" / "dump"
     shutil.rmtree(out.parent, ignore_errors=True)
     out.mkdir(parents=True)
-    argv = DumperCommand(dumper, src.host, src.port, out, node_id="bench", threads=2, progress_interval=0.5)
+    argv = DumperCommand(
+        dumper,
+        src.host,
+        src.port,
+        out,
+        node_id="bench",
+        threads=2,
+        progress_interval=0.5,
+        protection=protection,
+    )
     cfg = PopulateConfig(
         source_dir=out,
         destinations=[Node(dst.host, dst.port)],
@@ -137,9 +168,11 @@ def plain_warm(src: MemcachedServer, dst: MemcachedServer, tmp: Path, dumper: Pa
         poll_interval=0.1,
     )
     results: list[Any] = []
+    ended: list[float] = []
 
     def dump_side() -> None:
         results.append(SubprocessRunner().stream([*argv.argv(), *DUMPER_FLAGS], lambda line: None))
+        ended.append(time.monotonic())
 
     t0 = time.monotonic()
     dump = threading.Thread(target=dump_side)
@@ -149,7 +182,7 @@ def plain_warm(src: MemcachedServer, dst: MemcachedServer, tmp: Path, dumper: Pa
     dt = time.monotonic() - t0
     assert results and results[0].ok, results
     assert s.stored == s.records == ITEMS, s
-    return dt
+    return PlainResult(dt, ended[0] - t0)
 
 
 @dataclass
@@ -157,6 +190,7 @@ class LoopResult:
     seconds: float
     publication: Publication
     latencies: list[float]
+    writer_s: float
 
 
 def loop_warm(
@@ -167,10 +201,11 @@ def loop_warm(
     volume: type[Volume] = Volume,
     rate: int | None = None,
     flags: list[str] = DUMPER_FLAGS,
+    protection: SourceProtection = AWS_PROTECTION,
 ) -> LoopResult:
     run = tmp / "loop"
     shutil.rmtree(run, ignore_errors=True)
-    with LoopVolume.create(run / "volume.img") as vol:
+    with LoopVolume.create(run / "volume.img", size=IMAGE_BYTES_NEEDED) as vol:
         writer_dev, reader_dev = vol.devices
         vol.format(writer_dev)
         w = vol.mount(writer_dev, run / "w", "rw,noatime")
@@ -178,6 +213,7 @@ def loop_warm(
         runner = SubprocessRunner()
         dump = DumpJob("bench-1", NODE, volume(writer_dev, w, runner), src.host, src.port, str(dumper))
         dump.threads, dump.max_items_per_second, dump.extra_args = 2, rate, flags
+        dump.protection = protection
         reader = Volume(reader_dev, r, runner, reader_options=TEST_READER_OPTIONS)
         pop = PopulateJob("bench-1", NODE, reader, dst.address, state_dir=run / "state")
         seen: list[Seen] = []
@@ -189,10 +225,12 @@ def loop_warm(
 
         done: list[Publication] = []
         errors: list[BaseException] = []
+        ended: list[float] = []
 
         def dump_side() -> None:
             try:
                 done.append(run_dump(dump, status("dump"), runner, lambda m: None))
+                ended.append(time.monotonic())
             except BaseException as e:
                 errors.append(e)
 
@@ -208,7 +246,7 @@ def loop_warm(
         latencies = [
             first - (dump.out_dir / name).stat().st_ctime_ns / 1e9 for name, first in seen[0].first.items()
         ]
-    return LoopResult(dt, done[0], latencies)
+    return LoopResult(dt, done[0], latencies, ended[0] - t0)
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -227,13 +265,20 @@ def main() -> None:
     dst = MemcachedServer(memory_mb=2048, threads=2).start()
     try:
         load(src, ITEMS, VALUE_BYTES)
-        plain: list[float] = []
+        plain: list[PlainResult] = []
         loop: list[LoopResult] = []
+        plain_unguarded: list[PlainResult] = []
+        loop_unguarded: list[LoopResult] = []
         for _ in range(RUNS):
             flush_all(dst)
-            plain.append(plain_warm(src, dst, tmp, dumper))
+            plain.append(plain_warm(src, dst, tmp, dumper, AWS_PROTECTION))
             flush_all(dst)
             loop.append(loop_warm(src, dst, tmp, dumper))
+            if UNGUARDED_PAIR:
+                flush_all(dst)
+                plain_unguarded.append(plain_warm(src, dst, tmp, dumper, SourceProtection()))
+                flush_all(dst)
+                loop_unguarded.append(loop_warm(src, dst, tmp, dumper, protection=SourceProtection()))
         in_the_dark = None
         if NO_PUBLISH_RUN:
             flush_all(dst)
@@ -244,25 +289,42 @@ def main() -> None:
         src.stop()
         dst.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    plain_med = statistics.median(plain)
+    plain_med = statistics.median(r.seconds for r in plain)
     loop_med = statistics.median(r.seconds for r in loop)
     pub = paced.publication
+    unguarded: dict[str, Any] | None = None
+    if UNGUARDED_PAIR:
+        pm = statistics.median(r.seconds for r in plain_unguarded)
+        lm = statistics.median(r.seconds for r in loop_unguarded)
+        unguarded = {
+            "plain_dir_s": [round(r.seconds, 2) for r in plain_unguarded],
+            "loop_devices_s": [round(r.seconds, 2) for r in loop_unguarded],
+            "plain_writer_s": [round(r.writer_s, 2) for r in plain_unguarded],
+            "loop_writer_s": [round(r.writer_s, 2) for r in loop_unguarded],
+            "ratio_loop_over_plain": round(lm / pm, 3),
+        }
     print(
         json.dumps(
             {
                 "items": ITEMS,
                 "value_bytes": VALUE_BYTES,
+                "dumper_flags": DUMPER_FLAGS,
                 "warm": {
-                    "plain_dir_s": [round(x, 2) for x in plain],
+                    "protection": "the agent's default (--adaptive) on both sides",
+                    "plain_dir_s": [round(r.seconds, 2) for r in plain],
                     "loop_devices_s": [round(r.seconds, 2) for r in loop],
+                    "plain_writer_s": [round(r.writer_s, 2) for r in plain],
+                    "loop_writer_s": [round(r.writer_s, 2) for r in loop],
                     "plain_dir_median_s": round(plain_med, 2),
                     "loop_devices_median_s": round(loop_med, 2),
                     "ratio_loop_over_plain": round(loop_med / plain_med, 3),
                     "target_ratio": 1.3,
                     "publications_per_run": [r.publication.count for r in loop],
+                    "freeze_total_ms": [round(r.publication.frozen_total_s * 1000, 1) for r in loop],
                     "freeze_max_ms": [round(r.publication.frozen_max_s * 1000, 1) for r in loop],
                     "loop_without_publishing_s": in_the_dark,
                 },
+                "warm_unguarded": unguarded,
                 "publish_to_visible": {
                     "paced_items_per_s": PACED_RATE,
                     "files": len(paced.latencies),

@@ -7,11 +7,24 @@ namespace cachewarm {
 static constexpr size_t kMaxCrawlLine = 8192;
 
 namespace {
+// Where field `name` (" la=", " fetch=yes") starts at or after `from`; n if absent. Fields start
+// at a space: jump from space to space (memchr) rather than compare at every byte — this runs for
+// every listed key on the crawl's parser thread.
+size_t FindField(const char* p, size_t n, size_t from, const char* name, size_t len) {
+  for (size_t q = from; q + len <= n;) {
+    const void* sp = std::memchr(p + q, ' ', n - q);
+    if (!sp) return n;
+    q = size_t(static_cast<const char*>(sp) - p);
+    if (q + len <= n && std::memcmp(p + q, name, len) == 0) return q;
+    q++;
+  }
+  return n;
+}
+
 // The integer of field ` name=` (e.g. " la=") at or after `from`; false if absent or not a number.
 bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v) {
   const size_t len = std::strlen(name);
-  for (size_t q = from; q + len < n; q++) {
-    if (std::memcmp(p + q, name, len) != 0) continue;
+  for (size_t q = FindField(p, n, from, name, len); q + len < n;) {
     q += len;
     const bool neg = q < n && p[q] == '-';
     if (neg) q++;
@@ -74,14 +87,7 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
     int64_t c = 0;
     *cas = FieldInt(p, n, e, " cas=", &c) && c > 0 ? uint64_t(c) : 0;
   }
-  if (fetched != nullptr) {
-    *fetched = false;
-    for (size_t q = e; q + 10 <= n; q++)
-      if (std::memcmp(p + q, " fetch=yes", 10) == 0) {
-        *fetched = true;
-        break;
-      }
-  }
+  if (fetched != nullptr) *fetched = FindField(p, n, e, " fetch=yes", 10) < n;
   return true;
 }
 

@@ -105,6 +105,11 @@ Status KeyChunkWriter::Cut() {
   return Status::OK();
 }
 
+size_t KeyChunkWriter::queued() {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue_.size() + (busy_ ? 1 : 0);
+}
+
 Status KeyChunkWriter::Flush() {
   CW_RETURN_IF_ERROR(Cut());
   if (depth_ == 0) return Status::OK();
@@ -113,7 +118,7 @@ Status KeyChunkWriter::Flush() {
   return error_;
 }
 
-Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn) {
+Status ForEachKeyLine(const Slice& contents, const std::function<Status(const Slice&, int64_t)>& fn) {
   size_t pos = 0;
   const char* d = contents.data();
   while (pos < contents.size()) {

@@ -31,8 +31,13 @@ class KeyChunkWriter {
   Status Add(const Slice& url_key, int64_t exptime);
   // Publishes the last, partly filled chunk and waits until every chunk is published.
   Status Flush();
+  // Ends the chunk being filled (if any) without waiting for its publication (async: waits only
+  // while async_depth chunks are queued).
+  Status CutNow() { return Cut(); }
   uint64_t next_chunk() const { return next_chunk_; }
   uint64_t keys() const { return keys_; }
+  // Chunks cut and not yet published (async only).
+  size_t queued();
 
  private:
   struct Pending {
@@ -61,6 +66,6 @@ class KeyChunkWriter {
 };
 
 // Splits a key list into lines; calls fn(url_key, exptime) for each. Corruption on a bad line.
-Status ForEachKeyLine(const std::string& contents, const std::function<Status(const Slice&, int64_t)>& fn);
+Status ForEachKeyLine(const Slice& contents, const std::function<Status(const Slice&, int64_t)>& fn);
 
 }  // namespace cachewarm

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "codec.h"
 #include "crawl_stream.h"
+#include "hot_first.h"
 #include "json.h"
 #include "key_chunks.h"
 #include "key_set_diff.h"
@@ -117,23 +118,31 @@ Status KeyCrawl::FirstByRecency(bool* fell_back) {
   const auto t0 = std::chrono::steady_clock::now();
   RecencyTiers tiers(checkpoint_->keys_dir() + "/" + kRecencyScratchDir, int64_t(std::time(nullptr)));
   CW_RETURN_IF_ERROR(tiers.Open());
-  CW_RETURN_IF_ERROR(Metadump(
-      CrawlReader::KeyLaFn([&](const Slice& k, int64_t exp, int64_t la, bool fetched) {
-        progress_->keys_listed++;
-        return tiers.Add(k, exp, la, fetched);
-      }),
-      fell_back));
-  if (*fell_back) return Status::OK();
   bool first = true;
   KeyChunkWriter w(
       env_, checkpoint_->keys_dir(), o_.key_file_size, checkpoint_->next_chunk(),
       [&](uint64_t chunk, uint64_t keys) {
-        if (first) stats_.first_chunk_s = Since(t0);  // the cost: no fetch before the listing ends
+        if (first) stats_.first_chunk_s = Since(t0);
         first = false;
         Published(chunk, keys);
       },
       kPublishQueueDepth);
-  CW_RETURN_IF_ERROR(tiers.Emit([&](const Slice& url, int64_t exp) { return w.Add(url, exp); }));
+  // The workers need keys while fewer key lists wait for them than there are workers (each pops
+  // one list at a time): then the hottest keys listed so far are handed out (hot_first.h).
+  HotFirstListing hot(
+      &tiers, [&] { return queue_->Waiting() + w.queued() < size_t(std::max(1, o_.threads)); },
+      [&](const Slice& url, int64_t exp) { return w.Add(url, exp); }, [&] { return w.CutNow(); });
+  CW_RETURN_IF_ERROR(Metadump(
+      CrawlReader::KeyLaFn([&](const Slice& k, int64_t exp, int64_t la, bool fetched) {
+        progress_->keys_listed++;
+        return hot.Add(k, exp, la, fetched);
+      }),
+      fell_back));
+  if (*fell_back) {
+    // Nothing was listed (the server has no `metadump hash`), so nothing was handed out.
+    return Status::OK();
+  }
+  CW_RETURN_IF_ERROR(hot.Finish());
   CW_RETURN_IF_ERROR(w.Flush());
   checkpoint_->set_next_chunk(w.next_chunk());
   stats_.order = "recency";

@@ -144,9 +144,10 @@ namespace {
 // Everything but the crawl reader's buffer.
 uint64_t PlannedMemoryBeforeCrawlBuffer(const Options& o) {
   // Per worker: 2 receive buffers, one key list (+ its exptimes and index), the send buffer, the
-  // binary-protocol receive buffer.
+  // binary-protocol receive buffer, the file mode's write-behind buffers.
   const uint64_t per_worker = 2 * o.buffer_size + 2 * o.key_file_size + uint64_t(o.batch) * (kSendBytesPerKey + 16) +
-                              kBinaryRecvBytes + StreamPlannedMemoryPerWorker(o);
+                              kBinaryRecvBytes + StreamPlannedMemoryPerWorker(o) +
+                              (o.stream.to.empty() ? uint64_t(kAsyncWriteBuffers) * kAsyncWritePiece : 0);
   // The crawl: key chunks in flight, and the reader's two fixed pieces.
   return uint64_t(o.threads) * per_worker + uint64_t(2 + kKeyChunksInFlight) * o.key_file_size +
          2 * kCrawlStreamPiece + kFixedOverhead + (o.order == "recency" ? kRecencyMemory : 0);

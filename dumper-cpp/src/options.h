@@ -63,6 +63,9 @@ constexpr uint64_t kSendBytesPerKey = 600;
 constexpr int kKeyChunksInFlight = 4;
 // The recency tiers' write buffers (recency.h), when --order recency.
 constexpr uint64_t kRecencyMemory = 2ULL << 20;
+// The file mode's write-behind buffers per worker (async_part_writer.h): 4 x 1 MiB.
+constexpr size_t kAsyncWritePiece = 1 << 20;
+constexpr int kAsyncWriteBuffers = 4;
 // Fixed allowance for code, stacks, the crawl buffer and small tables.
 constexpr uint64_t kFixedOverhead = 16ULL << 20;
 // Parses "123", "64k", "4M", "1G" (binary units).

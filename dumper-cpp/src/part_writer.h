@@ -28,7 +28,20 @@ class PartWriter {
   // Makes the part durable, then runs `before_publish` (the checkpoint's keys/PARTS) and records it.
   virtual Status Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out,
                         const std::function<Status(const PublishedFile&)>& before_publish) = 0;
-  // Drops the open part (error paths).
+  // Finish, then after_publish(the published file). A writer with a thread of its own
+  // (async_part_writer.h) may return before either ran: they then run on its thread, in order.
+  virtual Status FinishThen(uint64_t end_key_index, uint64_t misses,
+                            std::function<Status(const PublishedFile&)> before_publish,
+                            std::function<void(const PublishedFile&)> after_publish) {
+    PublishedFile f;
+    CW_RETURN_IF_ERROR(Finish(end_key_index, misses, &f, before_publish));
+    if (after_publish) after_publish(f);
+    return Status::OK();
+  }
+  // Runs fn once everything handed over so far is durable and published (here: at once). Not at
+  // all if the writer failed (the dump is then aborted).
+  virtual void WhenDurable(std::function<void()> fn) { fn(); }
+  // Drops the open part (error paths; at a worker's end, after what is queued is done).
   virtual void Abandon() = 0;
   // Record bytes in the open part (the worker starts a new part at a batch boundary past
   // --data-file-size).

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <algorithm>
@@ -16,12 +17,24 @@
 
 namespace cachewarm {
 
+namespace {
+// A URL-encoded key (at most 3 x 250 bytes) and its exptime.
+constexpr size_t kMaxUrlKeyLine = 3 * 250 + 32;
+}  // namespace
+
 int RecencyTier(int64_t now, int64_t la, bool fetched) {
   const int64_t age = now - la;
   int a = 0;
-  // 1 + floor(2 log2(age)): 1 s -> 1, 2 s -> 3, 3 s -> 4, 4 s -> 5, ... 2^31 s -> 63.
-  if (la < 0) a = kRecencyAges - 1;  // the line had no la: last
-  else if (age > 0) a = std::min(kRecencyAges - 1, 1 + int(std::floor(2.0 * std::log2(double(age)))));
+  // 1 + floor(2 log2(age)): 1 s -> 1, 2 s -> 3, 3 s -> 4, 4 s -> 5, ... 2^31 s -> 63. In integers
+  // (once per listed key, on the crawl's parser thread): with b = floor(log2(age)),
+  // floor(2 log2(age)) = 2b + (age^2 >= 2^(2b+1)).
+  if (la < 0) {
+    a = kRecencyAges - 1;  // the line had no la: last
+  } else if (age > 0) {
+    const int b = 63 - __builtin_clzll(uint64_t(age));
+    const bool upper = b < 31 ? uint64_t(age) * uint64_t(age) >= (uint64_t(1) << (2 * b + 1)) : false;
+    a = std::min(kRecencyAges - 1, 1 + 2 * b + (upper ? 1 : 0));
+  }
   return 2 * a + (fetched ? 0 : 1);
 }
 
@@ -51,6 +64,11 @@ Status RecencyTiers::Open() {
     return Status::IOError(ErrnoMessage("mkdir " + dir_, errno));
   files_.assign(kRecencyTiers, nullptr);
   buffers_.assign(kRecencyTiers, std::vector<char>());
+  written_.assign(kRecencyTiers, 0);
+  read_off_.assign(kRecencyTiers, 0);
+  unread_.assign(kRecencyTiers, 0);
+  pending_ = 0;
+  read_buf_.reset(new char[kRecencyReadBuffer]);
   return Status::OK();
 }
 
@@ -64,38 +82,72 @@ Status RecencyTiers::Add(const Slice& url_key, int64_t exptime, int64_t la, bool
     buffers_[size_t(t)].resize(kRecencyTierBuffer);
     std::setvbuf(f, buffers_[size_t(t)].data(), _IOFBF, kRecencyTierBuffer);
   }
-  char tail[32];
-  const int n = std::snprintf(tail, sizeof tail, " %" PRId64 "\n", exptime);
-  if (std::fwrite(url_key.data(), 1, url_key.size(), f) != url_key.size() || std::fwrite(tail, 1, size_t(n), f) != size_t(n))
-    return Status::IOError(ErrnoMessage("write " + TierPath(t), errno));
+  // One unlocked write per key (only this thread uses the tier files).
+  char line[kMaxUrlKeyLine];
+  if (url_key.size() > sizeof line - 24) return Status::Corruption("listed key too long: " + url_key.ToString());
+  std::memcpy(line, url_key.data(), url_key.size());
+  char* e = line + url_key.size();
+  *e++ = ' ';
+  e = std::to_chars(e, line + sizeof line - 1, exptime).ptr;
+  *e++ = '\n';
+  const size_t n = size_t(e - line);
+  if (::fwrite_unlocked(line, 1, n, f) != n) return Status::IOError(ErrnoMessage("write " + TierPath(t), errno));
+  written_[size_t(t)] += n;
   counts_[size_t(t)]++;
+  unread_[size_t(t)]++;
+  pending_++;
   return Status::OK();
 }
 
-Status RecencyTiers::Emit(const std::function<Status(const Slice& url_key, int64_t exptime)>& fn) {
-  constexpr size_t kRead = 256 << 10;
-  std::unique_ptr<char[]> buf(new char[kRead]);
-  std::string carry;
+// The file is read with pread at read_off_ (the FILE keeps appending at its end): what was written
+// is flushed first, so a tier can be read while the crawl still adds to it.
+Status RecencyTiers::ReadTier(int t, uint64_t max_keys, const KeyFn& fn, uint64_t* taken) {
+  *taken = 0;
+  FILE* f = files_[size_t(t)];
+  if (!f || unread_[size_t(t)] == 0 || max_keys == 0) return Status::OK();
+  if (std::fflush(f) != 0) return Status::IOError(ErrnoMessage("flush " + TierPath(t), errno));
+  char* buf = read_buf_.get();
+  while (*taken < max_keys && read_off_[size_t(t)] < written_[size_t(t)]) {
+    const size_t want = size_t(std::min<uint64_t>(kRecencyReadBuffer, written_[size_t(t)] - read_off_[size_t(t)]));
+    const ssize_t n = ::pread(::fileno(f), buf, want, off_t(read_off_[size_t(t)]));
+    if (n < 0) return Status::IOError(ErrnoMessage("read " + TierPath(t), errno));
+    if (n == 0) return Status::Corruption("recency tier " + TierPath(t) + " is shorter than written");
+    // Whole lines only, at most the keys still wanted; a line cut by the buffer is read again next.
+    size_t end = 0;
+    uint64_t lines = 0;
+    for (size_t i = 0; i < size_t(n) && *taken + lines < max_keys; i++)
+      if (buf[i] == '\n') {
+        end = i + 1;
+        lines++;
+      }
+    if (lines == 0) return Status::Corruption("recency tier " + TierPath(t) + " has a line longer than the read buffer");
+    CW_RETURN_IF_ERROR(ForEachKeyLine(Slice(buf, end), fn));
+    read_off_[size_t(t)] += end;
+    *taken += lines;
+  }
+  unread_[size_t(t)] -= *taken;
+  pending_ -= *taken;
+  return Status::OK();
+}
+
+Status RecencyTiers::TakeHottest(uint64_t max_keys, const KeyFn& fn, uint64_t* taken) {
+  *taken = 0;
+  for (int t = 0; t < kRecencyTiers && *taken < max_keys; t++) {
+    uint64_t n = 0;
+    CW_RETURN_IF_ERROR(ReadTier(t, max_keys - *taken, fn, &n));
+    *taken += n;
+  }
+  return Status::OK();
+}
+
+Status RecencyTiers::Emit(const KeyFn& fn) {
   for (int t = 0; t < kRecencyTiers; t++) {
     FILE* f = files_[size_t(t)];
     if (!f) continue;
-    if (std::fflush(f) != 0 || std::fseek(f, 0, SEEK_SET) != 0)
-      return Status::IOError(ErrnoMessage("rewind " + TierPath(t), errno));
-    carry.clear();
-    for (;;) {
-      const size_t n = std::fread(buf.get(), 1, kRead, f);
-      if (n == 0) {
-        if (std::ferror(f)) return Status::IOError(ErrnoMessage("read " + TierPath(t), errno));
-        break;
-      }
-      // Whole lines go to ForEachKeyLine; a line cut by the buffer waits for the next read.
-      size_t last_nl = n;
-      while (last_nl > 0 && buf[last_nl - 1] != '\n') last_nl--;
-      carry.append(buf.get(), last_nl);
-      CW_RETURN_IF_ERROR(ForEachKeyLine(carry, fn));
-      carry.assign(buf.get() + last_nl, n - last_nl);
-    }
-    if (!carry.empty()) return Status::Corruption("recency tier " + TierPath(t) + " ends without a newline");
+    uint64_t n = 0;
+    CW_RETURN_IF_ERROR(ReadTier(t, UINT64_MAX, fn, &n));
+    if (read_off_[size_t(t)] != written_[size_t(t)])
+      return Status::Corruption("recency tier " + TierPath(t) + " ends without a newline");
     std::fclose(f);
     files_[size_t(t)] = nullptr;
     ::unlink(TierPath(t).c_str());

@@ -9,9 +9,9 @@
 // kRecencyTierBuffer write buffer (kRecencyTiers of them: options.h kRecencyMemory); emitting reads
 // them back one at a time through a fixed buffer. Within a tier the crawl's order is kept.
 //
-// The cost: no key is fetched until the listing has finished (the crawl is not pipelined with the
-// workers), so the first item arrives a crawl later (~1 s per million keys on 2 cores,
-// bench/hot_first.py). Tiers by age: 0 s, then half powers of two (1, 1.4, 2, 2.8, 4 ... s) up to ~68
+// Keys can be taken out while the crawl still adds (TakeHottest: the hottest tiers' oldest unread
+// keys, read back from the scratch files at a per-tier read offset), so the workers fetch while the
+// listing runs (hot_first.h) and Emit hands out only what is left. Tiers by age: 0 s, then half powers of two (1, 1.4, 2, 2.8, 4 ... s) up to ~68
 // years (memcached's clock ticks once a second); within an age, items ever fetched (`fetch=yes`)
 // before the others.
 //
@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ namespace cachewarm {
 constexpr int kRecencyAges = 64;
 constexpr int kRecencyTiers = 2 * kRecencyAges;
 constexpr size_t kRecencyTierBuffer = 16 << 10;
+// Reading tiers back (taking and emitting): one buffer.
+constexpr size_t kRecencyReadBuffer = 256 << 10;
 
 // The tier of an item last accessed at unix time `la` when the crawl started at `now`: 0 is the most
 // recent. An `la` in the future (clocks) counts as now.
@@ -48,22 +51,37 @@ class RecencyTiers {
   RecencyTiers(const RecencyTiers&) = delete;
   RecencyTiers& operator=(const RecencyTiers&) = delete;
 
+  using KeyFn = std::function<Status(const Slice& url_key, int64_t exptime)>;
+
   Status Open();
   Status Add(const Slice& url_key, int64_t exptime, int64_t la, bool fetched);
-  // Calls fn for every key added, most recent tier first; the files are removed as they are read.
-  Status Emit(const std::function<Status(const Slice& url_key, int64_t exptime)>& fn);
-  // Keys per tier.
+  // While keys are still being added: calls fn for up to max_keys keys not yet taken, most recent
+  // tier first (within a tier in the order added); *taken = how many.
+  Status TakeHottest(uint64_t max_keys, const KeyFn& fn, uint64_t* taken);
+  // Calls fn for every key added and not taken, most recent tier first; the files are removed as
+  // they are read.
+  Status Emit(const KeyFn& fn);
+  // Keys per tier (taken or not).
   const std::vector<uint64_t>& counts() const { return counts_; }
+  // Keys added and not yet taken or emitted.
+  uint64_t pending() const { return pending_; }
 
  private:
   void RemoveScratch();
   std::string TierPath(int t) const;
+  // Reads tier t from its read offset: up to max_keys whole lines to fn; *taken = how many.
+  Status ReadTier(int t, uint64_t max_keys, const KeyFn& fn, uint64_t* taken);
 
   std::string dir_;
   int64_t now_;
   std::vector<FILE*> files_;
   std::vector<std::vector<char>> buffers_;
   std::vector<uint64_t> counts_;
+  std::vector<uint64_t> written_;   // bytes added to each tier's file
+  std::vector<uint64_t> read_off_;  // bytes of each tier's file already handed out
+  std::vector<uint64_t> unread_;    // keys of each tier not yet handed out
+  uint64_t pending_ = 0;
+  std::unique_ptr<char[]> read_buf_;  // kRecencyReadBuffer
 };
 
 }  // namespace cachewarm

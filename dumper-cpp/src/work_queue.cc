@@ -48,6 +48,11 @@ bool WorkQueue::Empty() {
   return queue_.empty();
 }
 
+size_t WorkQueue::Waiting() {
+  std::lock_guard<std::mutex> l(mu_);
+  return queue_.size();
+}
+
 Status WorkQueue::error() {
   std::lock_guard<std::mutex> l(mu_);
   return error_;

@@ -33,6 +33,8 @@ class WorkQueue {
   bool aborted() const { return aborted_.load(); }
   // No task is waiting (a worker then closes its connections until the next one).
   bool Empty();
+  // Tasks waiting for a worker (pushed, not popped).
+  size_t Waiting();
   Status error();
 
  private:

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "async_part_writer.h"
 #include "clock.h"
 #include "codec.h"
 #include "format.h"
@@ -44,9 +45,10 @@ Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* qu
       // The stream mode's sink reads version 1 records (the checkpoint gives a stream dump version 1).
       format_(stream ? kFormatVersion : checkpoint->meta().format),
       stream_(o.buffer_size, o.min_ttl, format_),
+      // Files: written, synced and published on a thread of their own (async_part_writer.h).
       writer_(stream ? stream->NewSink()
-                     : std::unique_ptr<PartWriter>(new FilePartWriter(
-                           env, o.out, o.node_id, checkpoint->meta().dump_start_ms, format_))),
+                     : NewAsyncFilePartWriter(env, o.out, o.node_id, checkpoint->meta().dump_start_ms, format_,
+                                              [queue](const Status& s) { queue->Fail(s); })),
       binary_(o.host, o.port, kBinaryRecvBytes) {
   keys_.reserve(o.key_file_size + 8192);
   send_.reserve(size_t(o.batch) * kSendBytesPerKey);
@@ -72,7 +74,8 @@ void Worker::Run() {
       s = conn_.Connect(o_.host, o_.port, kConnectTimeoutMs);
       if (s.ok()) s = DoChunk(again);
     }
-    if (s.ok()) queue_->Done();
+    // Done once the chunk's files are published (the writer's thread may still be at it).
+    if (s.ok()) writer_->WhenDurable([q = queue_] { q->Done(); });
     if (s.ok() && queue_->Empty()) {
       conn_.Close();
       binary_.CloseIdle();
@@ -239,14 +242,19 @@ Status Worker::FetchBinary(const Batch& b) {
 }
 
 Status Worker::FinishPart(uint64_t end) {
-  PublishedFile f;
   // Undumped keys count as misses in the trailer (they are in the key range and not records).
   const uint64_t misses = file_misses_;
-  CW_RETURN_IF_ERROR(writer_->Finish(end, misses, &f, [&](const PublishedFile& pf) {
-    return checkpoint_->RecordPart(pf, part_stats_, undumped_lines_);
-  }));
-  checkpoint_->AddFile(f, part_stats_);
-  progress_->files++;
+  // Copies: the writer may publish the part on its own thread after this returns.
+  Checkpoint* cp = checkpoint_;
+  Progress* pr = progress_;
+  const PartStats ps = part_stats_;
+  CW_RETURN_IF_ERROR(writer_->FinishThen(
+      end, misses,
+      [cp, ps, undumped = undumped_lines_](const PublishedFile& pf) { return cp->RecordPart(pf, ps, undumped); },
+      [cp, ps, pr](const PublishedFile& f) {
+        cp->AddFile(f, ps);
+        pr->files++;
+      }));
   file_misses_ = 0;
   part_stats_ = PartStats();
   undumped_lines_.clear();

@@ -133,7 +133,7 @@ TEST(Options, MemoryPlanCountsEveryBuffer) {
   EXPECT_GE(need, 4ULL * 2 * (8 << 20) + (32 << 20));
   EXPECT_LE(need, 4ULL * 2 * (8 << 20) + 4 * 2 * (1 << 20) + (2 + kKeyChunksInFlight) * (1 << 20) +
                       4 * 1000 * (kSendBytesPerKey + 16) + 4 * kBinaryRecvBytes + (32 << 20) + 2 * kCrawlStreamPiece +
-                      kFixedOverhead + kRecencyMemory);
+                      kFixedOverhead + kRecencyMemory + 4ULL * kAsyncWriteBuffers * kAsyncWritePiece);
   Options help;
   ASSERT_TRUE(Parse({"--help"}, &help).ok());
   EXPECT_TRUE(help.help);

@@ -108,8 +108,8 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
     # Made visible: dump/ before the dumper starts, its first batch at once (the rate limit then
     # holds back the rest: no clock moves here), and what it published once it exits, failed or not.
     dumper = "/opt/cachewarm/bin/cachewarm-dump"
-    publish = ["findmnt", "fsfreeze", "fsfreeze"]
-    assert r.commands()[-11:] == ["mount", *publish, dumper, *publish, *publish]
+    publish = ["findmnt", "sync", "fsfreeze", "fsfreeze"]
+    assert r.commands()[-14:] == ["mount", *publish, dumper, *publish, *publish]
     first = dumper_calls(r)[0]
     assert first == [
         "/opt/cachewarm/bin/cachewarm-dump",
@@ -150,7 +150,8 @@ def test_dump_fresh_then_resume_then_already_done(tmp_path: Path, s3: Any) -> No
     job.volume.runner = r3
     run_dump(job, pub, r3, lambda m: None)
     frz = [["fsfreeze", f, str(job.volume.mount)] for f in ("-u", "-f", "-u")]
-    assert r3.calls == [r3.calls[0], frz[0], r3.calls[0], *frz[1:]]
+    sync = ["sync", "-f", str(job.volume.mount)]
+    assert r3.calls == [r3.calls[0], frz[0], r3.calls[0], sync, *frz[1:]]
 
 
 def dumper_calls(r: FakeRunner) -> list[list[str]]:

@@ -164,7 +164,20 @@ def test_publish_freezes_then_thaws(tmp_path: Path) -> None:
     r = FakeRunner({"findmnt": MOUNTED_RW})
     v = volume(tmp_path, r)
     assert v.publish().frozen_s == 0.0  # the fake clock does not move
-    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)], ["fsfreeze", "-u", str(v.mount)]]
+    # The dirty data first (writes still flow), then the freeze that writes the metadata in place.
+    assert r.calls[1:] == [
+        ["sync", "-f", str(v.mount)],
+        ["fsfreeze", "-f", str(v.mount)],
+        ["fsfreeze", "-u", str(v.mount)],
+    ]
+
+
+def test_publish_failed_sync_is_a_volume_error_without_freeze(tmp_path: Path) -> None:
+    r = FakeRunner({"findmnt": MOUNTED_RW, "sync": (1, "")})
+    with pytest.raises(AgentError) as e:
+        volume(tmp_path, r).publish()
+    assert e.value.code == ExitCode.VOLUME and "cannot sync" in str(e.value)
+    assert r.commands() == ["findmnt", "sync"]
 
 
 @pytest.mark.parametrize("mounted", [NOT_MOUNTED, (0, "/dev/nvme1n1 xfs ro,norecovery\n")])
@@ -182,17 +195,17 @@ def test_publish_failed_freeze_is_a_volume_error_without_thaw(tmp_path: Path) ->
     with pytest.raises(AgentError) as e:
         v.publish()
     assert e.value.code == ExitCode.VOLUME and "cannot freeze" in str(e.value)
-    assert r.calls[1:] == [["fsfreeze", "-f", str(v.mount)]]
+    assert r.calls[2:] == [["fsfreeze", "-f", str(v.mount)]]
 
 
 def test_publish_retries_the_thaw_then_says_the_volume_stays_frozen(tmp_path: Path) -> None:
     r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, ""), (1, ""), (0, "")]})
     volume(tmp_path, r).publish()
-    assert r.commands() == ["findmnt"] + ["fsfreeze"] * 4
+    assert r.commands() == ["findmnt", "sync"] + ["fsfreeze"] * 4
     r = FakeRunner({"findmnt": MOUNTED_RW, "fsfreeze": [(0, ""), (1, "")]})
     with pytest.raises(AgentError, match="stays frozen"):
         volume(tmp_path, r).publish()
-    assert [c[1] for c in r.calls[1:]] == ["-f"] + ["-u"] * 5
+    assert [c[1] for c in r.calls[2:]] == ["-f"] + ["-u"] * 5
 
 
 def test_publish_interrupted_mid_freeze_still_thaws(tmp_path: Path) -> None:

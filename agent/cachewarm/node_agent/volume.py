@@ -185,13 +185,17 @@ class Volume:
     # ---- source node: make published files visible to the readers -------------------------------
     def publish(self) -> Published:
         """Freeze and thaw the writer's file system: every metadata change is then written in place
-        and a `norecovery` reader sees it at its next mount. Writes to the volume stall meanwhile."""
+        and a `norecovery` reader sees it at its next mount. Writes to the volume stall meanwhile
+        (`frozen_s`); a `sync -f` before the freeze keeps that short."""
         # FIFREEZE freezes whatever file system holds the path: never the root's, by mistake.
         current = self.mounted()
         if current is None or "rw" not in current.options:
             raise AgentError(
                 ExitCode.VOLUME, f"{self.mount} is not mounted read-write: refusing to freeze what holds it"
             )
+        # Write the dirty data out first while writes still flow (syncfs does not block them): the
+        # freeze then has little left to write, and stalls the dumper's writes that much shorter.
+        self._check(self.runner.run(["sync", "-f", str(self.mount)]), "sync")
         start = self.clock()
         frozen: CommandResult | None = None
         try:
