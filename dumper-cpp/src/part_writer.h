@@ -30,6 +30,8 @@ class PartWriter {
                         const std::function<Status(const PublishedFile&)>& before_publish) = 0;
   // Drops the open part (error paths).
   virtual void Abandon() = 0;
+  // The source's clock against this host's, ms (DataFileWriter::set_source_clock_ms); files only.
+  virtual void SetSourceClockMs(int64_t /*ms*/) {}
   // Record bytes in the open part (the worker starts a new part at a batch boundary past
   // --data-file-size).
   virtual uint64_t file_bytes() const = 0;
@@ -55,6 +57,7 @@ class FilePartWriter : public PartWriter {
     return w_.Finish(end_key_index, misses, out, before_publish);
   }
   void Abandon() override { w_.Abandon(); }
+  void SetSourceClockMs(int64_t ms) override { w_.set_source_clock_ms(ms); }
   uint64_t file_bytes() const override { return w_.file_bytes(); }
 
  private:

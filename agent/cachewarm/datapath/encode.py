@@ -180,6 +180,10 @@ class FileJob:
     # Per node: its clock's offset from this host's in whole seconds (MetaConnection.clock_offset);
     # each T is moved onto that clock (format_v2.dest_expiry's rule). None = all 0.
     clock_offsets: tuple[int, ...] | None = None
+    # Per node: the lower bound of its clock against this host's, measured to a few ms by the loop
+    # (ServerClock.lo; None: not measured, the worker's own one-reading bound is used). The worker
+    # turns it into clock_offsets with the file header's expiry_fraction (worker.expiry_shifts).
+    clock_lows: tuple[float | None, ...] | None = None
 
 
 @dataclass

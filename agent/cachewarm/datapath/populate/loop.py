@@ -199,7 +199,12 @@ class Populator:
         redo = self.state.redo.get(name) if name in self.state.consumed else None
         only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
         # A file that may have been started before resends with tagged sets (worker._ours).
-        return FileJob(self._destinations.budgets(), only, tagged=started_before)
+        return FileJob(
+            self._destinations.budgets(),
+            only,
+            tagged=started_before,
+            clock_lows=self._destinations.clock_lows(),
+        )
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
         names: dict[str, df.DataFileName] = {}

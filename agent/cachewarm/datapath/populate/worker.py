@@ -12,6 +12,7 @@ soon, and the dump's next files reuse that memory instead of growing the cache (
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import time
@@ -109,6 +110,30 @@ def _write_binary(
     return [offsets[n] for n in res.not_stored], res.errors, first
 
 
+def expiry_shifts(
+    header: df.Header, job: FileJob, conns: dict[int, MetaConnection], n: int
+) -> tuple[int, ...]:
+    """Per node: what is added to a record's exptime less EXPIRY_MARGIN (the encoders' T) to give
+    the T its destination ends the item at: never after the source did, at most ~1 s before
+    (docs/reliability.md "How a TTL is carried"). The clock is the loop's measurement (to a few ms)
+    unless this connection's own reading says it moved since (then the lower of the two bounds)."""
+    frac = header.expiry_fraction
+    out = []
+    for i in range(n):
+        c = conns.get(i)
+        if c is None:
+            out.append(0)
+            continue
+        lo = c.clock_low
+        if job.clock_lows and job.clock_lows[i] is not None:
+            lo = min(job.clock_lows[i], c.clock_low + 1)  # β < one reading's bound + 1 s
+        if frac is None:  # an older dumper's file: its exptime may be 1 s late (EXPIRY_MARGIN)
+            out.append(math.floor(lo))
+        else:
+            out.append(math.floor(frac + lo) + EXPIRY_MARGIN)
+    return tuple(out)
+
+
 @dataclass
 class NodeShare:
     """What the walk set aside for one destination (record offsets), and how many it found expired."""
@@ -126,6 +151,7 @@ def _account(
     totals: dict[int, BatchCounts],
     shares: dict[int, NodeShare],
     out: FileOutcome,
+    shifts: tuple[int, ...],
 ) -> None:
     """After the meta sets: the binary-protocol records, what became of every item per destination,
     the file's status."""
@@ -149,7 +175,7 @@ def _account(
                 data,
                 version,
                 share.long_keys,
-                c.clock_offset,
+                shifts[i],
             )
         first_error = first_error or b_first
         errors += t.errors + b_errors
@@ -201,7 +227,7 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
-        offsets = tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes)))
+        offsets = expiry_shifts(verdict.header, job, conns, len(nodes))
         try:
             batches = encode_file(verdict, params, replace(job, clock_offsets=offsets), ring, stats)
         except df.CorruptRecord as e:
@@ -220,7 +246,7 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
             raise AssertionError(f"record check failed after sending began: {e}") from e
         totals = {i: c.flush() for i, c in conns.items()}
         shares = {i: NodeShare(stats.expired[i], stats.oversize[i], stats.long_keys[i]) for i in conns}
-        _account(verdict, params, job, conns, totals, shares, out)
+        _account(verdict, params, job, conns, totals, shares, out, offsets)
     finally:
         for c in conns.values():
             c.close()
@@ -235,6 +261,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
+    shifts = expiry_shifts(verdict.header, job, conns, len(nodes))
     try:
         try:
             p = plan(
@@ -249,7 +276,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 params.routing.ring(nodes),
                 job.only_nodes,
                 params.use_speedups,
-                tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes))),
+                shifts,
             )
             df.check_record_count(verdict.header, verdict.trailer, p.records)
         except (v2.RecordError, df.CorruptRecord) as e:
@@ -267,7 +294,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
             params.use_speedups,
         )
         shares = {i: NodeShare(p.nodes[i].expired, p.nodes[i].oversize, p.nodes[i].binary) for i in conns}
-        _account(verdict, params, job, conns, totals, shares, out)
+        _account(verdict, params, job, conns, totals, shares, out, shifts)
     finally:
         for c in conns.values():
             c.close()
