@@ -328,6 +328,7 @@ def populate_config(
         destination_timeout=cfg.destination_timeout,
         should_abort=should_abort,
         pool=pool,
+        source=cfg.source,
         **cfg.accept,  # type: ignore[arg-type]
     )
 

@@ -129,6 +129,9 @@ class PopulateConfig:
     accept_no_evictions: bool = False
     # Where the oversize items are named (JSON lines); None: `<state file>.oversize.jsonl`.
     oversize_report: Path | None = None
+    # The memcached the dump was made from, when known (a warm): its clock, measured from this host,
+    # checks that this host's clock agrees with the dumper host's (hostclock.py).
+    source: Node | None = None
 
     @property
     def routing(self) -> Routing:

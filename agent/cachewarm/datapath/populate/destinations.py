@@ -159,6 +159,10 @@ class DestinationProbe:
             for n, clock in zip(todo, pool.map(measure, todo), strict=True):
                 self.clocks[(n.address, seen[n.address])] = clock
 
+    def clock_items(self) -> list[tuple[tuple[str, tuple[int, int]], float]]:
+        """((address, identity), lower bound of its clock against this host's) of each server measured."""
+        return [(k, c.lo) for k, c in self.clocks.items()]
+
     def clock_lows(self) -> tuple[float | None, ...]:
         """Per node (in order): the lower bound of its current server's clock against this host's
         (ServerClock.lo), None when not measured."""

@@ -30,6 +30,7 @@ from cachewarm.datapath.meta import (
     MetaConnection,
     retry_while_unavailable,
 )
+from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import plan
 from cachewarm.datapath.populate.ratelimit import RateLimiter
@@ -37,6 +38,8 @@ from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.populate.state import NodeCounts
 
 DEST_ERROR = "dest_error"
+# This host's clock disagrees with the dumper host's: the expiries cannot be kept (hostclock.py).
+HOST_CLOCK = "host_clock"
 # The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
 DEST_UNAVAILABLE = "dest_unavailable"
 
@@ -355,6 +358,9 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
         out.bytes = len(data)
         assert verdict.header is not None
         out.version = verdict.header.version
+        if (why := hostclock.check(verdict.header, job.source_clock)) is not None:
+            out.status, out.reason = HOST_CLOCK, why
+            return out
         write = write_records_v2 if verdict.header.version == df.VERSION_2 else write_records
         try:
             for attempt in retry_while_unavailable(params.destination_timeout):
