@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -430,17 +429,34 @@ def test_destination_clock_jump_mid_stream_is_refused(
         launcher, stamp = jumping_clock(tmp_path / f"j{trial}")
         dst = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=launcher).start()
         try:
-            jumper = threading.Timer(0.8, stamp.write_text, args=("+600s\n",))
-            jumper.start()
             out = tmp_path / f"t{trial}"
-            r = run_dump(
-                dumper_bin,
-                src,
-                out,
-                *("--batch", "20", "--max-items-per-second", "1000", "--destination-check-interval", "0.1"),
-                *("--to", dst.address),
+            proc = subprocess.Popen(
+                dump_cmd(
+                    dumper_bin,
+                    src,
+                    out,
+                    *(
+                        "--batch",
+                        "20",
+                        "--max-items-per-second",
+                        "1000",
+                        "--destination-check-interval",
+                        "0.1",
+                    ),
+                    *("--key-file-size", "8k", "--to", dst.address),
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
-            jumper.join()
+            # The jump once the stream writes (its start measures the destination's clock, up to 1.2 s).
+            streamed = out / "keys" / "STREAMED"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (streamed.exists() and streamed.stat().st_size > 0):
+                time.sleep(0.01)
+            stamp.write_text("+600s\n")
+            _, err = proc.communicate(timeout=120)
+            r = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
             t.trials += 1
             if r.returncode == 0 or "clock moved" not in r.stderr or dst.address not in r.stderr:
                 t.corrupt += 1
