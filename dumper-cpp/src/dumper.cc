@@ -16,6 +16,8 @@ namespace cachewarm {
 
 namespace {
 constexpr int kMaxReconcilePasses = 4;
+// Seconds between looks at the source's clock while the workers run (ClockKeeper).
+constexpr double kSourceClockInterval = 10.0;
 }  // namespace
 
 Dumper::Dumper(const Options& o, Env* env)
@@ -83,7 +85,7 @@ Status Dumper::Prepare() {
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
   // The stream mode: the destinations' preflight, before anything is written to them.
-  if (stream_ && !checkpoint_.Done()) CW_RETURN_IF_ERROR(stream_->Open(source_clock_));
+  if (stream_ && !checkpoint_.Done()) CW_RETURN_IF_ERROR(stream_->Open());
   return Status::OK();
 }
 
@@ -95,7 +97,10 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   for (auto& w : workers) {
     w->set_listing_cas(&listing_cas_);
     w->set_source_clock(source_clock_);
+    w->set_clock_keeper(&source_clocks_);
   }
+  source_clocks_.Set(source_clock_);
+  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval);
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);
@@ -114,6 +119,7 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   queue_.Close();
   for (std::thread& t : threads) t.join();
   if (stream_) stream_->StopMonitor();
+  source_clocks_.Stop();
   reporter_.Stop();
   return queue_.aborted() ? queue_.error() : Status::OK();
 }

@@ -35,3 +35,32 @@ Status MeasureClock(Conn* c, ServerClock* out) {
 }
 
 }  // namespace cachewarm
+
+namespace cachewarm {
+
+void ClockKeeper::Start(const std::string& host, int port, double interval_s) {
+  Stop();
+  stop_ = false;
+  thread_ = std::thread([this, host, port, interval_s] {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!cv_.wait_for(l, std::chrono::duration<double>(interval_s), [this] { return stop_; })) {
+      l.unlock();
+      Conn c;
+      ServerClock fresh;
+      const bool ok = c.Connect(host, port, 5000).ok() && MeasureClock(&c, &fresh).ok();
+      l.lock();
+      if (ok) clock_ = fresh;
+    }
+  });
+}
+
+void ClockKeeper::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace cachewarm

@@ -38,3 +38,42 @@ double WallNow();
 Status MeasureClock(Conn* c, ServerClock* out);
 
 }  // namespace cachewarm
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace cachewarm {
+
+// The source's clock, measured again every `interval_s` on a connection of its own: memcached's 1-s
+// timer is re-armed after each tick, so its phase slips (measured on a loaded 2-core host: 70 ms in a
+// few seconds), and after a slip past the second its clock jumps a second ahead. Each data file (and
+// the stream's part) takes the clock current when it opens and keeps it (its header says which).
+class ClockKeeper {
+ public:
+  ClockKeeper() = default;
+  ~ClockKeeper() { Stop(); }
+  ClockKeeper(const ClockKeeper&) = delete;
+  ClockKeeper& operator=(const ClockKeeper&) = delete;
+  void Set(const ServerClock& c) {
+    std::lock_guard<std::mutex> l(mu_);
+    clock_ = c;
+  }
+  ServerClock Get() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return clock_;
+  }
+  // Starts re-measuring host:port; a failed look keeps the last clock (the dump notices a lost source).
+  void Start(const std::string& host, int port, double interval_s);
+  void Stop();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  ServerClock clock_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cachewarm

@@ -93,8 +93,7 @@ std::string Stream::Routing() const {
   return r;
 }
 
-Status Stream::Open(const ServerClock& source) {
-  dropped_ = source.DroppedFraction();
+Status Stream::Open() {
   CW_RETURN_IF_ERROR(ParseEndpoints(o_.stream.to, &eps_));
   for (Endpoint& e : eps_) CW_RETURN_IF_ERROR(ResolveEndpoint(&e));
   if (!o_.stream.placement.empty()) {
@@ -118,14 +117,9 @@ Status Stream::Open(const ServerClock& source) {
   for (size_t i = 0; i < eps_.size(); i++) control_.emplace_back(new Conn);
   infos_.assign(eps_.size(), DestinationInfo());
   CW_RETURN_IF_ERROR(Probe(true));
-  // Each destination's clock to a few ms (MeasureClock): an item's T there is its exptime plus
-  // floor(dropped_ + lo), the latest whole second that is never after the source's expiry.
+  // Each destination's clock to a few ms (MeasureClock; clock_low).
   clocks_.assign(eps_.size(), ServerClock());
-  shifts_.assign(eps_.size(), 0);
-  for (size_t i = 0; i < eps_.size(); i++) {
-    CW_RETURN_IF_ERROR(MeasureClock(control_[i].get(), &clocks_[i]));
-    shifts_[i] = int64_t(std::floor(dropped_ + clocks_[i].lo));
-  }
+  for (size_t i = 0; i < eps_.size(); i++) CW_RETURN_IF_ERROR(MeasureClock(control_[i].get(), &clocks_[i]));
   std::string meta;
   Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamMetaName, &meta);
   if (s.ok()) return CheckMeta(meta);

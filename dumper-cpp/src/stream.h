@@ -70,9 +70,8 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
   // After the checkpoint is open: the destinations (resolved, read, refused if they must be, their
-  // clocks measured), the ring, keys/STREAM (written fresh, or compared on --resume). `source`: the
-  // source's clock (the records' expiries are its, rounded down by source.DroppedFraction()).
-  Status Open(const ServerClock& source);
+  // clocks measured), the ring, keys/STREAM (written fresh, or compared on --resume).
+  Status Open();
   // After the checkpoint's scan (which, with no data files, lists every chunk from its start): the
   // acknowledged parts of keys/STREAMED are recorded as published; `todo` keeps what is left.
   Status Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo);
@@ -94,11 +93,11 @@ class Stream {
   size_t destinations() const { return eps_.size(); }
   const Endpoint& endpoint(size_t i) const { return eps_[i]; }
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
-  // Seconds added to a record's exptime to give the absolute T destination i expires it at, never
-  // later than the source, at most ~1 s earlier: floor(the fraction the records dropped + the
-  // destination's clock against this host's, its lower bound), measured once at Open (to a few ms).
-  // The monitor's looks and every reconnect check that the clock has not moved since (NewOffset).
-  int64_t expiry_shift(size_t i) const { return shifts_[i]; }
+  // Destination i's clock against this host's, its lower bound (ServerClock::lo), measured once at
+  // Open (to a few ms): a record whose exptime was rounded down by f goes there with the absolute T
+  // exptime + floor(f + lo), never later than the source, at most ~1 s earlier. The monitor's looks
+  // and every reconnect check that the clock has not moved since (NewOffset).
+  double clock_low(size_t i) const { return clocks_[i].lo; }
   size_t Route(const Slice& key) const {
     return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
   }
@@ -133,8 +132,6 @@ class Stream {
   std::vector<Endpoint> eps_;
   std::vector<DestinationInfo> infos_;
   std::vector<ServerClock> clocks_;  // each destination's, measured at Open
-  std::vector<int64_t> shifts_;      // expiry_shift(i)
-  double dropped_ = 0;               // the source's ServerClock::DroppedFraction()
   // A later measurement of destination i's clock offset: Server error when it moved by more than the
   // measurement's own rounding (a clock step, a paused VM): the items already written there would
   // expire that many seconds off, so the stream stops naming the node and both offsets.

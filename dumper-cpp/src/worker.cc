@@ -153,7 +153,7 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   // Cut a new part at this batch boundary once the file is big enough.
   if (writer_->file_bytes() >= o_.data_file_size && end < nkeys_) {
     CW_RETURN_IF_ERROR(FinishPart(end));
-    CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, end));
+    CW_RETURN_IF_ERROR(OpenPart(end));
   }
   return Status::OK();
 }
@@ -305,7 +305,7 @@ Status Worker::DoChunk(const ChunkTask& t) {
   send_.clear();
   stream_.Reset();
   if (t.start_index > nkeys_) return Status::Corruption("published parts go past the end of key list " + KeyChunkName(t.chunk));
-  CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, t.start_index));
+  CW_RETURN_IF_ERROR(OpenPart(t.start_index));
   uint64_t next = t.start_index;
   size_t send_off = 0;
   auto last_rx = std::chrono::steady_clock::now();

@@ -88,6 +88,12 @@ class Worker : public RecordSink {
   BinaryGetter binary_;
   const ListingCas* listing_cas_ = nullptr;
   ServerClock source_clock_;
+  const ClockKeeper* clocks_ = nullptr;
+  // Opens the next part with the source's clock as it is now (every record of a part uses one clock).
+  Status OpenPart(uint64_t first_key_index) {
+    if (clocks_) set_source_clock(clocks_->Get());
+    return writer_->Open(chunk_, part_, first_key_index);
+  }
   // The source's time when the batch built at this host's wall time `built` ran there: at the
   // earliest (the build) and the latest (now, at its receipt), moved onto this host's clock rounded
   // down (ServerClock): what an `mg t` of that batch is added to (ResponseStream::set_now).
@@ -107,6 +113,8 @@ class Worker : public RecordSink {
     source_clock_ = c;
     writer_->SetSourceClockMs(c.MillisAtLeast());
   }
+  // Where each part takes the source's clock from when it opens (re-measured while the dump runs).
+  void set_clock_keeper(const ClockKeeper* k) { clocks_ = k; }
 
  private:
   std::string keys_, send_, raw_, b64_;

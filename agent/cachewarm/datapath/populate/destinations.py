@@ -7,6 +7,7 @@ evicted since the populate began (evictions mean the warm is not complete)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from cachewarm.datapath.populate.config import DestinationUnreachable
 
 # The meta protocol (every write of ours) is memcached 1.6's.
 MIN_VERSION = (1, 6, 0)
+# Seconds between measurements of one server's clock: memcached's 1-s timer is re-armed after each
+# tick, so its phase slips (tens of ms in seconds on a loaded host), and past a second it jumps.
+CLOCK_REMEASURE_S = 30.0
 # Seconds one look may take (connect included): a silent host is reported as such within seconds,
 # then retried with backoff until the destination timeout.
 PROBE_TIMEOUT_S = 5.0
@@ -102,6 +106,7 @@ class DestinationProbe:
     # Per (address, identity): that server's clock against this host's (measure_clock), measured
     # once per server lifetime: every T sent to it is moved by it (ServerClock.shift).
     clocks: dict[tuple[str, tuple[int, int]], ServerClock] = field(default_factory=dict)
+    _measured_at: dict[tuple[str, tuple[int, int]], float] = field(default_factory=dict)
 
     @property
     def evictions(self) -> int:
@@ -146,8 +151,14 @@ class DestinationProbe:
         return seen
 
     def _measure_clocks(self, seen: dict[str, tuple[int, int]]) -> None:
-        """Each server not measured yet, all at once (each watch takes up to a second)."""
-        todo = [n for n in self.nodes if (n.address, seen[n.address]) not in self.clocks]
+        """Each server not measured in CLOCK_REMEASURE_S, all at once (each watch takes up to a second)."""
+        now = time.monotonic()
+        todo = [
+            n
+            for n in self.nodes
+            if now - self._measured_at.get((n.address, seen[n.address]), -CLOCK_REMEASURE_S)
+            >= CLOCK_REMEASURE_S
+        ]
         if not todo:
             return
 
@@ -158,6 +169,7 @@ class DestinationProbe:
         with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
             for n, clock in zip(todo, pool.map(measure, todo), strict=True):
                 self.clocks[(n.address, seen[n.address])] = clock
+                self._measured_at[(n.address, seen[n.address])] = now
 
     def clock_items(self) -> list[tuple[tuple[str, tuple[int, int]], float]]:
         """((address, identity), lower bound of its clock against this host's) of each server measured."""
