@@ -23,6 +23,8 @@ constexpr char kPartSuffix[] = ".stream";
 // --resume: a destination's clock (its lower bound, ms) may differ from the one keys/STREAM kept by
 // this much before the stream refuses to go on (measurement noise and memcached's timer are ms).
 constexpr int64_t kClockMovedMs = 1000;
+// Seconds between the monitor's measurements of the destinations' clocks (clock_low).
+constexpr double kClockRemeasureS = 30.0;
 
 int64_t ClockMs(const ServerClock& c) { return int64_t(std::floor(c.lo * 1000.0)); }
 
@@ -119,7 +121,11 @@ Status Stream::Open() {
   CW_RETURN_IF_ERROR(Probe(true));
   // Each destination's clock to a few ms (MeasureClock; clock_low).
   clocks_.assign(eps_.size(), ServerClock());
-  for (size_t i = 0; i < eps_.size(); i++) CW_RETURN_IF_ERROR(MeasureClock(control_[i].get(), &clocks_[i]));
+  lows_.reset(new std::atomic<double>[eps_.size()]);
+  for (size_t i = 0; i < eps_.size(); i++) {
+    CW_RETURN_IF_ERROR(MeasureClock(control_[i].get(), &clocks_[i]));
+    lows_[i].store(clocks_[i].lo);
+  }
   std::string meta;
   Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamMetaName, &meta);
   if (s.ok()) return CheckMeta(meta);
@@ -256,10 +262,21 @@ void Stream::StartMonitor(WorkQueue* queue) {
   }
   monitor_ = std::thread([this, queue] {
     const auto every = std::chrono::duration<double>(o_.stream.destination_check_interval_s);
+    auto measured = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> l(stop_mu_);
     while (!stop_cv_.wait_for(l, every, [this] { return stop_; })) {
       l.unlock();
       Status s = Probe(false, false);
+      if (s.ok() && Since(measured) >= kClockRemeasureS) {
+        // Each destination's clock again (a failed look keeps the last: the sinks see a lost one).
+        for (size_t i = 0; i < eps_.size(); i++) {
+          ServerClock c;
+          Conn conn;
+          if (conn.Connect(eps_[i].connect_host(), eps_[i].port, kConnectTimeoutMs).ok() && MeasureClock(&conn, &c).ok())
+            lows_[i].store(c.lo);
+        }
+        measured = std::chrono::steady_clock::now();
+      }
       // An unreachable destination is the sinks' business (they reconnect or fail); a restart is not
       // seen by a connection that stays up to the new process.
       if (!s.ok() && s.code() == Status::kServer) queue->Fail(s);

@@ -93,11 +93,11 @@ class Stream {
   size_t destinations() const { return eps_.size(); }
   const Endpoint& endpoint(size_t i) const { return eps_[i]; }
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
-  // Destination i's clock against this host's, its lower bound (ServerClock::lo), measured once at
-  // Open (to a few ms): a record whose exptime was rounded down by f goes there with the absolute T
+  // Destination i's clock against this host's, its lower bound (ServerClock::lo), measured at Open
+  // (to a few ms) and again by the monitor every kClockRemeasureS (memcached's timer slips): a record whose exptime was rounded down by f goes there with the absolute T
   // exptime + floor(f + lo), never later than the source, at most ~1 s earlier. The monitor's looks
   // and every reconnect check that the clock has not moved since (NewOffset).
-  double clock_low(size_t i) const { return clocks_[i].lo; }
+  double clock_low(size_t i) const { return lows_[i].load(std::memory_order_relaxed); }
   size_t Route(const Slice& key) const {
     return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
   }
@@ -131,7 +131,8 @@ class Stream {
   Env* env_;
   std::vector<Endpoint> eps_;
   std::vector<DestinationInfo> infos_;
-  std::vector<ServerClock> clocks_;  // each destination's, measured at Open
+  std::vector<ServerClock> clocks_;  // each destination's, measured at Open (keys/STREAM keeps them)
+  std::unique_ptr<std::atomic<double>[]> lows_;  // clock_low(i): as last measured
   // A later measurement of destination i's clock offset: Server error when it moved by more than the
   // measurement's own rounding (a clock step, a paused VM): the items already written there would
   // expire that many seconds off, so the stream stops naming the node and both offsets.
