@@ -7,6 +7,7 @@ stream, on every release of the matrix."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -795,7 +796,8 @@ def test_populating_host_clock_against_the_dumping_hosts(
                     t.note(f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end")
             continue
         named = src.address if with_source else "127.0.0.1_"
-        if p.returncode != 3 or "REFUSED" not in said or named not in said or "60" not in said:
+        offset = re.search(r"([+-]?\d+\.\d) s (behind|off)", said)
+        if p.returncode != 3 or named not in said or not offset or abs(float(offset[1])) < 590:
             t.corrupt += 1
             t.note(f"trial {trial}: not refused naming {named}, offset (rc {p.returncode}): {said[-400:]!r}")
         stored = fetch_all(dst, keys)
