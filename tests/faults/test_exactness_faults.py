@@ -286,11 +286,6 @@ def test_a_dropped_connection_never_discards_another_destinations_error_stream(
 # Clocks: a destination memcached whose clock is behind or ahead of this host's
 
 
-def remaining(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, int]:
-    """Each present key's remaining TTL on the server's own clock (-1 = never)."""
-    return {k: int(it.ttl if it.ttl is not None else -2) for k, it in fetch_all(srv, keys).items()}
-
-
 @pytest.mark.parametrize("shift", [-600, 600], ids=["dest-600s-behind", "dest-600s-ahead"])
 def test_destination_clock_behind_or_ahead_keeps_every_ttl(
     dumper_bin: Path, memcached, memcached_binary: str, tmp_path: Path, tally, warm_mode: str, shift: int
