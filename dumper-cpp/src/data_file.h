@@ -4,6 +4,7 @@
 #pragma once
 #include <xxhash.h>
 
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,6 +61,13 @@ class DataFileWriter {
   DataFileWriter& operator=(const DataFileWriter&) = delete;
 
   Status Open(uint64_t chunk, uint32_t part, uint64_t first_key_index);
+  // The source's clock minus this host's, ms rounded up (ServerClock::MillisAtLeast), for the
+  // header of every file opened after this (section 2.1: the records' expiries are the source's on
+  // this host's clock, rounded down by the fraction it implies). Not set: the header says nothing.
+  void set_source_clock_ms(int64_t ms) {
+    clock_known_ = ms >= INT32_MIN && ms <= INT32_MAX;
+    source_clock_ms_ = clock_known_ ? int32_t(ms) : 0;
+  }
   bool is_open() const { return file_ != nullptr; }
   // Raw record bytes (headers, keys, values, possibly pieces of one record); `records` is the
   // number of records these bytes complete or begin (counted once per record).
@@ -91,6 +99,8 @@ class DataFileWriter {
   uint64_t chunk_ = 0, first_key_index_ = 0, records_ = 0, records_bytes_ = 0, header_len_ = 0;
   uint32_t part_ = 0;
   uint16_t version_;
+  bool clock_known_ = false;
+  int32_t source_clock_ms_ = 0;
 };
 
 struct DataRecord {

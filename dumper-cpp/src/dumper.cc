@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <memory>
@@ -15,6 +16,8 @@ namespace cachewarm {
 
 namespace {
 constexpr int kMaxReconcilePasses = 4;
+// Seconds between looks at the source's clock while the workers run (ClockKeeper).
+constexpr double kSourceClockInterval = 10.0;
 }  // namespace
 
 Dumper::Dumper(const Options& o, Env* env)
@@ -77,6 +80,8 @@ Status Dumper::Prepare() {
   CW_RETURN_IF_ERROR(checkpoint_.CreateDirs());
   CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
   CW_RETURN_IF_ERROR(GetStats(&control_, &stats_before_));
+  // Every expiry the dump carries is read on the source's clock: measured once, to a few ms.
+  CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_));
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
   // The stream mode: the destinations' preflight, before anything is written to them.
@@ -91,8 +96,11 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
     workers.emplace_back(new Worker(o_, env_, &checkpoint_, &queue_, &limiter_, &progress_, stream_.get()));
   for (auto& w : workers) {
     w->set_listing_cas(&listing_cas_);
-    w->set_source_ahead(stats_before_.clock_ahead_at_most());
+    w->set_source_clock(source_clock_);
+    w->set_clock_keeper(&source_clocks_);
   }
+  source_clocks_.Set(source_clock_);
+  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval);
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);
@@ -111,6 +119,7 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
   queue_.Close();
   for (std::thread& t : threads) t.join();
   if (stream_) stream_->StopMonitor();
+  source_clocks_.Stop();
   reporter_.Stop();
   return queue_.aborted() ? queue_.error() : Status::OK();
 }
@@ -235,6 +244,11 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.crawl_s = crawl_s;
   m.reconcile_s = reconcile_s;
   m.total_s = Since(t0);
+  m.source_clock_known = true;
+  m.source_clock_ms = source_clock_.MillisAtLeast();
+  m.source_clock_lo_ms = int64_t(std::floor(source_clock_.lo * 1000.0));
+  m.source_pid = stats_before_.pid;
+  m.source_started = stats_before_.started();
   const GuardSummary& g = guard_.summary();
   m.protection_json = ProtectionJson(g, after);
   DecideCompleteness(&m);

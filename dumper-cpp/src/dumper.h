@@ -19,6 +19,7 @@
 #include "options.h"
 #include "progress.h"
 #include "rate_limiter.h"
+#include "server_clock.h"
 #include "source_guard.h"
 #include "status.h"
 #include "stream.h"
@@ -68,6 +69,8 @@ class Dumper {
   ListingCas listing_cas_;  // the crawl puts, the workers check (binary-protocol keys)
   Conn control_;  // `stats` before, during and after the dump (open only for each look)
   ServerStats stats_before_;
+  ServerClock source_clock_;  // the source's clock against this host's (Prepare)
+  ClockKeeper source_clocks_;  // and as re-measured while the workers run
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
   SourceGuard guard_;
   std::unique_ptr<Stream> stream_;  // the stream mode (--to); null: data files

@@ -16,6 +16,11 @@ constexpr uint16_t kFormatVersion = 1;  // version 1: binary records (section 2.
 constexpr uint16_t kFormatVersion2 = 2;
 constexpr uint16_t kDefaultFormatVersion = kFormatVersion2;
 constexpr size_t kHeaderFixed = 48;
+// Header offset 42, u16 `clock_flags`: bit 0 set = offset 44 holds `source_clock_ms` (i32, the source
+// memcached's clock minus the dumper host's, ms, rounded up) and every exptime in the file is the
+// source's expiry on the dumper host's clock rounded DOWN, by ceil(ms / 1000) - ms / 1000 seconds
+// (section 2.1). Clear (files of an older dumper): an exptime may be up to 1 s late.
+constexpr uint16_t kHeaderClockKnown = 1;
 constexpr size_t kTrailerSize = 40;
 constexpr size_t kRecordHeaderSize = 20;
 constexpr size_t kMaxKeyLen = 250;

@@ -53,6 +53,10 @@ struct Manifest {
   double first_chunk_s = 0;
   std::string tiers;
   std::string protection_json;
+  // The source's clock against the dumper host's (ServerClock), ms: "clock" (docs/data-format.md
+  // section 5). source_clock_known = false: not rendered.
+  bool source_clock_known = false;
+  int64_t source_clock_ms = 0, source_clock_lo_ms = 0, source_pid = 0, source_started = 0;
 
   // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".
   std::string format = "cachewarm-dump";

@@ -53,10 +53,6 @@ struct ServerStats {
   double received = 0;
   // Unix time the server started (time - uptime): with pid, identifies one server lifetime.
   int64_t started() const { return time - uptime; }
-  // How far at most the server's clock is ahead of this host's, whole seconds: subtracted from an
-  // absolute time on the server's clock (a listing's exp) it gives one on ours that is never later.
-  // memcached's `time` lags its own clock by under a second's grain plus its tick, hence the +2.
-  int64_t clock_ahead_at_most() const { return int64_t(std::floor(double(time) - received)) + 2; }
 };
 Status GetStats(Conn* c, ServerStats* out);
 // Same server lifetime (pid equal and start times within 2 s: uptime is sampled at a second's grain).

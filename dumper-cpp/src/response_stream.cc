@@ -61,7 +61,14 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
     return Status::OK();
   }
   // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
-  const int64_t exptime = r.ttl == -1 ? kNeverExpires : ClampExptime(now_ + r.ttl);
+  // Between now_ + t and now_high_ + t the listing's own expiry, if it is there, is the exact one
+  // (the same item, its TTL unchanged since); else the earliest (never later).
+  int64_t exptime = kNeverExpires;
+  if (r.ttl != -1) {
+    const bool listed = listed_ != kNeverExpires && listed_ >= now_ + r.ttl && listed_ <= now_high_ + r.ttl;
+    exptime = ClampExptime(listed ? listed_ : now_ + r.ttl);
+  }
+  listed_ = kNeverExpires;
   *key_len = klen;
   if (format_ == kFormatVersion2) {
     // Keys without a meta form never come through mg (the worker fetches them with the binary protocol).

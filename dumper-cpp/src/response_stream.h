@@ -51,8 +51,18 @@ class ResponseStream {
   ResponseStream(const ResponseStream&) = delete;
   ResponseStream& operator=(const ResponseStream&) = delete;
 
-  // Unix time (seconds) used to turn mg's remaining TTL into an absolute exptime.
-  void set_now(int64_t now) { now_ = now; }
+  // Unix time (seconds) used to turn mg's remaining TTL into an absolute exptime: the earliest the
+  // `mg` can have run (never later), and the latest (now_high, at the receipt), both on the clock
+  // the records use. Equal unless the source's clock may have ticked in between.
+  void set_now(int64_t now, int64_t now_high) {
+    now_ = now;
+    now_high_ = now_high;
+  }
+  void set_now(int64_t now) { set_now(now, now); }
+  // The next value's expiry as the listing gave it, on the records' clock (kNeverExpires: none):
+  // when the `mg t` agrees with it within [now, now_high], it is the exact one (RecordSink::OnValue
+  // sets it for each value).
+  void set_listed(int64_t exptime) { listed_ = exptime; }
   char* WritePtr() { return cur_ + filled_; }
   size_t WritableBytes() const { return cap_ - filled_; }
   // `n` bytes were received at WritePtr(): parse, emit records to the sink.
@@ -72,7 +82,8 @@ class ResponseStream {
 
   size_t cap_;
   int64_t min_ttl_;
-  int64_t now_ = 0;
+  int64_t now_ = 0, now_high_ = 0;
+  int64_t listed_ = kNeverExpires;
   std::unique_ptr<char[]> buf_[2];
   char* cur_;
   int cur_idx_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -19,6 +20,13 @@ constexpr char kStreamMetaName[] = "STREAM";
 constexpr char kStreamedName[] = "STREAMED";
 constexpr char kSummaryName[] = "SUMMARY";
 constexpr char kPartSuffix[] = ".stream";
+// --resume: a destination's clock (its lower bound, ms) may differ from the one keys/STREAM kept by
+// this much before the stream refuses to go on (measurement noise and memcached's timer are ms).
+constexpr int64_t kClockMovedMs = 1000;
+// Seconds between the monitor's measurements of the destinations' clocks (clock_low).
+constexpr double kClockRemeasureS = 30.0;
+
+int64_t ClockMs(const ServerClock& c) { return int64_t(std::floor(c.lo * 1000.0)); }
 
 // Each reason's first words and the flag that accepts it: the Python populator's (report.py).
 constexpr char kOversize[] = "items too large for their destination were never sent";
@@ -110,8 +118,14 @@ Status Stream::Open() {
   evictions_.assign(eps_.size(), 0);
   for (size_t i = 0; i < eps_.size(); i++) control_.emplace_back(new Conn);
   infos_.assign(eps_.size(), DestinationInfo());
-  offsets_.reset(new std::atomic<int64_t>[eps_.size()]);
   CW_RETURN_IF_ERROR(Probe(true));
+  // Each destination's clock to a few ms (MeasureClock; clock_low).
+  clocks_.assign(eps_.size(), ServerClock());
+  lows_.reset(new std::atomic<double>[eps_.size()]);
+  for (size_t i = 0; i < eps_.size(); i++) {
+    CW_RETURN_IF_ERROR(MeasureClock(control_[i].get(), &clocks_[i]));
+    lows_[i].store(clocks_[i].lo);
+  }
   std::string meta;
   Status s = env_->ReadFileToString(o_.out + "/keys/" + kStreamMetaName, &meta);
   if (s.ok()) return CheckMeta(meta);
@@ -124,7 +138,8 @@ Status Stream::WriteMeta() {
   std::string m = "routing " + Routing() + "\n";
   for (size_t i = 0; i < eps_.size(); i++)
     m += "dest " + eps_[i].address() + " " + std::to_string(infos_[i].pid) + " " + std::to_string(infos_[i].started) +
-         " " + std::to_string(evictions_base_[i].first) + " " + std::to_string(evictions_base_[i].second) + "\n";
+         " " + std::to_string(evictions_base_[i].first) + " " + std::to_string(evictions_base_[i].second) + " " +
+         std::to_string(ClockMs(clocks_[i])) + "\n";
   return WriteFileAtomically(env_, o_.out + "/keys", std::string(".tmp-") + kStreamMetaName, kStreamMetaName, m);
 }
 
@@ -145,16 +160,24 @@ Status Stream::CheckMeta(const std::string& text) {
                                        "options, or start over in an empty --out");
     } else if (line.rfind("dest ", 0) == 0) {
       char addr[300];
-      long long pid, started, bpid;
+      long long pid, started, bpid, clock_ms;
       unsigned long long bev;
-      if (std::sscanf(line.c_str(), "dest %299s %lld %lld %lld %llu", addr, &pid, &started, &bpid, &bev) != 5 ||
-          d >= eps_.size())
-        return Status::Corruption(path + ": malformed line: " + line.substr(0, 200));
+      const int n =
+          std::sscanf(line.c_str(), "dest %299s %lld %lld %lld %llu %lld", addr, &pid, &started, &bpid, &bev, &clock_ms);
+      if (n < 5 || d >= eps_.size()) return Status::Corruption(path + ": malformed line: " + line.substr(0, 200));
       if (infos_[d].pid != pid || std::llabs(infos_[d].started - started) > 2)
         return Status::Server("--resume: destination " + eps_[d].address() + " restarted since the stream began (pid " +
                               std::to_string(pid) + " -> " + std::to_string(infos_[d].pid) +
                               "): the items streamed to it are gone; start the warm again in an empty --out");
       evictions_base_.push_back({bpid, bev});
+      // Its clock when the stream began (a line without one: written before clocks were kept): the
+      // items streamed then expire by it. Moved since (a clock step, a paused VM): refused.
+      if (n == 6 && std::llabs(ClockMs(clocks_[d]) - clock_ms) > kClockMovedMs)
+        return Status::Server("--resume: destination " + eps_[d].address() + "'s clock moved " +
+                              std::to_string(ClockMs(clocks_[d]) - clock_ms) + " ms against this host's since the "
+                              "stream began (offset " + std::to_string(clock_ms) + " ms, now " +
+                              std::to_string(ClockMs(clocks_[d])) + " ms): the items streamed to it before expire "
+                              "that much off their TTL; start the warm again in an empty --out");
       d++;
     }
   }
@@ -183,7 +206,6 @@ Status Stream::Probe(bool first, bool retry) {
     }
     if (first) {
       infos_[i] = info;
-      offsets_[i].store(info.clock_offset);
       continue;
     }
     if (info.pid != infos_[i].pid || std::llabs(info.started - infos_[i].started) > 2)
@@ -230,7 +252,6 @@ Status Stream::NewOffset(size_t i, int64_t offset) {
                           " s against this host's during the stream (offset " + std::to_string(first) + " s, now " +
                           std::to_string(offset) + " s): the items written to it before would expire that much off "
                           "their TTL; start the warm again in an empty --out");
-  offsets_[i].store(offset);
   return Status::OK();
 }
 
@@ -241,10 +262,21 @@ void Stream::StartMonitor(WorkQueue* queue) {
   }
   monitor_ = std::thread([this, queue] {
     const auto every = std::chrono::duration<double>(o_.stream.destination_check_interval_s);
+    auto measured = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> l(stop_mu_);
     while (!stop_cv_.wait_for(l, every, [this] { return stop_; })) {
       l.unlock();
       Status s = Probe(false, false);
+      if (s.ok() && Since(measured) >= kClockRemeasureS) {
+        // Each destination's clock again (a failed look keeps the last: the sinks see a lost one).
+        for (size_t i = 0; i < eps_.size(); i++) {
+          ServerClock c;
+          Conn conn;
+          if (conn.Connect(eps_[i].connect_host(), eps_[i].port, kConnectTimeoutMs).ok() && MeasureClock(&conn, &c).ok())
+            lows_[i].store(c.lo);
+        }
+        measured = std::chrono::steady_clock::now();
+      }
       // An unreachable destination is the sinks' business (they reconnect or fail); a restart is not
       // seen by a connection that stays up to the new process.
       if (!s.ok() && s.code() == Status::kServer) queue->Fail(s);

@@ -36,6 +36,7 @@
 #include "part_writer.h"
 #include "progress.h"
 #include "rate_limiter.h"
+#include "server_clock.h"
 #include "status.h"
 #include "work_queue.h"
 
@@ -68,8 +69,8 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  // After the checkpoint is open: the destinations (resolved, read, refused if they must be), the
-  // ring, keys/STREAM (written fresh, or compared on --resume).
+  // After the checkpoint is open: the destinations (resolved, read, refused if they must be, their
+  // clocks measured), the ring, keys/STREAM (written fresh, or compared on --resume).
   Status Open();
   // After the checkpoint's scan (which, with no data files, lists every chunk from its start): the
   // acknowledged parts of keys/STREAMED are recorded as published; `todo` keeps what is left.
@@ -92,9 +93,11 @@ class Stream {
   size_t destinations() const { return eps_.size(); }
   const Endpoint& endpoint(size_t i) const { return eps_[i]; }
   const ItemLimit& limit(size_t i) const { return infos_[i].limit; }
-  // Destination i's clock against this host's (DestinationInfo::clock_offset), as last measured: at
-  // the start, by the monitor's looks and on every reconnect (CheckIdentity).
-  int64_t clock_offset(size_t i) const { return offsets_[i].load(std::memory_order_relaxed); }
+  // Destination i's clock against this host's, its lower bound (ServerClock::lo), measured at Open
+  // (to a few ms) and again by the monitor every kClockRemeasureS (memcached's timer slips): a record whose exptime was rounded down by f goes there with the absolute T
+  // exptime + floor(f + lo), never later than the source, at most ~1 s earlier. The monitor's looks
+  // and every reconnect check that the clock has not moved since (NewOffset).
+  double clock_low(size_t i) const { return lows_[i].load(std::memory_order_relaxed); }
   size_t Route(const Slice& key) const {
     return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
   }
@@ -128,7 +131,8 @@ class Stream {
   Env* env_;
   std::vector<Endpoint> eps_;
   std::vector<DestinationInfo> infos_;
-  std::unique_ptr<std::atomic<int64_t>[]> offsets_;
+  std::vector<ServerClock> clocks_;  // each destination's, measured at Open (keys/STREAM keeps them)
+  std::unique_ptr<std::atomic<double>[]> lows_;  // clock_low(i): as last measured
   // A later measurement of destination i's clock offset: Server error when it moved by more than the
   // measurement's own rounding (a clock step, a paused VM): the items already written there would
   // expire that many seconds off, so the stream stops naming the node and both offsets.

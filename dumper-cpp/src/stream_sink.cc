@@ -149,10 +149,11 @@ Status StreamSink::StartRecord() {
   Dest& d = *d_[dest_];
   action_ = kSkip;
   // The T on the destination's own clock (memcached converts an absolute T with its idea of the
-  // time): moved by its offset, clamped to 2^31-1.
+  // time): moved by its expiry shift (never later than the source's expiry), clamped to 2^31-1.
   const int64_t ttl_dest =
-      exptime_ == kNeverExpires ? 0 : DestExpiry(exptime_ - kExpiryMargin, s_->clock_offset(dest_));
-  if (exptime_ != kNeverExpires && (exptime_ - kExpiryMargin <= now_ || ttl_dest < 0)) {
+      exptime_ == kNeverExpires ? 0
+                                : DestExpiry(exptime_, int64_t(std::floor(dropped_ + s_->clock_low(dest_))));
+  if (exptime_ != kNeverExpires && (exptime_ <= now_ || ttl_dest < 0)) {
     d.n.expired++;
     return Status::OK();
   }

@@ -20,6 +20,7 @@
 #pragma once
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ class StreamSink : public PartWriter {
   void Abandon() override;
   uint64_t file_bytes() const override;
   bool Recover(Status* s, ChunkTask* again) override;
+  // The source's clock the records were written with (data-format section 2.1): the fraction their
+  // exptimes were rounded down by.
+  void SetSourceClockMs(int64_t ms) override { dropped_ = std::ceil(double(ms) / 1000.0) - double(ms) / 1000.0; }
 
   // Bytes one sink allocates up front for `destinations` (the memory plan).
   static uint64_t PlannedMemory(size_t destinations);
@@ -51,6 +55,7 @@ class StreamSink : public PartWriter {
   static constexpr uint64_t kMaxTaggedRecords = 16384;
 
  private:
+  double dropped_ = 0;  // SetSourceClockMs: the fraction the records' exptimes were rounded down by
   struct Dest {
     Dest(const std::string& address) : meta(address, DestConn::kMeta), bin(address, DestConn::kBinary) {}
     DestConn meta, bin;

@@ -107,6 +107,8 @@ Status Worker::OnValue(const MetaResponse& r, Slice* key) {
   st = kGot;
   const uint32_t begin = k ? b.raw_end[k - 1] : 0;
   *key = Slice(b.raw.data() + begin, b.raw_end[k] - begin);
+  const int64_t listed = lines_[r.opaque].exptime;
+  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires);
   return Status::OK();
 }
 
@@ -150,12 +152,14 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   const uint64_t m = (b.end - b.start) - got + skipped;
   const uint64_t end = b.end;
   inflight_.pop_front();
+  // The next batch's values count from its own send (the rest of this receive may hold them).
+  if (!inflight_.empty()) SetNow(inflight_.front().built_at);
   file_misses_ += m;
   progress_->misses += m;
   // Cut a new part at this batch boundary once the file is big enough.
   if (writer_->file_bytes() >= o_.data_file_size && end < nkeys_) {
     CW_RETURN_IF_ERROR(FinishPart(end));
-    CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, end));
+    CW_RETURN_IF_ERROR(OpenPart(end));
   }
   return Status::OK();
 }
@@ -203,7 +207,7 @@ Status Worker::FetchBinary(const Batch& b) {
         state_[i - b.start] = kGot;
         // The listing's exp is on the source's clock: onto this host's, never later.
         const int64_t exp =
-            lines_[i].exptime > 0 ? ClampExptime(lines_[i].exptime - source_ahead_) : kNeverExpires;
+            lines_[i].exptime > 0 ? ClampExptime(lines_[i].exptime - source_clock_.WholeAhead()) : kNeverExpires;
         skip = o_.min_ttl > 0 && exp != kNeverExpires && exp - now < o_.min_ttl;
         if (skip) {
           part_stats_.skipped_min_ttl++;
@@ -312,7 +316,7 @@ Status Worker::DoChunk(const ChunkTask& t) {
   send_.clear();
   stream_.Reset();
   if (t.start_index > nkeys_) return Status::Corruption("published parts go past the end of key list " + KeyChunkName(t.chunk));
-  CW_RETURN_IF_ERROR(writer_->Open(chunk_, part_, t.start_index));
+  CW_RETURN_IF_ERROR(OpenPart(t.start_index));
   uint64_t next = t.start_index;
   size_t send_off = 0;
   auto last_rx = std::chrono::steady_clock::now();
@@ -324,7 +328,7 @@ Status Worker::DoChunk(const ChunkTask& t) {
       limiter_->Acquire(n);
       send_.clear();
       send_off = 0;
-      Batch b{next, next + n, 0, {}, {}, {}};
+      Batch b{next, next + n, 0, {}, {}, {}, WallNow()};
       b.raw.reserve(size_t(n) * 64);
       b.raw_end.reserve(size_t(n));
       for (uint64_t i = next; i < next + n; i++) CW_RETURN_IF_ERROR(AppendGet(i, &b));
@@ -350,7 +354,10 @@ Status Worker::DoChunk(const ChunkTask& t) {
         return Status::IOError(ErrnoMessage("connection to " + conn_.peer() + " lost mid-dump (killed or restarted?)", errno));
       if (r > 0) {
         last_rx = std::chrono::steady_clock::now();
-        stream_.set_now(int64_t(std::time(nullptr)));
+        // An `mg t` counts from the source's time when it ran: never before the oldest batch in
+        // flight was built. From that time, never later (a tick in between: 1 s earlier), on this
+        // host's clock rounded down (ServerClock).
+        SetNow(inflight_.empty() ? WallNow() : inflight_.front().built_at);
         CW_RETURN_IF_ERROR(stream_.Commit(size_t(r), this));
       }
     }

@@ -25,6 +25,7 @@
 #include "progress.h"
 #include "rate_limiter.h"
 #include "response_stream.h"
+#include "server_clock.h"
 #include "status.h"
 #include "work_queue.h"
 
@@ -56,6 +57,7 @@ class Worker : public RecordSink {
     std::vector<uint64_t> binary;  // keys to fetch with the binary protocol at the batch's end
     std::string raw;               // the batch's raw keys, back to back (records point into it)
     std::vector<uint32_t> raw_end; // end of key i - start in raw
+    double built_at = 0;           // this host's wall clock before it was sent (WallNow)
   };
   struct Key {
     uint32_t offset, length;  // of the URL-encoded key in keys_
@@ -85,14 +87,34 @@ class Worker : public RecordSink {
   std::unique_ptr<PartWriter> writer_;  // data files, or the stream mode's sink
   BinaryGetter binary_;
   const ListingCas* listing_cas_ = nullptr;
-  int64_t source_ahead_ = 0;
+  ServerClock source_clock_;
+  const ClockKeeper* clocks_ = nullptr;
+  // Opens the next part with the source's clock as it is now (every record of a part uses one clock).
+  Status OpenPart(uint64_t first_key_index) {
+    if (clocks_) set_source_clock(clocks_->Get());
+    return writer_->Open(chunk_, part_, first_key_index);
+  }
+  // The source's time when the batch built at this host's wall time `built` ran there: at the
+  // earliest (the build) and the latest (now, at its receipt), moved onto this host's clock rounded
+  // down (ServerClock): what an `mg t` of that batch is added to (ResponseStream::set_now).
+  void SetNow(double built) {
+    const int64_t ahead = source_clock_.WholeAhead();
+    stream_.set_now(source_clock_.TimeAtMost(built) - ahead,
+                    int64_t(std::floor(WallNow() + source_clock_.hi)) - ahead);
+  }
 
  public:
   // The listing's cas of keys that may need the binary protocol (KeyCrawl fills it).
   void set_listing_cas(const ListingCas* c) { listing_cas_ = c; }
-  // The source's clock ahead of this host's at most (ServerStats::clock_ahead_at_most): a listing's
-  // exp is on the source's clock; the records hold this host's.
-  void set_source_ahead(int64_t s) { source_ahead_ = s; }
+  // The source's clock against this host's (MeasureClock): an `mg t` and a listing's exp are on the
+  // source's clock; the records hold its expiry on this host's, rounded down (ServerClock), and the
+  // data files' headers say by how much.
+  void set_source_clock(const ServerClock& c) {
+    source_clock_ = c;
+    writer_->SetSourceClockMs(c.MillisAtLeast());
+  }
+  // Where each part takes the source's clock from when it opens (re-measured while the dump runs).
+  void set_clock_keeper(const ClockKeeper* k) { clocks_ = k; }
 
  private:
   std::string keys_, send_, raw_, b64_;

@@ -265,5 +265,42 @@ TEST(Codec, Base64AndUrl) {
   EXPECT_FALSE(IsPlainKey("\x7f"));
 }
 
+
+// Issue 21: an `mg t` counts from the source's time when the mg ran, somewhere between the batch's
+// send and its receipt (set_now's two bounds). The listing's exp (set_listed, per value) inside that
+// window is the exact one; outside it (the TTL changed since the listing: a touch) the earliest.
+class ListingSink : public CaptureSink {
+ public:
+  Status OnValue(const MetaResponse&, Slice*) override {
+    rs->set_listed(listed);
+    return Status::OK();
+  }
+  ResponseStream* rs = nullptr;
+  int64_t listed = kNeverExpires;
+};
+
+TEST(ResponseStream, TheListingsExpWhenTheFetchAgreesElseTheEarliest) {
+  const std::vector<Rec> recs = {{"k", 3, 50, "v"}};
+  const std::string wire = Respond(recs[0]) + "MN\r\n";
+  struct Case {
+    int64_t listed, want_now;
+  } cases[] = {
+      {1051, 1001},          // agrees at the window's late end: exact
+      {1050, 1000},          // agrees at its early end
+      {1060, 1000},          // touched since the listing: the fetch's, never later
+      {1049, 1000},          // shortened since: the fetch's
+      {kNeverExpires, 1000}, // listed with no expiry, now one: the fetch's
+  };
+  for (const Case& c : cases) {
+    ResponseStream rs(8192, 0);
+    rs.set_now(1000, 1001);
+    ListingSink sink;
+    sink.rs = &rs;
+    sink.listed = c.listed;
+    ASSERT_TRUE(Feed(&rs, wire, &sink, [&] { return wire.size(); }).ok());
+    EXPECT_EQ(sink.bytes, Expected(recs, c.want_now, 0)) << "listed " << c.listed;
+  }
+}
+
 }  // namespace
 }  // namespace cachewarm

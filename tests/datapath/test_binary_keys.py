@@ -12,11 +12,10 @@ import pytest
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.format import Record
 from cachewarm.datapath.ketama import Routing
-from cachewarm.datapath.meta import list_keys
 from cachewarm.datapath.populate import PopulateError, populate
 from cachewarm.datapath.verify import verify
 from cachewarm.datapath.writer import DirWriter
-from cachewarm.testing.populating import EXPIRY_SLACK, config, fetch, node
+from cachewarm.testing.populating import config, expiry_within, fetch, listed_expiries, node
 
 SPECIAL = bytes([0x00, 0x20, 0x0A, 0x0D, 0xFF])
 LENGTHS = (1, 186, 187, 250)
@@ -52,12 +51,12 @@ def test_every_key_length_is_written(memcached, tmp_path: Path, use_speedups: bo
     for r in recs:
         assert got[r.key].value == r.value and got[r.key].flags == r.flags, r.key
     # The expiry went with every item, binary protocol included (metadump lists each key's).
-    listed = dict(list_keys(dst.host, dst.port))
+    listed = listed_expiries(dst)
     for r in recs:
         if r.exptime == -1:
             assert listed[r.key] == -1, r.key
         else:
-            assert r.exptime - EXPIRY_SLACK <= listed[r.key] <= r.exptime, r.key
+            assert expiry_within(r.exptime, listed[r.key]), (r.key, r.exptime, listed[r.key])
 
 
 def test_add_mode_keeps_a_live_value_under_a_long_key(memcached, tmp_path: Path) -> None:

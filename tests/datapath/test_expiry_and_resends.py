@@ -18,7 +18,7 @@ from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.populate import populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer, free_port
-from cachewarm.testing.populating import EXPIRY_SLACK, config, expiries, fetch, records
+from cachewarm.testing.populating import config, expiries, expiry_within, fetch, records
 
 MONTH = MAX_RELATIVE_TTL
 
@@ -66,7 +66,7 @@ def test_expiry_is_the_sources_however_long_items_wait(memcached, tmp_path: Path
         elif r.exptime == -1:
             assert exp == -1, r
         else:
-            assert r.exptime - EXPIRY_SLACK <= exp <= r.exptime, (r.key, r.exptime - now, exp - r.exptime)
+            assert expiry_within(r.exptime, exp), (r.key, r.exptime - now, exp - r.exptime)
 
 
 class CuttingProxy:

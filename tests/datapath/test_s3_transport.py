@@ -29,7 +29,7 @@ from cachewarm.datapath.s3transport import (
     upload_dump,
 )
 from cachewarm.datapath.writer import DirWriter
-from cachewarm.testing.populating import EXPIRY_SLACK, config, expiries, fetch, records
+from cachewarm.testing.populating import config, expiries, expiry_within, fetch, records
 
 from tests.datapath.test_warm import CLI, edge_items, put
 from tests.volume.conftest import BUCKET, LocalS3, local_s3  # noqa: F401  (the fixture)
@@ -460,7 +460,7 @@ def test_warm_via_s3_end_to_end(
         if ttl == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert src_exp[key] - EXPIRY_SLACK <= dst_exp[key] <= src_exp[key], key
+            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
     listed = local_s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
     assert listed.get("KeyCount", 0) == 0
     assert not local_s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads")

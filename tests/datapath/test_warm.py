@@ -14,7 +14,7 @@ from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
-from cachewarm.testing.populating import EXPIRY_SLACK, expiries, fetch
+from cachewarm.testing.populating import expiries, expiry_within, fetch
 
 from tests.conftest import DEFAULT_VERSION
 
@@ -87,11 +87,7 @@ def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path, warm
         if ttl == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert src_exp[key] - EXPIRY_SLACK <= dst_exp[key] <= src_exp[key], (
-                key,
-                src_exp[key],
-                dst_exp[key],
-            )
+            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
     v = run(["verify", "--source", src.address, "--target", dst.address, "--json"], dumper_bin)
     assert v.returncode == 0, v.stdout + v.stderr
     rep = json.loads(v.stdout)

@@ -13,10 +13,9 @@ from pathlib import Path
 
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.encode import is_plain_key, meta_expressible
-from cachewarm.datapath.meta import list_keys
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import EXPIRY_SLACK, expiries, fetch
+from cachewarm.testing.populating import expiries, expiry_within, fetch, listed_expiries
 
 from tests.datapath.test_warm import put
 
@@ -79,17 +78,13 @@ def check_exact(
         assert key in got and got[key].value == value and got[key].flags == flags, key
     src_exp, dst_exp = expiries(src, keys), expiries(dst, keys)
     # Keys only the binary protocol names: their expiry from metadump (absolute, the server's clock).
-    src_exp.update(kv for kv in list_keys(src.host, src.port) if not meta_expressible(kv[0]))
-    dst_exp.update(kv for kv in list_keys(dst.host, dst.port) if not meta_expressible(kv[0]))
+    src_exp.update(kv for kv in listed_expiries(src).items() if not meta_expressible(kv[0]))
+    dst_exp.update(kv for kv in listed_expiries(dst).items() if not meta_expressible(kv[0]))
     for key, _f, t, _v in items:
         if t == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert src_exp[key] - EXPIRY_SLACK <= dst_exp[key] <= src_exp[key], (
-                key,
-                src_exp[key],
-                dst_exp[key],
-            )
+            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
 
 
 def test_a_mixed_data_set_warms_exactly(

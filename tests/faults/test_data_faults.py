@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath import format as df
+from cachewarm.datapath.meta import MetaConnection
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import EXPIRY_SLACK, Background, config
+from cachewarm.testing.populating import EXPIRY_SLACK, READ_SLACK, Background, config
 
 from tests.dumper.dumputil import Item, load, run_dump
 from tests.faults.harness import CLI, fetch_all, tmp_leftovers, trials, wait_until
@@ -250,18 +251,22 @@ def server_time(srv: MemcachedServer) -> int:
     return int(srv.stats()["time"])
 
 
+def clock_ahead(srv: MemcachedServer) -> float:
+    """The server's clock minus this host's, seconds (to a few ms)."""
+    with MetaConnection(srv.host, srv.port) as c:
+        clock = c.measure_clock()
+    return (clock.lo + clock.hi) / 2
+
+
 def test_expiring_keys_are_never_resurrected(
     dumper_bin: Path, memcached, tmp_path: Path, tally, warm_mode: str
 ) -> None:
     t = tally(f"keys expiring during the warm (no resurrection, no longer TTL, {warm_mode})")
     n = 2000
-    # TTLs are whole seconds read against one server's clock and written against another's: the
-    # dumper turns `mg t` into an absolute time with the wall clock, the populator moves it onto the
-    # destination's clock (rounded down, less a 1 s margin), so an item may expire up to EXPIRY_SLACK
-    # seconds early (issue 21: never late). `slack` bounds the late side (both servers share this
-    # host's clock here); `early` is how soon before its source expiry an item may already be gone.
-    slack = 2
-    early = EXPIRY_SLACK
+    # Every expiry is compared as a moment of this host's wall clock, each server's whole-second clock
+    # measured to a few ms (MetaConnection.measure_clock): an item may end up to EXPIRY_SLACK (1 s)
+    # before its source's end, never after it (issue 21). A relative TTL counts from the source's clock
+    # at its set, which `after` bounds above: `expiry` is the latest the source can end an item.
     for trial in range(trials()):
         rng = random.Random(4000 + trial)
         src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
@@ -304,26 +309,28 @@ def test_expiring_keys_are_never_resurrected(
                 t.lost += n
                 t.note(f"trial {trial}: populator failed: {bg.error}")
                 continue
-        end = server_time(dst)
+        src_ahead, dst_ahead = clock_ahead(src), clock_ahead(dst)
+        end = time.time()
         got = fetch_all(dst, expiry)
         now = server_time(dst)
         for k, exp in expiry.items():
             it = got.get(k)
+            src_end = exp - src_ahead  # on this host's clock
             if it is None:
-                if exp == -1 or exp > end + early:
+                if exp == -1 or src_end > end + EXPIRY_SLACK + READ_SLACK:
                     t.lost += 1
-                    t.note(f"trial {trial}: {k!r} (expires {exp}) missing")
+                    t.note(f"trial {trial}: {k!r} (ends {src_end:.3f}) missing at {end:.3f}")
                 continue
             if exp == -1:
                 if it.ttl != -1:
                     t.corrupt += 1
                     t.note(f"trial {trial}: {k!r} never expires at the source, ttl {it.ttl} here")
-            elif it.ttl == -1 or now + it.ttl > exp + slack:
+            elif it.ttl == -1 or (dst_end := now + int(it.ttl or 0) - dst_ahead) > src_end + READ_SLACK:
                 t.corrupt += 1
-                t.note(f"trial {trial}: {k!r} expires at {exp}, destination keeps it until {now + it.ttl}")
+                t.note(f"trial {trial}: {k!r} ends at {src_end:.3f} at the source, kept until {dst_end:.3f}")
         # Once every short TTL has passed, none of those keys may be readable at the destination.
         short = [k for k, exp in expiry.items() if exp != -1 and exp <= before + 5]
-        wait_until(lambda d=dst, b=before: server_time(d) > b + 5 + slack, timeout=30, step=0.2)
+        wait_until(lambda d=dst, b=before: server_time(d) > b + 5 + 2, timeout=30, step=0.2)
         back = fetch_all(dst, short)
         if back:
             t.corrupt += len(back)

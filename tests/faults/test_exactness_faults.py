@@ -6,9 +6,11 @@ stream, on every release of the matrix."""
 
 from __future__ import annotations
 
+import os
+import re
 import socket
 import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
@@ -18,10 +20,17 @@ from cachewarm.datapath.meta import list_keys
 from cachewarm.datapath.populate import PopulateError, populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import Background, config
+from cachewarm.testing.populating import (
+    READ_SLACK,
+    Background,
+    config,
+    expiries,
+    expiry_within,
+    listed_expiries,
+)
 
 from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, read_dump, run_dump
-from tests.faults.harness import CLI, CuttingProxy, fetch_all, trials
+from tests.faults.harness import CLI, CuttingProxy, fetch_all, trials, wait_until
 
 # Live values are small (one slab class); the dump's values are BIG (another class, left with no
 # free chunk): every store of a dumped item fails to allocate.
@@ -277,19 +286,14 @@ def test_a_dropped_connection_never_discards_another_destinations_error_stream(
 # Clocks: a destination memcached whose clock is behind or ahead of this host's
 
 
-def remaining(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, int]:
-    """Each present key's remaining TTL on the server's own clock (-1 = never)."""
-    return {k: int(it.ttl if it.ttl is not None else -2) for k, it in fetch_all(srv, keys).items()}
-
-
 @pytest.mark.parametrize("shift", [-600, 600], ids=["dest-600s-behind", "dest-600s-ahead"])
 def test_destination_clock_behind_or_ahead_keeps_every_ttl(
     dumper_bin: Path, memcached, memcached_binary: str, tmp_path: Path, tally, warm_mode: str, shift: int
 ) -> None:
     """A destination memcached started under faketime, its clock `shift` s off this host's (and the
-    dumper's): every item arrives with the TTL it has on the source — never longer, at most ~2 s
-    shorter (the dumper's whole-second TTL and the destination's whole-second clock) — for relative
-    TTLs (60 s, 1 h) and absolute ones (40 days) alike."""
+    dumper's): every item arrives with the TTL it has on the source — it ends never later, at most
+    EXPIRY_SLACK (1 s) earlier, each server's clock measured to a few ms — for relative TTLs (60 s,
+    1 h) and absolute ones (40 days) alike."""
     t = tally(f"destination clock {shift:+d} s against the dumper's → exact TTLs ({warm_mode})")
     for trial in range(trials()):
         src: MemcachedServer = memcached(memory_mb=64)
@@ -326,23 +330,19 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
                 t.lost += len(items)
                 t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
                 continue
-            before = remaining(src, keys)
-            got = remaining(dst, keys)
-            after = remaining(src, keys)
+            src_end, dst_end = expiries(src, keys), expiries(dst, keys)
             for k in keys:
-                if k not in got:
+                if k not in dst_end:
                     t.lost += 1  # e.g. expired on arrival (a destination ahead read the T as past)
                     if t.lost < 4:
                         t.note(f"trial {trial}: {k!r} missing at the destination")
                     continue
-                lo, hi = after[k], before[k]
-                ok = got[k] == -1 if hi == -1 else lo - 3 <= got[k] <= hi
-                if not ok:
+                if not expiry_within(src_end[k], dst_end[k]):
                     t.corrupt += 1
                     if t.corrupt < 4:
                         t.note(
-                            f"trial {trial}: {k!r} TTL {got[k]} s at the destination, {lo}..{hi} s at the"
-                            " source"
+                            f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end"
+                            f" (a TTL {dst_end[k] - time.time():.1f} s at the destination)"
                         )
         finally:
             dst.stop()
@@ -425,17 +425,34 @@ def test_destination_clock_jump_mid_stream_is_refused(
         launcher, stamp = jumping_clock(tmp_path / f"j{trial}")
         dst = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=launcher).start()
         try:
-            jumper = threading.Timer(0.8, stamp.write_text, args=("+600s\n",))
-            jumper.start()
             out = tmp_path / f"t{trial}"
-            r = run_dump(
-                dumper_bin,
-                src,
-                out,
-                *("--batch", "20", "--max-items-per-second", "1000", "--destination-check-interval", "0.1"),
-                *("--to", dst.address),
+            proc = subprocess.Popen(
+                dump_cmd(
+                    dumper_bin,
+                    src,
+                    out,
+                    *(
+                        "--batch",
+                        "20",
+                        "--max-items-per-second",
+                        "1000",
+                        "--destination-check-interval",
+                        "0.1",
+                    ),
+                    *("--key-file-size", "8k", "--to", dst.address),
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
-            jumper.join()
+            # The jump once the stream writes (its start measures the destination's clock, up to 1.2 s).
+            streamed = out / "keys" / "STREAMED"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (streamed.exists() and streamed.stat().st_size > 0):
+                time.sleep(0.01)
+            stamp.write_text("+600s\n")
+            _, err = proc.communicate(timeout=120)
+            r = subprocess.CompletedProcess(proc.args, proc.returncode, "", err)
             t.trials += 1
             if r.returncode == 0 or "clock moved" not in r.stderr or dst.address not in r.stderr:
                 t.corrupt += 1
@@ -602,19 +619,234 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
                 t.lost += len(keys)
                 t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
                 continue
-            # metadump gives both servers' absolute exp on their own clocks: compare remaining TTLs.
-            src_left = {k: e - int(src.stats()["time"]) for k, e in list_keys(src.host, src.port)}
-            dst_left = {k: e - int(dst.stats()["time"]) for k, e in list_keys(dst.host, dst.port)}
+            # metadump gives both servers' absolute exp on their own clocks: compared on this host's.
+            src_end, dst_end = listed_expiries(src), listed_expiries(dst)
             for k in keys:
-                if k not in dst_left:
+                if k not in dst_end:
                     t.lost += 1
-                elif not src_left[k] - 5 <= dst_left[k] <= src_left[k]:
+                elif not expiry_within(src_end[k], dst_end[k]):
                     t.corrupt += 1
-                    t.note(
-                        f"trial {trial}: {dst_left[k]} s left at the destination, {src_left[k]} s at the"
-                        " source"
-                    )
+                    t.note(f"trial {trial}: ends {dst_end[k] - src_end[k]:+.3f} s off its source's end")
         finally:
             src.stop()
             dst.stop()
+    t.check()
+
+
+# --------------------------------------------------------------------------------------------------
+# A TTL changed without a value change (touch / gat) between listing and fetch
+
+
+def test_a_key_touched_between_listing_and_fetch_keeps_the_touch(
+    dumper_bin: Path, memcached, tmp_path: Path, tally, warm_mode: str
+) -> None:
+    """A plain key listed with no expiry is touched to 10 s while the dumper fetches the other keys
+    (recency order fetches it last: it is the coldest), another listed with 1 h is touched to 8 s.
+    `mg t` returns the TTL at the fetch: each is copied ending never after its source (no "never" from
+    the listing: a resurrection; no 1 h: an extension) and, once its source's end has passed, is gone
+    at the destination too. Files (the dump's records) and stream (the destination)."""
+    t = tally(
+        f"a key touched between listing and fetch → copied with the touched TTL, never longer ({warm_mode})"
+    )
+    for trial in range(trials()):
+        src: MemcachedServer = memcached(memory_mb=64)
+        dst: MemcachedServer = memcached(memory_mb=64)
+        load(src, [Item(b"touch:never", b"n", 1, 0), Item(b"touch:hour", b"h", 2, 3600)])
+        load(src, [Item(b"k:%d" % i, b"v" * 100, 0, 0) for i in range(3000)])
+        out = tmp_path / f"t{trial}"
+        to = ["--to", dst.address] if warm_mode == "stream" else []
+        proc = subprocess.Popen(
+            dump_cmd(dumper_bin, src, out, "--max-items-per-second", "1500", "--data-file-size", "16k", *to),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        streamed = out / "keys" / "STREAMED"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+            any(out.glob("*.cwd")) or (streamed.exists() and streamed.stat().st_size > 0)
+        ):
+            time.sleep(0.01)
+        with socket.create_connection((src.host, src.port), timeout=10) as s:
+            req = b"touch touch:never 10\r\ntouch touch:hour 8\r\n"
+            s.sendall(req)
+            answers = _talk(s, req, 2)
+        _, err = proc.communicate(timeout=120)
+        t.trials += 1
+        if answers != [b"TOUCHED", b"TOUCHED"]:
+            t.note(f"trial {trial}: the touches answered {answers}")
+        keys = [b"touch:never", b"touch:hour"]
+        src_end = expiries(src, keys)
+        if warm_mode == "stream":
+            dst_end = expiries(dst, keys)
+        else:
+            recs = read_dump(out, require_done=False).by_key()
+            dst_end = {k: float(r.exptime) for k in keys if (r := recs.get(k)) is not None}
+        for k in keys:
+            if k not in dst_end:
+                t.lost += 1
+                t.note(f"trial {trial}: {k!r} not copied: {err.strip()[-200:]!r}")
+            elif k not in src_end:
+                t.note(f"trial {trial}: {k!r} already gone at the source")
+            elif dst_end[k] == -1 or dst_end[k] > src_end[k] + READ_SLACK:
+                # (a record's exptime is whole seconds rounded down: never after the source's end)
+                t.corrupt += 1
+                t.note(
+                    f"trial {trial}: {k!r} copied to end at {dst_end[k]}, its source ends at {src_end[k]:.3f}"
+                )
+        if warm_mode == "stream":
+            wait_until(lambda s=src, ks=keys: not fetch_all(s, ks), timeout=30, step=0.1)
+            back = fetch_all(dst, keys)
+            if back:
+                t.corrupt += len(back)
+                t.note(
+                    f"trial {trial}: {sorted(back)} still readable at the destination after the source's end"
+                )
+        src.stop()
+        dst.stop()
+    t.check()
+
+
+# --------------------------------------------------------------------------------------------------
+# The populating host's clock against the dumping host's (files path)
+
+POPULATE_UNDER_FAKETIME = """
+import sys
+from pathlib import Path
+from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.populate import PopulateConfig, PopulateError, populate
+dump, state, dst, src = sys.argv[1:5]
+def node(a):
+    h, p = a.rsplit(":", 1)
+    return Node(h, int(p))
+cfg = PopulateConfig(source_dir=Path(dump), destinations=[node(dst)], state_file=Path(state), workers=1,
+    poll_interval=0.05, node_key_format="{host}:{port}", source=node(src) if src else None)
+try:
+    populate(cfg)
+except PopulateError as e:
+    print(f"REFUSED {e}")
+    sys.exit(3)
+print("POPULATED")
+"""
+
+
+@pytest.mark.parametrize(
+    ("shift", "with_source"),
+    [(-600, False), (600, True), (0, True)],
+    ids=["populator-600s-behind", "populator-600s-ahead-source-known", "populator-in-sync"],
+)
+def test_populating_host_clock_against_the_dumping_hosts(
+    dumper_bin: Path, memcached, tmp_path: Path, tally, shift: int, with_source: bool
+) -> None:
+    """The dump is made on this host; the populate runs as if on another host whose clock is `shift`
+    s off (the populator under libfaketime). Behind: every file's header says the dump began in its
+    future, refused naming the node and the offset. Ahead: seen only through the source memcached,
+    measured from both hosts (the header's source_clock_ms against the populator's own look), refused
+    naming the source and the offset. In sync: populated, every TTL within the promise."""
+    t = tally(
+        f"files: populating host's clock {shift:+d} s off the dumping host's → "
+        + ("exact" if not shift else "refused, named")
+    )
+    for trial in range(trials()):
+        src: MemcachedServer = memcached(memory_mb=64)
+        dst: MemcachedServer = memcached(memory_mb=64)
+        items = [Item(b"h:%d" % i, b"v%d" % i, i, [0, 60, 3600][i % 3]) for i in range(300)]
+        load(src, items)
+        out = tmp_path / f"t{trial}"
+        r = run_dump(dumper_bin, src, out)
+        assert r.returncode == 0, r.stderr
+        # (monotonic clocks shifted too: with FAKETIME_DONT_FAKE_MONOTONIC, Python's sleep fails EINVAL)
+        env = {**os.environ, "LD_PRELOAD": str(FAKETIME_LIB), "FAKETIME": f"{shift:+d}s"}
+        if not FAKETIME_LIB.exists():
+            pytest.fail(f"{FAKETIME_LIB} missing: install Debian's faketime package (make deps)")
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                POPULATE_UNDER_FAKETIME,
+                str(out),
+                str(tmp_path / f"s{trial}.json"),
+                dst.address,
+                src.address if with_source else "",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        t.trials += 1
+        said = p.stdout + p.stderr
+        keys = [it.key for it in items]
+        if shift == 0:
+            if p.returncode != 0:
+                t.lost += len(items)
+                t.note(f"trial {trial}: in sync, the populate failed: {said[-300:]!r}")
+                continue
+            src_end, dst_end = expiries(src, keys), expiries(dst, keys)
+            for k in keys:
+                if k not in dst_end:
+                    t.lost += 1
+                elif not expiry_within(src_end[k], dst_end[k]):
+                    t.corrupt += 1
+                    t.note(f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end")
+            continue
+        named = src.address if with_source else "127.0.0.1_"
+        offset = re.search(r"([+-]?\d+\.\d) s (behind|off)", said)
+        if p.returncode != 3 or named not in said or not offset or abs(float(offset[1])) < 590:
+            t.corrupt += 1
+            t.note(f"trial {trial}: not refused naming {named}, offset (rc {p.returncode}): {said[-400:]!r}")
+        stored = fetch_all(dst, keys)
+        if stored:
+            t.corrupt += len(stored)
+            t.note(f"trial {trial}: {len(stored)} items written before the refusal")
+    t.check()
+
+
+# --------------------------------------------------------------------------------------------------
+# The stream's --resume: the destinations' clocks kept in keys/STREAM
+
+
+def test_stream_resume_after_a_destination_clock_moved_is_refused(
+    dumper_bin: Path, memcached, memcached_binary: str, tmp_path: Path, tally
+) -> None:
+    """A stream stopped (kill -9) after some parts; the destination's clock then moves 5 s (a
+    paused VM, a clock step: more than the 1 s the TTLs may be off, less than a mid-stream look's
+    whole-second tolerance). `--resume` re-measures it against the clock keys/STREAM kept and refuses,
+    naming the node and both offsets; without the move it resumes and finishes."""
+    t = tally("stream: --resume after the destination's clock moved 5 s → refused, named; unmoved → resumed")
+    src: MemcachedServer = memcached(memory_mb=64)
+    load(src, [Item(b"r:%d" % i, b"v" * 50, 0, 3600) for i in range(3000)])
+    for trial in range(trials()):
+        for move in (True, False):
+            (tmp_path / f"j{trial}{move}").mkdir()
+            launcher, stamp = jumping_clock(tmp_path / f"j{trial}{move}")
+            dst = MemcachedServer(memory_mb=64, binary=memcached_binary, launcher=launcher).start()
+            try:
+                out = tmp_path / f"t{trial}{move}"
+                slow = ["--batch", "20", "--max-items-per-second", "1500", "--key-file-size", "8k"]
+                proc = subprocess.Popen(
+                    dump_cmd(dumper_bin, src, out, *slow, "--to", dst.address),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                streamed = out / "keys" / "STREAMED"
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and not (streamed.exists() and streamed.stat().st_size > 0):
+                    time.sleep(0.01)
+                proc.kill()
+                proc.wait()
+                if move:
+                    stamp.write_text("+5s\n")
+                r = run_dump(dumper_bin, src, out, "--resume", "--to", dst.address)
+                t.trials += 1
+                if move and (
+                    r.returncode == 0 or "clock moved" not in r.stderr or dst.address not in r.stderr
+                ):
+                    t.corrupt += 1
+                    t.note(f"trial {trial}: resumed past a 5 s move: rc {r.returncode}: {r.stderr[-300:]!r}")
+                if not move and r.returncode != 0:
+                    t.lost += 1
+                    t.note(f"trial {trial}: an unmoved resume failed: {r.stderr[-300:]!r}")
+            finally:
+                dst.stop()
     t.check()

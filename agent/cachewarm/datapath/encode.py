@@ -27,11 +27,14 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.placement import Placer
+
+if TYPE_CHECKING:
+    from cachewarm.datapath.populate.hostclock import SourceClock
 
 try:  # the encoding loop in C (setup.py builds it; optional: without it the Python loop runs)
     from cachewarm.datapath import _speedups
@@ -180,6 +183,13 @@ class FileJob:
     # Per node: its clock's offset from this host's in whole seconds (MetaConnection.clock_offset);
     # each T is moved onto that clock (format_v2.dest_expiry's rule). None = all 0.
     clock_offsets: tuple[int, ...] | None = None
+    # Per node: the lower bound of its clock against this host's, measured to a few ms by the loop
+    # (ServerClock.lo; None: not measured, the worker's own one-reading bound is used). The worker
+    # turns it into clock_offsets with the file header's expiry_fraction (worker.expiry_shifts).
+    clock_lows: tuple[float | None, ...] | None = None
+    # The source memcached's clock from this host (populate.hostclock.SourceClock), when known: each
+    # file's header is checked against it.
+    source_clock: SourceClock | None = None
 
 
 @dataclass

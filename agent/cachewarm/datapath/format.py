@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import re
 import struct
@@ -46,8 +47,13 @@ DATA_SUFFIX = ".cwd"
 NAME_RE = re.compile(r"^([A-Za-z0-9_.]{1,64})-([0-9]{8})-([0-9]{4})-([0-9a-f]{16})\.cwd$")
 NODE_RE = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
 
-# magic, version, header_len, part, dump_start_ms, chunk, first_key_index, node_len, reserved
-HEADER = struct.Struct("<8sHHIQQQH6s")
+# magic, version, header_len, part, dump_start_ms, chunk, first_key_index, node_len, clock_flags,
+# source_clock_ms (section 2.1; both zero in files of an older writer: their 6 bytes were reserved)
+HEADER = struct.Struct("<8sHHIQQQHHi")
+# clock_flags bit 0: source_clock_ms is set, and every exptime is the source's expiry on the dumper
+# host's clock rounded DOWN by `Header.expiry_fraction` seconds (never late). Clear: an exptime may be
+# up to 1 s late (the populator then sends it EXPIRY_MARGIN earlier).
+CLOCK_KNOWN = 1
 # magic, record_count, records_bytes, end_key_index, misses
 TRAILER = struct.Struct("<8sQQQQ")
 # value_len, flags, exptime, key_len (3 reserved bytes: zero when packed, skipped when read). The C
@@ -117,6 +123,18 @@ class Header:
     chunk: int
     first_key_index: int
     node: str
+    clock_flags: int = 0
+    # The source memcached's clock minus the dumper host's, ms, rounded up (when clock_flags says so).
+    source_clock_ms: int = 0
+
+    @property
+    def expiry_fraction(self) -> float | None:
+        """Seconds the records' exptimes were rounded down by (0 <= f < 1): the source's expiry on
+        the dumper host's clock is at least exptime + f. None: a file of an older dumper (an exptime
+        may be up to 1 s late)."""
+        if not self.clock_flags & CLOCK_KNOWN:
+            return None
+        return math.ceil(self.source_clock_ms / 1000) - self.source_clock_ms / 1000
 
 
 @dataclass(frozen=True)
@@ -173,7 +191,9 @@ def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Hea
         return f"size {size} < {HEADER_FIXED + TRAILER_LEN}"
     if len(buf) < HEADER_FIXED:
         return "short header read"
-    magic, version, header_len, part, start_ms, chunk, first, node_len, _ = HEADER.unpack_from(buf, 0)
+    magic, version, header_len, part, start_ms, chunk, first, node_len, cflags, cms = HEADER.unpack_from(
+        buf, 0
+    )
     if magic != MAGIC:
         return f"bad magic {bytes(magic)!r}"
     if version not in VERSIONS:
@@ -194,7 +214,7 @@ def _parse_header(buf: bytes | memoryview, name: DataFileName, size: int) -> Hea
         return f"chunk {chunk} != name's {name.chunk}"
     if part != name.part:
         return f"part {part} != name's {name.part}"
-    return Header(version, header_len, part, start_ms, chunk, first, node)
+    return Header(version, header_len, part, start_ms, chunk, first, node, cflags, cms)
 
 
 def _parse_trailer(buf: bytes | memoryview, header: Header, size: int) -> Trailer | str:

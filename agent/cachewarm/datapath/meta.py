@@ -63,6 +63,26 @@ class ServerIdentity:
         return self.pid == other.pid and abs(self.started - other.started) <= 2
 
 
+@dataclass(frozen=True)
+class ServerClock:
+    """A memcached's clock against this host's wall clock, bounded: its `stats time` at this host's
+    wall time w is floor(w + beta), lo <= beta <= hi (seconds; beta < 0: it lags). An absolute T there
+    ends at the wall moment T - beta. The dumper's twin is dumper-cpp/src/server_clock.h."""
+
+    lo: float
+    hi: float
+
+    def shift(self, fraction: float) -> int:
+        """Whole seconds to add to an exptime on this host's clock that was rounded down by
+        `fraction` (the data file header's expiry_fraction) for the latest T this server expires no
+        later than the item: floor(exptime + fraction + beta) - exptime, with beta's lower bound."""
+        return math.floor(fraction + self.lo)
+
+
+# How long measure_clock watches for a tick (memcached's clock advances once a second).
+CLOCK_WATCH_S = 1.2
+
+
 @dataclass
 class BatchCounts:
     sent: int = 0
@@ -104,6 +124,9 @@ class MetaConnection:
     # onto that clock. Rounded down because `stats time` lags the server's real time (whole seconds):
     # an expiry moved by it is never later, at most ~1 s earlier.
     clock_offset: int = 0
+    # The same reading's lower bound, unrounded: `stats time` minus this host's clock after it arrived
+    # (ServerClock.lo of a one-reading measurement).
+    clock_low: float = 0.0
 
     # ---- connection ------------------------------------------------------------------------------
 
@@ -175,9 +198,35 @@ class MetaConnection:
         try:
             ident = ServerIdentity(int(stats["pid"]), int(stats["time"]) - int(stats["uptime"]))
             self.clock_offset = math.floor(int(stats["time"]) - here)
+            self.clock_low = int(stats["time"]) - here
         except (KeyError, ValueError) as e:
             raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks pid/time/uptime") from e
         return ident
+
+    def measure_clock(self) -> ServerClock:
+        """The server's clock against this host's to a few ms: `stats time` read until it ticks,
+        bounded by the readings around the tick (ServerClock). One that does not tick within
+        CLOCK_WATCH_S keeps a one-reading bound (a second wide, still never wrong)."""
+
+        def read() -> int:
+            try:
+                return int(self.stats()["time"])
+            except (KeyError, ValueError) as e:
+                raise DestinationUnavailable(f"{self.host}:{self.port}: stats lacks time") from e
+
+        a0 = time.time()
+        first = last = read()
+        b0 = time.time()
+        clock = ServerClock(first - b0, first + 1 - a0)
+        while time.time() - b0 < CLOCK_WATCH_S:
+            time.sleep(0.002)
+            a = time.time()
+            now = read()
+            b = time.time()
+            if now != last:  # it ticked after the reading that began at a0, by the one that ended at b
+                return ServerClock(now - b, now - a0)
+            a0, last = a, now
+        return clock
 
     def version(self) -> str:
         self._send(b"version\r\n")

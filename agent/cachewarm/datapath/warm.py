@@ -410,6 +410,7 @@ def populate_config(
         should_abort=should_abort,
         pool=pool,
         probe_dir=probe_dir(cfg),
+        source=cfg.source,
         **cfg.accept,  # type: ignore[arg-type]
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.format import (
+    CLOCK_KNOWN,
     HEADER,
     HEADER_FIXED,
     MAGIC,
@@ -57,8 +58,11 @@ def encode_file(
     first_key_index: int = 0,
     misses: int = 0,
     version: int = VERSION_2,
+    source_clock_ms: int | None = None,
 ) -> bytes:
-    """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1)."""
+    """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1).
+    `source_clock_ms`: None = the header says nothing of the exptimes' clock (an older dumper's: they
+    may be up to 1 s late); else section 2.1's source_clock_ms (0: they are exact on this host's clock)."""
     if not NODE_RE.match(node):
         raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
     if version not in VERSIONS:
@@ -85,7 +89,8 @@ def encode_file(
         chunk,
         first_key_index,
         len(node_b),
-        b"\0" * 6,
+        0 if source_clock_ms is None else CLOCK_KNOWN,
+        source_clock_ms or 0,
     )
     end_key_index = first_key_index + len(body) + misses
     trailer = TRAILER.pack(TRAILER_MAGIC, len(body), rbytes, end_key_index, misses)
@@ -126,6 +131,9 @@ class DirWriter:
     node: str = "test_11211"
     dump_start_ms: int = 0
     version: int = VERSION_2
+    # The header's source_clock_ms (encode_file): 0 = the records' exptimes are exact on this host's
+    # clock (as the tests write them); None = say nothing, as an older dumper did.
+    source_clock_ms: int | None = 0
     published: list[PublishedFile] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -135,7 +143,14 @@ class DirWriter:
     def encode(self, chunk: int, part: int, records: Iterable[Record], misses: int = 0) -> tuple[str, bytes]:
         """The final name and bytes of a file, without publishing it (for fault injection)."""
         data = encode_file(
-            self.node, chunk, part, records, self.dump_start_ms, misses=misses, version=self.version
+            self.node,
+            chunk,
+            part,
+            records,
+            self.dump_start_ms,
+            misses=misses,
+            version=self.version,
+            source_clock_ms=self.source_clock_ms,
         )
         return name_for(self.node, chunk, part, data).name, data
 

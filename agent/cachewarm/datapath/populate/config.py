@@ -132,6 +132,9 @@ class PopulateConfig:
     # `warm`'s target check: each applied file's lookups, per destination, are kept here
     # (datapath/presence.py), so the check neither reads nor routes the files again. None: not kept.
     probe_dir: Path | None = None
+    # The memcached the dump was made from, when known (a warm): its clock, measured from this host,
+    # checks that this host's clock agrees with the dumper host's (hostclock.py).
+    source: Node | None = None
 
     @property
     def routing(self) -> Routing:

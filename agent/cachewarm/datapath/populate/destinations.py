@@ -7,18 +7,28 @@ evicted since the populate began (evictions mean the warm is not complete)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import tenacity
 
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, retry_while_unavailable
+from cachewarm.datapath.meta import (
+    DestinationUnavailable,
+    MetaConnection,
+    ServerClock,
+    retry_while_unavailable,
+)
 from cachewarm.datapath.populate.config import DestinationUnreachable
 
 # The meta protocol (every write of ours) is memcached 1.6's.
 MIN_VERSION = (1, 6, 0)
+# Seconds between measurements of one server's clock: memcached's 1-s timer is re-armed after each
+# tick, so its phase slips (tens of ms in seconds on a loaded host), and past a second it jumps.
+CLOCK_REMEASURE_S = 30.0
 # Seconds one look may take (connect included): a silent host is reported as such within seconds,
 # then retried with backoff until the destination timeout.
 PROBE_TIMEOUT_S = 5.0
@@ -93,6 +103,10 @@ class DestinationProbe:
     # Told (address, why, seconds waited so far) before each retry while a destination is unavailable.
     on_wait: Callable[[str, str, float], None] | None = None
     _evictions: dict[str, int] = field(default_factory=dict)
+    # Per (address, identity): that server's clock against this host's (measure_clock), measured
+    # once per server lifetime: every T sent to it is moved by it (ServerClock.shift).
+    clocks: dict[tuple[str, tuple[int, int]], ServerClock] = field(default_factory=dict)
+    _measured_at: dict[tuple[str, tuple[int, int]], float] = field(default_factory=dict)
 
     @property
     def evictions(self) -> int:
@@ -133,7 +147,43 @@ class DestinationProbe:
             else:  # restarted: its counter began at 0, what it evicted before is gone with it
                 self.evictions_base[n.address] = (info.pid, 0)
                 self._evictions[n.address] = info.evictions
+        self._measure_clocks(seen)
         return seen
+
+    def _measure_clocks(self, seen: dict[str, tuple[int, int]]) -> None:
+        """Each server not measured in CLOCK_REMEASURE_S, all at once (each watch takes up to a second)."""
+        now = time.monotonic()
+        todo = [
+            n
+            for n in self.nodes
+            if now - self._measured_at.get((n.address, seen[n.address]), -CLOCK_REMEASURE_S)
+            >= CLOCK_REMEASURE_S
+        ]
+        if not todo:
+            return
+
+        def measure(n: Node) -> ServerClock:
+            with MetaConnection(n.connect_host, n.port, PROBE_TIMEOUT_S) as c:
+                return c.measure_clock()
+
+        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+            for n, clock in zip(todo, pool.map(measure, todo), strict=True):
+                self.clocks[(n.address, seen[n.address])] = clock
+                self._measured_at[(n.address, seen[n.address])] = now
+
+    def clock_items(self) -> list[tuple[tuple[str, tuple[int, int]], float]]:
+        """((address, identity), lower bound of its clock against this host's) of each server measured."""
+        return [(k, c.lo) for k, c in self.clocks.items()]
+
+    def clock_lows(self) -> tuple[float | None, ...]:
+        """Per node (in order): the lower bound of its current server's clock against this host's
+        (ServerClock.lo), None when not measured."""
+        out: list[float | None] = []
+        for n in self.nodes:
+            info = self.info.get(n.address)
+            clock = self.clocks.get((n.address, info.identity)) if info else None
+            out.append(None if clock is None else clock.lo)
+        return tuple(out)
 
     def _waiting(self, address: str) -> Callable[[tenacity.RetryCallState], None]:
         def tell(state: tenacity.RetryCallState) -> None:

@@ -34,6 +34,7 @@ from cachewarm.datapath.encode import FileJob
 from cachewarm.datapath.ketama import Node, resolve_nodes
 from cachewarm.datapath.meta import ServerIdentity
 from cachewarm.datapath.pool import process_pool
+from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import (
     DestinationUnreachable,
     DumpDataError,
@@ -53,7 +54,13 @@ from cachewarm.datapath.populate.report import (
     summarize,
 )
 from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, PopulateState, StartedJournal
-from cachewarm.datapath.populate.worker import DEST_ERROR, DEST_UNAVAILABLE, FileOutcome, apply_file
+from cachewarm.datapath.populate.worker import (
+    DEST_ERROR,
+    DEST_UNAVAILABLE,
+    HOST_CLOCK,
+    FileOutcome,
+    apply_file,
+)
 from cachewarm.datapath.remount import RemountError
 
 # Two whole-second readings of one destination's clock offset differ by up to 1 (rounding) and ~1
@@ -77,6 +84,8 @@ class Populator:
     # (address, server identity) -> its clock offset when first seen (_check_clocks).
     _clock_base: dict[tuple[str, tuple[int, int] | None], int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
+    # The source memcached's clock from this host (config.source, when reached): hostclock.check.
+    _source_clock: hostclock.SourceClock | None = field(init=False, default=None)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
     _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
@@ -173,6 +182,18 @@ class Populator:
                     "expire that much off their TTL; warm it again"
                 )
 
+    def _clocks_detail(self) -> str:
+        """Each destination's clock against this host's (and the source's, when measured)."""
+        parts = [f"{a} {lo:+.3f} s" for (a, _), lo in self._destinations.clock_items()]
+        s = self._source_clock
+        if s is not None:
+            parts.append(f"source {s.address} {s.clock.lo:+.3f} s")
+        elif self.config.source is not None:
+            parts.append(
+                f"source {self.config.source.address} not reached: the hosts' clocks are assumed to agree"
+            )
+        return "clocks against this host's: " + ", ".join(parts)
+
     def _probe_destinations(self) -> None:
         """Look at each destination (with backoff): did one restart, does each still evict, did one
         evict items."""
@@ -199,7 +220,13 @@ class Populator:
         redo = self.state.redo.get(name) if name in self.state.consumed else None
         only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
         # A file that may have been started before resends with tagged sets (worker._ours).
-        return FileJob(self._destinations.budgets(), only, tagged=started_before)
+        return FileJob(
+            self._destinations.budgets(),
+            only,
+            tagged=started_before,
+            clock_lows=self._destinations.clock_lows(),
+            source_clock=self._source_clock,
+        )
 
     def _scan(self) -> tuple[dict[str, df.DataFileName], bool]:
         names: dict[str, df.DataFileName] = {}
@@ -263,12 +290,14 @@ class Populator:
             self.nodes, c.destination_timeout, self.state.evictions_base, on_wait=self._waiting
         )
         self._probe_destinations()
+        self._source_clock = hostclock.measure_source(c.source) if c.source is not None else None
         self._save(force=True)
         params = replace(c.worker_params(), nodes=tuple(self.nodes))
         bad_since: dict[str, float] = {}
         last_new = time.monotonic()
         seen_any: set[str] = set()
         self._emit("start", detail=f"{c.source_dir} -> {','.join(n.address for n in c.destinations)}")
+        self._emit("clocks", detail=self._clocks_detail())
         # A real remount needs every file closed; a plain directory lets files stream through.
         quiesce = bool(getattr(c.remounter, "quiesce", True))
         inflight: dict[Future[FileOutcome], str] = {}
@@ -449,6 +478,8 @@ class Populator:
             return True
         if not out.sent:
             self._journal.forget(out.name)
+        if out.status == HOST_CLOCK:
+            raise PopulateError(f"{out.name}: {out.reason}")
         if out.status in (DEST_ERROR, DEST_UNAVAILABLE):
             self._save(force=True)
             error = DestinationUnreachable if out.status == DEST_UNAVAILABLE else PopulateError

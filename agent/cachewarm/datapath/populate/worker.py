@@ -12,6 +12,7 @@ soon, and the dump's next files reuse that memory instead of growing the cache (
 from __future__ import annotations
 
 import contextlib
+import math
 import mmap
 import os
 import time
@@ -29,6 +30,7 @@ from cachewarm.datapath.meta import (
     MetaConnection,
     retry_while_unavailable,
 )
+from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import plan
 from cachewarm.datapath.populate.ratelimit import RateLimiter
@@ -37,6 +39,8 @@ from cachewarm.datapath.populate.state import NodeCounts
 from cachewarm.datapath.presence import save_probes
 
 DEST_ERROR = "dest_error"
+# This host's clock disagrees with the dumper host's: the expiries cannot be kept (hostclock.py).
+HOST_CLOCK = "host_clock"
 # The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
 DEST_UNAVAILABLE = "dest_unavailable"
 
@@ -110,6 +114,30 @@ def _write_binary(
     return [offsets[n] for n in res.not_stored], res.errors, first
 
 
+def expiry_shifts(
+    header: df.Header, job: FileJob, conns: dict[int, MetaConnection], n: int
+) -> tuple[int, ...]:
+    """Per node: what is added to a record's exptime less EXPIRY_MARGIN (the encoders' T) to give
+    the T its destination ends the item at: never after the source did, at most ~1 s before
+    (docs/reliability.md "How a TTL is carried"). The clock is the loop's measurement (to a few ms)
+    unless this connection's own reading says it moved since (then the lower of the two bounds)."""
+    frac = header.expiry_fraction
+    out = []
+    for i in range(n):
+        c = conns.get(i)
+        if c is None:
+            out.append(0)
+            continue
+        lo = c.clock_low
+        if job.clock_lows and job.clock_lows[i] is not None:
+            lo = min(job.clock_lows[i], c.clock_low + 1)  # β < one reading's bound + 1 s
+        if frac is None:  # an older dumper's file: its exptime may be 1 s late (EXPIRY_MARGIN)
+            out.append(math.floor(lo))
+        else:
+            out.append(math.floor(frac + lo) + EXPIRY_MARGIN)
+    return tuple(out)
+
+
 @dataclass
 class NodeShare:
     """What the walk set aside for one destination (record offsets), and how many it found expired."""
@@ -127,6 +155,7 @@ def _account(
     totals: dict[int, BatchCounts],
     shares: dict[int, NodeShare],
     out: FileOutcome,
+    shifts: tuple[int, ...],
 ) -> None:
     """After the meta sets: the binary-protocol records, what became of every item per destination,
     the file's status."""
@@ -150,7 +179,7 @@ def _account(
                 data,
                 version,
                 share.long_keys,
-                c.clock_offset,
+                shifts[i],
             )
         first_error = first_error or b_first
         errors += t.errors + b_errors
@@ -202,7 +231,7 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
     # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
     try:
-        offsets = tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes)))
+        offsets = expiry_shifts(verdict.header, job, conns, len(nodes))
         try:
             batches = encode_file(verdict, params, replace(job, clock_offsets=offsets), ring, stats)
         except df.CorruptRecord as e:
@@ -221,7 +250,7 @@ def write_records(verdict: df.Verdict, params: WorkerParams, job: FileJob, out: 
             raise AssertionError(f"record check failed after sending began: {e}") from e
         totals = {i: c.flush() for i, c in conns.items()}
         shares = {i: NodeShare(stats.expired[i], stats.oversize[i], stats.long_keys[i]) for i in conns}
-        _account(verdict, params, job, conns, totals, shares, out)
+        _account(verdict, params, job, conns, totals, shares, out, offsets)
     finally:
         for c in conns.values():
             c.close()
@@ -236,6 +265,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
+    shifts = expiry_shifts(verdict.header, job, conns, len(nodes))
     try:
         try:
             p = plan(
@@ -250,7 +280,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 params.routing.ring(nodes),
                 job.only_nodes,
                 params.use_speedups,
-                tuple(conns[i].clock_offset if i in conns else 0 for i in range(len(nodes))),
+                shifts,
                 probes=params.probe_dir is not None,
             )
             df.check_record_count(verdict.header, verdict.trailer, p.records)
@@ -269,7 +299,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
             params.use_speedups,
         )
         shares = {i: NodeShare(p.nodes[i].expired, p.nodes[i].oversize, p.nodes[i].binary) for i in conns}
-        _account(verdict, params, job, conns, totals, shares, out)
+        _account(verdict, params, job, conns, totals, shares, out, shifts)
         if params.probe_dir is not None and out.status == "ok":
             binary = {
                 i: [df.record_at(verdict.data, at, df.VERSION_2).key for at in p.nodes[i].binary]
@@ -340,6 +370,9 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
         out.bytes = len(data)
         assert verdict.header is not None
         out.version = verdict.header.version
+        if (why := hostclock.check(verdict.header, job.source_clock)) is not None:
+            out.status, out.reason = HOST_CLOCK, why
+            return out
         write = write_records_v2 if verdict.header.version == df.VERSION_2 else write_records
         try:
             for attempt in retry_while_unavailable(params.destination_timeout):

@@ -1,0 +1,79 @@
+// A memcached's clock against this host's wall clock, to a few milliseconds (issue 21).
+//
+// memcached's `stats time` is `process_started + current_time`: a whole second that advances on a
+// 1-s timer, behind the wall clock by up to ~2 s depending on when the process started. As a model:
+// the server's time at this host's wall time w is floor(w + beta), for a real `beta` (negative: it
+// lags). An absolute expiry T on that server ends at the wall moment T - beta; `mg t` returns its
+// end minus floor(w + beta). One `stats time` reading bounds beta only to a second; watching the
+// value tick (polling until it changes) bounds it to the polling round trip. TTLs are carried with
+// that bound (docs/data-format.md section 2.1 and docs/reliability.md "How a TTL is carried").
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "net.h"
+#include "status.h"
+
+namespace cachewarm {
+
+struct ServerClock {
+  // beta in [lo, hi] (seconds): the server's clock minus this host's wall clock.
+  double lo = 0, hi = 0;
+  // The server's `stats time` at this host's wall time w, never more than the true one.
+  int64_t TimeAtMost(double w) const { return int64_t(std::floor(w + lo)); }
+  // Whole seconds a server time is moved back to become one on this host's clock that is never
+  // later: ceil(hi). The records carry hi in ms (header source_clock_ms): their reader recovers the
+  // fraction this rounding dropped (ceil(hi) - hi) and gives it back.
+  int64_t WholeAhead() const { return int64_t(std::ceil(double(MillisAtLeast()) / 1000.0)); }
+  // hi in whole ms, rounded up (what the data file header and the DONE manifest record).
+  int64_t MillisAtLeast() const { return int64_t(std::ceil(hi * 1000.0)); }
+  // The fraction of a second the records' expiries were rounded down by (0 <= f < 1).
+  double DroppedFraction() const { return double(WholeAhead()) - double(MillisAtLeast()) / 1000.0; }
+};
+
+// This host's wall clock, seconds.
+double WallNow();
+// Reads `stats time` until it ticks (at most ~1.2 s) and bounds beta by the readings around the
+// tick. A server whose clock does not tick in that time gets the one-reading bound (a second wide).
+Status MeasureClock(Conn* c, ServerClock* out);
+
+}  // namespace cachewarm
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace cachewarm {
+
+// The source's clock, measured again every `interval_s` on a connection of its own: memcached's 1-s
+// timer is re-armed after each tick, so its phase slips (measured on a loaded 2-core host: 70 ms in a
+// few seconds), and after a slip past the second its clock jumps a second ahead. Each data file (and
+// the stream's part) takes the clock current when it opens and keeps it (its header says which).
+class ClockKeeper {
+ public:
+  ClockKeeper() = default;
+  ~ClockKeeper() { Stop(); }
+  ClockKeeper(const ClockKeeper&) = delete;
+  ClockKeeper& operator=(const ClockKeeper&) = delete;
+  void Set(const ServerClock& c) {
+    std::lock_guard<std::mutex> l(mu_);
+    clock_ = c;
+  }
+  ServerClock Get() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return clock_;
+  }
+  // Starts re-measuring host:port; a failed look keeps the last clock (the dump notices a lost source).
+  void Start(const std::string& host, int port, double interval_s);
+  void Stop();
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  ServerClock clock_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cachewarm
