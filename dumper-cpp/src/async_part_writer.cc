@@ -110,6 +110,11 @@ void AsyncPartWriter::WhenDurable(std::function<void()> fn) {
   if (!Push(std::move(op)).ok()) return;  // failed: the dump is aborted (on_error ran)
 }
 
+void AsyncPartWriter::SetSourceClockMs(int64_t ms) {
+  PartWriter* inner = inner_.get();
+  WhenDurable([inner, ms] { inner->SetSourceClockMs(ms); });
+}
+
 void AsyncPartWriter::Abandon() {
   (void)Flush();
   {

@@ -45,6 +45,9 @@ class AsyncPartWriter : public PartWriter {
   Status FinishThen(uint64_t end_key_index, uint64_t misses, std::function<Status(const PublishedFile&)> before_publish,
                     std::function<void(const PublishedFile&)> after_publish) override;
   void WhenDurable(std::function<void()> fn) override;
+  // Queued like the rest (the inner writer is the writer thread's): it applies to the parts opened
+  // after it, as it would without the thread.
+  void SetSourceClockMs(int64_t ms) override;
   // Waits until everything queued is done, then drops the open part (if any).
   void Abandon() override;
   uint64_t file_bytes() const override { return bytes_; }

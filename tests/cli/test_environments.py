@@ -64,7 +64,9 @@ def test_warm_whose_output_reader_leaves_early_still_warms_everything(
     proc.stdout.close()  # `head -1` exits
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0, err
-    assert json.loads(first)["event"] == "start"
+    # One whole JSON event (which one depends on timing: a small dump may end before the populator
+    # has measured the destinations' clocks and said `start`).
+    assert json.loads(first)["event"] in {"start", "clocks", "dump_progress", "dump_done"}
     assert "Traceback" not in err, err
     assert "reader of standard output went away" in err
     assert curr_items(dst) == N
