@@ -22,8 +22,14 @@ SLOW = [
 ]
 
 
-def _kill_after(cmd: list[str], delay: float) -> int:
+def _kill_after(cmd: list[str], delay: float, began: Path | None = None) -> int:
+    """kill -9 `delay` s after the start — or, given `began` (keys/META), after the dump began: the
+    dumper first measures the source's clock (up to ~1.2 s), so a fixed delay could land before it."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if began is not None:
+        deadline = time.monotonic() + 30
+        while not began.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
     time.sleep(delay)
     proc.send_signal(signal.SIGKILL)
     return proc.wait()
@@ -37,8 +43,9 @@ def test_kill9_then_resume_dumps_every_item_exactly_once(
     srv = memcached()
     load_numbered(srv, N_ITEMS, value_size=64)
     out = tmp_path / "o"
-    # First run killed at a random moment; trial 4 is killed twice (the resumed run too).
-    _kill_after(dump_cmd(dumper_bin, srv, out, *SLOW), rng.uniform(0.0, 2.0))
+    # First run killed at a random moment of its dump (counted from keys/META: the clock measurement
+    # before it takes up to ~1.2 s); trial 4 is killed twice (the resumed run too).
+    _kill_after(dump_cmd(dumper_bin, srv, out, *SLOW), rng.uniform(0.0, 1.5), out / "keys" / "META")
     if trial == 4:
         _kill_after(dump_cmd(dumper_bin, srv, out, "--resume", *SLOW), rng.uniform(0.0, 0.6))
     if not (out / "keys" / "META").exists():
@@ -65,7 +72,7 @@ def test_resume_refuses_a_restarted_source(dumper_bin: Path, memcached, tmp_path
     srv = memcached()
     load_numbered(srv, N_ITEMS, value_size=64)
     out = tmp_path / "o"
-    _kill_after(dump_cmd(dumper_bin, srv, out, *SLOW), 0.8)
+    _kill_after(dump_cmd(dumper_bin, srv, out, *SLOW), 0.3, out / "keys" / "META")
     assert not (out / "DONE").exists()
     srv.restart()
     load_numbered(srv, N_ITEMS, value_size=64)
@@ -85,7 +92,7 @@ def test_a_resumed_dump_keeps_its_data_format(dumper_bin: Path, memcached, tmp_p
     srv = memcached()
     load_numbered(srv, N_ITEMS, value_size=64)
     out = tmp_path / "o"
-    _kill_after(dump_cmd(dumper_bin, srv, out, "--format", str(fmt), *SLOW), 0.8)
+    _kill_after(dump_cmd(dumper_bin, srv, out, "--format", str(fmt), *SLOW), 0.3, out / "keys" / "META")
     if not (out / "keys" / "META").exists():
         pytest.skip("killed before the dump had started")
     other = run_dump(dumper_bin, srv, out, "--resume", "--format", str(3 - fmt))
