@@ -208,7 +208,7 @@ _AGENT_FLAGS = [
         "--device",
         default=None,
         type=Matching(inputs.DEVICE),
-        help="Block device of the volume (required but with --to-s3 / --from-s3: docs/transport-s3.md).",
+        help="Block device of the volume (required but with --to-s3 / --from-s3, where the default, none, means --mount is a plain directory: docs/transport-s3.md).",
     ),
     click.option("--mount", required=True, type=Matching(inputs.AGENT_MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
@@ -385,7 +385,8 @@ def agent_group() -> None:
     default=None,
     callback=_s3_url(inputs.S3_TRANSPORT_URL, lambda v: S3Location.parse(v) and v),
     help="S3 as the transport: upload the dump to s3://BUCKET/PREFIX/<node-id>/ as it is written, DONE "
-    "last (no freeze/thaw; --device optional: without it --mount is a plain directory).",
+    "last (no freeze/thaw; --device optional: without it --mount is a plain directory). Default: the "
+    "volume transport (the dump stays on --device).",
 )
 @_S3_REGION_OPTION
 @click.option(
@@ -505,7 +506,8 @@ def dump_cmd(
     default=None,
     callback=_s3_url(inputs.S3_NODE_URL, lambda v: v),
     help="S3 as the transport: read s3://BUCKET/PREFIX/<node-id> (the source node's objects; it ends "
-    "in --node-id) with parallel range GETs into --mount/dump, a plain directory (no --device).",
+    "in --node-id) with parallel range GETs into --mount/dump, a plain directory (no --device). "
+    "Default: the volume transport (read --device).",
 )
 @_S3_REGION_OPTION
 def populate_cmd(
