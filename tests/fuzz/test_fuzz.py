@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -65,13 +66,24 @@ def fuzz_build() -> Path:
 
 def _run(cmd: list[str], budget: int, artifacts: Path) -> None:
     artifacts.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(
-        [*cmd, f"-max_total_time={budget}", *limits(), f"-artifact_prefix={artifacts}/"],
-        capture_output=True,
+    # Through `sh … & wait`: a process forked from pytest inherits pytest's peak RSS in its own
+    # ru_maxrss (Linux folds the old mm's high-water mark in at exec), which libFuzzer's -rss_limit_mb
+    # reads — a 1.3 GB test session made every fuzzer "run out of memory" at its first input. A
+    # background job of a small shell starts with a fresh account; `wait $!` passes on its status.
+    argv = [*cmd, f"-max_total_time={budget}", *limits(), f"-artifact_prefix={artifacts}/"]
+    with subprocess.Popen(
+        ["sh", "-c", '"$@" & wait $!', "sh", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=budget + 120,
-        check=False,
-    )
+        start_new_session=True,
+    ) as p:
+        try:
+            out, err = p.communicate(timeout=budget + 120)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+    r = subprocess.CompletedProcess(argv, p.returncode, out, err)
     tail = "\n".join(r.stderr.splitlines()[-40:])
     assert r.returncode == 0, f"fuzzer found a problem (artifacts in {artifacts}):\n{tail}"
     assert "Done" in r.stderr, tail
