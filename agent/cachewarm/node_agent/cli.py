@@ -208,7 +208,8 @@ _AGENT_FLAGS = [
         "--device",
         default=None,
         type=Matching(inputs.DEVICE),
-        help="Block device of the volume (required but with --to-s3 / --from-s3, where the default, none, means --mount is a plain directory: docs/transport-s3.md).",
+        help="Block device of the volume (required but with --to-s3 / --from-s3, where the default, none, "
+        "means --mount is a plain directory: docs/transport-s3.md).",
     ),
     click.option("--mount", required=True, type=Matching(inputs.AGENT_MOUNT), help="Mount point."),
     STATUS_BUCKET_OPTION,
