@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
@@ -30,6 +30,9 @@ DEFAULT_PUBLISH_INTERVAL_S = 1.0
 DEFAULT_READER_POLL_S = 0.1
 # A freeze that stalls the dumper's writes longer than this is logged.
 SLOW_FREEZE_S = 1.0
+
+if TYPE_CHECKING:
+    from cachewarm.datapath.populate import PopulateConfig
 
 
 def find_dumper(explicit: str | None) -> str:
@@ -274,6 +277,26 @@ def progress_from_populator(p: Any) -> Progress:
     return Progress(items=int(p.items), bytes=int(p.bytes), files=int(p.files_consumed), keys_listed=0)
 
 
+def populate_config(
+    job: PopulateJob, destinations: Sequence[Node], placement: PlacementSpec | None, **transport: Any
+) -> PopulateConfig:
+    """The populator's settings from the agent's job: one place for the volume and the S3 transport,
+    which add only how files arrive (`transport`: a remounter, or should_abort/idle_timeout)."""
+    from cachewarm.datapath.populate import PopulateConfig
+
+    return PopulateConfig(
+        source_dir=job.source_dir,
+        destinations=destinations,
+        state_file=job.state_file,
+        mode=job.mode,
+        max_items_per_second=job.max_items_per_second,
+        max_bytes_per_second=job.max_bytes_per_second,
+        placement=placement,
+        poll_interval=job.poll_s,
+        **transport,
+    )
+
+
 def run_populate(
     job: PopulateJob,
     status: StatusPublisher,
@@ -282,7 +305,7 @@ def run_populate(
 ) -> Any:
     """Mount read-only, wait for the dump directory, run the populator loop to DONE."""
     from cachewarm.datapath.ketama import parse_nodes
-    from cachewarm.datapath.populate import PopulateConfig, PopulateError, populate
+    from cachewarm.datapath.populate import PopulateError, populate
     from cachewarm.datapath.remount import CommandRemounter
 
     vol = job.volume
@@ -307,15 +330,10 @@ def run_populate(
         raise AgentError(ExitCode.USAGE, f"--to {job.destinations!r}: {e}") from e
     placement = placement_spec(job.placement, destinations)
     job.state_file.parent.mkdir(parents=True, exist_ok=True)
-    config = PopulateConfig(
-        source_dir=job.source_dir,
-        destinations=destinations,
-        state_file=job.state_file,
-        mode=job.mode,
-        max_items_per_second=job.max_items_per_second,
-        max_bytes_per_second=job.max_bytes_per_second,
-        placement=placement,
-        poll_interval=job.poll_s,
+    config = populate_config(
+        job,
+        destinations,
+        placement,
         remounter=CommandRemounter(
             vol.device, str(vol.mount), mount_cmd=vol.reader_mount_template, runner=_raising(vol.runner)
         ),

@@ -38,6 +38,7 @@ from cachewarm.node_agent.jobs import (
     PopulateJob,
     manifest_progress,
     placement_spec,
+    populate_config,
     progress_from_populator,
     progress_of,
 )
@@ -188,7 +189,7 @@ def run_populate_from_s3(
 ) -> Any:
     """Download the node's objects into `<mount>/dump` while the populator loop applies them."""
     from cachewarm.datapath.ketama import parse_nodes
-    from cachewarm.datapath.populate import PopulateConfig, PopulateError, populate
+    from cachewarm.datapath.populate import PopulateError, populate
     from cachewarm.exitcodes import code_of
 
     job = s3job.job
@@ -224,17 +225,8 @@ def run_populate_from_s3(
     def should_abort() -> str | None:
         return f"the S3 download from {where} failed: {failure[0]}" if failure else None
 
-    config = PopulateConfig(
-        source_dir=staging,
-        destinations=destinations,
-        state_file=job.state_file,
-        mode=job.mode,
-        max_items_per_second=job.max_items_per_second,
-        max_bytes_per_second=job.max_bytes_per_second,
-        placement=placement,
-        poll_interval=job.poll_s,
-        should_abort=should_abort,
-        idle_timeout=job.source_timeout_s,
+    config = populate_config(
+        job, destinations, placement, should_abort=should_abort, idle_timeout=job.source_timeout_s
     )
     fn = populate_fn or populate
     thread = threading.Thread(target=download, name="s3-download", daemon=True)
