@@ -50,6 +50,11 @@ class CrawlReader {
   // hash table is being expanded). Only before any key; busy_line() is what it answered.
   bool busy() const { return busy_; }
   const std::string& busy_line() const { return busy_line_; }
+  // Busy without asking the server (its `stats` said a crawl is running); done() from now on.
+  void SetBusy(const std::string& line) {
+    busy_ = done_ = true;
+    busy_line_ = line;
+  }
   // The server does not know the crawl mode ("BADCLASS ...": a memcached without `metadump hash`
   // reads "hash" as a slab class id). Feed returned a server error naming the line.
   bool unsupported_mode() const { return unsupported_mode_; }

@@ -51,10 +51,19 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back) {
     // The socket is read on the stream's own thread; this thread parses and writes key lists.
     // Waiting for the first byte is waiting for the crawler too (see CrawlStream): as long as for BUSY.
     const int first_byte_ms = int(std::max<double>(kIoTimeoutMs, o_.crawl_busy_timeout_s * 1000));
-    CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
-    CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
     CrawlReader reader(fn, CrawlReader::WithLastAccess());
     reader.set_listing_cas(cas_);
+    // Never queue a crawl request behind a running crawl: memcached's worker thread then waits on the
+    // crawler's lock, and a hash table expansion starting meanwhile (it pauses every worker while
+    // holding that lock) deadlocks the whole server (memcached 1.6.18 to 1.6.45; a source that grows
+    // past 1.5 items per bucket does this). Ask `stats` first; a crawl that starts in between is the
+    // only window left.
+    std::string running;
+    CW_RETURN_IF_ERROR(CrawlerRunning(&running));
+    if (!running.empty()) reader.SetBusy(running);
+    CrawlStream stream(size_t(o_.crawl_buffer), o_.spill_dir, first_byte_ms);
+    if (running.empty())
+      CW_RETURN_IF_ERROR(stream.Start(o_.host, o_.port, "lru_crawler metadump " + mode + "\r\n"));
     Status s;
     while (s.ok() && !reader.done()) {
       if (queue_->aborted()) {
@@ -100,7 +109,7 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back) {
                             "own background crawler, which runs after bulk loads); try again later or raise "
                             "--crawl-busy-timeout");
     const int64_t wait = std::min<int64_t>(wait_ms, int64_t((o_.crawl_busy_timeout_s - waited) * 1000) + 1);
-    std::fprintf(stderr, "cachewarm-dump: lru_crawler metadump %s answered '%s' (another crawl is running); "
+    std::fprintf(stderr, "cachewarm-dump: lru_crawler metadump %s: '%s' (another crawl is running); "
                          "retrying in %.1f s\n", mode.c_str(), reader.busy_line().c_str(), double(wait) / 1000);
     stats_.busy_retries++;
     const auto tw = std::chrono::steady_clock::now();
@@ -112,6 +121,19 @@ Status KeyCrawl::Metadump(const CrawlReader::KeyLaFn& fn, bool* fell_back) {
     stats_.busy_wait_s += Since(tw);
     wait_ms = std::min(wait_ms * 2, kBusyMaxWaitMs);
   }
+}
+
+Status KeyCrawl::CrawlerRunning(std::string* busy_line) {
+  busy_line->clear();
+  if (!stats_conn_.connected()) CW_RETURN_IF_ERROR(stats_conn_.Connect(o_.host, o_.port, kConnectTimeoutMs));
+  ServerStats st;
+  Status s = GetStats(&stats_conn_, &st);
+  if (!s.ok()) {
+    stats_conn_.Close();
+    return s;
+  }
+  if (st.lru_crawler_running == 1) *busy_line = "BUSY (stats: lru_crawler_running 1)";
+  return Status::OK();
 }
 
 Status KeyCrawl::FirstByRecency(bool* fell_back) {

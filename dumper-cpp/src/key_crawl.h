@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "crawler.h"
 #include "env.h"
+#include "net.h"
 #include "options.h"
 #include "progress.h"
 #include "status.h"
@@ -53,6 +54,8 @@ class KeyCrawl {
   // --order recency: the hash crawl into recency tiers, then the key lists hottest first
   // (recency.h). *fell_back as for Metadump (nothing listed).
   Status FirstByRecency(bool* fell_back);
+  // *busy_line non-empty when `stats` says a crawl holds the crawler now (then no request is sent).
+  Status CrawlerRunning(std::string* busy_line);
   // Publishes a key list: recorded in the checkpoint, queued for the workers.
   void Published(uint64_t chunk, uint64_t keys);
 
@@ -65,6 +68,7 @@ class KeyCrawl {
   uint64_t expected_keys_ = 0;
   ListingCas* cas_ = nullptr;
   CrawlStats stats_;
+  Conn stats_conn_;  // for CrawlerRunning, kept across retries
 };
 
 }  // namespace cachewarm

@@ -149,6 +149,8 @@ Status GetStats(Conn* c, ServerStats* out) {
       out->time = std::atoll(val.c_str());
     } else if (name == "curr_items") {
       out->curr_items = std::atoll(val.c_str());
+    } else if (name == "lru_crawler_running") {
+      out->lru_crawler_running = std::atoll(val.c_str());
     } else if (name == "version") {
       out->version = val;
     } else if (name == "conn_yields") {

@@ -24,6 +24,7 @@ class Conn {
   Status Connect(const std::string& host, int port, int timeout_ms);
   void Close();
   int fd() const { return fd_; }
+  bool connected() const { return fd_ >= 0; }
   const std::string& peer() const { return peer_; }
   // Blocking send of all bytes (poll for writability, timeout_ms per wait).
   Status SendAll(const Slice& data, int timeout_ms);
@@ -48,6 +49,8 @@ struct ServerStats {
   // server's CPU seconds. -1: not reported.
   int64_t conn_yields = -1;
   double rusage_s = -1;
+  // 1 while a crawl (another client's, or memcached's own autoexpire) holds the crawler; -1: not reported.
+  int64_t lru_crawler_running = -1;
   std::string version;
   // This host's wall clock when the answer arrived (seconds).
   double received = 0;

@@ -112,10 +112,12 @@ def test_lru_crawl_under_touches_lists_every_item_once(dumper_bin: Path, memcach
 
 
 def test_crawler_busy_with_another_client_is_waited_for(dumper_bin: Path, memcached, tmp_path: Path) -> None:
-    """Another client's `lru_crawler metadump` that it does not read keeps the crawler busy. memcached
-    then answers a new crawl request BUSY, or nothing at all until that crawl ends (its thread waits on
-    the crawler's lock: seen on 1.6.18, 1.6.38 and 1.6.45). The dumper waits either way (same mode,
-    same connection while unanswered) and DONE says how long."""
+    """Another client's `lru_crawler metadump` that it reads slowly keeps the crawler busy. A crawl
+    request sent then makes its worker thread wait on the crawler's lock, and the hash table expansion
+    that 100,000 items start at memcached's next clock tick (it pauses every worker while holding that
+    lock) then deadlocks the server for good: seen on 1.6.18, 1.6.38 and 1.6.45, the other client's
+    crawl stops and nothing answers. So the dumper asks `stats` first and sends no request while a crawl
+    runs; it waits (same mode) and DONE says how long."""
     srv: MemcachedServer = memcached()
     load_numbered(srv, 100_000, value_size=10)
     blocker = socket.create_connection((srv.host, srv.port))

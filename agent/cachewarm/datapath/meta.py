@@ -424,12 +424,28 @@ def list_keys(
                 raise
 
 
+def _crawler_running(s: socket.socket) -> bool:
+    """Whether `stats` says a crawl (a client's or memcached's own) holds the crawler now."""
+    s.sendall(b"stats\r\n")
+    buf = b""
+    while not buf.endswith(b"END\r\n"):
+        chunk = s.recv(1 << 16)
+        if not chunk:
+            raise DestinationUnavailable("closed during stats")
+        buf += chunk
+    return b"STAT lru_crawler_running 1\r\n" in buf
+
+
 class _ModeRefused(RuntimeError):
     """The server answered an error to `lru_crawler metadump <mode>` before listing any key."""
 
 
 def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple[bytes, int]]:
     with socket.create_connection((host, port), timeout=timeout) as s:
+        if _crawler_running(s):
+            # Never queue a crawl behind a running one: the request's worker thread would wait on the
+            # crawler's lock, and a hash table expansion starting then deadlocks memcached.
+            raise RuntimeError(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
         s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
         buf = b""
         listed = 0
