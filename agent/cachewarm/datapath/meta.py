@@ -413,15 +413,27 @@ def list_keys(
     verify of a server under load could miss keys. A server without `hash` (a memcached older than
     it answers `BADCLASS invalid class id`, as 1.6.18 does to an unknown mode) or one answering any
     other error before listing a key is asked again with the next of `modes`: `metadump all`, with
-    its skips. `BUSY` (another crawl is running) is raised, not retried with another mode.
+    its skips. While another crawl runs (`stats`), the same mode is asked again for up to `timeout`
+    seconds, then `BUSY` is raised; never another mode.
     """
     for i, mode in enumerate(modes):
         try:
-            yield from _metadump(host, port, mode, timeout)
+            for attempt in tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(_CrawlerBusy),
+                wait=tenacity.wait_exponential(multiplier=0.1, max=5),
+                stop=tenacity.stop_after_delay(timeout),
+                reraise=True,
+            ):
+                with attempt:
+                    yield from _metadump(host, port, mode, timeout)
             return
         except _ModeRefused:
             if i == len(modes) - 1:
                 raise
+
+
+class _CrawlerBusy(RuntimeError):
+    """Another crawl holds memcached's crawler (raised before any key is listed)."""
 
 
 def _crawler_running(s: socket.socket) -> bool:
@@ -445,7 +457,7 @@ def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple
         if _crawler_running(s):
             # Never queue a crawl behind a running one: the request's worker thread would wait on the
             # crawler's lock, and a hash table expansion starting then deadlocks memcached.
-            raise RuntimeError(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
+            raise _CrawlerBusy(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
         s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
         buf = b""
         listed = 0
