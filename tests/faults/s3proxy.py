@@ -42,6 +42,8 @@ class Faults:
     # The first `short_reads` ranged GETs of data objects return half the bytes asked.
     short_reads: int = 0
     counts: dict[str, int] = field(default_factory=dict)
+    # Requests relayed or answered, by HTTP method (what went through the proxy at all).
+    requests: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -76,6 +78,8 @@ def _handler(upstream: tuple[str, int], faults: Faults) -> type[BaseHTTPRequestH
             body = self.rfile.read(n) if n else b""
             url = urlsplit(self.path)
             query = parse_qs(url.query, keep_blank_values=True)
+            with faults.lock:
+                faults.requests[self.command] = faults.requests.get(self.command, 0) + 1
             if faults.roll(faults.slowdown, "slowdown"):
                 return self._answer(503, SLOWDOWN)
             if (

@@ -2,7 +2,8 @@
 Functions interpreter, the real handlers, the real SSM documents run here (localssm.py) — the real
 `agent dump --to-s3` (the real dumper, the upload) on each source node and the real `agent populate
 --from-s3` (range GETs, the populator loop) on each populator — against real memcacheds, the bytes
-going through moto's S3 (the same in-process backend the controller's calls reach).
+going over HTTP to moto's S3 server (a ThreadedMotoServer in this process, so the controller's in-process
+calls reach the same buckets), behind tests/faults/s3proxy.py answering a few requests `503 SlowDown`.
 
 Then: the execution SUCCEEDED; no volume was created, nothing was attached; the destination holds
 exactly the source's live items, each on its ketama node; the bucket CreateTransport made is gone
@@ -22,6 +23,7 @@ from cachewarm_controller.steps.common import Deps
 
 from tests.controller.support import World
 from tests.dumper.dumputil import load
+from tests.faults.s3proxy import Faults, s3_proxy
 from tests.system.localssm import LocalAgents, agent_patches
 from tests.system.machine import Machine
 from tests.system.test_system import ITEMS_PER_SOURCE, WAIT_S, _all_items, _items, _volume_of, system
@@ -89,9 +91,25 @@ def _run_s3_system(world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         s3={"subnet_ids": [world.subnets["us-east-1b"]], "upload_bytes_per_second": 50_000_000},
         polling={"interval_seconds": 5, "stale_after_seconds": 120, "max_revives": 0, "deadline_hours": 1},
     )
-    with agent_patches(monkeypatch, machine):
-        ex = world.run(inp, timeout_s=240)
-        leaked_agents = agents.join_all(timeout=30)
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    throttling = Faults(seed=world.serial, slowdown=0.02)
+    try:
+        with s3_proxy(f"http://{host}:{port}", throttling) as endpoint, agent_patches(monkeypatch, machine):
+            # The agents' S3 clients (node_agent/s3.py) take the endpoint from the environment.
+            monkeypatch.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+            ex = world.run(inp, timeout_s=240)
+            leaked_agents = agents.join_all(timeout=30)
+            monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    finally:
+        server.stop()
+    # The agents' uploads and range GETs went over HTTP (a PUT per part and DONE, GETs per object).
+    assert (
+        throttling.requests.get("PUT", 0) >= 2 * sources and throttling.requests.get("GET", 0) >= sources
+    ), throttling.requests
     assert ex.status == "SUCCEEDED", f"{ex.desc}\n{agents.describe()}"
     assert leaked_agents == [], leaked_agents
     assert all(r.exit_code == 0 for c in agents.commands.values() for r in c.runs.values()), agents.describe()
