@@ -153,3 +153,13 @@ def test_a_bad_destination_region_is_refused_at_synth() -> None:
     for bad in ([SOURCE], ["us-west-2a"], [FAR, FAR], ["*"]):
         with pytest.raises(ValueError, match="destination_regions"):
             check_destination_regions(stack, bad)
+
+
+def test_the_populator_role_registers_with_ssm_in_both_regions(two_regions: Synth) -> None:
+    """The role (and its instance profile) is global; the far region's launch template names it."""
+    ssm_agent = _policy(two_regions, "AWS::IAM::ManagedPolicy", "CacheWarmerPopulatorSsmAgentPolicy")
+    [register] = [st for st in ssm_agent if st.get("Sid") == "RegisterThisInstance"]
+    assert sorted(_list(register["Resource"])) == [
+        f"arn:aws:ec2:{SOURCE}:{ACCOUNT}:instance/*",
+        f"arn:aws:ec2:{FAR}:{ACCOUNT}:instance/*",
+    ]
