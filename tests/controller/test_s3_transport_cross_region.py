@@ -217,12 +217,23 @@ def test_a_cross_region_s3_warm_runs_in_both_regions_and_leaves_nothing(
     assert_nothing_left_anywhere(world, far)
 
 
-@pytest.mark.parametrize("state", ["LaunchPopulators", "CreateTransport", "StartAgents", "CheckProgress"])
+@pytest.mark.parametrize(
+    "state",
+    [
+        "Plan",
+        "LaunchPopulators",
+        "CreateTransport",
+        "InstallAgents",
+        "StartAgents",
+        "CheckProgress",
+        "Verify",
+    ],
+)
 def test_a_failing_cross_region_warm_leaves_nothing_in_either_region(
     world: World, far: Far, cross: FarSsm, state: str
 ) -> None:
     world.agents.store = world.deps.s3
-    if state not in ("LaunchPopulators", "CreateTransport"):
+    if state not in ("Plan", "LaunchPopulators", "CreateTransport"):
         world.before["InstallAgents"] = lambda: fill_bucket(world)
     world.faults[state] = "after"
     ex = world.run(cross_input(world, far))
