@@ -195,7 +195,7 @@ def build_populator(
         "PopulatorRole",
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
         description="cachewarm populators: the SSM agent (Run Command only) + the cachewarm agent policy",
-        managed_policies=[ssm_agent_policy(scope), agent_policy],
+        managed_policies=[ssm_agent_policy(scope, props.destination_regions), agent_policy],
     )
     sg = ec2.SecurityGroup(
         scope,
@@ -238,11 +238,13 @@ def build_populator(
     return Populator(role=role, security_group=sg, launch_template=template)
 
 
-def ssm_agent_policy(scope: Construct) -> iam.ManagedPolicy:
+def ssm_agent_policy(scope: Construct, destination_regions: Sequence[str] = ()) -> iam.ManagedPolicy:
     """What the SSM agent needs to take Run Command (and nothing of AmazonSSMManagedInstanceCore's
     Parameter Store, inventory, patching or association rights): register the instance, and the
-    message channels the commands arrive on (those APIs have no resource-level permissions)."""
+    message channels the commands arrive on (those APIs have no resource-level permissions). The role
+    is global: a cross-region warm's populators (`destination_regions`) register there with it."""
     stack = Stack.of(scope)
+    far = [f"arn:{stack.partition}:ec2:{r}:{stack.account}:instance/*" for r in destination_regions]
     return iam.ManagedPolicy(
         scope,
         "PopulatorSsmAgentPolicy",
@@ -251,7 +253,7 @@ def ssm_agent_policy(scope: Construct) -> iam.ManagedPolicy:
             iam.PolicyStatement(
                 sid="RegisterThisInstance",
                 actions=["ssm:UpdateInstanceInformation"],
-                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*"), *far],
             ),
             iam.PolicyStatement(
                 sid="RunCommandChannel",

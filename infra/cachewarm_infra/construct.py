@@ -26,7 +26,7 @@ from constructs import Construct
 from cachewarm_infra import orchestration
 from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function_substitutions, read_asl
 from cachewarm_infra.compute import build_artifacts, build_documents, build_populator
-from cachewarm_infra.iam import build_agent_policy, build_controller_role
+from cachewarm_infra.iam import build_agent_policy, build_controller_role, check_destination_regions
 from cachewarm_infra.nag import acknowledge_nag_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,
@@ -96,6 +96,7 @@ class CacheWarmer(Construct):
             status_prefix=props.status_prefix,
             stack_tag=self.stack_tag,
             transport_bucket_prefix=self.transport_bucket_prefix,
+            destination_regions=check_destination_regions(self, props.destination_regions),
         )
         self.controller_role, self.controller_policy = controller.role, controller.policy
 
@@ -111,6 +112,7 @@ class CacheWarmer(Construct):
             stack_tag=self.stack_tag,
             transport_bucket_prefix=self.transport_bucket_prefix,
             populator_role_arn=populator.role.role_arn,
+            destination_regions=tuple(props.destination_regions),
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Aws, Stack
+from aws_cdk import Aws, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -15,7 +15,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
-from cachewarm_infra.contract import status, tags
+from cachewarm_infra.contract import inputs, status, tags
 from cachewarm_infra.storage import Storage
 
 
@@ -123,9 +123,12 @@ def build_controller_role(
     status_prefix: str,
     stack_tag: str,
     transport_bucket_prefix: str,
+    destination_regions: Sequence[str] = (),
 ) -> ControllerIdentity:
     """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
-    stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's."""
+    stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's.
+    `destination_regions`: where a cross-region S3 warm's populators may run (`_remote_statements`);
+    every regional read and command of the controller is limited to its own region and these."""
     stack = Stack.of(scope)
 
     def ec2_arn(resource: str) -> str:
@@ -142,6 +145,7 @@ def build_controller_role(
         }
     }
     key_arn, bucket = storage.key.key_arn, storage.status_bucket
+    in_regions = {"StringEquals": {"aws:RequestedRegion": [Aws.REGION, *destination_regions]}}
     transport_buckets, transport_objects = transport_bucket_arns(transport_bucket_prefix)
     role = iam.Role(
         scope,
@@ -157,6 +161,7 @@ def build_controller_role(
         "ec2:DescribeVolumesModifications",
         "ec2:DescribeSubnets",
         "ec2:DescribeLaunchTemplateVersions",
+        "ec2:DescribeLaunchTemplates",
         "ec2:DescribeTags",
         "autoscaling:DescribeAutoScalingGroups",
         "ssm:DescribeInstanceInformation",
@@ -168,8 +173,9 @@ def build_controller_role(
         service="ec2", resource="launch-template", resource_name=populator.launch_template_id
     )
     statements = [
-        # Describe/List calls have no resource-level permissions in IAM: "*" is the only option.
-        _allow("Inventory", inventory, ["*"]),
+        # Describe/List calls have no resource-level permissions in IAM: "*" is the only option; the
+        # regions are named instead.
+        _allow("Inventory", inventory, ["*"], in_regions),
         _allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
         # Only from this stack's launch template (its AMI, profile, security group, user data).
         _allow(
@@ -240,7 +246,7 @@ def build_controller_role(
             [instances],
             {"Null": {f"ssm:resourceTag/{tags.REPLICA}": "false"}},
         ),
-        _allow("CancelCommands", ["ssm:CancelCommand"], ["*"]),
+        _allow("CancelCommands", ["ssm:CancelCommand"], ["*"], in_regions),
         _allow(
             "ListStatus",
             ["s3:ListBucket"],
@@ -305,10 +311,101 @@ def build_controller_role(
             {"Bool": {"kms:GrantIsForAWSResource": "true"}, "StringEquals": {"kms:ViaService": via("ec2")}},
         ),
     ]
+    statements += _remote_statements(
+        destination_regions,
+        documents=[d.ref for d in documents.values()],
+        managed_request=managed_request,
+        managed_resource=managed_resource,
+        stack_tag=stack_tag,
+    )
     policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
     policy.attach_to_role(role)
     _keep_controller_state_to_the_controller(bucket, role)
     return ControllerIdentity(role=role, policy=policy)
+
+
+def check_destination_regions(scope: Construct, regions: Sequence[str]) -> tuple[str, ...]:
+    """The `destination_regions` prop: region names, none twice, not the stack's own."""
+    own = Stack.of(scope).region
+    for r in regions:
+        if not inputs.matches(inputs.AWS_REGION, r):
+            raise ValueError(f"destination_regions: {r!r} is not a region name (e.g. us-west-2)")
+        if not Token.is_unresolved(own) and r == own:
+            raise ValueError(f"destination_regions: {r} is the stack's own region (same-region: the default)")
+    if len(set(regions)) != len(regions):
+        raise ValueError(f"destination_regions: {', '.join(regions)} names a region twice")
+    return tuple(regions)
+
+
+def _remote_statements(
+    regions: Sequence[str],
+    *,
+    documents: Sequence[str],
+    managed_request: Mapping[str, Any],
+    managed_resource: Mapping[str, Any],
+    stack_tag: str,
+) -> list[iam.PolicyStatement]:
+    """A cross-region S3 warm's populators (docs/transport-s3.md, Cross-region): launched, tagged,
+    commanded and terminated in the destination regions under the same tag scoping as at home. Launch
+    templates there are named by the operator (their ids are per region), so a launch may use only
+    one that carries this stack's tag; the commands go to this stack's documents by name, which must
+    exist there. Nothing here names a region not in `regions`."""
+    if not regions:
+        return []
+
+    def arns(service: str, resource: str, account: str = Aws.ACCOUNT_ID) -> list[str]:
+        return [f"arn:{Aws.PARTITION}:{service}:{r}:{account}:{resource}" for r in regions]
+
+    instances, volumes = arns("ec2", "instance/*"), arns("ec2", "volume/*")
+    templates = arns("ec2", "launch-template/*")
+    return [
+        _allow(
+            "RemoteLaunchTaggedPopulators",
+            ["ec2:RunInstances"],
+            instances,
+            {**managed_request, "ArnLike": {"ec2:LaunchTemplate": templates}},
+        ),
+        _allow(
+            "RemoteLaunchFromOurTemplates",
+            ["ec2:RunInstances"],
+            templates,
+            {"StringEquals": {f"aws:ResourceTag/{tags.STACK}": stack_tag}},
+        ),
+        _allow(
+            "RemoteLaunchResources",
+            ["ec2:RunInstances"],
+            [
+                *arns("ec2", "subnet/*"),
+                *arns("ec2", "network-interface/*"),
+                *arns("ec2", "security-group/*"),
+                *volumes,
+                *arns("ec2", "image/*", account=""),
+            ],
+        ),
+        _allow(
+            "RemoteTagOnCreateOnly",
+            ["ec2:CreateTags"],
+            [*volumes, *instances],
+            {"StringEquals": {"ec2:CreateAction": ["RunInstances"]}},
+        ),
+        _allow("RemoteTerminateOurPopulators", ["ec2:TerminateInstances"], instances, managed_resource),
+        _allow(
+            "RemoteRunOurDocuments",
+            ["ssm:SendCommand"],
+            [a for d in documents for a in arns("ssm", f"document/{d}")],
+        ),
+        _allow(
+            "RemoteCommandsToOurPopulators",
+            ["ssm:SendCommand"],
+            instances,
+            {
+                "StringEquals": {
+                    f"ssm:resourceTag/{tags.MANAGED}": "true",
+                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
+                }
+            },
+        ),
+    ]
 
 
 def _keep_controller_state_to_the_controller(bucket: s3.Bucket, role: iam.IRole) -> None:

@@ -58,6 +58,8 @@ class Wiring:
     # populators' role (each bucket's policy lets it only read).
     transport_bucket_prefix: str | None = None
     populator_role_arn: str | None = None
+    # A cross-region S3 warm's possible populator regions (the stack's destinationRegions).
+    destination_regions: Sequence[str] = ()
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -83,6 +85,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["TRANSPORT_BUCKET_PREFIX"] = w.transport_bucket_prefix
     if w.populator_role_arn:
         env["POPULATOR_ROLE_ARNS"] = w.populator_role_arn
+    if w.destination_regions:
+        env["DESTINATION_REGIONS"] = ",".join(w.destination_regions)
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name

@@ -66,6 +66,11 @@ class CacheWarmerProps:
     # (10/8, 172.16/12, 192.168/16) on that port, never beyond.
     memcached_security_groups: Sequence[ec2.ISecurityGroup] = ()
     memcached_port: int = inputs.DEFAULT_MEMCACHED_PORT
+    # Regions (other than the stack's) a cross-region S3 warm may launch its populators in
+    # (docs/transport-s3.md, Cross-region). The controller's EC2 and SSM rights reach these regions
+    # and no other; empty: same-region warms only. Each needs this stack's SSM documents under the
+    # same names and a populator launch template tagged cachewarm:stack=<the stack's tag> there.
+    destination_regions: Sequence[str] = ()
     # The state machine that tears down what a stopped (ABORTED) or timed-out warm execution left;
     # default: teardown.asl.json next to asl_path.
     teardown_asl_path: Path | None = None

@@ -15,6 +15,7 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `alarmTopicArn` | — | SNS topic for the alarms |
 | `warmStarters` (comma-separated) | — | principal ARNs that may put events on the warm bus |
 | `memcachedSecurityGroupIds` (comma-separated) | — | replicas' groups: populators' only memcached peers |
+| `destinationRegions` (comma-separated) | — | regions a cross-region S3 warm may put populators in |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
 | `aslPath`, `lambdasDir`, `ssmDocumentsDir` | — | files to deploy (default: see below) |
 | `dumperTarball`, `agentBundle` | — | artifacts to deploy (default: see below) |
@@ -59,6 +60,7 @@ class StackSettings:
     powertools_layer_arn: str = ""
     warm_starters: tuple[str, ...] = ()
     memcached_security_group_ids: tuple[str, ...] = ()
+    destination_regions: tuple[str, ...] = ()
 
     @classmethod
     def from_context(cls, node: Node, repo: Path | None = None) -> StackSettings:
@@ -99,6 +101,7 @@ class StackSettings:
             powertools_layer_arn=ctx("powertoolsLayerArn"),
             warm_starters=csv("warmStarters"),
             memcached_security_group_ids=csv("memcachedSecurityGroupIds"),
+            destination_regions=csv("destinationRegions"),
         )
 
     def paths(self) -> dict[str, Path]:
@@ -170,6 +173,7 @@ class CacheWarmStack(Stack):
                     ec2.SecurityGroup.from_security_group_id(self, f"MemcachedGroup{i}", sg)
                     for i, sg in enumerate(settings.memcached_security_group_ids)
                 ],
+                destination_regions=settings.destination_regions,
             ),
         )
         w = self.warmer

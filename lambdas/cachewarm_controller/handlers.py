@@ -29,6 +29,7 @@ from cachewarm_controller.awsutil import RETRY_CONFIG, is_throttling
 from cachewarm_controller.budget import Deadline
 from cachewarm_controller.errors import TransientError
 from cachewarm_controller.events import StepEvent, TeardownEvent, ValidateInputEvent, parse_event
+from cachewarm_controller.regions import RegionClients
 from cachewarm_controller.steps import agent_commands, planning, progress, resources, verification
 from cachewarm_controller.steps import teardown as teardown_steps
 from cachewarm_controller.steps.common import Deps, Documents, Settings, Warm
@@ -83,6 +84,7 @@ def settings_from_env() -> Settings:
         launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
         populator_role_arns=tuple(r for r in (env.get("POPULATOR_ROLE_ARNS") or "").split(",") if r),
         transport_bucket_prefix=transport_prefix(env.get("TRANSPORT_BUCKET_PREFIX")),
+        destination_regions=tuple(r for r in (env.get("DESTINATION_REGIONS") or "").split(",") if r),
     )
 
 
@@ -101,6 +103,16 @@ def default_deps() -> Deps:
     ec2 = boto3.client("ec2", config=RETRY_CONFIG)
     ssm = boto3.client("ssm", config=RETRY_CONFIG)
     s3 = boto3.client("s3", config=RETRY_CONFIG)
+
+    @functools.cache
+    def in_region(region: str) -> RegionClients:
+        """Another region's EC2 and SSM (a cross-region S3 warm's populators), made on first use. The
+        agent log group is this region's, so SSM there sends no output to CloudWatch."""
+        return RegionClients(
+            ec2=boto3.client("ec2", region_name=region, config=RETRY_CONFIG),
+            agents=SsmAgentRunner(boto3.client("ssm", region_name=region, config=RETRY_CONFIG)),
+        )
+
     return Deps(
         ec2=ec2,
         s3=S3Store(s3, settings.status_bucket),
@@ -108,6 +120,7 @@ def default_deps() -> Deps:
         attacher=Ec2VolumeAttacher(ec2),
         settings=settings,
         autoscaling=boto3.client("autoscaling", config=RETRY_CONFIG),
+        regions=in_region,
     )
 
 
@@ -180,7 +193,7 @@ def _loop(step: Callable[[Warm, dict[str, int], Deps], dict[str, Any]], key: str
 @_adapter(ValidateInputEvent)
 def validate_input(event: ValidateInputEvent, deps: Deps) -> dict[str, Any]:
     """Input `{"input": <execution input>, "execution_arn": $$.Execution.Id}` (the ASL's Parameters)."""
-    inp = planning.validate(event.input, deps)
+    inp = planning.validate(event.input, deps, region=event.execution_arn.split(":")[3])
     if event.warm_id is None:  # derived from the Auto Scaling group (planning.validate)
         _bind_warm("validate_input", inp.warm_id)
     return {

@@ -118,6 +118,10 @@ class S3Spec(_Strict):
     read by populators launched in the destination region's subnets."""
 
     # Where the populators run (the destination replica's region); None = the controller's own.
+    # Another region needs the stack's `destinationRegions` prop to name it; there the populators
+    # launch from populator.launch_template_* of that region (tagged with this stack's
+    # cachewarm:stack), the destination is found by replica tag or endpoints, and the populators
+    # read the bucket across regions (docs/transport-s3.md, "Cross-region").
     destination_region: Region | None = None
     # The destination region's subnets the populators are launched in, one after another.
     subnet_ids: list[SubnetId] = Field(min_length=1, max_length=16)

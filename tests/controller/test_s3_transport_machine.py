@@ -180,10 +180,13 @@ def test_teardown_without_a_warm_id_finds_the_bucket_by_the_execution(world: Any
     assert warm_buckets(world) == []
 
 
-def test_an_s3_warm_into_another_region_fails_at_plan_naming_it(world: Any) -> None:
+def test_an_s3_warm_into_a_region_the_stack_does_not_name_is_refused(world: Any) -> None:
+    """Only the stack's destination regions (its IAM reaches no other): refused at ValidateInput
+    (test_s3_transport_cross_region.py runs a cross-region warm)."""
     ex = world.run(s3_input(world, destination_region="eu-west-1"))
     assert ex.status == "FAILED"
-    assert "eu-west-1" in ex.failure()["cause"] and ex.failure()["error"] == "PlanError"
+    assert "eu-west-1" in ex.failure()["cause"] and ex.failure()["error"] == "InvalidInputError"
+    assert "destinationRegions" in ex.failure()["cause"]
     assert_no_bucket(world)
 
 

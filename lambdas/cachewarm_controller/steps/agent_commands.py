@@ -22,7 +22,7 @@ from cachewarm_controller.budget import COMMANDS_PER_PASS
 from cachewarm_controller.errors import AgentInstallError
 from cachewarm_controller.history import passes
 from cachewarm_controller.model import NodePlan, Probe, RoleRun, WarmPlan
-from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
+from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, routed
 
 CommandRole = Literal["dump", "populate", "verify"]
 
@@ -162,11 +162,16 @@ def install_agents(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, A
     nodes it installs or finds the version already there), 50 instances per command. Ready when every
     instance reports success: the agent is there and `cachewarm --version` is this deployment's."""
     plan = load_plan(warm, deps)
-    targets = sorted({r.node_id for r in plan.nodes} | {str(r.populator_id) for r in plan.nodes})
+    deps = routed(deps, warm.populator_region, plan)
+    sources = {r.node_id for r in plan.nodes}
+    populators = {str(r.populator_id) for r in plan.nodes}
+    targets = sorted(sources | populators)
     doc = deps.settings.documents.install
     fresh = not plan.install_commands
     if fresh:
-        batches = chunks(targets, inputs.SSM_MAX_TARGETS)
+        # One command reaches one region: a cross-region warm's populators get their own batches.
+        groups = [sorted(sources), sorted(populators)] if warm.populator_region else [targets]
+        batches = [b for g in groups for b in chunks(g, inputs.SSM_MAX_TARGETS)]
         plan.install_commands = [Probe(command_id="", instance_ids=list(b)) for b in batches]
         plan.install_sending_ms = deps.now_ms()
         deps.s3.save_plan(warm.prefix, plan)
@@ -222,6 +227,7 @@ def start_agents(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any
     """Dumper on each source node, populator loop on each populator: at most a batch of commands per
     pass, each recorded before it is sent (a retry adopts or re-sends, never doubles)."""
     plan = load_plan(warm, deps)
+    deps = routed(deps, warm.populator_region, plan)
     if reconcile(warm, deps, plan, ROLES):
         deps.s3.save_plan(warm.prefix, plan)
     todo = [(r, role) for r in plan.nodes for role in ROLES if getattr(r, role).command_id is None]

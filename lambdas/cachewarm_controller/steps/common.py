@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachewarm_controller.agents import AgentRunner
@@ -13,6 +13,7 @@ from cachewarm_controller.attach import VolumeAttacher
 from cachewarm_controller.budget import EC2_MUTATIONS_PER_S, Deadline, Pacer
 from cachewarm_controller.errors import PlanError, WaitTimedOutError
 from cachewarm_controller.model import WarmInput, WarmPlan
+from cachewarm_controller.regions import RegionClients, RegionFactory, RoutedAgents
 from cachewarm_controller.store import S3Store, StatusReader
 
 MAX_BACKOFF_S = 60
@@ -53,6 +54,9 @@ class Settings:
     # The S3 transport buckets' name prefix (TRANSPORT_BUCKET_PREFIX): the stack's IAM allows the
     # controller and the agents only buckets named so.
     transport_bucket_prefix: str = "cw-"
+    # The regions a cross-region S3 warm may launch populators in (DESTINATION_REGIONS, the stack's
+    # destinationRegions prop): its IAM allows EC2 and SSM there and nowhere else.
+    destination_regions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -69,6 +73,17 @@ class Deps:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     deadline: Deadline = field(default_factory=Deadline)
+    # Another region's EC2 client and SSM runner (a cross-region S3 warm's populators); None: this
+    # controller reaches its own region only.
+    regions: RegionFactory | None = None
+
+    def in_region(self, region: str | None) -> RegionClients:
+        """The clients of `region`; None = the controller's own."""
+        if region is None:
+            return RegionClients(self.ec2, self.agents)
+        if self.regions is None:
+            raise PlanError(f"this controller has no clients for region {region}")
+        return self.regions(region)
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -104,6 +119,30 @@ class Warm:
     @property
     def account(self) -> str:
         return self.execution_arn.split(":")[4]
+
+    @property
+    def populator_region(self) -> str | None:
+        """The populators' region when it is not the controller's (a cross-region S3 warm), else None."""
+        return populator_region(self.inp.s3.destination_region if self.inp.s3 else None, self.region)
+
+
+def populator_region(destination_region: str | None, own_region: str) -> str | None:
+    return destination_region if destination_region and destination_region != own_region else None
+
+
+def populator_clients(warm: Warm, deps: Deps) -> RegionClients:
+    """EC2 and SSM where the warm's populators run."""
+    return deps.in_region(warm.populator_region)
+
+
+def routed(deps: Deps, region: str | None, plan: WarmPlan | None) -> Deps:
+    """`deps` whose agents reach the plan's populators in `region` (unchanged when None): the steps
+    after LaunchPopulators command both regions through it."""
+    if region is None or plan is None:
+        return deps
+    remote = deps.in_region(region).agents
+    ids = frozenset(str(r.populator_id) for r in plan.nodes if r.populator_id)
+    return replace(deps, agents=RoutedAgents(deps.agents, remote, region, ids))
 
 
 def backoff_seconds(attempt: int, base: int = 5) -> int:

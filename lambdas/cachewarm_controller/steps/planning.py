@@ -27,7 +27,7 @@ from cachewarm_controller.model import (
     parse_input,
     volume_size_gib,
 )
-from cachewarm_controller.steps.common import Deps, Warm, pass_result
+from cachewarm_controller.steps.common import Deps, Warm, pass_result, populator_clients, populator_region
 from cachewarm_controller.steps.inventory import (
     candidate_sources,
     checked_endpoints,
@@ -39,11 +39,13 @@ from cachewarm_controller.steps.inventory import (
 # ---- ValidateInput --------------------------------------------------------------------------------
 
 
-def validate(raw: object, deps: Deps) -> WarmInput:
+def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
     """Reject bad input before anything exists, naming the field. An input without `warm_id` whose
     destination is an Auto Scaling group (the launch trigger's) gets one derived from the group.
     Given destination endpoints must each be a node of the destination replica in this account and
-    the stack's VPC (`checked_endpoints`): a free-form address is refused here."""
+    the stack's VPC (`checked_endpoints`): a free-form address is refused here. `region` is the
+    controller's: a cross-region S3 warm names a launch template and endpoints of its destination
+    region, which Plan checks there (`_check_remote_template`)."""
     if isinstance(raw, dict) and "warm_id" not in raw:
         asg = (
             (raw.get("destination") or {}).get("asg_name")
@@ -59,8 +61,16 @@ def validate(raw: object, deps: Deps) -> WarmInput:
     problem = history_problem(inp)
     if problem:
         raise InvalidInputError(f"invalid input: {problem}")
+    # A cross-region warm's template and endpoints are the destination region's: Plan checks them.
+    remote = region is not None and populator_region(inp.s3.destination_region if inp.s3 else None, region)
+    if remote and remote not in deps.settings.destination_regions:
+        allowed = ", ".join(deps.settings.destination_regions) or "none"
+        raise InvalidInputError(
+            f"s3.destination_region: {remote} is not one of this stack's destination regions ({allowed}); "
+            "deploy the stack with it in destinationRegions (docs/transport-s3.md, Cross-region)"
+        )
     ours = deps.settings.launch_template_id
-    if ours and inp.populator.launch_template_id != ours:
+    if ours and not remote and inp.populator.launch_template_id != ours:
         given = inp.populator.launch_template_id or f"name {inp.populator.launch_template_name!r}"
         raise InvalidInputError(
             f"populator.launch_template_id: {given} is not this stack's populator template ({ours}); "
@@ -72,7 +82,7 @@ def validate(raw: object, deps: Deps) -> WarmInput:
             f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
             "holding a replica's data are encrypted with the stack's key only"
         )
-    if inp.destination.endpoints:
+    if inp.destination.endpoints and not remote:
         checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
 
@@ -208,20 +218,43 @@ def _populator_subnets(inp: WarmInput, deps: Deps) -> dict[str, str]:
     return {**by_az, **inp.populator.subnet_ids}
 
 
-def _s3_populator_subnets(warm: Warm, deps: Deps) -> list[tuple[str, str]]:
-    """(subnet, AZ) of the S3 transport's populator subnets, in the input's order; each must exist."""
+def _check_remote_template(inp: WarmInput, ec2: Any, region: str, stack_tag: str | None) -> None:
+    """A cross-region warm's launch template is the destination region's (launch template ids are
+    per region, so the stack's own cannot be named): it must carry this stack's tag there, the one
+    the stack's IAM lets the controller launch from in that region."""
+    if inp.destination.asg_name is not None:
+        raise PlanError(
+            f"destination.asg_name: a cross-region warm ({region}) finds its destination by "
+            "destination.replica or destination.endpoints (Auto Scaling groups are looked up in the "
+            "controller's region)"
+        )
+    pop = inp.populator
+    ref = (
+        {"LaunchTemplateIds": [pop.launch_template_id]}
+        if pop.launch_template_id
+        else {"LaunchTemplateNames": [str(pop.launch_template_name)]}
+    )
+    try:
+        found = ec2.describe_launch_templates(**ref)["LaunchTemplates"]
+    except ClientError as exc:
+        raise PlanError(f"populator launch template {ref} not found in {region}: {exc}") from exc
+    given = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])} if found else {}
+    if stack_tag and given.get(tags.STACK) != stack_tag:
+        raise PlanError(
+            f"populator launch template {found[0]['LaunchTemplateId'] if found else ref} in {region} does "
+            f"not carry {tags.STACK}={stack_tag}: populators launch only from this stack's templates"
+        )
+
+
+def _s3_populator_subnets(warm: Warm, ec2: Any) -> list[tuple[str, str]]:
+    """(subnet, AZ) of the S3 transport's populator subnets, in the input's order; each must exist in
+    the populators' region (`ec2` is that region's client)."""
     spec = warm.inp.s3
     assert spec is not None  # WarmInput: transport s3 has s3
     region = spec.destination_region or warm.region
-    if region != warm.region:
-        # Said plainly: the populators' EC2 and SSM calls would go to this region's endpoints.
-        raise PlanError(
-            f"s3.destination_region {region}: this controller launches populators in its own region "
-            f"({warm.region}) only (docs/transport-s3.md, 'Not done yet')"
-        )
     found = {
         s["SubnetId"]: s["AvailabilityZone"]
-        for s in deps.ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": list(spec.subnet_ids)}])[
+        for s in ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": list(spec.subnet_ids)}])[
             "Subnets"
         ]
     }
@@ -252,10 +285,18 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
         raise PlanError(f"source nodes gone since the survey: {', '.join(gone[:10])}")
     _require_replica_tag(nodes, "source nodes")
     require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
-    _check_launch_template(inp, deps.ec2)
+    remote = warm.populator_region
+    pop_ec2 = populator_clients(warm, deps).ec2
+    if remote is not None:
+        _check_remote_template(inp, pop_ec2, remote, deps.settings.stack_tag)
+    _check_launch_template(inp, pop_ec2)
     subnets = _populator_subnets(inp, deps)
-    s3_subnets = _s3_populator_subnets(warm, deps) if inp.transport == "s3" else []
-    endpoints = destination_endpoints(inp, deps.ec2, set(ids), deps.settings.vpc_id)
+    s3_subnets = _s3_populator_subnets(warm, pop_ec2) if inp.transport == "s3" else []
+    # The destination replica lives where its populators run; the stack's VPC is the source region's.
+    vpc = deps.settings.vpc_id if remote is None else None
+    if remote is not None and inp.destination.endpoints:
+        checked_endpoints(inp, pop_ec2, vpc)
+    endpoints = destination_endpoints(inp, pop_ec2, set(ids), vpc)
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
         az = n["Placement"]["AvailabilityZone"]

@@ -20,7 +20,7 @@ from cachewarm_controller.budget import COMMAND_LOOKUPS_PER_POLL, REVIVES_PER_PO
 from cachewarm_controller.errors import NodeFailedError, WarmTimedOutError
 from cachewarm_controller.model import NodePlan, RoleRun
 from cachewarm_controller.steps.agent_commands import CommandRole, reconcile, send_roles
-from cachewarm_controller.steps.common import Deps, Warm, load_plan
+from cachewarm_controller.steps.common import Deps, Warm, load_plan, routed
 from cachewarm_controller.store import StatusMap
 
 # A status object this old makes the controller ask SSM about the agent's command (agents write
@@ -111,6 +111,7 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
     """One poll at replica level (docs/status-objects.md has the rules)."""
     inp = warm.inp
     plan = load_plan(warm, deps)
+    deps = routed(deps, warm.populator_region, plan)  # populators' commands: their region's SSM
     now = deps.now_ms()
     changed = reconcile(warm, deps, plan, ROLES)
     writers = plan.status_writers()

@@ -21,18 +21,21 @@ from cachewarm_controller.budget import ATTACHMENTS_PER_PASS, POPULATORS_PER_PAS
 from cachewarm_controller.errors import AttachmentLimitError, PlanError, ResourceFailedError
 from cachewarm_controller.history import passes
 from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmPlan
-from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
+from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, populator_clients
 from cachewarm_controller.steps.inventory import describe_instances, tagged
 
 FAILED_VOLUME_STATES = frozenset({"error", "deleting", "deleted"})
 FAILED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
-def _adopt(warm: Warm, plan: WarmPlan, deps: Deps, kind: str, role: str, attr: str, id_key: str) -> bool:
-    """Record in the plan what an earlier pass created but did not record (found by tags)."""
+def _adopt(
+    warm: Warm, plan: WarmPlan, deps: Deps, kind: str, role: str, attr: str, id_key: str, ec2: Any = None
+) -> bool:
+    """Record in the plan what an earlier pass created but did not record (found by tags; `ec2` is
+    the region's client where they are, the controller's by default)."""
     if all(getattr(r, attr) for r in plan.nodes):
         return False
-    existing = tagged(deps.ec2, kind, warm.execution_arn, warm.warm_id, role)
+    existing = tagged(ec2 or deps.ec2, kind, warm.execution_arn, warm.warm_id, role)
     adopted = False
     for row in plan.nodes:
         if getattr(row, attr) is None and row.node_id in existing:
@@ -107,7 +110,9 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
     and online in SSM."""
     inp = warm.inp
     plan = load_plan(warm, deps)
-    changed = _adopt(warm, plan, deps, "instance", "populator", "populator_id", "InstanceId")
+    # A cross-region S3 warm's populators: launched, described and found online in their region.
+    there = populator_clients(warm, deps)
+    changed = _adopt(warm, plan, deps, "instance", "populator", "populator_id", "InstanceId", there.ec2)
     pop = inp.populator
     template: dict[str, str] = {"Version": pop.launch_template_version}
     if pop.launch_template_id:
@@ -123,7 +128,7 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
             warm.warm_id, row.node_id, "populator", warm.execution_arn, deps.settings.stack_tag
         )
         pacer.wait()
-        resp = deps.ec2.run_instances(
+        resp = there.ec2.run_instances(
             LaunchTemplate=template,
             MinCount=1,
             MaxCount=1,
@@ -150,14 +155,14 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
     pending = [r.node_id for r in plan.nodes if r.populator_id is None]
     running: list[str] = []
     ids = [str(r.populator_id) for r in plan.nodes if r.populator_id]
-    for i in describe_instances(deps.ec2, ids).values():
+    for i in describe_instances(there.ec2, ids).values():
         st = i["State"]["Name"]
         if st in FAILED_INSTANCE_STATES:
             reason = i.get("StateReason", {}).get("Message", "")
             raise ResourceFailedError(f"populator {i['InstanceId']} is {st} {reason}".strip())
         (running if st == "running" else pending).append(i["InstanceId"])
     if running:
-        online = deps.agents.online(running)
+        online = there.agents.online(running)
         pending.extend(i for i in running if i not in online)
     return pass_result(
         state,

@@ -32,8 +32,8 @@ from cachewarm_controller.errors import InvalidInputError, WaitTimedOutError
 from cachewarm_controller.events import TeardownEvent, parse_event
 from cachewarm_controller.history import TEARDOWN_MAX_PASSES
 from cachewarm_controller.model import TeardownState, WarmPlan
-from cachewarm_controller.steps.common import Deps, backoff_seconds
-from cachewarm_controller.steps.inventory import describe_instances, inventory
+from cachewarm_controller.steps.common import Deps, backoff_seconds, populator_region, routed
+from cachewarm_controller.steps.inventory import Inventory, describe_instances, inventory
 
 # A detach stuck in `detaching` this many passes after a successful unmount is forced.
 FORCE_DETACH_AFTER = 3
@@ -49,6 +49,8 @@ class TeardownTarget:
     mount_dir: str
     # The destination group of an Auto Scaling launch, whose input names no warm id.
     asg_name: str | None = None
+    # A cross-region S3 warm's populator region (s3.destination_region, when not the execution's).
+    populator_region: str | None = None
 
 
 def _with_warm_id(target: TeardownTarget, deps: Deps) -> TeardownTarget:
@@ -123,15 +125,20 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     mem = deps.s3.load_teardown(target.status_prefix, str(target.warm_id)) if owns else TeardownState()
     before = mem.model_dump_json()
     if not mem.cancelled:
-        mem.cancelled = plan is None or _cancel_agents(plan, target, deps, calls)
+        mem.cancelled = plan is None or _cancel_agents(
+            plan, target, routed(deps, target.populator_region, plan), calls
+        )
     inv = inventory(deps.ec2, target.execution_arn, target.warm_id)
+    # A cross-region warm's populators, in their region (no volumes there: they read S3).
+    there = deps.in_region(target.populator_region).ec2 if target.populator_region else None
+    remote = inventory(there, target.execution_arn, target.warm_id, volumes=False) if there else Inventory()
     warm_id = target.warm_id or next(
-        (w for r in inv.volumes + inv.instances if (w := tag_value(r, tags.WARM_ID))), None
+        (w for r in inv.volumes + inv.instances + remote.instances if (w := tag_value(r, tags.WARM_ID))), None
     )
     # The S3 transport's bucket: emptied once the agents are stopped (a running dump still uploads).
     emptied = _delete_buckets(target, deps, calls) if mem.cancelled else None
     buckets_left = emptied.left if emptied is not None else ["(agents not yet stopped)"]
-    if inv.empty and not buckets_left:
+    if inv.empty and remote.empty and not buckets_left:
         objects = deps.s3.delete_warm(target.status_prefix, target.warm_id) if owns and target.warm_id else 0
         return {
             "complete": True,
@@ -200,6 +207,11 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
     for batch in chunks(to_terminate, 500):
         if calls.take():
             deps.ec2.terminate_instances(InstanceIds=list(batch))
+    far = [i["InstanceId"] for i in remote.instances if i["State"]["Name"] != "shutting-down"]
+    for batch in chunks(far, 500):
+        if there is not None and calls.take():
+            there.terminate_instances(InstanceIds=list(batch))
+    to_terminate += far
     deleted = 0
     for v in inv.volumes:
         if v["State"] == "available" and not atts.get(v["VolumeId"]) and calls.take():
@@ -211,6 +223,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
         raise WaitTimedOutError(
             f"teardown of {warm_id or target.execution_arn} incomplete after {passes} passes; left: "
             f"{inv.describe()}"
+            + (f"; in {target.populator_region}: {remote.describe()}" if not remote.empty else "")
             + (f"; buckets: {', '.join(buckets_left)}" if buckets_left else "")
             + (f"; still mounted: {'; '.join(blocked[:5])}" if blocked else "")
         )
@@ -223,7 +236,7 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
         "deleted_volumes": deleted,
         "terminated": len(to_terminate),
         "volumes_left": len(inv.volumes) - deleted,
-        "instances_left": len(inv.instances),
+        "instances_left": len(inv.instances) + len(remote.instances),
         "buckets_left": len(buckets_left),
         "transport_objects": emptied.objects if emptied else 0,
         "blocked": blocked[:3],
@@ -282,4 +295,9 @@ def teardown_target(event: Mapping[str, Any] | TeardownEvent) -> TeardownTarget:
     asg = dest.get("asg_name") if isinstance(dest, dict) else None
     if not isinstance(asg, str) or not inputs.matches(inputs.ASG_NAME, asg):
         asg = None
-    return TeardownTarget(execution_arn, ev.warm_id, prefix, mount_dir, asg)
+    s3 = inp.get("s3")
+    far = s3.get("destination_region") if isinstance(s3, dict) else None
+    if not isinstance(far, str) or not inputs.matches(inputs.AWS_REGION, far):
+        far = None
+    region = populator_region(far, execution_arn.split(":")[3])
+    return TeardownTarget(execution_arn, ev.warm_id, prefix, mount_dir, asg, region)

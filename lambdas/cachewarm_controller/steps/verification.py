@@ -18,7 +18,7 @@ from cachewarm_controller.errors import VerifyFailedError
 from cachewarm_controller.history import passes
 from cachewarm_controller.model import NodePlan, WarmPlan
 from cachewarm_controller.steps.agent_commands import reconcile, send_roles
-from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result
+from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, routed
 
 ENDED = FAILED_COMMAND_STATES | {"Success"}  # command states of an agent that runs no more
 
@@ -72,6 +72,7 @@ def judge(result: VerifyResult, max_ratio: float) -> str | None:
 
 def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     plan = load_plan(warm, deps)
+    deps = routed(deps, warm.populator_region, plan)  # populators' commands: their region's SSM
     sample = sample_nodes(warm, plan)
     if not state.get("passes"):  # first pass: the agents' own accounts; the comparisons follow
         problems = _count_problems(warm, plan, sample, deps)
