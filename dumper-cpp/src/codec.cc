@@ -54,6 +54,14 @@ bool IsPlainKey(const Slice& key) {
   return true;
 }
 
+bool IsTextKey(const Slice& key) {
+  for (size_t i = 0; i < key.size(); i++) {
+    const char c = key[i];
+    if (c == ' ' || c == '\n' || c == '\0') return false;
+  }
+  return true;
+}
+
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 void Base64Encode(const Slice& in, std::string* out) {

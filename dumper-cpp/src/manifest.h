@@ -33,7 +33,7 @@ struct Manifest {
   uint64_t misses_gone = 0;       // mg miss before it: deleted, evicted or flushed since the crawl
   uint64_t undumped = 0;
   std::string undumped_report;    // "keys/UNDUMPED" when it names keys
-  uint64_t binary_records = 0;    // records fetched with the binary protocol
+  uint64_t binary_records = 0;    // records fetched with the binary protocol (their TTL: the listing's)
   uint64_t duplicates = 0;        // keys a crawl listed twice (kept once)
   int reconcile_passes = 0;
   bool reconcile_converged = true;

@@ -24,6 +24,7 @@ struct iovec ResponseStream::RecordHead(int i, size_t key_len) const {
 void ResponseStream::Reset() {
   filled_ = pos_ = 0;
   stream_left_ = 0;
+  stream_binary_ = false;
   crlf_left_ = 0;
   hits_ = skipped_ = 0;
   niov_ = nrec_ = 0;
@@ -71,12 +72,19 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
   listed_ = kNeverExpires;
   *key_len = klen;
   if (format_ == kFormatVersion2) {
-    // Keys without a meta form never come through mg (the worker fetches them with the binary protocol).
-    if (NeedsBinaryRecord(*key_io)) return Status::Protocol("a key without a meta form in an mg response");
     CW_RETURN_IF_ERROR(CheckRecordV2(*key_io, exptime));
     if (niov_ == 0) {
       pending_base_ = sink->NextRecordOffset();
       pending_bytes_ = 0;
+    }
+    // A key with no meta form (187..250 bytes, no base64 form) that the worker could still fetch with
+    // a raw-key `mg` (codec.h IsTextKey): its record is the binary ADDQ all such keys get, the head
+    // in the line's slot, then the key and the value (no \r\n).
+    binary_rec_[nrec_] = NeedsBinaryRecord(*key_io);
+    if (binary_rec_[nrec_]) {
+      EncodeBinaryHeadV2(lines_.get() + size_t(nrec_) * kMaxMetaLineV2, klen, r.value_len, r.flags, exptime);
+      line_len_[nrec_] = kBinaryHeadV2;
+      return Status::OK();
     }
     line_len_[nrec_] = EncodeMetaLineV2(lines_.get() + size_t(nrec_) * kMaxMetaLineV2, *key_io, r.value_len, r.flags,
                                         exptime, pending_base_ + pending_bytes_);
@@ -90,7 +98,7 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
 // ends with it, so the sink gets one too.
 Status ResponseStream::EndStreamedValue(RecordSink* sink) {
   crlf_left_ = 2;
-  if (stream_skip_ || format_ != kFormatVersion2) return Status::OK();
+  if (stream_skip_ || format_ != kFormatVersion2 || stream_binary_) return Status::OK();
   struct iovec v = {const_cast<char*>("\r\n"), 2};
   return sink->Write(&v, 1, 0);
 }
@@ -141,7 +149,13 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
         if (complete) {
           if (value[r.value_len] != '\r' || value[r.value_len + 1] != '\n')
             return Status::Protocol("value not followed by \\r\\n");
-          if (!skip && format_ == kFormatVersion2) {
+          if (!skip && format_ == kFormatVersion2 && binary_rec_[nrec_]) {
+            iov_[niov_++] = RecordHead(nrec_, klen);
+            iov_[niov_++] = {const_cast<char*>(key.data()), klen};
+            iov_[niov_++] = {value, r.value_len};
+            pending_bytes_ += line_len_[nrec_] + klen + r.value_len;
+            nrec_++;
+          } else if (!skip && format_ == kFormatVersion2) {
             // The command line holds the key; the value's iovec takes its trailing \r\n too.
             iov_[niov_++] = RecordHead(nrec_, klen);
             iov_[niov_++] = {value, size_t(r.value_len) + 2};
@@ -156,7 +170,11 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
           pos_ += size_t(total);
         } else {
           // Larger than a buffer: write header, key and the value bytes we have, stream the rest.
-          if (!skip && format_ == kFormatVersion2) {
+          stream_binary_ = !skip && format_ == kFormatVersion2 && binary_rec_[0];
+          if (stream_binary_) {
+            struct iovec v[2] = {RecordHead(0, klen), {const_cast<char*>(key.data()), klen}};
+            CW_RETURN_IF_ERROR(sink->Write(v, 2, 1));
+          } else if (!skip && format_ == kFormatVersion2) {
             struct iovec v = RecordHead(0, klen);
             CW_RETURN_IF_ERROR(sink->Write(&v, 1, 1));
           } else if (!skip) {

@@ -11,7 +11,8 @@
 // becomes current. A value too large for a buffer is streamed to the sink in pieces.
 // With data format version 2 (docs/data-format.md section 7) the record header is the item's meta
 // command line instead (`ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\r\n`, from a
-// preallocated array too) and the value's iovec takes the `\r\n` that follows it in the buffer.
+// preallocated array too) and the value's iovec takes the `\r\n` that follows it in the buffer; for a
+// key with no meta form (fetched with a raw-key `mg`) the record is the binary ADDQ head, key, value.
 #pragma once
 #include <sys/uio.h>
 
@@ -104,6 +105,8 @@ class ResponseStream {
   uint16_t format_;
   std::unique_ptr<char[]> lines_;
   size_t line_len_[kMaxPending];
+  bool binary_rec_[kMaxPending] = {};  // the slot holds a binary record's head (the key follows)
+  bool stream_binary_ = false;         // the value being streamed ends a binary record (no \r\n)
   uint64_t pending_base_ = 0, pending_bytes_ = 0;
 };
 

@@ -175,8 +175,10 @@ void Worker::Undumped(uint64_t i, const std::string& why) {
                keys_.data() + lines_[i].offset, why.c_str());
 }
 
-// The batch's keys no meta command can name, fetched with the binary protocol's GETKQ. Their TTL is
-// the listing's exp (the binary protocol cannot read one).
+// The batch's keys no meta command can name (no base64 form, and a space, '\n' or NUL in the raw
+// key), fetched with the binary protocol's GETKQ. Their TTL is the listing's exp (the binary protocol
+// cannot read one): a rewrite in between is caught by its CAS, a touch or gat (CAS unchanged) cannot
+// be seen, so each is counted (ttl_from_listing).
 Status Worker::FetchBinary(const Batch& b) {
   std::vector<std::string> raw(b.binary.size());
   for (size_t k = 0; k < b.binary.size(); k++) {
@@ -290,14 +292,24 @@ Status Worker::AppendGet(uint64_t i, Batch* b) {
     send_ += opaque;
   } else {
     Base64Encode(raw_, &b64_);
-    if (b64_.size() > kMaxKeyLen) {  // no meta command takes it: the binary protocol at the batch's end
+    if (b64_.size() <= kMaxKeyLen) {
+      send_ += "mg ";
+      send_ += b64_;
+      send_ += " b";
+      send_ += opaque;
+    } else if (IsTextKey(raw_)) {
+      // No base64 form (187..250 bytes), but a meta command carries it raw (codec.h): value, flags
+      // and TTL from one moment, in the batch like any key. A touch between the listing and the
+      // fetch cannot lengthen its copy. Its record is still the binary ADDQ (v2) it always was.
+      send_ += "mg ";
+      send_ += raw_;
+      send_ += opaque;
+    } else {
+      // Only the binary protocol names it, at the batch's end; its TTL is the listing's
+      // (ttl_from_listing in the manifest: a touch in between cannot be seen).
       b->binary.push_back(i);
       return Status::OK();
     }
-    send_ += "mg ";
-    send_ += b64_;
-    send_ += " b";
-    send_ += opaque;
   }
   b->mg_keys++;
   return Status::OK();

@@ -4,7 +4,8 @@
 // Each `mg` carries its key's index as opaque (`O<i>`): a record's key is taken from the key list
 // (never from memcached's echo, which is raw for items stored through the binary protocol), and a
 // batch's misses are known by key and explained: expired (the listing's exp has passed) or gone. Keys no meta
-// command can name (binary, 187 bytes or more) are fetched with the binary protocol (binary_get.h) at
+// command can name (187 bytes or more, no base64 form, and a space, '\n' or NUL: codec.h IsTextKey)
+// are fetched with the binary protocol (binary_get.h) at
 // the batch's end; a key that cannot be fetched at all is named in keys/UNDUMPED, never an abort.
 #pragma once
 #include <cstdint>
@@ -68,7 +69,7 @@ class Worker : public RecordSink {
 
   Status DoChunk(const ChunkTask& t);
   Status LoadKeys(uint64_t chunk);
-  // Appends "mg <key> [b] v f t q u O<i>\r\n" for key index i (no `k`: the key is known by the
+  // Appends "mg <key> [b] v f t q u O<i>\r\n" (the key plain, base64, or raw: codec.h) for key index i (no `k`: the key is known by the
   // opaque), or queues it for the binary protocol; keeps the raw key for the record.
   Status AppendGet(uint64_t i, Batch* b);
   Status FetchBinary(const Batch& b);

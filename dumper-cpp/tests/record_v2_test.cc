@@ -172,6 +172,83 @@ TEST(RecordV2, TheReceiveStreamWritesV2RecordsAtEverySplit) {
   }
 }
 
+// The worker names each value's key by its opaque (no `k`): a key of 187..250 bytes with no base64
+// form that a raw-key `mg` fetched (codec.h IsTextKey) gets the binary ADDQ record such keys always
+// got — head, key, value, no \r\n — at every split, streamed (larger than the buffer) or not; the
+// meta records around it keep their own offsets.
+class NamingSink : public FileSink {
+ public:
+  NamingSink(uint64_t base, std::vector<std::string> keys) : FileSink(base), keys_(std::move(keys)) {}
+  Status OnValue(const MetaResponse& r, Slice* key) override {
+    if (!r.has_opaque || r.opaque >= keys_.size()) return Status::Protocol("bad opaque");
+    *key = Slice(keys_[r.opaque]);
+    return Status::OK();
+  }
+
+ private:
+  std::vector<std::string> keys_;
+};
+
+TEST(RecordV2, RawKeyFetchesOfLongKeysAreBinaryRecordsAtEverySplit) {
+  std::mt19937 rng(5);
+  std::string text(200, '\xff');
+  text[0] = '\r';
+  text[100] = ':';
+  text[199] = '\t';
+  ASSERT_TRUE(IsTextKey(text) && NeedsBinaryRecord(text));
+  struct R {
+    std::string key;
+    uint32_t flags;
+    int64_t ttl;
+    std::string value;
+  };
+  const std::vector<R> recs = {{"plain", 0, -1, "hello"},
+                               {text, 7, 100, "VA 5\r\nMN\r\n"},
+                               {std::string(250, '\x80'), 1, 50, std::string(20000, 'x')},  // streamed
+                               {"after", 2, 0, ""},
+                               {std::string(187, '\x01'), 3, -1, ""},
+                               {std::string(186, '\x02'), 4, -1, "b64"}};
+  std::vector<std::string> keys;
+  std::string wire, want;
+  const uint64_t base = 58;
+  for (size_t i = 0; i < recs.size(); i++) {
+    const R& r = recs[i];
+    keys.push_back(r.key);
+    wire += "VA " + std::to_string(r.value.size()) + " f" + std::to_string(r.flags) + " t" + std::to_string(r.ttl) +
+            " O" + std::to_string(i) + "\r\n" + r.value + "\r\n";
+    want += Record(r.key, r.flags, r.ttl == -1 ? kNeverExpires : kNow + r.ttl, r.value, base + want.size());
+  }
+  wire += "MN\r\n";
+  for (size_t cut = 1; cut <= wire.size(); cut += 5) {
+    ResponseStream rs(8192, 0, kFormatVersion2);
+    rs.set_now(kNow);
+    NamingSink sink(base, keys);
+    size_t pos = 0, calls = 0;
+    while (pos < wire.size()) {
+      size_t n = std::min({calls++ == 0 ? cut : size_t(1 + rng() % 9000), wire.size() - pos, rs.WritableBytes()});
+      std::memcpy(rs.WritePtr(), wire.data() + pos, n);
+      pos += n;
+      Status s = rs.Commit(n, &sink);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    ASSERT_EQ(sink.bytes, want) << "split at " << cut;
+    EXPECT_EQ(sink.records, recs.size());
+    EXPECT_TRUE(rs.AtBoundary());
+    // Every record reads back with its key (check 4 of the reader; the records start at `base`).
+    const std::string file = std::string(base, '\0') + sink.bytes;
+    size_t at = base;
+    for (const R& r : recs) {
+      RecordV2 got;
+      size_t next = 0;
+      Status s = ParseRecordV2(file.data(), at, file.size(), &got, &next);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(got.key, r.key);
+      EXPECT_EQ(got.binary, NeedsBinaryRecord(r.key));
+      at = next;
+    }
+  }
+}
+
 TEST(RecordV2, DataFilesRoundTrip) {
   TempDir t;
   DataFileWriter w(Env::Default(), t.path(), "n1", 1, kFormatVersion2);
