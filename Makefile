@@ -146,7 +146,7 @@ TRIALS ?= 20
 RELEASES ?=
 faults: deps build memcached-versions
 	$(IN_VENV) CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) FAULT_TRIALS=$(TRIALS) FAULT_REPORT=$(CURDIR)/$(BUILD)/faults.md \
-	  CACHEWARM_STREAM_VERSIONS=all $(if $(RELEASES),CACHEWARM_MEMCACHED_VERSIONS=$(RELEASES)) \
+	  CACHEWARM_STREAM_VERSIONS=all CACHEWARM_FAULT_RELEASES=all $(if $(RELEASES),CACHEWARM_MEMCACHED_VERSIONS=$(RELEASES)) \
 	  $(PY) -m pytest -q -s --timeout=0 tests/faults
 
 # Longer fuzzing runs (FUZZ_SECONDS per target); corpora are kept in build/fuzz/corpus between runs.

@@ -16,6 +16,7 @@ The matrix's items carry the `memcached_matrix` mark: `make test-matrix` runs th
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -84,20 +85,46 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("memcached_version", params)
 
 
+def _fault_variant(item: pytest.Item) -> str | None:
+    """A fault scenario's variant: its test and every parameter but the release (None: not a fault
+    scenario on the release matrix)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("memcached_version") is None:
+        return None
+    if not Path(str(item.path)).is_relative_to(REPO / "tests" / "faults"):
+        return None
+    others = sorted((k, str(v)) for k, v in params.items() if k != "memcached_version")
+    return f"{item.nodeid.split('[')[0]}{others}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Stream variants only on STREAM_VERSIONS (unless CACHEWARM_STREAM_VERSIONS=all)."""
-    if os.environ.get("CACHEWARM_STREAM_VERSIONS") == "all":
-        return
+    """Stream variants only on STREAM_VERSIONS (unless CACHEWARM_STREAM_VERSIONS=all); each fault
+    scenario variant (tests/faults) on one of its releases, picked by hashing the variant, so the
+    scenarios spread over every release and a variant keeps its release from run to run (unless
+    CACHEWARM_FAULT_RELEASES=all, as `make faults` sets: every scenario on every release). CI time: the
+    scenarios wait out real TTLs and rate-limited dumps, ~12 min when each ran on every release."""
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        off = params.get("warm_mode") == "stream" and params.get(
-            "memcached_version", DEFAULT_VERSION
-        ) not in (
-            None,
-            *STREAM_VERSIONS,
+        off = (
+            os.environ.get("CACHEWARM_STREAM_VERSIONS") != "all"
+            and params.get("warm_mode") == "stream"
+            and params.get("memcached_version", DEFAULT_VERSION) not in (None, *STREAM_VERSIONS)
         )
         (drop if off else keep).append(item)
+    if os.environ.get("CACHEWARM_FAULT_RELEASES") != "all":
+        releases: dict[str, list[str]] = {}
+        for item in keep:
+            variant = _fault_variant(item)
+            if variant is not None:
+                releases.setdefault(variant, []).append(item.callspec.params["memcached_version"])
+        chosen = {v: sorted(r)[zlib.crc32(v.encode()) % len(r)] for v, r in releases.items()}
+        kept = []
+        for item in keep:
+            variant = _fault_variant(item)
+            off = variant is not None and item.callspec.params["memcached_version"] != chosen[variant]
+            (drop if off else kept).append(item)
+        keep = kept
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
