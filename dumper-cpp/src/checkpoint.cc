@@ -40,6 +40,12 @@ Status Checkpoint::Open(const ServerStats& source) {
                                        "'): use --resume to continue it, or an empty directory");
     std::vector<std::string> knames;
     CW_RETURN_IF_ERROR(env_->GetChildren(keys_dir_, &knames));
+    // A run killed while it wrote its first META leaves only `.tmp-META`: no dump was ever published
+    // (--resume has nothing to resume), so a fresh start removes it rather than refuse both ways.
+    if (!have_meta && knames.size() == 1 && knames[0] == ".tmp-META") {
+      CW_RETURN_IF_ERROR(env_->RemoveFile(keys_dir_ + "/.tmp-META"));
+      knames.clear();
+    }
     if (!knames.empty())
       return Status::InvalidArgument("--out " + o_.out + "/keys is not empty: use --resume to continue that dump");
     meta_.dump_start_ms = NowMs();

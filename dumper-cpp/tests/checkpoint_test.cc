@@ -1,6 +1,7 @@
 // The checkpoint (what --resume continues from) and the work queue, without a memcached.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <thread>
 
 #include "checkpoint.h"
@@ -68,6 +69,32 @@ TEST(Checkpoint, ScanFindsWhereEachChunkContinues) {
   EXPECT_EQ(m.files.size(), 3u);
   EXPECT_EQ(m.keys_listed, 22u);
   EXPECT_EQ(m.reconciled_keys, 4u);
+}
+
+TEST(Checkpoint, AFreshStartRemovesATemporaryMetaButRefusesAnythingElse) {
+  TempDir t;
+  Env* env = Env::Default();
+  const Options o = TestOptions(t.path() + "/out");
+  ServerStats source;
+  {
+    // Killed while writing its first META: neither a dump to resume nor one to refuse.
+    Checkpoint cp(o, env);
+    ASSERT_TRUE(cp.CreateDirs().ok());
+    std::ofstream(cp.keys_dir() + "/.tmp-META") << "{";
+    Status s = cp.Open(source);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    EXPECT_FALSE(env->FileExists(cp.keys_dir() + "/.tmp-META"));
+  }
+  {
+    TempDir t2;
+    const Options o2 = TestOptions(t2.path() + "/out");
+    Checkpoint cp(o2, env);
+    ASSERT_TRUE(cp.CreateDirs().ok());
+    WriteKeyList(env, cp.keys_dir(), 0, 3);
+    Status s = cp.Open(source);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.ToString().find("is not empty"), std::string::npos) << s.ToString();
+  }
 }
 
 TEST(Checkpoint, ScanRefusesAGapBetweenParts) {

@@ -16,7 +16,16 @@ from cachewarm.testing.memcached import MemcachedServer
 
 from tests.conftest import stream_versions
 from tests.dumper.dumputil import Item, dump_cmd, load, load_binary_protocol, load_numbered, run_dump
-from tests.faults.harness import CuttingProxy, Tally, fetch_all, kill9, survivors, tmp_leftovers, trials
+from tests.faults.harness import (
+    CuttingProxy,
+    Tally,
+    fetch_all,
+    kill9,
+    survivors,
+    tmp_leftovers,
+    trials,
+    wait_until,
+)
 
 # Stream-only scenarios: in `make test` the default release (CI time; the writes are the same meta
 # commands on every one), in `make faults` every release (CACHEWARM_STREAM_VERSIONS=all).
@@ -134,7 +143,14 @@ def test_destination_restart_mid_stream_fails_loudly(
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(rng.uniform(0.3, 1.0))
+
+        # Restart once items are on the destination (the stream first measures its clock, up to
+        # 1.2 s: a restart before the first write loses nothing, and the new server gets everything).
+        def streaming(proc: subprocess.Popen[str] = proc, dst: MemcachedServer = dst) -> bool:
+            return proc.poll() is not None or int(dst.stats().get("curr_items", 0)) > 0
+
+        wait_until(streaming, 60)
+        time.sleep(rng.uniform(0.0, 0.5))
         running = proc.poll() is None
         dst.kill()
         dst.start()  # same port, empty
