@@ -166,11 +166,12 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
   const auto tr = std::chrono::steady_clock::now();
   crawl_.set_expected_keys(uint64_t(std::max<int64_t>(0, now.curr_items)));
   int passes = 0;
-  bool converged = false;
+  bool converged = false, hash_pass = false, extra_pass = false;
   uint64_t n = 0;
   // The reconciliation crawl itself may skip a locked item (rarely: seen once in 1M on an idle
   // server), so crawl again while it still finds keys and fewer are listed than the server holds.
-  while (passes < kMaxReconcilePasses && !converged) {
+  while (!converged && (passes < kMaxReconcilePasses || extra_pass)) {
+    extra_pass = false;
     n = 0;
     CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
     CW_RETURN_IF_ERROR(queue_.WaitDrained());
@@ -178,7 +179,18 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
     passes++;
     std::fprintf(stderr, "cachewarm-dump: reconciliation pass %d listed %" PRIu64 " new keys (%" PRIu64
                  " listed, server holds %" PRId64 ")\n", passes, n, progress_.keys_listed.load(), now.curr_items);
-    converged = n == 0 || progress_.keys_listed.load() >= uint64_t(std::max<int64_t>(0, now.curr_items));
+    const bool short_now = progress_.keys_listed.load() < uint64_t(std::max<int64_t>(0, now.curr_items));
+    converged = n == 0 || !short_now;
+    // An LRU pass that found nothing new proves nothing while keys are still short: it skips busy
+    // items, and under load the same key can be busy in two passes (seen: 1 of 100,000 keys missing
+    // from a "complete" dump). Expired items not yet reclaimed also count in curr_items, so "short"
+    // alone is no proof either: one more pass by hash (every item that exists, no skips; on a server
+    // without it the crawl falls back to the LRUs, and says so) decides.
+    if (converged && short_now && !crawl_.by_hash() && !hash_pass) {
+      crawl_.set_by_hash(true);
+      hash_pass = extra_pass = true;  // one pass more, even past kMaxReconcilePasses
+      converged = false;
+    }
   }
   *reconcile_s = Since(tr);
   return checkpoint_.WriteReconciled(checkpoint_.next_chunk(), "", passes, converged, n, crawl_.stats());

@@ -105,7 +105,8 @@ def test_lru_crawl_under_touches_lists_every_item_once(dumper_bin: Path, memcach
     assert set(dump.by_key()) == {b"k%d" % i for i in range(n)}  # by_key asserts no key twice
     done = json.loads((out / "DONE").read_text())
     assert done["complete"] is True
-    assert done["crawl"]["modes"] == ["all"]
+    # An LRU reconciliation pass that finds nothing new while keys are short ends with one by hash.
+    assert done["crawl"]["modes"] in (["all"], ["all", "hash"]), done["crawl"]
     comp = done["completeness"]
     assert comp["keys_listed"] == comp["records"] == n
     print(f"duplicates dropped: {comp['duplicates_dropped']}, reconcile passes: {comp['reconcile_passes']}")
