@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
 from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection, list_keys
 from cachewarm.testing.memcached import MemcachedServer
+
+from tests.dumper.dumputil import another_clients_crawl
 
 
 def load(srv: MemcachedServer, items: dict[bytes, int]) -> None:
@@ -81,23 +81,6 @@ def test_list_keys_waits_for_another_clients_crawl(memcached) -> None:
     crawler"): list_keys sends none while `stats` says a crawl runs, then lists every key."""
     srv = memcached(memory_mb=64)
     load(srv, {b"k:%d" % i: 0 for i in range(100_000)})
-    blocker = socket.create_connection((srv.host, srv.port))
-    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-    blocker.settimeout(60)
-    blocker.sendall(b"lru_crawler metadump all\r\n")
-    got = bytearray()
-
-    def read_slowly() -> None:
-        while b"END\r\n" not in got[-4096:]:
-            chunk = blocker.recv(64 << 10)
-            assert chunk, "memcached closed the other client's crawl"
-            got.extend(chunk)
-            time.sleep(0.02)
-
-    reader = threading.Thread(target=read_slowly)
-    reader.start()
-    time.sleep(0.2)
-    keys = {k for k, _ in list_keys(srv.host, srv.port, timeout=60)}
-    reader.join()
-    blocker.close()
+    with another_clients_crawl(srv) as got:
+        keys = {k for k, _ in list_keys(srv.host, srv.port, timeout=60)}
     assert got.endswith(b"END\r\n") and len(keys) == 100_000

@@ -7,7 +7,10 @@ import json
 import socket
 import struct
 import subprocess
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -166,3 +169,33 @@ def progress_lines(stdout: str) -> list[dict[str, object]]:
 def leftovers(out: Path) -> Sequence[str]:
     """Temporary files left in OUT (readers ignore them, but a clean failure removes its own)."""
     return [p.name for p in out.iterdir() if p.name.startswith(".tmp-")] if out.exists() else []
+
+
+@contextmanager
+def another_clients_crawl(server: MemcachedServer) -> Iterator[bytearray]:
+    """Another client's `lru_crawler metadump all`, read slowly, holding the crawler meanwhile; yields
+    the bytes it got, and on exit waits for its END. 64 KiB every 20 ms: the crawl takes seconds and
+    the crawler waits on this client, but never for a second (memcached 1.6.38 corrupts the listing
+    of a client that stalls for one: a timed-out write counts as sent; 1.6.45 retries instead).
+    Hanging up instead can leave 1.6.18's crawler stuck for good when another crawl request waits."""
+    blocker = socket.create_connection((server.host, server.port))
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    blocker.settimeout(60)
+    blocker.sendall(b"lru_crawler metadump all\r\n")
+    got = bytearray()
+
+    def read_slowly() -> None:
+        while b"END\r\n" not in got[-4096:]:
+            chunk = blocker.recv(64 << 10)
+            assert chunk, "memcached closed the other client's crawl"
+            got.extend(chunk)
+            time.sleep(0.02)
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+    time.sleep(0.2)
+    try:
+        yield got
+    finally:
+        reader.join()
+        blocker.close()

@@ -16,6 +16,7 @@ from cachewarm.testing.memcached import MemcachedServer
 
 from tests.dumper.dumputil import (
     Item,
+    another_clients_crawl,
     dump_cmd,
     load,
     load_binary_protocol,
@@ -121,32 +122,11 @@ def test_crawler_busy_with_another_client_is_waited_for(dumper_bin: Path, memcac
     runs; it waits (same mode) and DONE says how long."""
     srv: MemcachedServer = memcached()
     load_numbered(srv, 100_000, value_size=10)
-    blocker = socket.create_connection((srv.host, srv.port))
-    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-    blocker.settimeout(60)
-    blocker.sendall(b"lru_crawler metadump all\r\n")  # ~8 MB of listing
-    got = bytearray()
-
-    def read_slowly() -> None:
-        # 64 KiB every 20 ms: the crawl takes a few seconds and the crawler waits on this client, but
-        # never for a second (memcached 1.6.38 corrupts the listing of a client that stalls for one:
-        # a timed-out write counts as sent; 1.6.45 retries instead). Hanging up instead can leave
-        # 1.6.18's crawler stuck for good when another crawl request waits on it.
-        while b"END\r\n" not in got[-4096:]:
-            chunk = blocker.recv(64 << 10)
-            assert chunk, "memcached closed the other client's crawl"
-            got.extend(chunk)
-            time.sleep(0.02)
-
-    reader = threading.Thread(target=read_slowly)
-    reader.start()
-    time.sleep(0.2)
     out = tmp_path / "o"
-    proc = subprocess.Popen(
-        dump_cmd(dumper_bin, srv, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    reader.join()
-    blocker.close()
+    with another_clients_crawl(srv):  # ~8 MB of listing
+        proc = subprocess.Popen(
+            dump_cmd(dumper_bin, srv, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     done = json.loads((out / "DONE").read_text())
