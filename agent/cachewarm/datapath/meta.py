@@ -436,16 +436,14 @@ class _CrawlerBusy(RuntimeError):
     """Another crawl holds memcached's crawler (raised before any key is listed)."""
 
 
-def _crawler_running(s: socket.socket) -> bool:
+def _crawler_running(host: str, port: int) -> bool:
     """Whether `stats` says a crawl (a client's or memcached's own) holds the crawler now."""
-    s.sendall(b"stats\r\n")
-    buf = b""
-    while not buf.endswith(b"END\r\n"):
-        chunk = s.recv(1 << 16)
-        if not chunk:
-            raise DestinationUnavailable("closed during stats")
-        buf += chunk
-    return b"STAT lru_crawler_running 1\r\n" in buf
+    c = MetaConnection(host, port)
+    c.connect()
+    try:
+        return c.stats().get("lru_crawler_running") == "1"
+    finally:
+        c.close()
 
 
 class _ModeRefused(RuntimeError):
@@ -453,11 +451,11 @@ class _ModeRefused(RuntimeError):
 
 
 def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple[bytes, int]]:
+    if _crawler_running(host, port):
+        # Never queue a crawl behind a running one: the request's worker thread would wait on the
+        # crawler's lock, and a hash table expansion starting then deadlocks memcached.
+        raise _CrawlerBusy(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
     with socket.create_connection((host, port), timeout=timeout) as s:
-        if _crawler_running(s):
-            # Never queue a crawl behind a running one: the request's worker thread would wait on the
-            # crawler's lock, and a hash table expansion starting then deadlocks memcached.
-            raise _CrawlerBusy(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
         s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
         buf = b""
         listed = 0
