@@ -30,7 +30,7 @@ def lock_lines(wheels: dict[str, bytes]) -> list[str]:
     """`name==version --hash=sha256:…` for every wheel (file name -> content), sorted."""
     lines = []
     for file_name, data in sorted(wheels.items()):
-        m = _WHEEL.match(file_name)
+        m = _WHEEL.fullmatch(file_name)
         if not m:
             raise ValueError(f"{file_name}: not a wheel file name")
         lines.append(f"{_normal(m['name'])}=={m['version']} --hash=sha256:{hashlib.sha256(data).hexdigest()}")
@@ -65,7 +65,7 @@ def check_bundle(bundle: Path) -> None:
                 f = tar.extractfile(m)
                 assert f is not None
                 wheels[name] = f.read()
-    bad = [ln for ln in lines if not _LINE.match(ln)]
+    bad = [ln for ln in lines if not _LINE.fullmatch(ln)]
     if bad:
         raise ValueError(f"{bundle}: {LOCK} lines without a pinned version and sha256 hash: {bad[:3]}")
     if sorted(lines) != lock_lines(wheels):

@@ -34,8 +34,15 @@ def test_names_parse_and_ignore_others() -> None:
         "a-b-00000000-0000-1a2b3c4d5e6f7081.cwd",
         "n-00000000-0000-1a2b3c4d5e6f7081.cwd.x",
         "x" * 65 + "-00000000-0000-1a2b3c4d5e6f7081.cwd",
+        "n-00000000-0000-1a2b3c4d5e6f7081.cwd\n",  # Python's `$` matches before a final newline
     ]:
         assert df.parse_name(bad) is None, bad
+
+
+def test_a_node_id_ending_in_a_newline_is_refused(tmp_path: Path) -> None:
+    """Found by the fuzzer (CI, stop 30): `NODE_RE.match("vec_node.\\n")` accepted it."""
+    with pytest.raises(df.FormatError, match="node id"):
+        DirWriter(tmp_path, version=1, node="n1\n", dump_start_ms=1).write(0, 0, sample_records(), misses=0)
 
 
 def test_round_trip(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ def _name_for(data: bytes, mode: int) -> df.DataFileName:
         _, _, _, part, _, chunk, _, node_len, _ = struct.unpack_from("<8sHHIQQQH6s", data, 0)
         raw = data[df.HEADER_FIXED : df.HEADER_FIXED + node_len]
         cand = raw.decode("ascii", errors="replace")
-        if df.NODE_RE.match(cand) and chunk < 10**8 and part < 10**4:
+        if df.NODE_RE.fullmatch(cand) and chunk < 10**8 and part < 10**4:
             node = cand
         else:
             chunk = part = 0

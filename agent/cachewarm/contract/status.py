@@ -153,7 +153,7 @@ def instance_arn(region: str, account: str, instance_id: str) -> str:
 
 def writer_instance_id(arn: str) -> str | None:
     """The instance id of a writer ARN; None for anything that is no EC2 instance ARN."""
-    m = _INSTANCE_ARN.match(arn)
+    m = _INSTANCE_ARN.fullmatch(arn)
     return m.group(1) if m else None
 
 

@@ -54,7 +54,7 @@ def terminate_child(proc: subprocess.Popen[Any], grace_s: float) -> None:
 def dumper_node_id(node_id: str) -> str:
     """The dumper's node id allows `[A-Za-z0-9_.]{1,64}` (docs/data-format.md): map the rest to `_`."""
     mapped = re.sub(r"[^A-Za-z0-9_.]", "_", node_id)[:64] or "node"
-    assert NODE_RE.match(mapped)
+    assert NODE_RE.fullmatch(mapped)
     return mapped
 
 

@@ -99,7 +99,7 @@ class DataFileName:
 
 def parse_name(name: str) -> DataFileName | None:
     """The parsed name of a published data file, or None for any other name (temp files, DONE, keys/)."""
-    m = NAME_RE.match(name)
+    m = NAME_RE.fullmatch(name)
     if m is None:
         return None
     return DataFileName(node=m[1], chunk=int(m[2]), part=int(m[3]), xxh3=int(m[4], 16))

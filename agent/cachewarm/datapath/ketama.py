@@ -94,7 +94,7 @@ def valid_host(host: str) -> bool:
         ipaddress.ip_address(host)
         return True
     except ValueError:
-        return bool(_HOSTNAME.match(host))
+        return bool(_HOSTNAME.fullmatch(host))
 
 
 DEFAULT_PORT = 11211

@@ -63,7 +63,7 @@ def encode_file(
     """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1).
     `source_clock_ms`: None = the header says nothing of the exptimes' clock (an older dumper's: they
     may be up to 1 s late); else section 2.1's source_clock_ms (0: they are exact on this host's clock)."""
-    if not NODE_RE.match(node):
+    if not NODE_RE.fullmatch(node):
         raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
     if version not in VERSIONS:
         raise FormatError(f"version {version} not in {VERSIONS}")

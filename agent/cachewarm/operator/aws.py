@@ -38,7 +38,7 @@ _ARN = re.compile(r"^arn:aws[a-z-]*:states:([a-z0-9-]+):[0-9]{12}:(execution|sta
 
 def region_of(arn: str | None) -> str | None:
     """The region a Step Functions ARN names (None for anything else, e.g. a warm id)."""
-    m = _ARN.match(arn or "")
+    m = _ARN.fullmatch(arn or "")
     return m.group(1) if m else None
 
 
