@@ -126,7 +126,8 @@ def loop(slowest: dict[str, float], step: Any, w: Any, deps: Any, clock: Any) ->
     raise AssertionError(step.__name__)
 
 
-@pytest.mark.parametrize("nodes", [300, MAX_SOURCE_NODES])
+# The largest fleet the input allows: every pass grows with the nodes, so it bounds every smaller one.
+@pytest.mark.parametrize("nodes", [MAX_SOURCE_NODES])
 def test_every_pass_of_every_step_fits_in_the_lambda_timeout(world: Any, nodes: int) -> None:
     world, slowest = timed_world(world, nodes)
     clock, deps = world.clock, world.deps

@@ -214,6 +214,8 @@ def test_every_scheme_every_key_found_by_the_real_client(
 ) -> None:  # type: ignore[no-untyped-def]
     import zlib
 
+    if n > 3 and warm_args:
+        pytest.skip("one hashkit core (dumper-cpp/hashkit) places keys on both paths: 25 nodes on files only")
     src = memcached(memory_mb=64)
     set_many(src.host, src.port, [(k, value(k)) for k in KEYS])
     port = free_port()
