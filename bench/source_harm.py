@@ -139,8 +139,12 @@ def dump(name: str, args: list[str], srv: MemcachedServer, a: argparse.Namespace
     argv = [str(DUMPER), "--port", str(srv.port), "--out", str(out), "--progress-interval", "3600", *args]
     # Without root the client cannot be raised: the dumper is lowered instead.
     lower = 0 if can_raise_priority() else 10
+    env = dict(os.environ)
+    if a.trace_dir and "--adaptive" in args:
+        a.trace_dir.mkdir(parents=True, exist_ok=True)
+        env["CACHEWARM_GUARD_TRACE"] = str(a.trace_dir / f"{items}x{size}-{time.monotonic_ns()}.jsonl")
     t_start = time.time()
-    r = subprocess.run(argv, capture_output=True, text=True, check=False,
+    r = subprocess.run(argv, capture_output=True, text=True, check=False, env=env,
                        preexec_fn=(lambda: os.nice(lower)) if lower else None)  # fmt: skip
     t_end = time.time()
     time.sleep(0.3)
@@ -195,6 +199,9 @@ def one_size(srv: MemcachedServer, a: argparse.Namespace, items: int, size: int,
     res: dict[str, Any] = {"items": items, "value_size": size, "load_s": round(time.monotonic() - t0, 1)}
     time.sleep(2.0)  # the server's own background crawler runs after bulk loads
     variants: list[tuple[str, list[str]]] = [(UNTHROTTLED, []), (PROTECTED, ["--adaptive"])]
+    for text in a.variant:
+        name, _, args = text.partition("=")
+        variants.append((name, args.split()))
     phases: list[dict[str, Any]] = []
     first = dump(UNTHROTTLED, [], srv, a, items, size, out_root, work)  # the harm first: is there any?
     phases.append(first)
@@ -258,6 +265,10 @@ def main() -> None:
     ap.add_argument("--max-dump-s", type=float, default=120.0)
     ap.add_argument("--client-nice", type=int, default=-10, help="the live client's nice value (needs root)")
     ap.add_argument("--with-fixed", action="store_true", help="also fixed items/s and bytes/s limits")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
+                    help="another phase: the dumper with these flags (repeatable), e.g. 'batch50=--batch 50'")  # fmt: skip
+    ap.add_argument("--trace-dir", type=Path, default=None,
+                    help="keep the guard's decisions per --adaptive dump here (CACHEWARM_GUARD_TRACE)")  # fmt: skip
     ap.add_argument("--memcached", action="append", default=None,
                     help="memcached binary (repeatable; default: the first on PATH)")  # fmt: skip
     a = ap.parse_args()

@@ -59,8 +59,8 @@ PaceSettings PaceSettingsOf(const Options& o) {
   PaceSettings s;
   s.max_rate = o.max_items_per_second;
   s.max_bytes_rate = o.max_bytes_per_second;
-  s.max_batch = o.batch;
-  s.start_batch = std::min(o.batch, s.start_batch);
+  s.max_batch = std::min(o.batch, s.max_batch);
+  s.start_batch = std::min(s.max_batch, s.start_batch);
   return s;
 }
 
@@ -72,7 +72,27 @@ SourceGuard::SourceGuard(const Options& o, RateLimiter* limiter, Progress* progr
   probe_cmd_ = std::string("mg ") + key + " v\r\n";  // a key no one stores: a miss, "EN"
 }
 
-SourceGuard::~SourceGuard() { Stop(); }
+SourceGuard::~SourceGuard() {
+  Stop();
+  if (trace_) std::fclose(trace_);
+}
+
+void SourceGuard::Trace(int64_t now_us, const char* what) {
+  if (!trace_) return;
+  const PaceState& st = core_->pace();
+  const WindowStats& w = core_->last_window();
+  std::fprintf(trace_,
+               "{\"t_ms\":%lld,\"what\":\"%s\",\"items\":%llu,\"rate\":%llu,\"bytes_rate\":%llu,\"batch\":%d,"
+               "\"batch_bytes\":%llu,\"paused\":%d,\"backoffs\":%llu,\"baseline_us\":%lld,\"threshold_us\":%lld,"
+               "\"win_probes\":%llu,\"win_slow\":%llu,\"win_p99_us\":%lld}\n",
+               static_cast<long long>((now_us - trace_t0_) / 1000), what,
+               static_cast<unsigned long long>(progress_->items.load()), static_cast<unsigned long long>(st.rate),
+               static_cast<unsigned long long>(st.bytes_rate), st.batch, static_cast<unsigned long long>(st.batch_bytes),
+               core_->paused() ? 1 : 0, static_cast<unsigned long long>(st.backoffs),
+               static_cast<long long>(core_->baseline_us()), static_cast<long long>(core_->threshold_us()),
+               static_cast<unsigned long long>(w.probes), static_cast<unsigned long long>(w.slow),
+               static_cast<long long>(w.p99_us));
+}
 
 Status SourceGuard::SetCrawlSleep(Conn* c, uint32_t us) {
   std::string reply;
@@ -134,6 +154,10 @@ Status SourceGuard::Start(int64_t saved_crawl_sleep_us) {
   calibration.join();
   if (!probes_->last_error().empty()) return Status::IOError("the source guard's probes: " + probes_->last_error());
   core_->Calibrate(base);
+  if (const char* path = std::getenv("CACHEWARM_GUARD_TRACE"); path && *path) {
+    trace_ = std::fopen(path, "w");
+    trace_t0_ = MonotonicUs();
+  }
   core_->Start(MonotonicUs(), progress_->items.load(), progress_->bytes.load());
   progress_->probe_baseline_us = uint64_t(core_->baseline_us());
   Apply();
@@ -179,7 +203,13 @@ void SourceGuard::Loop() {
     const int64_t now = MonotonicUs();
     probes_->Unanswered(now, &ages);
     const uint64_t windows = core_->windows();
-    if (core_->Tick(now, progress_->items.load(), progress_->bytes.load(), ages)) Apply();
+    const uint64_t backoffs = core_->pace().backoffs;
+    if (core_->Tick(now, progress_->items.load(), progress_->bytes.load(), ages)) {
+      Apply();
+      Trace(now, core_->pace().backoffs != backoffs ? "backoff" : core_->windows() != windows ? "window" : "change");
+    } else if (core_->windows() != windows) {
+      Trace(now, "window");
+    }
     progress_->backing_off = core_->backing_off(now);
     if (core_->windows() != windows) {  // a window closed: the progress line's harm fields
       progress_->probe_p99_us = uint64_t(std::max<int64_t>(0, core_->last_window().p99_us));

@@ -21,6 +21,7 @@
 //   SourceGuard     the thread that ties them together and applies the decisions
 #pragma once
 #include <atomic>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -75,6 +76,9 @@ class SourceGuard {
   Status SetCrawlSleep(Conn* c, uint32_t us);
   void Apply();
   void Loop();
+  // CACHEWARM_GUARD_TRACE=<file>: one JSON line per decision and per window (a diagnostic for tuning
+  // the guard on a real host; nothing reads it).
+  void Trace(int64_t now_us, const char* what);
 
   const Options& o_;
   RateLimiter* limiter_;
@@ -91,6 +95,8 @@ class SourceGuard {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   GuardSummary summary_;
+  std::FILE* trace_ = nullptr;
+  int64_t trace_t0_ = 0;
 };
 
 // `stats settings`' lru_crawler_sleep; -1 if the server does not report it.

@@ -51,6 +51,14 @@ struct Sim {
 
 int64_t Probe(int64_t t) { return t / 2000; }  // the probe's number
 
+// Batches already at their floor: every back-off cuts the rates (the tests of how a rate is cut).
+PaceSettings RatesOnly() {
+  PaceSettings p;
+  p.min_batch = p.max_batch;
+  p.min_batch_bytes = p.max_batch_bytes;
+  return p;
+}
+
 TEST(GuardCore, ThresholdIsTheBaselineTailTimesTargetWithASmallSlack) {
   Sim s;
   EXPECT_EQ(s.core.baseline_us(), 100);
@@ -112,23 +120,56 @@ TEST(GuardCore, AStallCountsBeforeItsProbesAnswer) {
   EXPECT_EQ(s.core.pace().backoffs, before + 1);
 }
 
-TEST(GuardCore, LargeValuesCutBytesPerSecondAndBatchBytes) {
-  // 10 KB values: 4,000 items/s are 40 MB/s; the cut is in bytes too, and in a batch's bytes.
+TEST(GuardCore, LargeValuesCutBatchBytesThenBytesPerSecond) {
+  // 10 KB values: 4,000 items/s are 40 MB/s. The first cuts halve a batch's bytes (64 KiB: six
+  // values; a burst is as long as its bytes, whatever its keys), then bytes/s.
   Sim s;
   s.capacity = 4000;
   s.value_bytes = 10000;
   s.Quiet(1000000);
-  EXPECT_EQ(s.core.pace().batch_bytes, 1u << 20);
+  EXPECT_EQ(s.core.pace().batch_bytes, 64u << 10);
   EXPECT_EQ(s.core.pace().bytes_rate, 0u);  // no byte limit before a back-off
-  const int batch = s.core.pace().batch;
-  s.Run(300000, [](int64_t t) { return Probe(t) % 10 == 0 ? int64_t(5000) : int64_t(100); });
+  const uint64_t rate = s.core.pace().rate;
+  auto harm = [](int64_t t) { return Probe(t) % 10 == 0 ? int64_t(5000) : int64_t(100); };
+  s.Run(300000, harm);
   ASSERT_EQ(s.core.pace().backoffs, 1u);
-  EXPECT_EQ(s.core.pace().batch_bytes, 512u << 10);
+  EXPECT_EQ(s.core.pace().batch_bytes, 32u << 10);
+  EXPECT_EQ(s.core.pace().batch, 16);
+  EXPECT_EQ(s.core.pace().bytes_rate, 0u);  // the rates stay while a batch can be halved
+  EXPECT_EQ(s.core.pace().rate, rate);
+  while (s.core.pace().backoffs < 4) s.Run(100000, harm);
+  EXPECT_EQ(s.core.pace().batch_bytes, 8u << 10);
   EXPECT_NEAR(double(s.core.pace().bytes_rate), 0.7 * 4000 * 10000, 0.05 * 4000 * 10000);
   // The items/s limit was far above the 4,000 fetched: its cut alone would not bind; the bytes/s does.
   EXPECT_GT(s.core.pace().rate, 4000u);
   EXPECT_LT(s.Rate(), 4000u);  // the workers really slow down
-  EXPECT_EQ(s.core.pace().batch, batch / 2);
+}
+
+TEST(PaceController, BurstsAreHalvedBeforeAnyRateIsCut) {
+  PaceController c{PaceSettings()};
+  EXPECT_EQ(c.state().batch, 32);
+  EXPECT_EQ(c.state().batch_bytes, 64u << 10);
+  for (int i = 0; i < 3; i++) c.BackOff(100000, 100000000);
+  EXPECT_EQ(c.state().batch, 4);
+  EXPECT_EQ(c.state().batch_bytes, 8u << 10);
+  EXPECT_EQ(c.state().rate, PaceSettings().start_rate);
+  EXPECT_EQ(c.state().bytes_rate, 0u);
+  EXPECT_EQ(c.state().crawl_sleep_us, 400u);  // the crawl slows with every back-off
+  c.BackOff(100000, 100000000);  // the batches are at their floor: now the rates
+  EXPECT_EQ(c.state().rate, 70000u);
+  EXPECT_EQ(c.state().bytes_rate, 70000000u);
+  // Growth: the rates first while the workers fetch at them (they bind), then the batches.
+  c.Grow(70000, 70000000);
+  EXPECT_EQ(c.state().rate, 90000u);  // + a fifth of the start rate
+  int grows = 1;
+  while (c.state().batch == 4) {
+    ASSERT_LT(grows++, 10);
+    c.Grow(std::min<uint64_t>(c.state().rate, 100000), std::min<uint64_t>(c.state().bytes_rate, 100000000));
+  }
+  // The batch grew only once the items/s limit was back above what the workers fetch and the byte
+  // limit gone (or no longer reached), x1.5.
+  EXPECT_GE(c.state().rate, 100000u);
+  EXPECT_EQ(c.state().batch, 6);
 }
 
 TEST(GuardCore, SettlesAfterABackOffThenCutsAgainIfTheHarmGoesOn) {
@@ -143,7 +184,7 @@ TEST(GuardCore, SettlesAfterABackOffThenCutsAgainIfTheHarmGoesOn) {
 }
 
 TEST(GuardCore, RecoveryIsAdditiveFromWholeCleanWindows) {
-  Sim s;
+  Sim s(GuardConfig(), RatesOnly());
   s.Quiet(2000000);  // slow start to full speed
   const uint64_t full = s.core.pace().rate;
   EXPECT_GE(full, s.capacity);
@@ -197,7 +238,7 @@ TEST(GuardCore, ACutRightAfterAPauseStartsFromTheLimitNotFromTheFloor) {
   // the limit (measured over less than a quarter second, it read as almost nothing: the floor).
   GuardConfig c;
   c.recalibrate_every_us = 3000000;
-  Sim s(c);
+  Sim s(c, RatesOnly());
   s.Quiet(3000000);
   ASSERT_TRUE(s.core.paused());
   s.Quiet(1000000);
@@ -211,7 +252,7 @@ TEST(GuardCore, ACutRightAfterAPauseStartsFromTheLimitNotFromTheFloor) {
 TEST(GuardCore, TheListingsIdleTimeIsNotTheWorkersPace) {
   // The listing runs alone for 2 s, then the workers fetch 100,000 items/s; harm 0.6 s later: the
   // cut is from what they fetch (x0.7), not from a trailing second that was 40% idle (x0.6 of it).
-  Sim s;
+  Sim s(GuardConfig(), RatesOnly());
   s.capacity = 100000;
   s.fetching_from_us = 2000000;
   s.Quiet(2600000);
@@ -223,7 +264,7 @@ TEST(GuardCore, TheListingsIdleTimeIsNotTheWorkersPace) {
 TEST(GuardCore, AStalledSecondDoesNotSendTheLimitToTheFloor) {
   // Everything stalls (the host, not the dump): the workers fetch almost nothing, the probes are
   // slow. One cut goes to a quarter of the limit at most, each further cut needs its own evidence.
-  Sim s;
+  Sim s(GuardConfig(), RatesOnly());
   s.Quiet(3000000);
   const uint64_t limit = s.core.pace().rate;
   s.capacity = 1000;
@@ -242,6 +283,20 @@ TEST(GuardCore, TheListingAloneDoesNotEndSlowStart) {
   EXPECT_GT(s.core.pace().crawl_sleep_us, 0u);
   s.Quiet(3000000);
   EXPECT_GE(s.core.pace().rate, s.capacity);  // x1.5 steps once the fetches run
+}
+
+TEST(GuardCore, ACutOfWorkersStarvedByTheListingDoesNotEndSlowStart) {
+  // Recency order: the first keys trickle in (10,000 items/s against a limit of 100,000) when the
+  // listing makes the source slow. The cut says nothing of what the fetches can do: once the probes
+  // are clean the rate comes back x1.5 per quarter second, not a fifth per second.
+  Sim s(GuardConfig(), RatesOnly());
+  s.capacity = 10000;
+  s.Run(500000, [](int64_t t) { return Probe(t) % 20 == 0 ? int64_t(1000) : int64_t(100); });
+  ASSERT_EQ(s.core.pace().backoffs, 1u);
+  EXPECT_LE(s.core.pace().rate, 17500u);  // from a quarter of the limit at most (x0.7)
+  s.capacity = 400000;  // the listing is done: the workers can fetch at full speed
+  s.Quiet(3000000);
+  EXPECT_GE(s.core.pace().rate, 100000u);
 }
 
 TEST(GuardCore, TheHarmReport) {
@@ -268,7 +323,7 @@ TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
   PaceController c(s);
   for (int i = 0; i < 200; i++) c.BackOff(c.state().rate, c.state().rate * 1000);
   // Items/s and bytes/s: a tenth of the best achieved (60,000 items/s, 60 MB/s); a batch: four keys,
-  // 16 KiB — the bursts are what is cut to the bone.
+  // 8 KiB — the bursts are what is cut to the bone.
   EXPECT_EQ(c.state().rate, 6000u);
   EXPECT_EQ(c.state().bytes_rate, 6000000u);
   EXPECT_EQ(c.state().batch, 4);
@@ -280,7 +335,7 @@ TEST(PaceController, NeverBelowTheFloorsNorAboveTheCeilings) {
   EXPECT_EQ(c.state().crawl_sleep_us, 20000u);
   for (int i = 0; i < 2000; i++) c.Grow(c.state().rate, c.state().rate * 1000);
   EXPECT_EQ(c.state().rate, 60000u);
-  EXPECT_EQ(c.state().batch, 500);
+  EXPECT_EQ(c.state().batch, s.max_batch);
   EXPECT_EQ(c.state().batch_bytes, s.max_batch_bytes);
   EXPECT_EQ(c.state().bytes_rate, 0u);  // back to no byte limit of its own
   EXPECT_EQ(c.state().crawl_sleep_us, 100u);  // the server's own setting, never faster
