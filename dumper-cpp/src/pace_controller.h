@@ -4,7 +4,7 @@
 // thread waits behind it: on this project's bench (bench/source_harm.py, 1M x 1 KB, 1.6.18, 2 cores)
 // an unthrottled dump in batches of 500 put the client's p99 at 3.4x alone, the same dump in
 // batches of 20 at 1.3-1.5x — at full speed (290k items/s against 260k). So the guard runs the dump
-// in small batches from the start (at most max_batch keys and max_batch_bytes of values) and a
+// in small batches from the start (at most guard_batch keys and guard_batch_bytes of values) and a
 // back-off halves the batch (keys and bytes, down to min_batch / min_batch_bytes) before it cuts
 // any rate; only when the batches are already at their floor does it cut items/s and bytes/s (x0.7
 // of what the workers really fetched: a cut of an unreached limit would change nothing). The crawl's
@@ -25,7 +25,7 @@ struct PaceSettings {
   int max_batch = 32;           // the guard's ceiling on a batch (never above --batch): a short burst
   int min_batch = 4;            // a one-key batch makes the dump round-trip bound: far below the rate floor
   int start_batch = 32;
-  uint64_t max_batch_bytes = 128 << 10;  // the workers' own target per batch is 1 MiB (worker.cc)
+  uint64_t max_batch_bytes = 64 << 10;  // the workers' own target per batch is 1 MiB (worker.cc)
   uint64_t min_batch_bytes = 8 << 10;
   uint32_t crawl_sleep_floor_us = 0;  // the server's own `lru_crawler_sleep` (or --crawl-sleep-us)
   uint32_t crawl_sleep_max_us = 20000;

@@ -28,14 +28,9 @@ class RateLimiter {
       const uint64_t rate = rate_.load();
       if (rate == 0 && bytes_rate_.load() == 0) return;
       const clock::time_point now = clock::now();
-      // A little credit (kCredit of idle time) and no sleep for a slot that is nearly due: a worker
-      // that waited for its answer has used up its share already, and every sleep on a busy host
-      // wakes late — with the guard's short batches a sleep per batch held workers that could fetch
-      // 250k items/s at 110-180k under a limit of 165-285k (bench/source_harm.py traces).
-      if (next_ < now - kCredit) next_ = now - kCredit;
+      if (next_ < now) next_ = now;
       slot = next_;
       if (rate) next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(n) / double(rate)));
-      if (slot <= now + kNearlyDue) return;
     }
     std::this_thread::sleep_until(slot);
   }
@@ -46,7 +41,7 @@ class RateLimiter {
     using clock = std::chrono::steady_clock;
     std::lock_guard<std::mutex> l(mu_);
     const clock::time_point now = clock::now();
-    if (next_ < now - kCredit) next_ = now - kCredit;
+    if (next_ < now) next_ = now;
     next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(double(bytes) / double(rate)));
   }
   uint64_t rate() const { return rate_.load(); }
@@ -63,8 +58,6 @@ class RateLimiter {
   bool paused() const { return paused_.load(); }
 
  private:
-  static constexpr std::chrono::microseconds kCredit{2000};
-  static constexpr std::chrono::microseconds kNearlyDue{50};
   std::atomic<uint64_t> rate_;
   std::atomic<uint64_t> bytes_rate_;
   std::atomic<int> batch_cap_{0};

@@ -121,23 +121,23 @@ TEST(GuardCore, AStallCountsBeforeItsProbesAnswer) {
 }
 
 TEST(GuardCore, LargeValuesCutBatchBytesThenBytesPerSecond) {
-  // 10 KB values: 4,000 items/s are 40 MB/s. The first cuts halve a batch's bytes (128 KiB: a dozen
+  // 10 KB values: 4,000 items/s are 40 MB/s. The first cuts halve a batch's bytes (64 KiB: six
   // values; a burst is as long as its bytes, whatever its keys), then bytes/s.
   Sim s;
   s.capacity = 4000;
   s.value_bytes = 10000;
   s.Quiet(1000000);
-  EXPECT_EQ(s.core.pace().batch_bytes, 128u << 10);
+  EXPECT_EQ(s.core.pace().batch_bytes, 64u << 10);
   EXPECT_EQ(s.core.pace().bytes_rate, 0u);  // no byte limit before a back-off
   const uint64_t rate = s.core.pace().rate;
   auto harm = [](int64_t t) { return Probe(t) % 10 == 0 ? int64_t(5000) : int64_t(100); };
   s.Run(300000, harm);
   ASSERT_EQ(s.core.pace().backoffs, 1u);
-  EXPECT_EQ(s.core.pace().batch_bytes, 64u << 10);
+  EXPECT_EQ(s.core.pace().batch_bytes, 32u << 10);
   EXPECT_EQ(s.core.pace().batch, 16);
   EXPECT_EQ(s.core.pace().bytes_rate, 0u);  // the rates stay while a batch can be halved
   EXPECT_EQ(s.core.pace().rate, rate);
-  while (s.core.pace().backoffs < 5) s.Run(100000, harm);
+  while (s.core.pace().backoffs < 4) s.Run(100000, harm);
   EXPECT_EQ(s.core.pace().batch_bytes, 8u << 10);
   EXPECT_NEAR(double(s.core.pace().bytes_rate), 0.7 * 4000 * 10000, 0.05 * 4000 * 10000);
   // The items/s limit was far above the 4,000 fetched: its cut alone would not bind; the bytes/s does.
@@ -148,13 +148,13 @@ TEST(GuardCore, LargeValuesCutBatchBytesThenBytesPerSecond) {
 TEST(PaceController, BurstsAreHalvedBeforeAnyRateIsCut) {
   PaceController c{PaceSettings()};
   EXPECT_EQ(c.state().batch, 32);
-  EXPECT_EQ(c.state().batch_bytes, 128u << 10);
-  for (int i = 0; i < 4; i++) c.BackOff(100000, 100000000);
+  EXPECT_EQ(c.state().batch_bytes, 64u << 10);
+  for (int i = 0; i < 3; i++) c.BackOff(100000, 100000000);
   EXPECT_EQ(c.state().batch, 4);
   EXPECT_EQ(c.state().batch_bytes, 8u << 10);
   EXPECT_EQ(c.state().rate, PaceSettings().start_rate);
   EXPECT_EQ(c.state().bytes_rate, 0u);
-  EXPECT_EQ(c.state().crawl_sleep_us, 800u);  // the crawl slows with every back-off
+  EXPECT_EQ(c.state().crawl_sleep_us, 400u);  // the crawl slows with every back-off
   c.BackOff(100000, 100000000);  // the batches are at their floor: now the rates
   EXPECT_EQ(c.state().rate, 70000u);
   EXPECT_EQ(c.state().bytes_rate, 70000000u);
