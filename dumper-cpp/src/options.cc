@@ -55,10 +55,11 @@ Exit status 0 only when OUT/DONE has been published.
   --max-bytes-per-second BYTES
                               byte rate limit for the whole dump (values + keys read), k, M, G
                               suffixes, 0 = unlimited (default 0)
-  --adaptive                  protect the source's live clients: probe its latency (a miss `mg`
-                              every 2 ms on 4 connections of its own) and back off the rate, the
-                              batch size and the crawl's pace when it rises above --adaptive-target
-                              x its latency before the dump; speed up again when it falls (AIMD).
+  --adaptive                  protect the source's live clients: fetch in short batches (at most
+                              32 keys, 64 KiB), probe the source's latency (a miss `mg` every 2 ms
+                              on 4 connections of its own) and, when its p99 rises above
+                              --adaptive-target x its p99 with no dump, halve the batches and slow
+                              the crawl, then cut the rate; speed up again when it falls (AIMD).
                               --max-items-per-second and --batch stay the ceilings
   --adaptive-target RATIO     1.05..100 (default 1.5)
   --crawl-sleep-us N          memcached's `lru_crawler sleep` while the dump runs (microseconds per
