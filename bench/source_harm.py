@@ -266,9 +266,9 @@ def main() -> None:
     ap.add_argument("--client-nice", type=int, default=-10, help="the live client's nice value (needs root)")
     ap.add_argument("--with-fixed", action="store_true", help="also fixed items/s and bytes/s limits")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=ARGS",
-                    help="another phase: the dumper with these flags (repeatable), e.g. 'batch50=--batch 50'")  # fmt: skip
+                    help="another phase: the dumper with these flags, e.g. 'b20=--batch 20'")  # fmt: skip
     ap.add_argument("--trace-dir", type=Path, default=None,
-                    help="keep the guard's decisions per --adaptive dump here (CACHEWARM_GUARD_TRACE)")  # fmt: skip
+                    help="each --adaptive dump's decisions (CACHEWARM_GUARD_TRACE)")  # fmt: skip
     ap.add_argument("--memcached", action="append", default=None,
                     help="memcached binary (repeatable; default: the first on PATH)")  # fmt: skip
     a = ap.parse_args()
