@@ -2,9 +2,9 @@
 // much*). Bursts first, rates second. A batch of pipelined `mg` occupies the memcached worker
 // thread its connection lives on for as long as it takes to answer, and a live request on that
 // thread waits behind it: on this project's bench (bench/source_harm.py, 1M x 1 KB, 1.6.18, 2 cores)
-// an unthrottled dump in batches of 500 put the client's p99 at 3.4x alone, the same dump in
-// batches of 20 at 1.3-1.5x — at full speed (290k items/s against 260k). So the guard runs the dump
-// in small batches from the start (at most guard_batch keys and guard_batch_bytes of values) and a
+// an unthrottled dump in batches of 500 put the client's p99 at 2.2-3.4x alone, the same dump of
+// 1 KB values in batches of 20 at 1.3-1.5x — at full speed (250-290k items/s). So the guard runs the
+// dump in short batches from the start (at most max_batch keys and max_batch_bytes of values) and a
 // back-off halves the batch (keys and bytes, down to min_batch / min_batch_bytes) before it cuts
 // any rate; only when the batches are already at their floor does it cut items/s and bytes/s (x0.7
 // of what the workers really fetched: a cut of an unreached limit would change nothing). The crawl's

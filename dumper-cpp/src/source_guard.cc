@@ -156,6 +156,7 @@ Status SourceGuard::Start(int64_t saved_crawl_sleep_us) {
   core_->Calibrate(base);
   if (const char* path = std::getenv("CACHEWARM_GUARD_TRACE"); path && *path) {
     trace_ = std::fopen(path, "w");
+    if (!trace_) std::fprintf(stderr, "cachewarm-dump: CACHEWARM_GUARD_TRACE: cannot write %s: no trace\n", path);
     trace_t0_ = MonotonicUs();
   }
   core_->Start(MonotonicUs(), progress_->items.load(), progress_->bytes.load());

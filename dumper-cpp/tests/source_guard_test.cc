@@ -399,6 +399,20 @@ Status Parse(std::vector<std::string> args, Options* o) {
   return ParseOptions(int(args.size()), argv.data(), o);
 }
 
+TEST(ProtectOptions, TheGuardsBatchesAreShortAndNeverAboveBatch) {
+  Options o;
+  ASSERT_TRUE(Parse({"--out", "/x", "--adaptive"}, &o).ok());
+  const PaceSettings d = PaceSettingsOf(o);  // --batch 500 by default: the guard's own ceiling, 32
+  EXPECT_EQ(d.max_batch, 32);
+  EXPECT_EQ(d.start_batch, 32);
+  EXPECT_EQ(d.max_batch_bytes, 64u << 10);
+  EXPECT_EQ(PaceController(d).state().batch, 32);
+  Options small;
+  ASSERT_TRUE(Parse({"--out", "/x", "--adaptive", "--batch", "10"}, &small).ok());
+  EXPECT_EQ(PaceSettingsOf(small).max_batch, 10);
+  EXPECT_EQ(PaceController(PaceSettingsOf(small)).state().batch, 10);
+}
+
 TEST(ProtectOptions, FlagsAndDefaults) {
   Options o;
   ASSERT_TRUE(Parse({"--out", "/x"}, &o).ok());

@@ -9,13 +9,15 @@ server, says what it did in DONE, and leaves the server's crawler pace as it fou
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 from cachewarm.testing.memcached import MemcachedServer
 
-from tests.dumper.dumputil import load_numbered, read_dump, run_dump
+from tests.dumper.dumputil import dump_cmd, load_numbered, read_dump, run_dump
 from tests.dumper.fakemc import FakeItem, FakeMemcached
 from tests.dumper.test_crawl_cases import run
 
@@ -85,7 +87,15 @@ def test_adaptive_dump_is_complete_reports_its_guard_and_restores_the_crawl_pace
     srv: MemcachedServer = memcached()
     load_numbered(srv, 5000, value_size=200)
     before = _crawl_sleep(srv)
-    r = run_dump(dumper_bin, srv, tmp_path / "o", "--adaptive", "--crawl-sleep-us", "250", "--threads", "2")
+    trace = tmp_path / "guard.jsonl"
+    r = subprocess.run(
+        dump_cmd(dumper_bin, srv, tmp_path / "o", "--adaptive", "--crawl-sleep-us", "250", "--threads", "2"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "CACHEWARM_GUARD_TRACE": str(trace)},
+    )
     assert r.returncode == 0, r.stderr
     assert _crawl_sleep(srv) == before  # restored, whatever the guard set meanwhile
     d = read_dump(tmp_path / "o")
@@ -107,3 +117,9 @@ def test_adaptive_dump_is_complete_reports_its_guard_and_restores_the_crawl_pace
     lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
     assert lines[-1]["event"] == "done" and "backing_off" in lines[-1] and "limit_items_per_s" in lines[-1]
     assert lines[-1]["probe_baseline_us"] > 0 and "probe_p99_us" in lines[-1] and "backed_off_ms" in lines[-1]
+    # The guard's trace (CACHEWARM_GUARD_TRACE, bench/source_harm.py --trace-dir): a JSON line per
+    # decision and window; the batches stay short (at most 32 keys, 64 KiB: pace_controller.h).
+    decisions = [json.loads(ln) for ln in trace.read_text().splitlines()]
+    assert all(d["what"] in ("backoff", "window", "change") for d in decisions)
+    assert all(4 <= d["batch"] <= 32 and d["batch_bytes"] <= 64 << 10 for d in decisions)
+    assert decisions == [] or decisions[-1]["backoffs"] == guard["backoffs"]
