@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
 from cachewarm.testing.memcached import free_port
 
 NUTCRACKER = shutil.which("nutcracker") or "/usr/sbin/nutcracker"
@@ -56,32 +57,34 @@ def get_many(host: str, port: int, keys: list[bytes], batch: int = 40) -> dict[b
 
 @contextmanager
 def nutcracker(config: Path, work: Path) -> Iterator[None]:
-    """nutcracker on `config` (its pools' `listen:` addresses), until the block ends."""
+    """nutcracker on `config`, until the block ends; entered once every pool's `listen:` address
+    accepts and nutcracker is still running. Its stats port is never one of those addresses: a
+    collision (two free_port() calls can return the same port) let the stats listener answer the
+    wait while nutcracker exited on the pool's bind, and the reads found no proxy (CI, stop 31)."""
     out = subprocess.run([NUTCRACKER, "-t", "-c", str(config)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr + out.stdout
+    listens = [_host_port(pool["listen"]) for pool in yaml.safe_load(config.read_text()).values()]
+    stats = free_port()
+    while stats in {port for _, port in listens}:
+        stats = free_port()
     log, pid = work / "nutcracker.log", work / "nutcracker.pid"
-    proc = subprocess.Popen(
-        [
-            NUTCRACKER,
-            "-c",
-            str(config),
-            "-a",
-            "127.0.0.1",
-            "-s",
-            str(free_port()),
-            "-o",
-            str(log),
-            "-p",
-            str(pid),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    cmd = [NUTCRACKER, "-c", str(config), "-a", "127.0.0.1", "-s", str(stats), "-o", str(log), "-p", str(pid)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        for host, port in listens:
+            wait_listening(host, port)
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise AssertionError(f"nutcracker exited {proc.returncode} after it started: {tail}")
         yield
     finally:
         proc.kill()
         proc.wait()
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host, int(port)
 
 
 def wait_listening(host: str, port: int, timeout: float = 20) -> None:

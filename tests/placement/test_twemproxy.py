@@ -18,7 +18,7 @@ from cachewarm.testing.memcached import MemcachedServer, free_port
 
 from tests.conftest import DEFAULT_VERSION
 from tests.placement.keys import corpus
-from tests.placement.proxies import get_many, nutcracker, set_many, wait_listening
+from tests.placement.proxies import get_many, nutcracker, set_many
 
 pytestmark = [
     pytest.mark.usefixtures("nutcracker_installed"),
@@ -70,7 +70,6 @@ def check_through_nutcracker(
     for i, items in per_node.items():
         set_many(srvs[i].host, srvs[i].port, items)
     with nutcracker(conf, tmp_path):
-        wait_listening("127.0.0.1", listen)
         found = get_many("127.0.0.1", listen, keys)
     for s in srvs:  # the next configuration starts empty
         _flush(s)

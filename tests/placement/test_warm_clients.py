@@ -25,7 +25,7 @@ from pymemcache.client.hash import HashClient
 from tests.conftest import DEFAULT_VERSION
 from tests.placement.conftest import DEBIAN_PYTHON
 from tests.placement.keys import corpus
-from tests.placement.proxies import get_many, nutcracker, set_many, wait_listening
+from tests.placement.proxies import get_many, nutcracker, set_many
 
 pytestmark = [
     pytest.mark.usefixtures("nutcracker_installed", "pylibmc_installed"),
@@ -67,7 +67,6 @@ def missing_via_nutcracker(
     tmp_path: Path, dsts: list[MemcachedServer], conf: Path, listen: int
 ) -> list[bytes]:
     with nutcracker(conf, tmp_path):
-        wait_listening("127.0.0.1", listen)
         found = get_many("127.0.0.1", listen, KEYS)
     assert all(found[k] == value(k) for k in found)
     return [k for k in KEYS if k not in found]
