@@ -113,7 +113,8 @@ def test_dumper_unit_tests_under_every_sigpipe_disposition(sigpipe: str) -> None
     binary = REPO / "build" / "asan" / "dumper_tests"
     if not binary.exists():
         pytest.skip(f"{binary} is not built (make dumper-asan)")
-    proc = subprocess.run(
-        [*SIGPIPE[sigpipe], str(binary), "--gtest_brief=1"], capture_output=True, text=True, timeout=300
-    )
+    # HotFirst (22 of the binary's 27 s under ASan) orders keys in memory and a spill directory: no
+    # socket, no pipe; `make test-cpp` runs it.
+    argv = [str(binary), "--gtest_brief=1", "--gtest_filter=-HotFirst.*"]
+    proc = subprocess.run([*SIGPIPE[sigpipe], *argv], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
