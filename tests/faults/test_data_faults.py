@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath import format as df
-from cachewarm.datapath.meta import MetaConnection
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import EXPIRY_SLACK, READ_SLACK, Background, config
+from cachewarm.testing.populating import EXPIRY_SLACK, READ_SLACK, Background, clock_ahead, config
 
 from tests.dumper.dumputil import Item, load, run_dump
 from tests.faults.harness import CLI, fetch_all, tmp_leftovers, trials, wait_until
@@ -249,13 +248,6 @@ def test_live_writes_during_warm_are_never_clobbered(
 def server_time(srv: MemcachedServer) -> int:
     """memcached's own clock (unix seconds): expiry is decided by it, and it lags the wall clock."""
     return int(srv.stats()["time"])
-
-
-def clock_ahead(srv: MemcachedServer) -> float:
-    """The server's clock minus this host's, seconds (to a few ms)."""
-    with MetaConnection(srv.host, srv.port) as c:
-        clock = c.measure_clock()
-    return (clock.lo + clock.hi) / 2
 
 
 def test_expiring_keys_are_never_resurrected(

@@ -43,27 +43,34 @@ def fetch(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, Item]:
         return r.get_many(keys)
 
 
-def expiries(srv: MemcachedServer, keys: list[bytes]) -> dict[bytes, float]:
+def clock_ahead(srv: MemcachedServer) -> float:
+    """The server's clock minus this host's, seconds, to a few ms (MetaConnection.measure_clock)."""
+    with MetaConnection(srv.host, srv.port) as r:
+        clock = r.measure_clock()
+    return (clock.lo + clock.hi) / 2
+
+
+def expiries(srv: MemcachedServer, keys: list[bytes], ahead: float | None = None) -> dict[bytes, float]:
     """Each present key's end as a moment of this host's wall clock (-1 = never), to a few ms: `mg t`
     read between two equal `stats time`s, plus that time, less the server's clock against ours
-    (MetaConnection.measure_clock). Comparable across servers whatever their clocks."""
+    (`ahead`, else measured after the reading: a short TTL does not run out meanwhile). Comparable
+    across servers whatever their clocks."""
     with MetaConnection(srv.host, srv.port) as r:
         while True:
             before = int(r.stats()["time"])
             got = r.get_many(keys)
             if int(r.stats()["time"]) == before:
                 break
-        clock = r.measure_clock()  # after the reading: a short TTL does not run out meanwhile
-    ahead = (clock.lo + clock.hi) / 2
+    if ahead is None:
+        ahead = clock_ahead(srv)
     return {k: -1 if it.ttl == -1 else before + int(it.ttl or 0) - ahead for k, it in got.items()}
 
 
-def listed_expiries(srv: MemcachedServer) -> dict[bytes, float]:
+def listed_expiries(srv: MemcachedServer, ahead: float | None = None) -> dict[bytes, float]:
     """Every key's end as `expiries` gives it, from the server's listing (metadump's exp: the only
     expiry of a key no meta command can name)."""
-    with MetaConnection(srv.host, srv.port) as r:
-        clock = r.measure_clock()
-    ahead = (clock.lo + clock.hi) / 2
+    if ahead is None:
+        ahead = clock_ahead(srv)
     return {k: -1 if e == -1 else e - ahead for k, e in list_keys(srv.host, srv.port)}
 
 
