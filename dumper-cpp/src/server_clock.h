@@ -16,20 +16,11 @@
 
 namespace cachewarm {
 
-// How far memcached's tick may have slipped since its clock was measured, seconds. Its 1-s timer is
-// re-armed after each tick, so the moment its second turns only moves later (measured on a loaded
-// 2-core host: 20-70 ms within a few seconds); an `mg t` read in a tick that had not yet come counts
-// from the second before, one more than the measured clock says, and the item would be copied ending
-// up to 1 s after its source (a CI run of stop 31: 0.25 s after). A read this close after the
-// measured tick is taken as before it: exact where the listing agrees; else up to 1 s shorter.
-inline constexpr double kTickSlip = 0.25;
-
 struct ServerClock {
   // beta in [lo, hi] (seconds): the server's clock minus this host's wall clock.
   double lo = 0, hi = 0;
-  // The server's `stats time` at this host's wall time w, never more than the true one (a tick
-  // slipped by up to kTickSlip since the measurement included).
-  int64_t TimeAtMost(double w) const { return int64_t(std::floor(w + lo - kTickSlip)); }
+  // The server's `stats time` at this host's wall time w, never more than the true one.
+  int64_t TimeAtMost(double w) const { return int64_t(std::floor(w + lo)); }
   // Whole seconds a server time is moved back to become one on this host's clock that is never
   // later: ceil(hi). The records carry hi in ms (header source_clock_ms): their reader recovers the
   // fraction this rounding dropped (ceil(hi) - hi) and gives it back.

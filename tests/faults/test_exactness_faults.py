@@ -716,9 +716,8 @@ def test_a_key_touched_between_listing_and_fetch_keeps_the_touch(
 def _late_allowed(out: Path, ahead: float) -> tuple[float, str]:
     """How much later than its source (`ahead`: the source's clock now) a key touched after the
     listing may be copied to end: READ_SLACK; or, when the source's clock has moved since the dumper
-    measured it (DONE's `clock`) — memcached's timer slipped past the dumper's guard (kTickSlip) or
-    turned a whole second (docs/reliability.md, "What remains" (3)) — one second more. The move is
-    named in the note."""
+    measured it (DONE's `clock`) — memcached's timer slipped, or turned a whole second early
+    (docs/reliability.md, "What remains" (3)) — one second more. The move is named in the note."""
     done = out / "DONE"
     if not done.exists():
         return READ_SLACK, ""
