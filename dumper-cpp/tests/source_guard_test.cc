@@ -1,6 +1,8 @@
 // The adaptive guard (source_guard.h): its decisions on a fake clock with scripted probe latencies.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "options.h"
 #include "rate_limiter.h"
 #include "guard_core.h"
@@ -389,6 +391,34 @@ TEST(RateLimiter, SettableRateAndBatchCap) {
   EXPECT_EQ(b.batch_bytes_cap(), 1u << 14);
   b.set_paused(true);
   EXPECT_TRUE(b.paused());
+}
+
+// Both limits set: the pace is the tighter of the two, not their sum. 100 batches of 10 items of
+// 1,000 bytes under 2,000 items/s and 2 MB/s: each limit alone spaces them 5 ms apart, so the last
+// may go 0.495 s after the first; one clock advanced by both (the old limiter) booked it at 0.99 s.
+// Booked, not slept: no wall-clock timing in the test.
+TEST(RateLimiter, TheTighterLimitBindsNotTheirSum) {
+  RateLimiter r(2000, 2 * 1000 * 1000);
+  const auto first = r.Reserve(10);
+  r.Charge(10 * 1000);
+  auto last = first;
+  for (int i = 1; i < 100; i++) {
+    last = r.Reserve(10);
+    r.Charge(10 * 1000);
+  }
+  EXPECT_NEAR(std::chrono::duration<double>(last - first).count(), 0.495, 0.005);
+  // Either limit alone: the same spacing.
+  RateLimiter items(2000, 0), bytes(0, 2 * 1000 * 1000);
+  auto a0 = items.Reserve(10), a = a0;
+  auto b0 = bytes.Reserve(10), b = b0;
+  bytes.Charge(10 * 1000);
+  for (int i = 1; i < 100; i++) {
+    a = items.Reserve(10);
+    b = bytes.Reserve(10);
+    bytes.Charge(10 * 1000);
+  }
+  EXPECT_NEAR(std::chrono::duration<double>(a - a0).count(), 0.495, 0.005);
+  EXPECT_NEAR(std::chrono::duration<double>(b - b0).count(), 0.495, 0.005);
 }
 
 Status Parse(std::vector<std::string> args, Options* o) {
