@@ -4,8 +4,9 @@
 // bytes once they have arrived (Charge); a batch waits for the later of the two. (One clock advanced
 // by both made the limits add up: 100k items/s and 52 MB/s of 1 KB records gave 33k items/s, not the
 // 47k the tighter of the two allows, and the guard could not grow out of it: session 9's traces.)
-// Zero rate = unlimited. The guard also caps the keys of one batch: a batch is a burst that occupies a memcached worker thread, and bursts raise the live clients' p99 more than
-// the average rate does (FACTS.md) — in keys, and in bytes (a batch of 10 KB values is long at any
+// Zero rate = unlimited. The guard also caps the keys of one batch: a batch is a burst that
+// occupies a memcached worker thread, and bursts raise the live clients' p99 more than the average
+// rate does (FACTS.md) — in keys, and in bytes (a batch of 10 KB values is long at any
 // key count). The guard can also pause new batches (a quiet window that re-measures the source).
 #pragma once
 #include <algorithm>
