@@ -29,7 +29,7 @@ from cachewarm.datapath.s3transport import (
     upload_dump,
 )
 from cachewarm.datapath.writer import DirWriter
-from cachewarm.testing.populating import config, expiries, expiry_within, fetch, records
+from cachewarm.testing.populating import ClockWatch, config, expiries, expiry_within, fetch, records
 
 from tests.datapath.test_warm import CLI, edge_items, put
 from tests.volume.conftest import BUCKET, LocalS3, local_s3  # noqa: F401  (the fixture)
@@ -415,8 +415,10 @@ def test_warm_via_s3_end_to_end(
 ) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
+    clocks = ClockWatch(src, dst)
     items = edge_items()
     put(src, items)
+    clocks.join()
     prefix = f"warm-{time.time_ns()}"
     r = run(
         [
@@ -455,12 +457,14 @@ def test_warm_via_s3_end_to_end(
     assert len(got) == len(items)
     for key, flags, _, value in items:
         assert got[key].value == value and got[key].flags == flags, key
-    src_exp, dst_exp = expiries(src, list(got)), expiries(dst, list(got))
+    slack = clocks.slack(src, dst)
+    src_exp = expiries(src, list(got), clocks.ahead(src))
+    dst_exp = expiries(dst, list(got), clocks.ahead(dst))
     for key, _flags, ttl, _value in items:
         if ttl == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
+            assert expiry_within(src_exp[key], dst_exp[key], slack), (key, src_exp[key], dst_exp[key], slack)
     listed = local_s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
     assert listed.get("KeyCount", 0) == 0
     assert not local_s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads")

@@ -14,7 +14,7 @@ from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node, Routing
 from cachewarm.datapath.verify import verify
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import expiries, expiry_within, fetch
+from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch
 
 from tests.conftest import DEFAULT_VERSION
 from tests.datapath.test_warm import put
@@ -60,14 +60,17 @@ def test_size_rule_at_the_byte(memcached, dumper_bin: Path, tmp_path: Path, cas:
 
 def test_expiries_around_the_30_day_boundary(memcached, dumper_bin: Path, tmp_path: Path) -> None:
     src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
+    clocks = ClockWatch(src, dst)
     now = int(time.time())
     month = 30 * 86400
     ttls = [month - 5, month, now + month + 5, now + 400 * 86400, 2, 0]  # relative, absolute, never
     put(src, [(b"t%d" % i, i, t, b"v") for i, t in enumerate(ttls)])
+    clocks.join()
     r = run_dump(dumper_bin, src, tmp_path / "o", "--to", dst.address)
     assert r.returncode == 0, r.stderr
     keys = [b"t%d" % i for i in range(len(ttls))]
-    src_exp, dst_exp = expiries(src, keys), expiries(dst, keys)
+    slack = clocks.slack(src, dst)
+    src_exp, dst_exp = expiries(src, keys, clocks.ahead(src)), expiries(dst, keys, clocks.ahead(dst))
     for k in keys:
         if k not in src_exp:  # the 2 s item may have run out at the source by now
             assert k == b"t4", k
@@ -76,7 +79,7 @@ def test_expiries_around_the_30_day_boundary(memcached, dumper_bin: Path, tmp_pa
         elif k not in dst_exp:  # only the 2 s item may have been left out as expired (never sent late)
             assert k == b"t4", k
         else:
-            assert expiry_within(src_exp[k], dst_exp[k]), (k, src_exp[k], dst_exp[k])
+            assert expiry_within(src_exp[k], dst_exp[k], slack), (k, src_exp[k], dst_exp[k], slack)
 
 
 @pytest.mark.memcached_versions(DEFAULT_VERSION)

@@ -14,7 +14,7 @@ from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
-from cachewarm.testing.populating import expiries, expiry_within, fetch
+from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch
 
 from tests.conftest import DEFAULT_VERSION
 
@@ -59,8 +59,10 @@ def edge_items() -> list[tuple[bytes, int, int, bytes]]:
 def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path, warm_args: list[str]) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
+    clocks = ClockWatch(src, dst)
     items = edge_items()
     put(src, items)
+    clocks.join()
     r = run(
         [
             "warm",
@@ -82,12 +84,14 @@ def test_round_trip_edge_cases(memcached, dumper_bin: Path, tmp_path: Path, warm
         assert got[key].value == value and got[key].flags == flags, key
     # Issue 12/21: each item expires on the target within [its expiry on the source - EXPIRY_SLACK,
     # that expiry], each read on its server's own clock (never: never).
-    src_exp, dst_exp = expiries(src, list(got)), expiries(dst, list(got))
+    slack = clocks.slack(src, dst)
+    src_exp = expiries(src, list(got), clocks.ahead(src))
+    dst_exp = expiries(dst, list(got), clocks.ahead(dst))
     for key, _flags, ttl, _value in items:
         if ttl == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
+            assert expiry_within(src_exp[key], dst_exp[key], slack), (key, src_exp[key], dst_exp[key], slack)
     v = run(["verify", "--source", src.address, "--target", dst.address, "--json"], dumper_bin)
     assert v.returncode == 0, v.stdout + v.stderr
     rep = json.loads(v.stdout)

@@ -15,7 +15,7 @@ from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.encode import is_plain_key, meta_expressible
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import expiries, expiry_within, fetch, listed_expiries
+from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch, listed_expiries
 
 from tests.datapath.test_warm import put
 
@@ -70,21 +70,26 @@ def load(srv: MemcachedServer, items: list[tuple[bytes, int, int, bytes]]) -> No
 
 
 def check_exact(
-    src: MemcachedServer, dst: MemcachedServer, items: list[tuple[bytes, int, int, bytes]]
+    src: MemcachedServer,
+    dst: MemcachedServer,
+    items: list[tuple[bytes, int, int, bytes]],
+    clocks: ClockWatch,
 ) -> None:
     keys = [k for k, *_ in items]
     got = fetch(dst, keys)
     for key, flags, _t, value in items:
         assert key in got and got[key].value == value and got[key].flags == flags, key
-    src_exp, dst_exp = expiries(src, keys), expiries(dst, keys)
+    slack = clocks.slack(src, dst)
+    src_ahead, dst_ahead = clocks.ahead(src), clocks.ahead(dst)
+    src_exp, dst_exp = expiries(src, keys, src_ahead), expiries(dst, keys, dst_ahead)
     # Keys only the binary protocol names: their expiry from metadump (absolute, the server's clock).
-    src_exp.update(kv for kv in listed_expiries(src).items() if not meta_expressible(kv[0]))
-    dst_exp.update(kv for kv in listed_expiries(dst).items() if not meta_expressible(kv[0]))
+    src_exp.update(kv for kv in listed_expiries(src, src_ahead).items() if not meta_expressible(kv[0]))
+    dst_exp.update(kv for kv in listed_expiries(dst, dst_ahead).items() if not meta_expressible(kv[0]))
     for key, _f, t, _v in items:
         if t == 0:
             assert src_exp[key] == dst_exp[key] == -1, key
         else:
-            assert expiry_within(src_exp[key], dst_exp[key]), (key, src_exp[key], dst_exp[key])
+            assert expiry_within(src_exp[key], dst_exp[key], slack), (key, src_exp[key], dst_exp[key], slack)
 
 
 def test_a_mixed_data_set_warms_exactly(
@@ -92,13 +97,15 @@ def test_a_mixed_data_set_warms_exactly(
 ) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
+    clocks = ClockWatch(src, dst)
     items = mixed(int(time.time()), longest=186)
     load(src, items)
+    clocks.join()
     r = warm(dumper_bin, src, dst, tmp_path / "w", *warm_args)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout.splitlines()[-1])
     assert s["ok"] and s["copied"] == len(items) and s["missing_in_target"] == 0
-    check_exact(src, dst, items)
+    check_exact(src, dst, items, clocks)
 
 
 def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
@@ -106,8 +113,10 @@ def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
 ) -> None:
     src = memcached(memory_mb=128, max_item_size="8m")
     dst = memcached(memory_mb=128, max_item_size="8m")
+    clocks = ClockWatch(src, dst)
     items = mixed(int(time.time()), longest=250)
     load(src, items)
+    clocks.join()
     r = warm(dumper_bin, src, dst, tmp_path / "w", *warm_args)
     assert r.returncode == 0, r.stderr[-3000:]
     s = json.loads(r.stdout.splitlines()[-1])
@@ -115,7 +124,7 @@ def test_a_mixed_data_set_with_keys_up_to_250_bytes_warms_exactly(
     # live value; the text `add` cannot carry such a key): the 4 long ones and the short binary ones.
     binary = sum(1 for k, *_ in items if not is_plain_key(k))
     assert s["ok"] and s["populate"]["binary_protocol"] == binary > 4
-    check_exact(src, dst, items)
+    check_exact(src, dst, items, clocks)
 
 
 def test_oversize_into_a_smaller_target_keeps_the_live_value(

@@ -25,6 +25,7 @@ from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import (
     READ_SLACK,
     Background,
+    ClockWatch,
     clock_ahead,
     config,
     expiries,
@@ -304,11 +305,13 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
             memory_mb=64, binary=memcached_binary, launcher=faketime(f"{shift:+d}s")
         ).start()
         try:
+            clocks = ClockWatch(src, dst)
             far = int(time.time()) + 40 * 86400
             ttls = [0, 60, 3600, far]
             items = [Item(b"clk:%d" % i, b"v%d" % i, i, ttls[i % 4]) for i in range(400)]
             load(src, items)
             keys = [it.key for it in items]
+            clocks.join()
             flags = ["--stream"] if warm_mode == "stream" else []
             r = subprocess.run(
                 [
@@ -333,19 +336,20 @@ def test_destination_clock_behind_or_ahead_keeps_every_ttl(
                 t.lost += len(items)
                 t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
                 continue
-            src_end, dst_end = expiries(src, keys), expiries(dst, keys)
+            slack = clocks.slack(src, dst)
+            src_end, dst_end = expiries(src, keys, clocks.ahead(src)), expiries(dst, keys, clocks.ahead(dst))
             for k in keys:
                 if k not in dst_end:
                     t.lost += 1  # e.g. expired on arrival (a destination ahead read the T as past)
                     if t.lost < 4:
                         t.note(f"trial {trial}: {k!r} missing at the destination")
                     continue
-                if not expiry_within(src_end[k], dst_end[k]):
+                if not expiry_within(src_end[k], dst_end[k], slack):
                     t.corrupt += 1
                     if t.corrupt < 4:
                         t.note(
                             f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end"
-                            f" (a TTL {dst_end[k] - time.time():.1f} s at the destination)"
+                            f" (a TTL {dst_end[k] - time.time():.1f} s at the destination) {slack.why}"
                         )
         finally:
             dst.stop()
@@ -596,8 +600,10 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
         ).start()
         dst = MemcachedServer(memory_mb=64, binary=memcached_binary).start()
         try:
+            clocks = ClockWatch(src, dst)
             keys = [bytes([0x00, 0xFF, i]) * 67 for i in range(4)]  # 201 bytes: no meta form
             load_binary_protocol(src, [Item(k, b"bin", 3, 3600) for k in keys])
+            clocks.join()
             flags = ["--stream"] if warm_mode == "stream" else []
             r = subprocess.run(
                 [
@@ -623,13 +629,18 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
                 t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
                 continue
             # metadump gives both servers' absolute exp on their own clocks: compared on this host's.
-            src_end, dst_end = listed_expiries(src), listed_expiries(dst)
+            slack = clocks.slack(src, dst)
+            src_end = listed_expiries(src, clocks.ahead(src))
+            dst_end = listed_expiries(dst, clocks.ahead(dst))
             for k in keys:
                 if k not in dst_end:
                     t.lost += 1
-                elif not expiry_within(src_end[k], dst_end[k]):
+                elif not expiry_within(src_end[k], dst_end[k], slack):
                     t.corrupt += 1
-                    t.note(f"trial {trial}: ends {dst_end[k] - src_end[k]:+.3f} s off its source's end")
+                    t.note(
+                        f"trial {trial}: ends {dst_end[k] - src_end[k]:+.3f} s off its source's end"
+                        f" {slack.why}"
+                    )
         finally:
             src.stop()
             dst.stop()
@@ -868,9 +879,11 @@ def test_populating_host_clock_against_the_dumping_hosts(
     for trial in range(trials()):
         src: MemcachedServer = memcached(memory_mb=64)
         dst: MemcachedServer = memcached(memory_mb=64)
+        clocks = ClockWatch(src, dst)
         items = [Item(b"h:%d" % i, b"v%d" % i, i, [0, 60, 3600][i % 3]) for i in range(300)]
         load(src, items)
         out = tmp_path / f"t{trial}"
+        clocks.join()
         r = run_dump(dumper_bin, src, out)
         assert r.returncode == 0, r.stderr
         # (monotonic clocks shifted too: with FAKETIME_DONT_FAKE_MONOTONIC, Python's sleep fails EINVAL)
@@ -900,13 +913,17 @@ def test_populating_host_clock_against_the_dumping_hosts(
                 t.lost += len(items)
                 t.note(f"trial {trial}: in sync, the populate failed: {said[-300:]!r}")
                 continue
-            src_end, dst_end = expiries(src, keys), expiries(dst, keys)
+            slack = clocks.slack(src, dst)
+            src_end, dst_end = expiries(src, keys, clocks.ahead(src)), expiries(dst, keys, clocks.ahead(dst))
             for k in keys:
                 if k not in dst_end:
                     t.lost += 1
-                elif not expiry_within(src_end[k], dst_end[k]):
+                elif not expiry_within(src_end[k], dst_end[k], slack):
                     t.corrupt += 1
-                    t.note(f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end")
+                    t.note(
+                        f"trial {trial}: {k!r} ends {dst_end[k] - src_end[k]:+.3f} s off its source's end"
+                        f" {slack.why}"
+                    )
             continue
         named = src.address if with_source else "127.0.0.1_"
         offset = re.search(r"([+-]?\d+\.\d) s (behind|off)", said)
