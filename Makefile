@@ -100,7 +100,7 @@ test-cpp: dumper-asan
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
 test-py: deps-py deps-node build memcached-versions
-	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q tests
+	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q --durations=30 tests
 
 # The data-path tests on every memcached release alone (tests/conftest.py: MATRIX).
 test-matrix: deps-py build memcached-versions
