@@ -29,6 +29,7 @@ def test_expiry_is_the_sources_however_long_items_wait(memcached, tmp_path: Path
     (a TTL computed once per file would let them outlive the source by that much). Short TTLs seconds
     from expiry, around the 30-day boundary, far away, and never."""
     dst = memcached(memory_mb=64)
+    clocks = ClockWatch(dst).join()  # first: the short TTLs below count from after it
     now = int(time.time())
     classes = [
         now + 5,
@@ -54,7 +55,6 @@ def test_expiry_is_the_sources_however_long_items_wait(memcached, tmp_path: Path
         use_speedups=use_speedups,
     )
     cfg.workers = 1
-    clocks = ClockWatch(dst).join()
     s = populate(cfg)
     assert s.expired >= 1 and s.stored + s.expired == len(recs)
     slack = clocks.slack(None, dst)
