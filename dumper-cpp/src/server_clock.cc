@@ -1,5 +1,6 @@
 #include "server_clock.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -9,29 +10,46 @@ double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-Status MeasureClock(Conn* c, ServerClock* out) {
-  ServerStats s;
-  double a0 = WallNow();
-  CW_RETURN_IF_ERROR(GetStats(c, &s));
-  double b0 = WallNow();
-  const int64_t first = s.time;
+Status WatchClock(const ClockSource& src, ServerClock* out) {
+  int64_t first = 0;
+  double a0 = src.wall();
+  CW_RETURN_IF_ERROR(src.read(&first));
+  const double b0 = src.wall();
   // One reading: the server read `first` somewhere in [a0, b0], so beta in [first - b0, first + 1 - a0).
-  *out = ServerClock{double(first) - b0, double(first) + 1 - a0};
+  ServerClock best{double(first) - b0, double(first) + 1 - a0};
+  double deadline = b0 + kClockWatchS;
+  const double limit = b0 + kClockPatienceS;
   int64_t last = first;
-  while (WallNow() - b0 < 1.2) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    const double a = WallNow();
-    CW_RETURN_IF_ERROR(GetStats(c, &s));
-    const double b = WallNow();
-    if (s.time != last) {
-      // It ticked to s.time after the reading that began at a0 and by the one that ended at b.
-      *out = ServerClock{double(s.time) - b, double(s.time) - a0};
-      return Status::OK();
+  while (src.wall() < deadline) {
+    src.sleep(0.002);
+    const double a = src.wall();
+    int64_t now = 0;
+    CW_RETURN_IF_ERROR(src.read(&now));
+    const double b = src.wall();
+    if (now != last) {
+      // It ticked to `now` after the reading that began at a0 and by the one that ended at b.
+      const ServerClock tick{double(now) - b, double(now) - a0};
+      if (tick.hi - tick.lo < best.hi - best.lo) best = tick;
+      if (best.hi - best.lo <= kClockTightS) break;
+      deadline = std::min(b + kClockWatchS, limit);
     }
     a0 = a;
-    last = s.time;
+    last = now;
   }
+  *out = best;
   return Status::OK();
+}
+
+Status MeasureClock(Conn* c, ServerClock* out) {
+  ClockSource src;
+  src.read = [c](int64_t* t) {
+    ServerStats s;
+    CW_RETURN_IF_ERROR(GetStats(c, &s));
+    *t = s.time;
+    return Status::OK();
+  };
+  src.sleep = [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); };
+  return WatchClock(src, out);
 }
 
 }  // namespace cachewarm

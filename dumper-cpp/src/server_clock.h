@@ -10,6 +10,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "net.h"
 #include "status.h"
@@ -33,8 +34,26 @@ struct ServerClock {
 
 // This host's wall clock, seconds.
 double WallNow();
-// Reads `stats time` until it ticks (at most ~1.2 s) and bounds beta by the readings around the
-// tick. A server whose clock does not tick in that time gets the one-reading bound (a second wide).
+
+// How long to watch for a tick; a tick bounded wider than kClockTightS (this host descheduled us
+// between the readings around it) is watched again at the next ticks, for up to kClockPatienceS in
+// all, and the tightest bound is kept: a wide bound is never wrong, but copies are that much shorter.
+constexpr double kClockWatchS = 1.2;
+constexpr double kClockTightS = 0.02;
+constexpr double kClockPatienceS = 3.6;
+
+// What WatchClock reads and waits with (tests script them).
+struct ClockSource {
+  std::function<Status(int64_t*)> read;  // the server's `stats time`
+  std::function<double()> wall = WallNow;
+  std::function<void(double)> sleep;
+};
+
+// Reads the server's time until it ticks and bounds beta by the readings around the tick (see the
+// constants above). A server whose clock does not tick within kClockWatchS gets the one-reading
+// bound (a second wide). The populator's twin: watch_clock in agent/cachewarm/datapath/meta.py.
+Status WatchClock(const ClockSource& src, ServerClock* out);
+// WatchClock over `stats time` on c.
 Status MeasureClock(Conn* c, ServerClock* out);
 
 }  // namespace cachewarm

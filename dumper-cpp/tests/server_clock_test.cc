@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <functional>
+#include <random>
+#include <utility>
+
 namespace cachewarm {
 namespace {
 
@@ -40,6 +45,95 @@ TEST(ServerClock, WholeSecondsAndTheFractionAgreeWithTheHeadersMilliseconds) {
     EXPECT_GE(c.DroppedFraction(), 0.0) << hi;
     EXPECT_LT(c.DroppedFraction(), 1.0) << hi;
   }
+}
+
+// A memcached whose `stats time` is floor(w + beta) at this host's wall time w, on a scripted clock:
+// a reading costs `before` until the server reads its clock and `after` until the answer is in (a
+// host that deschedules the reader after the server answered has a large `after`).
+struct ScriptedServer {
+  double beta, t;
+  std::function<std::pair<double, double>(double)> cost;
+  ClockSource Source() {
+    ClockSource src;
+    src.read = [this](int64_t* out) {
+      const auto [before, after] = cost(t);
+      t += before;
+      *out = int64_t(std::floor(t + beta));
+      t += after;
+      return Status::OK();
+    };
+    src.wall = [this] { return t; };
+    src.sleep = [this](double s) { t += s; };
+    return src;
+  }
+};
+
+std::pair<double, double> Quiet(double) { return {0.0005, 0.0005}; }
+
+TEST(WatchClock, QuietHostBoundsTheOffsetToAFewMsWithinOneTick) {
+  ScriptedServer s{-0.4123, 1e6 + 0.25, Quiet};
+  ServerClock c;
+  ASSERT_TRUE(WatchClock(s.Source(), &c).ok());
+  EXPECT_LE(c.lo, s.beta);
+  EXPECT_GE(c.hi, s.beta);
+  EXPECT_LE(c.hi - c.lo, 0.004);
+  EXPECT_LE(s.t - (1e6 + 0.25), 1.0);
+}
+
+TEST(WatchClock, AWideFirstTickIsWatchedAgainAndTheTightOneKept) {
+  const double start = 1e6 + 0.25;
+  // Descheduled for 300 ms after each answer during the first second (the first tick falls there).
+  ScriptedServer s{-0.4123, start, [start](double w) {
+                     return w < start + 1.0 ? std::pair<double, double>{0.0005, 0.3} : Quiet(w);
+                   }};
+  ServerClock c;
+  ASSERT_TRUE(WatchClock(s.Source(), &c).ok());
+  EXPECT_LE(c.lo, s.beta);
+  EXPECT_GE(c.hi, s.beta);
+  EXPECT_LE(c.hi - c.lo, kClockTightS);
+  EXPECT_GT(s.t - start, 1.0);
+  EXPECT_LE(s.t - start, 2.2);
+}
+
+TEST(WatchClock, AHostAlwaysSlowKeepsTheTightestBoundAndGivesUpInTime) {
+  const double start = 1e6 + 0.9;
+  ScriptedServer s{0.2571, start, [](double) { return std::pair<double, double>{0.001, 0.05}; }};
+  ServerClock c;
+  ASSERT_TRUE(WatchClock(s.Source(), &c).ok());
+  EXPECT_LE(c.lo, s.beta);
+  EXPECT_GE(c.hi, s.beta);
+  EXPECT_GT(c.hi - c.lo, kClockTightS);
+  EXPECT_LE(c.hi - c.lo, 0.11);  // two readings and a pause
+  EXPECT_LE(s.t - start, kClockPatienceS + 0.11);
+}
+
+TEST(WatchClock, TheBoundAlwaysHoldsTheTrueOffset) {
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int i = 0; i < 50; ++i) {
+    ScriptedServer s{-1.9 + 2.89 * u(rng), 1e6 + u(rng), [&](double) {
+                       const bool slow = u(rng) < 0.2;
+                       return std::pair<double, double>{0.002 * u(rng), (slow ? 0.4 : 0.002) * u(rng)};
+                     }};
+    ServerClock c;
+    ASSERT_TRUE(WatchClock(s.Source(), &c).ok());
+    EXPECT_LE(c.lo, s.beta) << i;
+    EXPECT_GE(c.hi, s.beta) << i;
+  }
+}
+
+TEST(WatchClock, AFailedReadingFailsTheMeasurement) {
+  ClockSource src;
+  int n = 0;
+  double t = 1e6;
+  src.read = [&](int64_t* out) {
+    *out = 5;
+    return ++n < 3 ? Status::OK() : Status::IOError("connection closed");
+  };
+  src.wall = [&] { return t; };
+  src.sleep = [&](double s) { t += s; };
+  ServerClock c;
+  EXPECT_FALSE(WatchClock(src, &c).ok());
 }
 
 }  // namespace
