@@ -91,6 +91,25 @@ def test_reader_waits_for_the_source_fs_then_mounts_ro_norecovery(tmp_path: Path
     ]
 
 
+def test_reader_mount_is_tried_again_while_the_source_is_still_formatting(tmp_path: Path) -> None:
+    # blkid sees XFS as soon as mkfs wrote the superblock; the kernel refuses it until mkfs is done.
+    clock = FakeClock()
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS, "mount": [(32, ""), (32, ""), (0, "")]})
+    v = volume(tmp_path, r, clock)
+    v.prepare_reader(timeout_s=600)
+    assert [c[0] for c in r.calls].count("mount") == 3 and clock.sleeps == 2
+    assert str(v.mount) in r.mounted
+
+
+def test_reader_mount_that_keeps_failing_is_a_volume_error_within_a_minute(tmp_path: Path) -> None:
+    clock = FakeClock()
+    r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS, "mount": (32, "")})
+    with pytest.raises(AgentError) as e:
+        volume(tmp_path, r, clock).prepare_reader(timeout_s=3600)
+    assert e.value.code == ExitCode.VOLUME and "cannot mount" in str(e.value) and "exited 32" in str(e.value)
+    assert 60 <= clock.t <= 65
+
+
 def test_reader_mount_options_are_used_everywhere(tmp_path: Path) -> None:
     r = FakeRunner({"findmnt": NOT_MOUNTED, "blkid": XFS})
     v = volume(tmp_path, r)

@@ -31,6 +31,8 @@ BLKID_NOTHING_FOUND = 2
 # Options a reader must have: never write the volume (ro), never replay the writer's log.
 READER_REQUIRED = frozenset({"ro", "norecovery"})
 _OPTION = re.compile(r"[a-z0-9_]+(=[A-Za-z0-9_.:/-]+)?")
+# How long a populator's first mount may fail (the source still formatting) before it is an error.
+READER_MOUNT_SETTLE_S = 60.0
 # A thaw that fails leaves the writer's file system frozen: the dumper would hang. Try hard.
 THAW_ATTEMPTS = 5
 
@@ -170,7 +172,16 @@ class Volume:
         if fs != FS_TYPE:
             raise AgentError(ExitCode.VOLUME, f"{self.device} holds a {fs} file system, expected {FS_TYPE}")
         self._set_read_only()
-        self._mount(self.reader_options)
+        # blkid finds the XFS superblock while mkfs.xfs on the source is still writing (libblkid does
+        # not look at sb_inprogress; the kernel refuses to mount until mkfs clears it): a failed mount
+        # is tried again for READER_MOUNT_SETTLE_S before it counts.
+        settle = self.clock() + READER_MOUNT_SETTLE_S
+        self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
+        argv = self._mount_argv(self.reader_options)
+        while not (res := self.runner.run(argv)).ok and self.clock() < settle:
+            self.log(f"cannot mount {self.device} yet ({res.describe()}): is the source still formatting it?")
+            self.sleep(self.poll_s)
+        self._check(res, "mount")
 
     def _set_read_only(self) -> None:
         # The kernel then refuses any write to the device, whatever mounts it (belt and braces: a
@@ -217,11 +228,12 @@ class Volume:
             res = self.runner.run(["fsfreeze", "-u", str(self.mount)])
         self._check(res, "thaw (the volume stays frozen: run `fsfreeze -u` on it)")
 
+    def _mount_argv(self, options: str) -> list[str]:
+        return ["mount", "-t", FS_TYPE, "-o", options, self.device, str(self.mount)]
+
     def _mount(self, options: str) -> None:
         self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
-        self._check(
-            self.runner.run(["mount", "-t", FS_TYPE, "-o", options, self.device, str(self.mount)]), "mount"
-        )
+        self._check(self.runner.run(self._mount_argv(options)), "mount")
 
     def _check(self, res: CommandResult, what: str) -> None:
         if not res.ok:
