@@ -286,6 +286,9 @@ class NodePlan(BaseModel):
     dump: RoleRun = Field(default_factory=RoleRun)
     populate: RoleRun = Field(default_factory=RoleRun)
     verify: RoleRun = Field(default_factory=RoleRun)
+    # The verify result once judged and passed: [keys checked, differences] (empty: not yet). Later
+    # passes read only the results not judged yet.
+    verified: list[int] = Field(default_factory=list)
     revives: int = 0
     done: bool = False
     # Progress, not heartbeats: the last (items, bytes, files, keys) seen of both agents, when it last

@@ -95,8 +95,11 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
         deps.s3.save_plan(warm.prefix, plan)
     todo = [(r, "verify") for r in sample if r.verify.command_id is None]
     sent = send_roles(warm, deps, plan, todo[:COMMANDS_PER_PASS]) if todo else 0  # type: ignore[arg-type]
-    results = deps.s3.read_verify(warm.prefix, warm.warm_id, plan.verify_writers([r.node_id for r in sample]))
-    waiting = [r for r in sample if r.node_id not in results]
+    # Only the results not judged on an earlier pass are read (a judged one is kept in the plan).
+    unjudged = [r for r in sample if not r.verified]
+    writers = plan.verify_writers([r.node_id for r in unjudged])
+    results = deps.s3.read_verify(warm.prefix, warm.warm_id, writers)
+    waiting = [r for r in unjudged if r.node_id not in results]
     ask = [str(r.verify.command_id) for r in waiting if r.verify.command_id][:COMMAND_LOOKUPS_PER_POLL]
     commands = deps.agents.command_states(ask) if ask and not sent else {}
     ended = [r for r in waiting if commands.get(str(r.verify.command_id)) in ENDED]
@@ -106,22 +109,28 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
         results.update(
             deps.s3.read_verify(warm.prefix, warm.warm_id, plan.verify_writers([r.node_id for r in ended]))
         )
-        waiting = [r for r in sample if r.node_id not in results]
+        waiting = [r for r in unjudged if r.node_id not in results]
     for row in waiting:
         status = commands.get(str(row.verify.command_id))
         if status in ENDED:
             problems.append(
                 f"{row.node_id}: the verify command on {row.populator_id} ended {status} without a result"
             )
-    for row in sample:
+    judged = False
+    for row in unjudged:
         res = results.get(row.node_id)
-        why = judge(res, warm.inp.verify.max_difference_ratio) if res is not None else None
+        if res is None:
+            continue
+        why = judge(res, warm.inp.verify.max_difference_ratio)
         if why:
             problems.append(f"{row.node_id}: {why}")
+        else:
+            row.verified, judged = [res.checked, res.differences], True
     pending = [r.node_id for r in waiting]
     if problems:
         raise VerifyFailedError(f"{len(problems)} problem(s): " + "; ".join(problems[:10]))
-    checked = sum(r.checked for r in results.values())
+    if judged:
+        deps.s3.save_plan(warm.prefix, plan)
     return pass_result(
         state,
         ready=not pending,
@@ -131,6 +140,6 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
         pending=pending,
         nodes=len(plan.nodes),
         sampled=len(sample),
-        checked_keys=checked,
-        differences=sum(r.differences for r in results.values()),
+        checked_keys=sum(r.verified[0] for r in sample if r.verified),
+        differences=sum(r.verified[1] for r in sample if r.verified),
     )
