@@ -233,6 +233,20 @@ _PLACEMENT_OPTION = click.option(
     help="Where the destination's client looks for a key: evcache, libmemcached[,…], pymemcache[,…], "
     "gomemcache (docs/placement.md; twemproxy and mcrouter read a configuration: `cachewarm warm`).",
 )
+_TO_OPTION = click.option(
+    "--to",
+    "to",
+    required=True,
+    type=Matching(inputs.ENDPOINT_LIST),
+    help="Destination HOST:PORT[,HOST:PORT…]",
+)
+_MODE_OPTION = click.option(
+    "--mode",
+    type=click.Choice(["add", "set"]),
+    default=inputs.DEFAULT_MODE,
+    show_default=True,
+    help="add: never replace a value already in the destination (live traffic wins); set: overwrite.",
+)
 _RATE_OPTION = click.option(
     "--max-items-per-second",
     type=MatchingInt(inputs.RATE, 1),
@@ -463,20 +477,8 @@ def dump_cmd(
     ),
 )
 @common_options
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=Matching(inputs.ENDPOINT_LIST),
-    help="Destination HOST:PORT[,HOST:PORT…]",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default=inputs.DEFAULT_MODE,
-    show_default=True,
-    help="add: never replace a value already in the destination (live traffic wins); set: overwrite.",
-)
+@_TO_OPTION
+@_MODE_OPTION
 @_RATE_OPTION
 @_BYTE_RATE_OPTION
 @click.option(
@@ -575,20 +577,8 @@ def populate_cmd(
 @click.option(
     "--memcached", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT."
 )
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=Matching(inputs.ENDPOINT_LIST),
-    help="Destination HOST:PORT[,HOST:PORT…]",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default=inputs.DEFAULT_MODE,
-    show_default=True,
-    help="add: never overwrite a value the destination holds (live writes win); set: overwrite.",
-)
+@_TO_OPTION
+@_MODE_OPTION
 @click.option(
     "--threads",
     type=MatchingInt(inputs.THREADS, 1, inputs.THREADS_MAX),
@@ -726,13 +716,7 @@ def run_verify(
 @WARM_ID_OPTION
 @click.option("--node-id", required=True, type=Matching(inputs.INSTANCE_ID), help="Source node id.")
 @click.option("--source", required=True, type=Matching(inputs.ENDPOINT), help="Source memcached HOST:PORT.")
-@click.option(
-    "--to",
-    "to",
-    required=True,
-    type=Matching(inputs.ENDPOINT_LIST),
-    help="Destination HOST:PORT[,HOST:PORT…]",
-)
+@_TO_OPTION
 @click.option(
     "--sample",
     required=True,
