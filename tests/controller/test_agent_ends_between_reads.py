@@ -18,6 +18,16 @@ from tests.controller.steps_support import finish, loop, through_agents
 from tests.controller.support import SimNode
 
 
+def _write_result(world: Any, store: Any, cid: str) -> None:
+    """What the verify agent of command `cid` writes when it ends: 1,000 keys compared, no difference."""
+    p = world.agents.commands[cid].parameters
+    result = VerifyResult(p["warmId"], p["nodeId"], world.deps.now_ms(), source_keys=1000, checked=1000)
+    key = verify_key(
+        p["statusPrefix"], p["warmId"], p["nodeId"], arn_of(world.agents.commands[cid].instance_ids[0])
+    )
+    store.s3.put_object(Bucket=store.bucket, Key=key, Body=result.to_json())
+
+
 def test_check_progress_rereads_the_status_of_an_agent_that_ended_after_the_first_read(world: Any) -> None:
     w = through_agents(world)
     node = world.source_ids[0]
@@ -45,17 +55,7 @@ def test_verify_rereads_the_result_of_an_agent_that_ended_after_the_first_read(w
     def ending(ids: Sequence[str]) -> dict[str, str]:
         # Each verify agent asked about writes its result and ends now: after Verify read the results.
         for cid in ids:
-            p = world.agents.commands[cid].parameters
-            result = VerifyResult(
-                p["warmId"], p["nodeId"], world.deps.now_ms(), source_keys=1000, checked=1000
-            )
-            key = verify_key(
-                p["statusPrefix"],
-                p["warmId"],
-                p["nodeId"],
-                arn_of(world.agents.commands[cid].instance_ids[0]),
-            )
-            store.s3.put_object(Bucket=store.bucket, Key=key, Body=result.to_json())
+            _write_result(world, store, cid)
         return {cid: "Success" for cid in ids}
 
     world.agents.command_states = ending
@@ -87,16 +87,7 @@ def test_verify_reads_each_result_once_and_keeps_the_judged_ones_in_the_plan(wor
                 held.append(cid)
                 out[cid] = "InProgress"
                 continue
-            result = VerifyResult(
-                p["warmId"], p["nodeId"], world.deps.now_ms(), source_keys=1000, checked=1000
-            )
-            key = verify_key(
-                p["statusPrefix"],
-                p["warmId"],
-                p["nodeId"],
-                arn_of(world.agents.commands[cid].instance_ids[0]),
-            )
-            store.s3.put_object(Bucket=store.bucket, Key=key, Body=result.to_json())
+            _write_result(world, store, cid)
             out[cid] = "Success"
         return out
 
