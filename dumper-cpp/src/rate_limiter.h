@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
@@ -23,9 +24,15 @@ class RateLimiter {
   explicit RateLimiter(uint64_t per_second, uint64_t bytes_per_second = 0)
       : rate_(per_second), bytes_rate_(bytes_per_second) {}
   void Acquire(uint64_t n) {
-    // Paused by the guard for at most a quiet window (it always unpauses before it stops).
-    while (paused_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    WaitWhilePaused();
     std::this_thread::sleep_until(Reserve(n));
+  }
+  // Paused by the guard for at most a quiet window (it always unpauses before it stops): sleep until
+  // it unpauses (woken by set_paused(false), not by polling).
+  void WaitWhilePaused() {
+    if (!paused_.load()) return;
+    std::unique_lock<std::mutex> l(pause_mu_);
+    unpaused_.wait(l, [this] { return !paused_.load(); });
   }
   // The moment a batch of n items may be sent (what Acquire sleeps until), its items booked.
   std::chrono::steady_clock::time_point Reserve(uint64_t n) {
@@ -59,7 +66,13 @@ class RateLimiter {
   int batch_cap() const { return batch_cap_.load(); }
   void set_batch_bytes_cap(uint64_t bytes) { batch_bytes_cap_.store(bytes); }
   uint64_t batch_bytes_cap() const { return batch_bytes_cap_.load(); }
-  void set_paused(bool p) { paused_.store(p); }
+  void set_paused(bool p) {
+    {
+      std::lock_guard<std::mutex> l(pause_mu_);  // a waiter between its check and its wait sees it
+      paused_.store(p);
+    }
+    if (!p) unpaused_.notify_all();
+  }
   bool paused() const { return paused_.load(); }
 
  private:
@@ -68,6 +81,8 @@ class RateLimiter {
   std::atomic<int> batch_cap_{0};
   std::atomic<uint64_t> batch_bytes_cap_{0};
   std::atomic<bool> paused_{false};
+  std::mutex pause_mu_;
+  std::condition_variable unpaused_;
   std::mutex mu_;
   std::chrono::steady_clock::time_point next_items_{}, next_bytes_{};
 };

@@ -1,7 +1,10 @@
 // The adaptive guard (source_guard.h): its decisions on a fake clock with scripted probe latencies.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
+#include <vector>
 
 #include "options.h"
 #include "rate_limiter.h"
@@ -391,6 +394,25 @@ TEST(RateLimiter, SettableRateAndBatchCap) {
   EXPECT_EQ(b.batch_bytes_cap(), 1u << 14);
   b.set_paused(true);
   EXPECT_TRUE(b.paused());
+}
+
+// A paused limiter holds Acquire until it is unpaused, and lets it go when it is (woken, not polled).
+TEST(RateLimiter, APauseHoldsAcquireUntilUnpaused) {
+  RateLimiter r(0, 0);
+  r.set_paused(true);
+  std::atomic<int> through{0};
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 4; i++)
+    workers.emplace_back([&] {
+      r.Acquire(10);
+      through++;
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(through.load(), 0);
+  r.set_paused(false);
+  for (std::thread& t : workers) t.join();
+  EXPECT_EQ(through.load(), 4);
+  r.Acquire(10);  // not paused: returns at once
 }
 
 // Both limits set: the pace is the tighter of the two, not their sum. 100 batches of 10 items of
