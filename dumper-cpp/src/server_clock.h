@@ -34,6 +34,8 @@ struct ServerClock {
 
 // This host's wall clock, seconds.
 double WallNow();
+// Sleeps this thread for s seconds.
+void SleepSeconds(double s);
 
 // How long to watch for a tick; a tick bounded wider than kClockTightS (this host descheduled us
 // between the readings around it) is watched again at the next ticks, for up to kClockPatienceS in
@@ -46,7 +48,7 @@ constexpr double kClockPatienceS = 3.6;
 struct ClockSource {
   std::function<Status(int64_t*)> read;  // the server's `stats time`
   std::function<double()> wall = WallNow;
-  std::function<void(double)> sleep;
+  std::function<void(double)> sleep = SleepSeconds;
 };
 
 // Reads the server's time until it ticks and bounds beta by the readings around the tick (see the

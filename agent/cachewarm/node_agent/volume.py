@@ -173,15 +173,8 @@ class Volume:
             raise AgentError(ExitCode.VOLUME, f"{self.device} holds a {fs} file system, expected {FS_TYPE}")
         self._set_read_only()
         # blkid finds the XFS superblock while mkfs.xfs on the source is still writing (libblkid does
-        # not look at sb_inprogress; the kernel refuses to mount until mkfs clears it): a failed mount
-        # is tried again for READER_MOUNT_SETTLE_S before it counts.
-        settle = self.clock() + READER_MOUNT_SETTLE_S
-        self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
-        argv = self._mount_argv(self.reader_options)
-        while not (res := self.runner.run(argv)).ok and self.clock() < settle:
-            self.log(f"cannot mount {self.device} yet ({res.describe()}): is the source still formatting it?")
-            self.sleep(self.poll_s)
-        self._check(res, "mount")
+        # not look at sb_inprogress; the kernel refuses to mount until mkfs clears it).
+        self._mount(self.reader_options, settle_s=READER_MOUNT_SETTLE_S)
 
     def _set_read_only(self) -> None:
         # The kernel then refuses any write to the device, whatever mounts it (belt and braces: a
@@ -228,12 +221,16 @@ class Volume:
             res = self.runner.run(["fsfreeze", "-u", str(self.mount)])
         self._check(res, "thaw (the volume stays frozen: run `fsfreeze -u` on it)")
 
-    def _mount_argv(self, options: str) -> list[str]:
-        return ["mount", "-t", FS_TYPE, "-o", options, self.device, str(self.mount)]
-
-    def _mount(self, options: str) -> None:
+    def _mount(self, options: str, settle_s: float = 0.0) -> None:
+        """Mount the device at the mount point; a failed mount is tried again every poll_s for
+        `settle_s` before it is an error."""
         self._check(self.runner.run(["mkdir", "-p", str(self.mount)]), "create the mount point")
-        self._check(self.runner.run(self._mount_argv(options)), "mount")
+        argv = ["mount", "-t", FS_TYPE, "-o", options, self.device, str(self.mount)]
+        settle = self.clock() + settle_s
+        while not (res := self.runner.run(argv)).ok and self.clock() < settle:
+            self.log(f"cannot mount {self.device} yet ({res.describe()}): is the source still formatting it?")
+            self.sleep(self.poll_s)
+        self._check(res, "mount")
 
     def _check(self, res: CommandResult, what: str) -> None:
         if not res.ok:
