@@ -27,14 +27,15 @@ def _normal(name: str) -> str:
 
 
 def lock_lines(wheels: dict[str, bytes]) -> list[str]:
-    """`name==version --hash=sha256:…` for every wheel (file name -> content), sorted."""
+    """`name==version --hash=sha256:…` for every wheel (file name -> content), sorted as lines (not by
+    file name: `jsonschema-…` and `jsonschema_specifications-…` sort differently the two ways)."""
     lines = []
-    for file_name, data in sorted(wheels.items()):
+    for file_name, data in wheels.items():
         m = _WHEEL.fullmatch(file_name)
         if not m:
             raise ValueError(f"{file_name}: not a wheel file name")
         lines.append(f"{_normal(m['name'])}=={m['version']} --hash=sha256:{hashlib.sha256(data).hexdigest()}")
-    return lines
+    return sorted(lines)
 
 
 def lock(directory: Path) -> Path:

@@ -226,3 +226,24 @@ def test_the_construct_refuses_a_bundle_without_a_complete_lock(tmp_path: Path) 
             check_bundle(path)
     path.write_bytes(agent_bundle("4.0.0"))
     check_bundle(path)
+
+
+def test_the_lock_check_holds_for_wheels_whose_names_and_lines_sort_apart(tmp_path: Path) -> None:
+    """`jsonschema-4.26.0-…whl` sorts before `jsonschema_specifications-…whl` by file name, while its
+    line `jsonschema==…` sorts after `jsonschema-specifications==…`: the check compares lines as lines."""
+    from cachewarm_infra.wheelhouse import check_bundle, lock
+
+    wheels = {
+        "jsonschema-4.26.0-py3-none-any.whl": b"one",
+        "jsonschema_specifications-2025.9.1-py3-none-any.whl": b"two",
+        "cachewarm-4.0.0-py3-none-any.whl": b"three",
+    }
+    src = tmp_path / "agent"
+    src.mkdir()
+    for name, data in wheels.items():
+        (src / name).write_bytes(data)
+    lock(src)
+    members = {p.name: p.read_bytes() for p in src.iterdir()}
+    path = tmp_path / "bundle.tar.gz"
+    path.write_bytes(tarball(members))
+    check_bundle(path)
