@@ -3,21 +3,27 @@ sends every write to BOTH replicas, the source and the destination of a warm, as
 mcrouter's AllSync routes do — deletes, touches, increments and sets, on a timetable — and logs what
 each server answered and when.
 
-PLAN (JSON): {"servers": {"src": "host:port", "dst": "host:port"}, "events": [...]}, each event
-{"at": seconds after the start, "key": str, "op": "delete" | "touch" | "incr" | "set",
+PLAN (JSON): {"servers": {"src": "host:port", "dst": "host:port"}, "tail_from": seconds,
+"events": [...]}, each event {"at": seconds, "key": str, "op": "delete" | "touch" | "incr" | "set",
 "arg": TTL (touch) | str value (set) | null, "first": "src" | "dst", "gap": seconds}: the op reaches
 `first` at `at` and the other replica `gap` seconds later. LOG: one JSON line per server reply
 {"event": index, "role": "src" | "dst", "sent": unix time, "reply": first line}.
 
+The timeline, steered by lines on stdin: events with `at` < 0 go out at once (before the dump); `go`
+(the dumper started) starts the clock of the events with 0 <= `at` < `tail_from`; `end` (the populate
+ended) sends what is left of those at once and starts the clock of the rest (`at` - `tail_from` after
+it). So the ops cover the warm however long it takes, and some come after its populate.
+
 Standard library only, one thread: the warm's timing is not shared with a test's interpreter. It
-prints `ready` once connected to both, sends the events whose `at` is negative (before the dump), then
-waits for a line `go` on stdin (the dumper has started) and starts its clock; it waits for each reply
-before the next request (a reply line orders the op on that server)."""
+prints `ready` once connected to both; it waits for each reply before the next request (a reply line
+orders the op on that server); both halves of every op keep the plan's order."""
 
 from __future__ import annotations
 
 import heapq
 import json
+import os
+import select
 import socket
 import sys
 import time
@@ -57,29 +63,71 @@ class Conn:
         return line.decode(errors="replace")
 
 
+class Steering:
+    """The lines `go` and `end` on stdin, read unbuffered (select tells when one waits)."""
+
+    def __init__(self) -> None:
+        self.buf = b""
+        self.closed = False
+        self.seen: dict[str, float] = {}
+
+    def _take(self, timeout: float | None) -> bool:
+        """Read what stdin has within `timeout` (None: until a line); whether a line came."""
+        while b"\n" not in self.buf:
+            if self.closed:  # nothing more will come (the test closes stdin after `end`)
+                if timeout is None:
+                    raise SystemExit(f"liveclient: stdin closed after {sorted(self.seen)}")
+                time.sleep(timeout)
+                return False
+            ready, _, _ = select.select([sys.stdin.fileno()], [], [], timeout)
+            if not ready:
+                return False
+            chunk = os.read(sys.stdin.fileno(), 64)
+            self.closed = not chunk
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        self.seen[line.decode().strip()] = time.monotonic()
+        return True
+
+    def wait_for(self, word: str) -> float:
+        while word not in self.seen:
+            self._take(None)
+        return self.seen[word]
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, unless a line comes first."""
+        if seconds > 0:
+            self._take(seconds)
+
+
 def main(plan_path: str, log_path: str) -> int:
     with open(plan_path) as f:
         plan = json.load(f)
+    tail_from = float(plan["tail_from"])
     conns = {role: Conn(addr) for role, addr in plan["servers"].items()}
-    # (due, seq, event index, role): each event's two halves, the second `gap` after the first.
+    # (at, seq, event index, role): each event's two halves, the second `gap` after the first.
     due: list[tuple[float, int, int, str]] = []
     for i, ev in enumerate(plan["events"]):
         other = "dst" if ev["first"] == "src" else "src"
         heapq.heappush(due, (ev["at"], 2 * i, i, ev["first"]))
         heapq.heappush(due, (ev["at"] + ev["gap"], 2 * i + 1, i, other))
+    steer = Steering()
     print("ready", flush=True)
+    lead = time.monotonic() + 1.0  # events at -1 <= at < 0 count from here
     log = []
-    # Events before the dump (at < 0, a second before `go` at the latest) count from now.
-    start, lead = None, time.monotonic() + 1.0
     while due:
         at, _, i, role = heapq.heappop(due)
-        if at >= 0 and start is None:
-            if sys.stdin.readline().strip() != "go":
-                raise SystemExit("liveclient: stdin closed before `go`")
-            start = time.monotonic()
-        wait = (lead if start is None else start) + at - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        while True:
+            if at < 0:
+                when = lead + at
+            elif at < tail_from:
+                go = steer.wait_for("go")
+                when = go + at if "end" not in steer.seen else 0.0
+            else:
+                when = steer.wait_for("end") + at - tail_from
+            if when <= time.monotonic():
+                break
+            steer.sleep(when - time.monotonic())
         ev = plan["events"][i]
         sent = time.time()
         reply = conns[role].ask(command(ev["op"], ev["key"], ev["arg"]))

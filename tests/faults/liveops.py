@@ -45,8 +45,10 @@ MAX_GAP = 0.1
 # apart, plus the gap between the two touches). A copy that kept the TTL from before the touch is off
 # by minutes to hours.
 TOUCH_SKEW = 1.0 + MAX_GAP
-# The share of ops sent before the dumper starts (all at once, as soon as the client is up).
+# The share of ops sent before the dumper starts (within a second of the client's start), and after
+# the populate ends (within a second of its end); the others are spread from the one to the other.
 LEAD = 0.03
+TAIL = 0.05
 # A key's consecutive ops are further apart than this (both replicas see them in the same order).
 SPACING = 2 * MAX_GAP + 0.05
 
@@ -55,12 +57,12 @@ SPACING = 2 * MAX_GAP + 0.05
 class Mix:
     """Keys per kind of op, and ops per key for the kinds with several."""
 
-    delete: int = 150
-    touch_short: int = 100
-    touch_long: int = 50
-    counter: int = 60
-    set: int = 60
-    delete_then_set: int = 40
+    delete: int = 200
+    touch_short: int = 150
+    touch_long: int = 60
+    counter: int = 80
+    set: int = 70
+    delete_then_set: int = 50
     incrs: int = 3
     sets: int = 2
 
@@ -91,6 +93,7 @@ class Plan:
     items: list[Item]
     kinds: dict[bytes, str]  # key -> delete | touch_short | touch_long | counter | set | delete_then_set
     events: list[Event]
+    tail_from: float  # events at or after this go out after the populate's end (Client.end)
 
     def last_op(self) -> dict[bytes, Event]:
         out: dict[bytes, Event] = {}
@@ -102,7 +105,8 @@ class Plan:
 def make_plan(rng: random.Random, items: int, duration: float, mix: Mix = Mix()) -> Plan:
     """`items` source items (`lo:<i>`, 100..300-byte values, no TTL or 1 h), a random `mix` of them
     given to the client, its ops spread uniformly over `duration` seconds from the dumper's start
-    (Client.go), and LEAD of them before it."""
+    (Client.go; those still due when the populate ends go out then: Client.end), LEAD of them before
+    it and TAIL after the populate."""
     keys = [b"lo:%d" % i for i in range(items)]
     chosen = rng.sample(keys, mix.delete + mix.touch_short + mix.touch_long + mix.counter + mix.set)
     chosen += rng.sample([k for k in keys if k not in set(chosen)], mix.delete_then_set)
@@ -130,11 +134,19 @@ def make_plan(rng: random.Random, items: int, duration: float, mix: Mix = Mix())
         loaded.append(Item(k, value, i & 0xFFFF, ttl))
     events: list[Event] = []
 
+    def at() -> float:
+        r = rng.random()
+        return (
+            rng.uniform(-1.0, 0.0)
+            if r < LEAD
+            else duration + rng.random()
+            if r > 1 - TAIL
+            else rng.uniform(0, duration)
+        )
+
     def times(n: int) -> list[float]:
         while True:
-            ts = sorted(
-                rng.uniform(-1.0, 0.0) if rng.random() < LEAD else rng.uniform(0, duration) for _ in range(n)
-            )
+            ts = sorted(at() for _ in range(n))
             if all(b - a > SPACING for a, b in itertools.pairwise(ts)):
                 return ts
 
@@ -158,7 +170,7 @@ def make_plan(rng: random.Random, items: int, duration: float, mix: Mix = Mix())
             t1, t2 = times(2)
             events += [event(t1, k, "delete", None), event(t2, k, "set", f"again:{k.decode()}")]
     events.sort(key=lambda e: e.at)
-    return Plan(loaded, kinds, events)
+    return Plan(loaded, kinds, events, duration)
 
 
 @dataclass
@@ -169,7 +181,7 @@ class Client:
     proc: subprocess.Popen[str]
     log_path: Path
     started: float
-    went: bool = False
+    said: set[str] = field(default_factory=set)
 
     @classmethod
     def start(cls, plan: Plan, src: MemcachedServer, dst: MemcachedServer, where: Path) -> Client:
@@ -179,6 +191,7 @@ class Client:
             json.dumps(
                 {
                     "servers": {"src": src.address, "dst": dst.address},
+                    "tail_from": plan.tail_from,
                     "events": [ev.__dict__ for ev in plan.events],
                 }
             )
@@ -198,20 +211,28 @@ class Client:
             raise AssertionError(f"the live client did not start: {line!r} {err[-500:]}")
         return cls(proc, log_path, time.time())
 
-    def go(self) -> None:
-        """Start the timeline (the ops at `at` >= 0): call when the dumper starts (again: nothing)."""
-        if self.went:
+    def _say(self, word: str) -> None:
+        if word in self.said:
             return
-        self.went = True
+        self.said.add(word)
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write("go\n")
+            self.proc.stdin.write(word + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:  # the client failed: finish() says how
             pass
 
-    def finish(self, timeout: float = 120) -> list[dict[str, object]]:
+    def go(self) -> None:
+        """The dumper started: the ops spread over the warm begin (again: nothing)."""
+        self._say("go")
+
+    def end(self) -> None:
+        """The populate ended: the ops still due go out now, then the ones planned for after it."""
         self.go()
+        self._say("end")
+
+    def finish(self, timeout: float = 120) -> list[dict[str, object]]:
+        self.end()
         try:
             _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
