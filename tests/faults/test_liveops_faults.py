@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -56,18 +57,22 @@ TODAY: dict[str, str] = {
     "files": "issue 34, files path: a copy read before a client's delete/touch/incr is written after it "
     "(deleted keys alive, TTLs lengthened, counters behind); the target check counts the client's deletes "
     "as missing (exit 8)",
-    "stream": "issue 34, stream path: the target check counts the client's deletes as missing (exit 8); "
-    "an op between a key's read and its write is undone",
+    "stream": "issue 34, stream path: the target check counts keys the client touched to a short TTL "
+    "(gone at the destination first) as missing (exit 8); an op between a key's read and its write is "
+    "undone (a deleted key alive, a counter behind)",
     "s3": "issue 34, S3 path: copies read before a client's delete/touch/incr are written after it "
     "(deleted keys alive, TTLs lengthened, counters behind), and the warm says ok unless a delete lands "
     "during its check",
     "resume": "issue 34, files path killed and --resumed: copies read before a client's delete/touch/incr "
     "are written after it; the target check counts the client's deletes as missing (exit 8)",
 }
-# The loaded host adds clock noise (a memcached's clock slipping, the populator's clock check).
-TODAY_LOADED: dict[str, str] = {p: why + "; on a loaded host" for p, why in TODAY.items()}
-# `make test` runs the loaded host on the files path only (CI time); `make faults` (FAULT_TRIALS set)
-# on every path.
+# The loaded host fails today as the idle one does; it adds clock noise (a memcached's clock slipping,
+# the populator's clock check): if a path still fails there for that once TODAY has lost its entry,
+# name that bug in LOADED_ONLY.
+LOADED_ONLY: dict[str, str] = {}
+TODAY_LOADED: dict[str, str] = {p: why + "; on a loaded host" for p, why in TODAY.items()} | LOADED_ONLY
+# `make test` runs the loaded host on the files path only, once (CI time); `make faults` (FAULT_TRIALS
+# set) on every path, a quarter of FAULT_TRIALS times (each trial keeps both cores busy).
 LOADED_IN_MAKE_TEST = ("files",)
 
 
@@ -235,6 +240,7 @@ def run_warm(
 
 def one_trial(
     path: str,
+    release: str,
     trial: int,
     t: LiveTally,
     memcached: Any,
@@ -243,7 +249,7 @@ def one_trial(
     s3: LocalS3 | None,
 ) -> None:
     began = time.monotonic()
-    rng = random.Random(f"liveops-{path}-{trial}")
+    rng = random.Random(f"liveops-{path}-{release}-{trial}")
     src: MemcachedServer = memcached(memory_mb=64)
     dst: MemcachedServer = memcached(memory_mb=64)
     clocks = ClockWatch(src, dst)
@@ -273,6 +279,8 @@ def one_trial(
     t.exits.append(warm.rc)
     missing = int((warm.summary or {}).get("missing_in_target", 0))
     t.counted_missing += missing
+    # What the client did to the keys the warm named (its examples of missing keys).
+    named = Counter(plan.kinds.get(k.encode(), "no client op") for k in re.findall(r"\blo:\d+", warm.stderr))
     said = (
         f"trial {trial}: exit {warm.rc}, warm {warm.ended - warm.started:.1f} s"
         f"{', ' + warm.note if warm.note else ''} (trial {time.monotonic() - began:.1f} s, judge"
@@ -280,15 +288,12 @@ def one_trial(
         f" {warm.coverage(log)}; {dict(counts)}; deleted alive {v.deleted_alive},"
         f" outliving {v.outliving}, counters behind {v.counters_behind} (ahead {v.counters_ahead}),"
         f" fresher lost {v.fresher_lost}, lost {v.lost}, corrupt {v.corrupt}, counted missing {missing}"
+        f"{f' (examples: {dict(named)})' if named else ''}"
     )
     print(f"liveops {path}: {said}")
     t.note(said)
     if warm.rc != 0:
         t.note(f"trial {trial}: {warm.stderr.strip()[-300:]}")
-    named = re.findall(r"\blo:\d+", warm.stderr)
-    if named:  # what the client did to the keys the warm named (e.g. counted missing)
-        kinds = ", ".join(f"{k} ({plan.kinds.get(k.encode(), 'no client op')})" for k in named[:6])
-        t.note(f"trial {trial}: keys the warm named: {kinds}")
     for n in v.notes[:4]:
         t.note(f"trial {trial}: {n}")
     src.kill()
@@ -305,6 +310,7 @@ def _quiet_moto() -> None:
 def test_live_operations_on_both_replicas_during_the_warm(
     path: str,
     memcached: Any,
+    memcached_version: str,
     dumper_bin: Path,
     tmp_path: Path,
     live_tally: Any,
@@ -313,7 +319,7 @@ def test_live_operations_on_both_replicas_during_the_warm(
     t = live_tally(f"live deletes/touches/incrs/sets on both replicas during the warm ({path})")
     s3 = request.getfixturevalue("local_s3") if path == "s3" else None
     for trial in range(trials() if path == "files" else trials(default=1)):
-        one_trial(path, trial, t, memcached, dumper_bin, tmp_path, s3)
+        one_trial(path, memcached_version, trial, t, memcached, dumper_bin, tmp_path, s3)
     t.check()
 
 
@@ -321,6 +327,7 @@ def test_live_operations_on_both_replicas_during_the_warm(
 def test_live_operations_on_a_loaded_host(
     path: str,
     memcached: Any,
+    memcached_version: str,
     dumper_bin: Path,
     tmp_path: Path,
     live_tally: Any,
@@ -330,9 +337,9 @@ def test_live_operations_on_a_loaded_host(
     warm refused on clock noise (the exit codes)."""
     t = live_tally(f"live ops on both replicas, host's cores loaded ({path})")
     s3 = request.getfixturevalue("local_s3") if path == "s3" else None
-    for trial in range(trials(default=1)):
+    for trial in range(max(1, trials(default=1) // 4)):
         with busy_cores(2):
-            one_trial(path, trial, t, memcached, dumper_bin, tmp_path, s3)
+            one_trial(path, memcached_version, trial, t, memcached, dumper_bin, tmp_path, s3)
     t.check()
 
 
