@@ -31,12 +31,12 @@ import time
 SET_FLAGS = 7
 
 
-def command(op: str, key: str, arg: object) -> bytes:
+def command(op: str, key: str, arg: int | str | None) -> bytes:
     k = key.encode()
     if op == "delete":
         return b"delete %s\r\n" % k
     if op == "touch":
-        return b"touch %s %d\r\n" % (k, int(arg))  # type: ignore[call-overload]
+        return b"touch %s %d\r\n" % (k, int(arg or 0))
     if op == "incr":
         return b"incr %s 1\r\n" % k
     if op == "set":

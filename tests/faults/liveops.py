@@ -2,7 +2,8 @@
 separate client process, liveclient.py, carries out) and how the destination is judged afterwards.
 
 The client sends every write to the source AND the destination (EVCache, mcrouter AllSync), in either
-order, the second a few ms to 0.1 s after the first, on keys the source holds before the warm: deletes,
+order, the second mostly at once, else up to MAX_GAP after the first, on keys the source holds before
+the warm: deletes,
 touches to a shorter TTL and to a longer one, `incr` on counters, `set` of fresh values (some keys
 deleted and then set again). Each key gets one kind of op; its ops are spaced further apart than the
 largest gap, so both replicas see them in the same order.
@@ -30,6 +31,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cachewarm.datapath.meta import Item as MetaItem
 from cachewarm.testing.memcached import MemcachedServer
@@ -231,7 +233,7 @@ class Client:
         self.go()
         self._say("end")
 
-    def finish(self, timeout: float = 120) -> list[dict[str, object]]:
+    def finish(self, timeout: float = 120) -> list[dict[str, Any]]:
         self.end()
         try:
             _, err = self.proc.communicate(timeout=timeout)
@@ -252,11 +254,11 @@ class Client:
 GOOD = {"delete": "DELETED", "touch": "TOUCHED", "set": "STORED"}
 
 
-def replies(plan: Plan, log: list[dict[str, object]]) -> tuple[Counter[str], list[str]]:
+def replies(plan: Plan, log: list[dict[str, Any]]) -> tuple[Counter[str], list[str]]:
     """(ops by kind, and "<op> missed on dst": ops the source applied and the destination did not hold
     the key for — they reached the destination before the warm's write: the race this is about), and
     any reply no op should get."""
-    by: dict[tuple[int, str], str] = {(int(e["event"]), str(e["role"])): str(e["reply"]) for e in log}  # type: ignore[call-overload]
+    by = {(int(e["event"]), str(e["role"])): str(e["reply"]) for e in log}
     counts: Counter[str] = Counter()
     bad: list[str] = []
     for i, ev in enumerate(plan.events):
@@ -312,11 +314,13 @@ def judge(plan: Plan, src: MemcachedServer, dst: MemcachedServer, clocks: ClockW
         th.start()
     for th in threads:
         th.join()
-    got = [read[src.port], read[dst.port]]
-    for r in got:
+    got = []
+    for srv in (src, dst):
+        r = read[srv.port]
         if isinstance(r, BaseException):
             raise r
-    (src_items, src_end), (dst_items, dst_end) = got  # type: ignore[misc]
+        got.append(r)
+    (src_items, src_end), (dst_items, dst_end) = got
     now = time.time()
     last = plan.last_op()
     loaded = {it.key: it for it in plan.items}

@@ -10,7 +10,8 @@ two processes spinning on the host's two cores (clock noise must not refuse a wa
 
 `make test` runs the files path FAULT_TRIALS (3) times, stream, S3 and resume once each, and the
 loaded host once on the files path, each variant on one release (tests/conftest.py spreads them);
-`make faults` runs every variant FAULT_TRIALS times on every release."""
+`make faults` runs every variant on every release, FAULT_TRIALS times (the loaded host a quarter of
+that). CACHEWARM_LIVEOPS_SETTLE sets the settle delay (seconds, default 2)."""
 
 from __future__ import annotations
 
