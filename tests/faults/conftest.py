@@ -1,5 +1,5 @@
-"""Fault-suite fixtures and the closing table (scenario, memcached release, trials, lost, corrupt,
-leaked).
+"""Fault-suite fixtures and the closing tables: (scenario, memcached release, trials, lost, corrupt,
+leaked), and for the live-operations scenarios (test_liveops_faults.py) their own figures.
 
 The table is printed at the end of the pytest run (terminal summary) and, when FAULT_REPORT names a
 file, written there as Markdown (`make faults` puts it in build/faults.md)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import Tally
+from tests.faults.harness import LiveTally, Tally
 
 _ROWS = pytest.StashKey[list[Tally]]()
 
@@ -30,32 +30,70 @@ def tally(request: pytest.FixtureRequest) -> Callable[..., Tally]:
     version = params.params.get("memcached_version") if params is not None else None
     xfail = request.node.get_closest_marker("xfail")
 
-    def make(scenario: str, known_bug: str | None = None) -> Tally:
+    def make(scenario: str, known_bug: str | None = None, kind: type[Tally] = Tally) -> Tally:
         if known_bug is None and xfail is not None:
             known_bug = str(xfail.kwargs.get("reason", "xfail"))
-        t = Tally(scenario, known_bug=known_bug, release=version)
+        t = kind(scenario, known_bug=known_bug, release=version)
         request.config.stash[_ROWS].append(t)
         return t
 
     return make
 
 
-def table(rows: list[Tally]) -> str:
-    """One row per scenario and memcached release ("—": the scenario starts no server), in the
-    order the scenarios ran, each scenario's releases together."""
-    out = [
-        "| scenario | memcached | trials | lost | corrupt | leaked | result |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
+@pytest.fixture
+def live_tally(tally: Callable[..., Tally]) -> Callable[..., LiveTally]:
+    """`t = live_tally("scenario")`: a LiveTally, listed in the live-operations table."""
+
+    def make(scenario: str, known_bug: str | None = None) -> LiveTally:
+        t = tally(scenario, known_bug, kind=LiveTally)
+        assert isinstance(t, LiveTally)
+        return t
+
+    return make
+
+
+def _result(r: Tally) -> str:
+    if r.known_bug:
+        return f"known bug (xfail): {r.known_bug}"
+    return "ok" if r.clean else "FAIL"
+
+
+def _ordered(rows: list[Tally]) -> list[Tally]:
+    """In the order the scenarios ran, each scenario's releases together."""
     order: dict[str, int] = {}
     for r in rows:
         order.setdefault(r.scenario, len(order))
-    for r in sorted(rows, key=lambda r: (order[r.scenario], r.release or "")):
-        result = "ok" if r.clean else "FAIL"
-        if r.known_bug:
-            result = f"known bug (xfail): {r.known_bug}"
+    return sorted(rows, key=lambda r: (order[r.scenario], r.release or ""))
+
+
+def table(rows: list[Tally]) -> str:
+    """One row per scenario and memcached release ("—": the scenario starts no server), in the
+    order the scenarios ran, each scenario's releases together; the live-operations scenarios in a
+    second table of their own figures."""
+    out: list[str] = []
+    plain = [r for r in rows if not isinstance(r, LiveTally)]
+    if plain:
+        out += [
+            "| scenario | memcached | trials | lost | corrupt | leaked | result |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
+    for r in _ordered(plain):
         figures = f"{r.trials} | {r.lost} | {r.corrupt} | {r.leaked}"
-        out.append(f"| {r.scenario} | {r.release or '—'} | {figures} | {result} |")
+        out.append(f"| {r.scenario} | {r.release or '—'} | {figures} | {_result(r)} |")
+    live = [r for r in rows if isinstance(r, LiveTally)]
+    if live:
+        out += [
+            *([""] if out else []),
+            "| live operations | memcached | trials | deleted alive | outliving | counters behind (ahead) "
+            "| fresher lost | lost | counted missing | exit codes | result |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        ]
+        for r in _ordered(live):
+            figures = (
+                f"{r.trials} | {r.deleted_alive} | {r.outliving} | {r.counters_behind} ({r.counters_ahead})"
+                f" | {r.fresher_lost} | {r.lost} | {r.counted_missing} | {r.exit_codes()}"
+            )
+            out.append(f"| {r.scenario} | {r.release or '—'} | {figures} | {_result(r)} |")
     return "\n".join(out)
 
 

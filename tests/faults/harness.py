@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,8 +25,9 @@ DEFAULT_TRIALS = 3
 CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 
 
-def trials() -> int:
-    raw = os.environ.get("FAULT_TRIALS", str(DEFAULT_TRIALS))
+def trials(default: int = DEFAULT_TRIALS) -> int:
+    """FAULT_TRIALS, else `default` (a scenario may run fewer trials than DEFAULT_TRIALS in `make test`)."""
+    raw = os.environ.get("FAULT_TRIALS", str(default))
     try:
         n = int(raw)
     except ValueError as e:
@@ -71,6 +73,71 @@ class Tally:
         """Print the scenario line and fail with the first notes if anything was lost/corrupt/leaked."""
         print(self.line())
         assert self.clean, self.line() + "\n  " + "\n  ".join(self.notes)
+
+
+class Unclean(AssertionError):
+    """A live-operations scenario found the destination wrong (LiveTally.check): what an
+    xfail(raises=Unclean) expects, so a broken harness still fails."""
+
+
+@dataclass
+class LiveTally(Tally):
+    """A live-operations scenario's figures (tests/faults/liveops.py): client-deleted keys alive on
+    the destination, items ending after their source's, counters behind (and ahead of) the source's,
+    the client's latest values lost, the warm's exit codes and the client's deletes/touches its target
+    check counted as missing. `lost`/`corrupt`: keys no client op touched, missing or wrong."""
+
+    deleted_alive: int = 0
+    outliving: int = 0
+    counters_behind: int = 0
+    counters_ahead: int = 0
+    fresher_lost: int = 0
+    counted_missing: int = 0
+    exits: list[int] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        figures = (self.deleted_alive, self.outliving, self.counters_behind, self.counters_ahead)
+        return (
+            super().clean
+            and not any(figures)
+            and self.fresher_lost == 0
+            and self.counted_missing == 0
+            and all(e == 0 for e in self.exits)
+        )
+
+    def exit_codes(self) -> str:
+        """ "0 x3" or "8 x2, 0 x1": each final exit code of the warm with its count."""
+        return ", ".join(f"{code} x{n}" for code, n in Counter(self.exits).most_common()) or "—"
+
+    def check(self) -> None:
+        print(self.line())
+        if not self.clean:
+            raise Unclean(self.line() + "\n  " + "\n  ".join(self.notes))
+
+    def line(self) -> str:
+        figures = (
+            f"trials={self.trials} deleted_alive={self.deleted_alive} outliving={self.outliving} "
+            f"counters_behind={self.counters_behind} counters_ahead={self.counters_ahead} "
+            f"fresher_lost={self.fresher_lost} lost={self.lost} corrupt={self.corrupt} "
+            f"counted_missing={self.counted_missing} exits=[{self.exit_codes()}]"
+        )
+        where = f" [memcached {self.release}]" if self.release else ""
+        line = f"{self.scenario}{where}: {figures}"
+        return line + (f" (known bug: {self.known_bug})" if self.known_bug else "")
+
+
+@contextlib.contextmanager
+def busy_cores(n: int = 2) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`n` processes spinning on a core each (another workload on the host) while the block runs;
+    ended by their ids afterwards."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 def fetch_all(srv: MemcachedServer, keys: Iterable[bytes]) -> dict[bytes, Item]:
