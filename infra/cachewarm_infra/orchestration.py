@@ -236,16 +236,17 @@ def replica_event_input(launch_template_id: str) -> events.RuleTargetInput:
 
 def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.EventBus:
     """The bus the "Replica Deployed" events go to, of this stack alone. Its policy refuses
-    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs)
-    are given, from anyone but them — a principal of this account still needs `events:PutEvents` on
-    this bus in its own policy."""
+    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs,
+    wildcards allowed) are given, from anyone but them. It allows nothing: a principal of this account
+    needs `events:PutEvents` on this bus in its own policy. No statement names a principal ARN (a
+    wildcard is allowed in the condition, never in a principal): both deny `"Principal": "*"`."""
     bus = events.EventBus(scope, "WarmEventBus", description="cachewarm: Replica Deployed events start warms")
     outsiders = {"StringNotEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}}
     bus.add_to_resource_policy(
         iam.PolicyStatement(
             sid="OnlyThisAccount",
             effect=iam.Effect.DENY,
-            principals=[iam.AnyPrincipal()],
+            principals=[iam.StarPrincipal()],
             actions=["events:PutEvents"],
             resources=[bus.event_bus_arn],
             conditions=outsiders,
@@ -256,18 +257,10 @@ def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.Ev
             iam.PolicyStatement(
                 sid="OnlyTheNamedStarters",
                 effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
+                principals=[iam.StarPrincipal()],
                 actions=["events:PutEvents"],
                 resources=[bus.event_bus_arn],
                 conditions={"ArnNotLike": {"aws:PrincipalArn": list(warm_starters)}},
-            )
-        )
-        bus.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="TheNamedStarters",
-                principals=[iam.ArnPrincipal(a) for a in warm_starters],
-                actions=["events:PutEvents"],
-                resources=[bus.event_bus_arn],
             )
         )
     return bus

@@ -235,6 +235,40 @@ def test_the_dlq_key_admits_eventbridge_and_the_alarm_topic_cloudwatch(synth: Sy
     assert topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0] == key_lid
 
 
+def test_the_keys_service_grants_serve_this_accounts_rules_alarms_and_log_groups_only(synth: Synth) -> None:
+    """Key policy (Low): EventBridge and CloudWatch may use the key only on behalf of a rule or an
+    alarm of this account and region (aws:SourceAccount, aws:SourceArn), CloudWatch Logs only for
+    this account's log groups (the encryption context)."""
+    from tests.infra.policy_eval import ACCOUNT, REGION, Request, decide, resolve
+
+    [key] = synth.resources("AWS::KMS::Key").values()
+    statements = resolve(key["Properties"]["KeyPolicy"]["Statement"], synth.template)
+
+    def may(service: str, action: str, **context: str) -> bool:
+        mine = [st for st in statements if service in _as_list(st["Principal"].get("Service", []))]
+        return decide(mine, Request(action, "*", service, context)) == "Allow"
+
+    other = "210987654321"
+    for service, source in (
+        ("events.amazonaws.com", f"arn:aws:events:{REGION}:{{account}}:rule/WarmEventBus/ReplicaDeployed"),
+        ("cloudwatch.amazonaws.com", f"arn:aws:cloudwatch:{REGION}:{{account}}:alarm:Executions-failed"),
+    ):
+        ours = {"aws:SourceAccount": ACCOUNT, "aws:SourceArn": source.format(account=ACCOUNT)}
+        theirs = {"aws:SourceAccount": other, "aws:SourceArn": source.format(account=other)}
+        for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+            assert may(service, action, **ours), (service, action)
+            assert not may(service, action, **theirs), (service, action)
+            assert not may(service, action), (service, action)  # no source: no use
+    logs = f"logs.{REGION}.amazonaws.com"
+    group = f"arn:aws:logs:{REGION}:{{account}}:log-group:/aws/vendedlogs/x"
+    assert may(
+        logs, "kms:GenerateDataKey", **{"kms:EncryptionContext:aws:logs:arn": group.format(account=ACCOUNT)}
+    )
+    assert not may(
+        logs, "kms:GenerateDataKey", **{"kms:EncryptionContext:aws:logs:arn": group.format(account=other)}
+    )
+
+
 def test_every_alarm_has_an_action(synth: Synth) -> None:
     [topic] = synth.resources("AWS::SNS::Topic")
     alarms = synth.resources("AWS::CloudWatch::Alarm")
