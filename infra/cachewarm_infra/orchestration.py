@@ -60,6 +60,8 @@ class Wiring:
     populator_role_arn: str | None = None
     # A cross-region S3 warm's possible populator regions (the stack's destinationRegions).
     destination_regions: Sequence[str] = ()
+    # The version of every document SendCommand runs (compute.DOCUMENT_VERSION): pinned, never $DEFAULT.
+    document_version: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -87,6 +89,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["POPULATOR_ROLE_ARNS"] = w.populator_role_arn
     if w.destination_regions:
         env["DESTINATION_REGIONS"] = ",".join(w.destination_regions)
+    if w.document_version:
+        env["DOCUMENT_VERSION"] = w.document_version
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.support import MEMCACHED_SG, Synth, _as_list, _controller_statements, _statements
+from tests.infra.support import MEMCACHED_SG, SOURCE_SG, Synth, _as_list, _controller_statements, _statements
 
 # ---- High 1: where a populator may send data ---------------------------------------------------------
 
@@ -22,30 +22,39 @@ def test_populators_reach_only_memcached_of_the_replicas_and_https(synth: Synth)
     assert [(e["CidrIp"], e["FromPort"], e["ToPort"], e["IpProtocol"]) for e in egress] == [
         ("0.0.0.0/0", 443, 443, "tcp")
     ]
-    # The one other way out: memcached's port, to the replicas' group only.
-    [rule] = synth.resources("AWS::EC2::SecurityGroupEgress").values()
-    assert rule["Properties"] == {
-        "Description": "memcached of the replicas (populate, verify)",
-        "DestinationSecurityGroupId": MEMCACHED_SG,
-        "FromPort": 11211,
-        "GroupId": {"Fn::GetAtt": [sg_id, "GroupId"]},
-        "IpProtocol": "tcp",
-        "ToPort": 11211,
-    }
+    # The one other way out: memcached's port, to the named destination and source groups only.
+    rules = sorted(
+        synth.resources("AWS::EC2::SecurityGroupEgress").values(),
+        key=lambda r: r["Properties"]["DestinationSecurityGroupId"],
+    )
+    assert [r["Properties"] for r in rules] == [
+        {
+            "Description": "memcached of the replicas (populate, verify)",
+            "DestinationSecurityGroupId": group,
+            "FromPort": 11211,
+            "GroupId": {"Fn::GetAtt": [sg_id, "GroupId"]},
+            "IpProtocol": "tcp",
+            "ToPort": 11211,
+        }
+        for group in (MEMCACHED_SG, SOURCE_SG)
+    ]
 
 
-def test_without_replica_groups_memcached_goes_to_private_addresses_only() -> None:
+def test_without_named_groups_there_is_no_memcached_egress_at_all() -> None:
+    """No fallback to the private address ranges: a synth without groups fails, naming the keys."""
     from aws_cdk import App, Stack
     from aws_cdk import aws_ec2 as ec2
-    from cachewarm_infra.compute import PRIVATE_RANGES, _limit_egress
+    from cachewarm_infra.compute import _limit_egress
 
     stack = Stack(App(), "Sg")
     vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["a"])
     sg = ec2.SecurityGroup(stack, "G", vpc=vpc, allow_all_outbound=False)
-    _limit_egress(sg, (), 11211)
-    [group] = Template.from_stack(stack).find_resources("AWS::EC2::SecurityGroup").values()
-    rules = {(e["CidrIp"], e["FromPort"]) for e in group["Properties"]["SecurityGroupEgress"]}
-    assert rules == {*((c, 11211) for c in PRIVATE_RANGES), ("0.0.0.0/0", 443)}
+    with pytest.raises(ValueError, match="destinationSecurityGroupIds"):
+        _limit_egress(sg, (), 11211)
+    # One group for sources and destinations: one rule.
+    group = ec2.SecurityGroup.from_security_group_id(stack, "R", "sg-0123456789abcdef0")
+    _limit_egress(sg, (group, group), 11211)
+    assert len(Template.from_stack(stack).find_resources("AWS::EC2::SecurityGroupEgress")) == 1
 
 
 def test_the_controller_is_told_its_vpc(synth: Synth) -> None:
