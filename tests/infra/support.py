@@ -156,6 +156,47 @@ def cdk_cli_synth(outdir: Path, context: dict[str, str], region: str | None = No
     return CliSynth(outdir, templates, proc.stderr)
 
 
+# ---- the docs' outputs ----------------------------------------------------------------------------
+
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+# Every page that tells an operator what to read from the stack.
+DOC_PAGES = (
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "infra" / "README.md",
+    REPO / "statemachine" / "README.md",
+)
+
+
+def documented_outputs() -> tuple[set[str], set[str]]:
+    """docs/deploy.md's two output tables: (the stack's, a destination region stack's)."""
+    import re
+
+    text = DEPLOY_DOC.read_text()
+    section = text[text.index("## 6. After: the outputs") :]
+    section = section[: section.index("\n## ", 1)]
+    home, _, region = section.partition("The stack `CacheWarm-<region>`")
+
+    def names(part: str) -> set[str]:
+        return set(re.findall(r"^\| `([A-Za-z0-9]+)` \|", part, re.M))
+
+    return names(home), names(region)
+
+
+def output_mentions() -> dict[str, set[str]]:
+    """Every name a page calls an output ("output `X`", "outputs `X`, `Y` and `Z`"), by page."""
+    import re
+
+    found: dict[str, set[str]] = {}
+    listed = re.compile(r"\boutputs?\s+((?:`[A-Za-z0-9]+`(?:\s*,\s*|\s+and\s+|\s+or\s+)?)+)", re.I)
+    for page in DOC_PAGES:
+        for m in listed.finditer(page.read_text()):
+            found.setdefault(page.relative_to(REPO).as_posix(), set()).update(
+                re.findall(r"`([A-Za-z0-9]+)`", m.group(1))
+            )
+    return found
+
+
 def cfn_lint_errors(template: Path, region: str) -> list[str]:
     """cfn-lint's (AWS's resource specification) errors on a template; warnings are not counted."""
     from cfnlint.api import ManualArgs, lint_file
