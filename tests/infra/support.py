@@ -86,21 +86,31 @@ def real_dist() -> RealDist:
 
 
 def _check_fresh(wheel: Path) -> None:
-    """The wheel's construct code is this checkout's (a build/dist/ left from before an edit would
-    test old code: `make test` rebuilds it, a bare pytest run may not have)."""
+    """The wheel's construct code and deployed files are this checkout's (a build/dist/ left from
+    before an edit would test old code: `make test` rebuilds it, a bare pytest run may not have)."""
     import zipfile
 
     import pytest
+
+    def source(name: str) -> Path | None:
+        rel = name.removeprefix("cachewarm_infra/")
+        for packaged, checkout in (
+            ("assets/lambdas/", REPO / "lambdas"),
+            ("assets/statemachine/", REPO / "statemachine"),
+            ("assets/ssm_documents/", REPO / "infra" / "ssm_documents"),
+        ):
+            if rel.startswith(packaged):
+                return checkout / rel.removeprefix(packaged)
+        return None if rel.startswith("assets/") else REPO / "infra" / name
 
     with zipfile.ZipFile(wheel) as z:
         stale = [
             name
             for name in z.namelist()
             if name.startswith("cachewarm_infra/")
-            and name.endswith(".py")
-            and "/assets/" not in name
-            and (REPO / "infra" / name).is_file()
-            and z.read(name) != (REPO / "infra" / name).read_bytes()
+            and (path := source(name)) is not None
+            and path.is_file()
+            and z.read(name) != path.read_bytes()
         ]
     if stale:
         pytest.fail(f"{wheel} is older than the checkout ({', '.join(stale[:3])}): run `make dist`")
