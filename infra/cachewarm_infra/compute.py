@@ -154,10 +154,11 @@ DOCUMENT_VERSION = "1"
 
 def document_name(scope: Construct, stem: str, content: Mapping[str, Any]) -> str:
     """`<stack name>-<stem>-<12 hex>`: the SHA-256 of the content as the template holds it (tokens
-    such as the artifacts' bucket rendered as CloudFormation intrinsics), so the same deployment
-    always names it the same and any change of content names a new document."""
+    such as the artifacts' bucket rendered as CloudFormation intrinsics) and of the construct's path
+    (two in one stack), so the same deployment always names it the same and any change of content
+    names a new document."""
     stack = Stack.of(scope)
-    rendered = json.dumps(stack.resolve(content), sort_keys=True, separators=(",", ":"))
+    rendered = json.dumps([scope.node.path, stack.resolve(content)], sort_keys=True, separators=(",", ":"))
     digest = hashlib.sha256(rendered.encode()).hexdigest()[:12]
     # SSM: 3-128 of [A-Za-z0-9_.-]; stack names are [A-Za-z0-9-], at most 128.
     return f"{stack.stack_name[:96]}-{stem}-{digest}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,19 @@ def test_tracing_off_turns_powertools_tracer_off(tmp_path: Path) -> None:
     for fn in functions.values():
         assert fn["Properties"]["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"
         assert fn["Properties"].get("TracingConfig", {}).get("Mode") != "Active"
+
+
+def test_document_names_follow_the_content_and_the_construct() -> None:
+    """A document's name ends in a digest of its content (so version 1 is that content) and of the
+    construct's path (two warmers in one stack do not collide); the same input names it the same."""
+    from cachewarm_infra.compute import document_name
+    from constructs import Construct
+
+    stack = Stack(App(), "Named")
+    a, b = Construct(stack, "A"), Construct(stack, "B")
+    content = {"schemaVersion": "2.2", "mainSteps": [{"name": "x"}]}
+    name = document_name(a, "dump-agent", content)
+    assert re.fullmatch(r"Named-dump-agent-[0-9a-f]{12}", name)
+    assert document_name(a, "dump-agent", dict(content)) == name
+    assert document_name(b, "dump-agent", content) != name
+    assert document_name(a, "dump-agent", {**content, "description": "changed"}) != name
