@@ -99,7 +99,8 @@ test: deps build lint test-cpp test-py
 test-cpp: dumper-asan
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
-test-py: deps-py deps-node build memcached-versions
+# dist: tests/infra synthesize the stacks and the example app from the real bundle (the deploy path).
+test-py: deps-py deps-node build memcached-versions dist
 	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q --durations=30 tests
 
 # The data-path tests on every memcached release alone (tests/conftest.py: MATRIX).
@@ -177,8 +178,11 @@ dist: dumper venv
 	rm -f $(DIST)/cachewarm_cdk-*.whl
 	CACHEWARM_DIST_DIR=$(CURDIR)/$(DIST) $(PY) -m pip wheel -q --disable-pip-version-check --no-deps -w $(DIST) ./infra
 
+# CONTEXT: the context keys (docs/deploy.md), e.g. CONTEXT="-c destinationSecurityGroupIds=sg-… -c
+# sourceSecurityGroupIds=sg-…" (the two groups are required; or set them in cdk.json's context).
+CONTEXT ?=
 synth: deps-infra deps-node dist
-	$(IN_VENV) JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices
+	$(IN_VENV) JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 infra/node_modules/.bin/cdk synth --quiet --no-notices $(CONTEXT)
 
 clean:
 	rm -rf $(BUILD) infra/cdk.out infra/build

@@ -18,21 +18,27 @@ from cachewarm_infra.stack import CacheWarmStack, StackSettings  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
 
-def main() -> None:
+def main() -> int:
     app = App()
-    settings = StackSettings.from_context(app.node, HERE.parent)
-    CacheWarmStack(
-        app,
-        str(app.node.try_get_context("stackName") or "CacheWarm"),
-        settings=settings,
-        description="cachewarm: warm a new memcached replica from an existing one",
-        env=Environment(
-            account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")
-        ),
-    )
+    try:
+        settings = StackSettings.from_context(app.node, HERE.parent)
+        CacheWarmStack(
+            app,
+            str(app.node.try_get_context("stackName") or "CacheWarm"),
+            settings=settings,
+            description="cachewarm: warm a new memcached replica from an existing one",
+            env=Environment(
+                account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")
+            ),
+        )
+    except (ValueError, FileNotFoundError) as e:
+        # A missing context key or artifact: one line naming it (cdk prints it), not a traceback.
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -111,9 +111,17 @@ def _checked_bundle_version(agent_bundle: Path) -> str:
 
 
 def build_documents(
-    scope: Construct, documents_dir: Path, artifacts: Artifacts
+    scope: Construct,
+    documents_dir: Path,
+    artifacts: Artifacts,
+    names: Mapping[str, str] | None = None,
 ) -> dict[str, ssm.CfnDocument]:
-    """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`."""
+    """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`.
+
+    Each is named `<stack name>-<stem>-<12 hex of its content's SHA-256>` (or as `names` says: a
+    destination region's copies take the home stack's names), so a change of content is a new
+    document and a document's version 1 is always this content: the controller runs
+    `DOCUMENT_VERSION` (1) of each, never whatever an `ssm:UpdateDocument` made the default."""
     docs: dict[str, ssm.CfnDocument] = {}
     fixed = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
@@ -125,9 +133,11 @@ def build_documents(
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
         content = fix_at_synth(path, content, fixed)
+        name = names[path.stem] if names and path.stem in names else document_name(scope, path.stem, content)
         docs[path.stem] = ssm.CfnDocument(
             scope,
             f"{_pascal(path.stem)}Document",
+            name=name,
             content=content,
             document_type="Command",
             document_format="JSON",
@@ -136,6 +146,22 @@ def build_documents(
         if needed not in docs:
             raise FileNotFoundError(f"{documents_dir}/{needed}.json not found")
     return docs
+
+
+# Every document the stack makes is version 1 of its name (build_documents): what SendCommand runs.
+DOCUMENT_VERSION = "1"
+
+
+def document_name(scope: Construct, stem: str, content: Mapping[str, Any]) -> str:
+    """`<stack name>-<stem>-<12 hex>`: the SHA-256 of the content as the template holds it (tokens
+    such as the artifacts' bucket rendered as CloudFormation intrinsics) and of the construct's path
+    (two in one stack), so the same deployment always names it the same and any change of content
+    names a new document."""
+    stack = Stack.of(scope)
+    rendered = json.dumps([scope.node.path, stack.resolve(content)], sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(rendered.encode()).hexdigest()[:12]
+    # SSM: 3-128 of [A-Za-z0-9_.-]; stack names are [A-Za-z0-9-], at most 128.
+    return f"{stack.stack_name[:96]}-{stem}-{digest}"
 
 
 def fix_at_synth(path: Path, content: dict[str, Any], fixed: Mapping[str, str]) -> dict[str, Any]:
@@ -195,28 +221,59 @@ def build_populator(
         "PopulatorRole",
         assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
         description="cachewarm populators: the SSM agent (Run Command only) + the cachewarm agent policy",
-        managed_policies=[ssm_agent_policy(scope, props.destination_regions), agent_policy],
+        managed_policies=[ssm_agent_policy(scope), agent_policy],
     )
+    sg = populator_security_group(
+        scope,
+        props.vpc,
+        [*props.destination_security_groups, *props.source_security_groups],
+        props.memcached_port,
+    )
+    template = populator_launch_template(
+        scope, props, role=role, security_group=sg, key=key, artifacts=artifacts
+    )
+    return Populator(role=role, security_group=sg, launch_template=template)
+
+
+def populator_security_group(
+    scope: Construct, vpc: ec2.IVpc, memcached_groups: Sequence[ec2.ISecurityGroup], memcached_port: int
+) -> ec2.SecurityGroup:
+    """No inbound rule; outbound to memcached of the named groups only, and HTTPS."""
     sg = ec2.SecurityGroup(
         scope,
         "PopulatorSecurityGroup",
-        vpc=props.vpc,
+        vpc=vpc,
         description="cachewarm populators: no inbound; outbound to memcached, and HTTPS for S3/SSM/KMS/logs",
         allow_all_outbound=False,
     )
-    _limit_egress(sg, props.memcached_security_groups, props.memcached_port)
-    # Install this deployment's agent at boot, so `cachewarm agent populate` is there when the
-    # controller's Run Command arrives (InstallAgents waits for cloud-init and checks the version).
+    _limit_egress(sg, memcached_groups, memcached_port)
+    return sg
+
+
+def populator_launch_template(
+    scope: Construct,
+    props: CacheWarmerProps,
+    *,
+    role: iam.IRole,
+    security_group: ec2.ISecurityGroup,
+    key: kms.IKey,
+    artifacts: Artifacts,
+    instance_type: ec2.InstanceType | None = None,
+    machine_image: ec2.IMachineImage | None = None,
+) -> ec2.LaunchTemplate:
+    """The populators' template: this deployment's agent installed at boot (so `cachewarm agent
+    populate` is there when the controller's Run Command arrives; InstallAgents waits for cloud-init
+    and checks the version), IMDSv2 only, an encrypted root volume, shutdown = terminate."""
     user_data = ec2.UserData.for_linux()
     user_data.add_commands(*install_agent_commands(artifacts))
     template = ec2.LaunchTemplate(
         scope,
         "PopulatorTemplate",
         user_data=user_data,
-        machine_image=props.machine_image,
-        instance_type=props.instance_type,
+        machine_image=machine_image or props.machine_image,
+        instance_type=instance_type or props.instance_type,
         role=role,
-        security_group=sg,
+        security_group=security_group,
         require_imdsv2=True,
         http_put_response_hop_limit=1,
         detailed_monitoring=True,
@@ -235,16 +292,15 @@ def build_populator(
         ],
     )
     Tags.of(template).add(tags.MANAGED, "true")
-    return Populator(role=role, security_group=sg, launch_template=template)
+    return template
 
 
-def ssm_agent_policy(scope: Construct, destination_regions: Sequence[str] = ()) -> iam.ManagedPolicy:
+def ssm_agent_policy(scope: Construct) -> iam.ManagedPolicy:
     """What the SSM agent needs to take Run Command (and nothing of AmazonSSMManagedInstanceCore's
     Parameter Store, inventory, patching or association rights): register the instance, and the
-    message channels the commands arrive on (those APIs have no resource-level permissions). The role
-    is global: a cross-region warm's populators (`destination_regions`) register there with it."""
+    message channels the commands arrive on (those APIs have no resource-level permissions). In the
+    stack's region (a destination region's populators have a role and policy of their own there)."""
     stack = Stack.of(scope)
-    far = [f"arn:{stack.partition}:ec2:{r}:{stack.account}:instance/*" for r in destination_regions]
     return iam.ManagedPolicy(
         scope,
         "PopulatorSsmAgentPolicy",
@@ -253,7 +309,7 @@ def ssm_agent_policy(scope: Construct, destination_regions: Sequence[str] = ()) 
             iam.PolicyStatement(
                 sid="RegisterThisInstance",
                 actions=["ssm:UpdateInstanceInformation"],
-                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*"), *far],
+                resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
             ),
             iam.PolicyStatement(
                 sid="RunCommandChannel",
@@ -275,23 +331,26 @@ def ssm_agent_policy(scope: Construct, destination_regions: Sequence[str] = ()) 
     )
 
 
-# What a populator may reach when no memcached security group is given: private addresses only.
-PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
-
-
 def _limit_egress(
     sg: ec2.SecurityGroup, memcached_groups: Sequence[ec2.ISecurityGroup], memcached_port: int
 ) -> None:
-    """A populator opens connections only to memcached (the given groups, else private addresses)
-    and to HTTPS (the AWS endpoints it needs: S3 for the artifacts and status, SSM, KMS, Logs) — so a
-    warm cannot write a replica's data to an arbitrary host even if it were told to."""
+    """A populator opens connections only to memcached of the named groups (the destination replicas',
+    and the sources' Verify reads) and to HTTPS (the AWS endpoints it needs: S3 for the artifacts and
+    status, SSM, KMS, Logs) — never to any other memcached of the network: memcached has no
+    authentication, so an open port is a read or a `flush_all` away."""
+    if not memcached_groups:
+        raise ValueError(
+            "the populators' memcached peers are not named: give the destination replicas' security "
+            "groups (context destinationSecurityGroupIds, prop destination_security_groups) and the "
+            "sources' (sourceSecurityGroupIds / source_security_groups); populators may reach only them"
+        )
     port = ec2.Port.tcp(memcached_port)
-    if memcached_groups:
-        for group in memcached_groups:
-            sg.add_egress_rule(group, port, "memcached of the replicas (populate, verify)")
-    else:
-        for cidr in PRIVATE_RANGES:
-            sg.add_egress_rule(ec2.Peer.ipv4(cidr), port, "memcached, private addresses only")
+    seen: set[str] = set()
+    for group in memcached_groups:
+        if group.security_group_id in seen:  # one group for sources and destinations: one rule
+            continue
+        seen.add(group.security_group_id)
+        sg.add_egress_rule(group, port, "memcached of the replicas (populate, verify)")
     sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: S3, SSM, KMS, CloudWatch Logs")
 
 

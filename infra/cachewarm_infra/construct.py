@@ -17,17 +17,27 @@ This class checks the inputs, calls the builders in order and keeps what they ma
 
 from __future__ import annotations
 
-from aws_cdk import Aws
+from typing import TYPE_CHECKING
+
+import jsii
+from aws_cdk import Aws, Fn, Stack
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_events as events
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_stepfunctions as sfn
-from constructs import Construct
+from constructs import Construct, IValidation
 
 from cachewarm_infra import orchestration
 from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function_substitutions, read_asl
-from cachewarm_infra.compute import build_artifacts, build_documents, build_populator
-from cachewarm_infra.iam import build_agent_policy, build_controller_role, check_destination_regions
-from cachewarm_infra.nag import acknowledge_nag_findings
+from cachewarm_infra.compute import DOCUMENT_VERSION, build_artifacts, build_documents, build_populator
+from cachewarm_infra.iam import (
+    RemoteRegion,
+    build_agent_policy,
+    build_controller_role,
+    check_destination_regions,
+    remote_statements,
+)
+from cachewarm_infra.nag import acknowledge_nag_findings, acknowledge_region_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,
     build_alarm_topic,
@@ -37,6 +47,9 @@ from cachewarm_infra.observability import (
 )
 from cachewarm_infra.props import CacheWarmerProps
 from cachewarm_infra.storage import admit_services_to_key, build_storage
+
+if TYPE_CHECKING:
+    from cachewarm_infra.region import CacheWarmerRegion
 
 __all__ = ["CacheWarmer", "CacheWarmerProps"]
 
@@ -64,6 +77,7 @@ class CacheWarmer(Construct):
         # warm machine's Teardown function).
         self.tasks: list[AslTask] = discover_function_substitutions(asl_text + teardown_text)
         _check_paths(props)
+        _check_groups(props)
 
         storage = build_storage(self, props.kms_key)
         self.key = storage.key
@@ -76,6 +90,8 @@ class CacheWarmer(Construct):
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
         self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
+        # Plain names (not references): a destination region's stack names its copies the same.
+        self.document_names = {stem: str(doc.name) for stem, doc in self.documents.items()}
         # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
         # The key admits CloudWatch Logs (and EventBridge, CloudWatch) before anything uses it.
         admit_services_to_key(self.key)
@@ -113,6 +129,7 @@ class CacheWarmer(Construct):
             transport_bucket_prefix=self.transport_bucket_prefix,
             populator_role_arn=populator.role.role_arn,
             destination_regions=tuple(props.destination_regions),
+            document_version=DOCUMENT_VERSION,
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key
@@ -153,6 +170,52 @@ class CacheWarmer(Construct):
             self, self.state_machine, self.functions, self.alarms, self.agent_logs
         )
         self.nag_acknowledgements = acknowledge_nag_findings(self)
+        # Each destination region's resources (region.py), as they are added.
+        self.destination_region_resources: dict[str, CacheWarmerRegion] = {}
+        self.node.add_validation(_EveryDestinationRegionDeployed(self))
+
+    def add_destination_region(self, region: CacheWarmerRegion) -> None:
+        """Wire a destination region's resources in: the controller's rights there (its template, VPC,
+        security group, documents, role and key — nothing else of the region) and its settings (the
+        Lambdas' DESTINATION_REGION_SETTINGS); the agent policy on its populator role. Called by
+        `CacheWarmerRegion` itself."""
+        if region.region in self.destination_region_resources:
+            raise ValueError(f"destination region {region.region} added twice")
+        self.destination_region_resources[region.region] = region
+        self.controller_policy.add_statements(
+            *remote_statements(
+                RemoteRegion(
+                    region=region.region,
+                    vpc_id=region.vpc_id,
+                    launch_template_id=region.launch_template_id,
+                    security_group_id=region.security_group.security_group_id,
+                    populator_role_arn=region.role_arn,
+                    key_arn=region.key_arn,
+                    documents=sorted(region.document_names.values()),
+                ),
+                self.stack_tag,
+            )
+        )
+        self.agent_policy.attach_to_role(
+            iam.Role.from_role_name(self, f"PopulatorRole{_pascal_region(region.region)}", region.role_name)
+        )
+        self.nag_acknowledgements += acknowledge_region_findings(self, region)
+        settings = {
+            name: {
+                "vpc_id": r.vpc_id,
+                "launch_template_id": r.launch_template_id,
+                "agent_log_group": r.log_group_name,
+                "documents": r.document_names,
+            }
+            for name, r in sorted(self.destination_region_resources.items())
+        }
+        roles = [
+            self.populator_role.role_arn,
+            *(r.role_arn for _, r in sorted(self.destination_region_resources.items())),
+        ]
+        for fn in self.functions.values():
+            fn.add_environment("DESTINATION_REGION_SETTINGS", Stack.of(self).to_json_string(settings))
+            fn.add_environment("POPULATOR_ROLE_ARNS", Fn.join(",", roles))
 
     @property
     def launch_template_id(self) -> str:
@@ -176,6 +239,42 @@ class CacheWarmer(Construct):
     ) -> cw.Metric:
         """A controller metric: all warms together, or one warm's series with `warm_id`."""
         return warm_metric(name, step, statistic, warm_id)
+
+
+def _pascal_region(region: str) -> str:
+    return "".join(p.capitalize() for p in region.split("-"))
+
+
+def _check_groups(props: CacheWarmerProps) -> None:
+    for groups, what, key in (
+        (props.destination_security_groups, "destination", "destinationSecurityGroupIds"),
+        (props.source_security_groups, "source", "sourceSecurityGroupIds"),
+    ):
+        if not groups:
+            raise ValueError(
+                f"{what}_security_groups: name the {what} replicas' security groups (context {key}); "
+                "populators may open memcached connections only to the groups named at deploy"
+            )
+
+
+@jsii.implements(IValidation)
+class _EveryDestinationRegionDeployed:
+    """Synth fails for a destination region without its resources (a `CacheWarmerRegion`)."""
+
+    def __init__(self, warmer: CacheWarmer) -> None:
+        self.warmer = warmer
+
+    def validate(self) -> list[str]:
+        missing = [
+            r
+            for r in self.warmer.props.destination_regions
+            if r not in self.warmer.destination_region_resources
+        ]
+        return [
+            f"destination region {r}: no CacheWarmerRegion deploys its launch template, documents, log "
+            "group and security group (CacheWarmStack makes one per destinationRegions entry)"
+            for r in missing
+        ]
 
 
 def _check_paths(props: CacheWarmerProps) -> None:

@@ -127,8 +127,9 @@ def build_controller_role(
 ) -> ControllerIdentity:
     """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
     stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's.
-    `destination_regions`: where a cross-region S3 warm's populators may run (`_remote_statements`);
-    every regional read and command of the controller is limited to its own region and these."""
+    `destination_regions`: where a cross-region S3 warm's populators may run (each region's own
+    statements come with its resources: `remote_statements`); every regional read and command of the
+    controller is limited to its own region and these."""
     stack = Stack.of(scope)
 
     def ec2_arn(resource: str) -> str:
@@ -311,13 +312,6 @@ def build_controller_role(
             {"Bool": {"kms:GrantIsForAWSResource": "true"}, "StringEquals": {"kms:ViaService": via("ec2")}},
         ),
     ]
-    statements += _remote_statements(
-        destination_regions,
-        documents=[d.ref for d in documents.values()],
-        managed_request=managed_request,
-        managed_resource=managed_resource,
-        stack_tag=stack_tag,
-    )
     policy = iam.Policy(scope, "ControllerPolicy", statements=statements)
     policy.attach_to_role(role)
     _keep_controller_state_to_the_controller(bucket, role)
@@ -337,73 +331,115 @@ def check_destination_regions(scope: Construct, regions: Sequence[str]) -> tuple
     return tuple(regions)
 
 
-def _remote_statements(
-    regions: Sequence[str],
-    *,
-    documents: Sequence[str],
-    managed_request: Mapping[str, Any],
-    managed_resource: Mapping[str, Any],
-    stack_tag: str,
-) -> list[iam.PolicyStatement]:
-    """A cross-region S3 warm's populators (docs/transport-s3.md, Cross-region): launched, tagged,
-    commanded and terminated in the destination regions under the same tag scoping as at home. Launch
-    templates there are named by the operator (their ids are per region), so a launch may use only
-    one that carries this stack's tag; the commands go to this stack's documents by name, which must
-    exist there. Nothing here names a region not in `regions`."""
-    if not regions:
-        return []
+@dataclass(frozen=True)
+class RemoteRegion:
+    """What the controller's IAM is told of a destination region's resources (region.py)."""
 
-    def arns(service: str, resource: str, account: str = Aws.ACCOUNT_ID) -> list[str]:
-        return [f"arn:{Aws.PARTITION}:{service}:{r}:{account}:{resource}" for r in regions]
+    region: str
+    vpc_id: str
+    launch_template_id: str
+    security_group_id: str
+    populator_role_arn: str
+    key_arn: str
+    documents: Sequence[str]
 
-    instances, volumes = arns("ec2", "instance/*"), arns("ec2", "volume/*")
-    templates = arns("ec2", "launch-template/*")
+
+def remote_statements(r: RemoteRegion, stack_tag: str) -> list[iam.PolicyStatement]:
+    """A cross-region S3 warm's populators (docs/transport-s3.md, Cross-region): launched from the
+    region's own launch template only (its id, not a tag), into its fixed VPC, with its security
+    group; tagged, commanded and terminated under the same tag scoping as at home; commands only with
+    the stack's documents there. Every ARN names `r.region`."""
+    sid = "Remote" + "".join(p.capitalize() for p in r.region.split("-"))
+
+    def ec2_arn(resource: str, account: str = Aws.ACCOUNT_ID) -> str:
+        return f"arn:{Aws.PARTITION}:ec2:{r.region}:{account}:{resource}"
+
+    instances, volumes = ec2_arn("instance/*"), ec2_arn("volume/*")
+    template = ec2_arn(f"launch-template/{r.launch_template_id}")
+    managed_request = {
+        "StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": stack_tag}
+    }
+    managed_resource = {
+        "StringEquals": {
+            f"aws:ResourceTag/{tags.MANAGED}": "true",
+            f"aws:ResourceTag/{tags.STACK}": stack_tag,
+        }
+    }
+    via_ec2 = {"StringEquals": {"kms:ViaService": f"ec2.{r.region}.amazonaws.com"}}
     return [
         _allow(
-            "RemoteLaunchTaggedPopulators",
+            f"{sid}LaunchTaggedPopulators",
             ["ec2:RunInstances"],
-            instances,
-            {**managed_request, "ArnLike": {"ec2:LaunchTemplate": templates}},
+            [instances],
+            {**managed_request, "ArnEquals": {"ec2:LaunchTemplate": template}},
+        ),
+        _allow(f"{sid}LaunchFromItsTemplate", ["ec2:RunInstances"], [template]),
+        _allow(
+            f"{sid}LaunchWithItsGroup",
+            ["ec2:RunInstances"],
+            [ec2_arn(f"security-group/{r.security_group_id}")],
+        ),
+        # The subnets (the input's s3.subnet_ids) and the new network interface: in the fixed VPC.
+        _allow(
+            f"{sid}LaunchIntoItsVpc",
+            ["ec2:RunInstances"],
+            [ec2_arn("subnet/*"), ec2_arn("network-interface/*")],
+            {"ArnEquals": {"ec2:Vpc": ec2_arn(f"vpc/{r.vpc_id}")}},
         ),
         _allow(
-            "RemoteLaunchFromOurTemplates",
+            f"{sid}LaunchEncryptedRootVolume",
             ["ec2:RunInstances"],
-            templates,
-            {"StringEquals": {f"aws:ResourceTag/{tags.STACK}": stack_tag}},
+            [volumes],
+            {"Bool": {"ec2:Encrypted": "true"}},
         ),
+        _allow(f"{sid}LaunchImage", ["ec2:RunInstances"], [ec2_arn("image/*", account="")]),
         _allow(
-            "RemoteLaunchResources",
-            ["ec2:RunInstances"],
-            [
-                *arns("ec2", "subnet/*"),
-                *arns("ec2", "network-interface/*"),
-                *arns("ec2", "security-group/*"),
-                *volumes,
-                *arns("ec2", "image/*", account=""),
-            ],
-        ),
-        _allow(
-            "RemoteTagOnCreateOnly",
+            f"{sid}TagOnCreateOnly",
             ["ec2:CreateTags"],
-            [*volumes, *instances],
+            [volumes, instances],
             {"StringEquals": {"ec2:CreateAction": ["RunInstances"]}},
         ),
-        _allow("RemoteTerminateOurPopulators", ["ec2:TerminateInstances"], instances, managed_resource),
+        _allow(f"{sid}TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
         _allow(
-            "RemoteRunOurDocuments",
+            f"{sid}RunOurDocuments",
             ["ssm:SendCommand"],
-            [a for d in documents for a in arns("ssm", f"document/{d}")],
+            [f"arn:{Aws.PARTITION}:ssm:{r.region}:{Aws.ACCOUNT_ID}:document/{d}" for d in r.documents],
         ),
         _allow(
-            "RemoteCommandsToOurPopulators",
+            f"{sid}CommandsToOurPopulators",
             ["ssm:SendCommand"],
-            instances,
+            [instances],
             {
                 "StringEquals": {
                     f"ssm:resourceTag/{tags.MANAGED}": "true",
                     f"ssm:resourceTag/{tags.STACK}": stack_tag,
                 }
             },
+        ),
+        _allow(
+            f"{sid}PassPopulatorRole",
+            ["iam:PassRole"],
+            [r.populator_role_arn],
+            {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+        # The populators' encrypted root volumes: EC2 there uses the region's key on the caller's behalf.
+        _allow(
+            f"{sid}UseKeyThroughEc2",
+            [
+                "kms:Decrypt",
+                "kms:DescribeKey",
+                "kms:GenerateDataKeyWithoutPlaintext",
+                "kms:ReEncryptFrom",
+                "kms:ReEncryptTo",
+            ],
+            [r.key_arn],
+            via_ec2,
+        ),
+        _allow(
+            f"{sid}GrantKeyToEbs",
+            ["kms:CreateGrant"],
+            [r.key_arn],
+            {"Bool": {"kms:GrantIsForAWSResource": "true"}, **via_ec2},
         ),
     ]
 

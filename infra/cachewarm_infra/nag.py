@@ -14,6 +14,7 @@ from cachewarm_infra.contract import tags
 
 if TYPE_CHECKING:
     from cachewarm_infra.construct import CacheWarmer
+    from cachewarm_infra.region import CacheWarmerRegion
 
 
 def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
@@ -147,6 +148,71 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         w.trigger_dlq,
         "AwsSolutions-SQS3",
         "This queue is the dead-letter queue of the EventBridge targets.",
+    )
+    return acknowledged
+
+
+def acknowledge_region_findings(w: CacheWarmer, r: CacheWarmerRegion) -> list[tuple[str, str, str]]:
+    """The accepted findings a destination region adds: the controller's wildcards there (home) and
+    the region's populator role (its stack). The template, security group, VPC, documents, role and
+    key the controller may use there are named exactly; these are what cannot be."""
+    acknowledged: list[tuple[str, str, str]] = []
+
+    def ack(scope: Construct, rule: str, reason: str) -> None:
+        Validations.of(scope).acknowledge(Acknowledgment(id=rule, reason=reason))
+        acknowledged.append((scope.node.path, rule, reason))
+
+    remote = f"arn:<AWS::Partition>:ec2:{r.region}:<AWS::AccountId>"
+    for resource, reason in (
+        (
+            "instance/*",
+            "Populators are created per warm (ids unknown before); launch requires this stack's tags "
+            "and the region's own launch template (by id), terminate and SendCommand require the tags.",
+        ),
+        (
+            "volume/*",
+            "The populators' root volumes are created by the launch; only encrypted ones (ec2:Encrypted).",
+        ),
+        (
+            "subnet/*",
+            "The input names the populator subnets per warm; only subnets of the region's fixed VPC "
+            "(ec2:Vpc).",
+        ),
+        (
+            "network-interface/*",
+            "The launch creates the populator's network interface; only in the region's fixed VPC (ec2:Vpc).",
+        ),
+    ):
+        ack(w.controller_policy, f"AwsSolutions-IAM5[Resource::{remote}:{resource}]", reason)
+    ack(
+        w.controller_policy,
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{r.region}::image/*]",
+        "The AMI comes from the region's launch template (an SSM parameter); AMI ids change with releases.",
+    )
+    stack = Stack.of(r)
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    ssm_agent = r.node.find_child("PopulatorSsmAgentPolicy")
+    ack(
+        ssm_agent,
+        "AwsSolutions-IAM5[Resource::*]",
+        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
+    )
+    ack(
+        ssm_agent,
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{r.region}:{account}:instance/*]",
+        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
+    )
+    role_policy = r.role.node.find_child("DefaultPolicy")
+    ack(
+        role_policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "logs:DescribeLogGroups, which the SSM agent calls before writing command output, has no "
+        "resource-level permissions.",
+    )
+    ack(
+        role_policy,
+        f"AwsSolutions-IAM5[Resource::<{_logical(r.agent_logs)}.Arn>:log-stream:*]",
+        "SSM names one log stream per command, instance and step in the region's agent output group.",
     )
     return acknowledged
 

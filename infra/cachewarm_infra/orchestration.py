@@ -60,6 +60,8 @@ class Wiring:
     populator_role_arn: str | None = None
     # A cross-region S3 warm's possible populator regions (the stack's destinationRegions).
     destination_regions: Sequence[str] = ()
+    # The version of every document SendCommand runs (compute.DOCUMENT_VERSION): pinned, never $DEFAULT.
+    document_version: str | None = None
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -87,6 +89,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["POPULATOR_ROLE_ARNS"] = w.populator_role_arn
     if w.destination_regions:
         env["DESTINATION_REGIONS"] = ",".join(w.destination_regions)
+    if w.document_version:
+        env["DOCUMENT_VERSION"] = w.document_version
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
@@ -236,16 +240,17 @@ def replica_event_input(launch_template_id: str) -> events.RuleTargetInput:
 
 def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.EventBus:
     """The bus the "Replica Deployed" events go to, of this stack alone. Its policy refuses
-    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs)
-    are given, from anyone but them — a principal of this account still needs `events:PutEvents` on
-    this bus in its own policy."""
+    PutEvents from any principal of another account and, when `warm_starters` (IAM principal ARNs,
+    wildcards allowed) are given, from anyone but them. It allows nothing: a principal of this account
+    needs `events:PutEvents` on this bus in its own policy. No statement names a principal ARN (a
+    wildcard is allowed in the condition, never in a principal): both deny `"Principal": "*"`."""
     bus = events.EventBus(scope, "WarmEventBus", description="cachewarm: Replica Deployed events start warms")
     outsiders = {"StringNotEquals": {"aws:PrincipalAccount": Aws.ACCOUNT_ID}}
     bus.add_to_resource_policy(
         iam.PolicyStatement(
             sid="OnlyThisAccount",
             effect=iam.Effect.DENY,
-            principals=[iam.AnyPrincipal()],
+            principals=[iam.StarPrincipal()],
             actions=["events:PutEvents"],
             resources=[bus.event_bus_arn],
             conditions=outsiders,
@@ -256,18 +261,10 @@ def build_event_bus(scope: Construct, warm_starters: Sequence[str]) -> events.Ev
             iam.PolicyStatement(
                 sid="OnlyTheNamedStarters",
                 effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
+                principals=[iam.StarPrincipal()],
                 actions=["events:PutEvents"],
                 resources=[bus.event_bus_arn],
                 conditions={"ArnNotLike": {"aws:PrincipalArn": list(warm_starters)}},
-            )
-        )
-        bus.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="TheNamedStarters",
-                principals=[iam.ArnPrincipal(a) for a in warm_starters],
-                actions=["events:PutEvents"],
-                resources=[bus.event_bus_arn],
             )
         )
     return bus

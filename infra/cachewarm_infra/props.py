@@ -22,7 +22,8 @@ DEFAULT_INSTANCE_TYPE = "c6i.2xlarge"
 
 @dataclass(kw_only=True)
 class CacheWarmerProps:
-    """Inputs of the construct (keyword-only). Only `vpc` is required.
+    """Inputs of the construct (keyword-only). Required: `vpc`, `destination_security_groups` and
+    `source_security_groups` (the construct refuses to build without the two groups).
 
     The file inputs default to the installed package's data (`cachewarm_infra.assets`): the ASL files,
     the SSM documents, the Lambda code, the dumper tarball and the agent bundle built with it. A path
@@ -61,15 +62,17 @@ class CacheWarmerProps:
     # IAM principal ARNs that may put "Replica Deployed" events on the stack's bus (wildcards allowed,
     # e.g. a deploy pipeline's role); empty: any principal of this account with events:PutEvents on it.
     warm_starters: Sequence[str] = ()
-    # The memcached nodes' security groups (destination, and the sources Verify samples): populators
-    # may open connections only to these, on `memcached_port`. Empty: to the private address ranges
-    # (10/8, 172.16/12, 192.168/16) on that port, never beyond.
-    memcached_security_groups: Sequence[ec2.ISecurityGroup] = ()
+    # Required: the destination replicas' security groups (populate writes there) and the source
+    # replicas' (Verify reads a sample of their keys; the same group may be in both). Populators may
+    # open connections only to these, on `memcached_port` (memcached has no authentication).
+    destination_security_groups: Sequence[ec2.ISecurityGroup] = ()
+    source_security_groups: Sequence[ec2.ISecurityGroup] = ()
     memcached_port: int = inputs.DEFAULT_MEMCACHED_PORT
     # Regions (other than the stack's) a cross-region S3 warm may launch its populators in
     # (docs/transport-s3.md, Cross-region). The controller's EC2 and SSM rights reach these regions
-    # and no other; empty: same-region warms only. Each needs this stack's SSM documents under the
-    # same names and a populator launch template tagged cachewarm:stack=<the stack's tag> there.
+    # and no other; empty: same-region warms only. Each needs a `CacheWarmerRegion` (region.py) in a
+    # stack of that region — its launch template, documents, log group and security group — which
+    # wires itself to this construct (a synth without one fails, naming the region).
     destination_regions: Sequence[str] = ()
     # The state machine that tears down what a stopped (ABORTED) or timed-out warm execution left;
     # default: teardown.asl.json next to asl_path.

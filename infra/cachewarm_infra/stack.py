@@ -14,11 +14,18 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
 | `alarmTopicArn` | — | SNS topic for the alarms |
 | `warmStarters` (comma-separated) | — | principal ARNs that may put events on the warm bus |
-| `memcachedSecurityGroupIds` (comma-separated) | — | replicas' groups: populators' only memcached peers |
+| `destinationSecurityGroupIds` (required) | — | destination replicas' groups: `sg-…`, `<region>=sg-…` |
+| `sourceSecurityGroupIds` (required) | — | source replicas' groups (Verify reads them) |
 | `destinationRegions` (comma-separated) | — | regions a cross-region S3 warm may put populators in |
+| `destinationVpcs` (`<region>=vpc-…`, …) | — | each destination region's VPC (required per region) |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
 | `aslPath`, `lambdasDir`, `ssmDocumentsDir` | — | files to deploy (default: see below) |
 | `dumperTarball`, `agentBundle` | — | artifacts to deploy (default: see below) |
+
+The populators' memcached peers are the named groups only (docs/deploy.md). With
+`destinationRegions`, the app also deploys one `CacheWarmRegionStack` per region (`<stack name>-<region>`:
+launch template, SSM documents, log group, security group there; region.py) and the stack needs an
+explicit region (CDK_DEFAULT_REGION, which the CLI sets from AWS_REGION or the profile).
 
 Paths not given: the checkout's (`from_context(node, repo)`, as infra/app.py runs it), else the
 installed package's (CacheWarmerProps' defaults).
@@ -26,17 +33,25 @@ installed package's (CacheWarmerProps' defaults).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from aws_cdk import Annotations, CfnOutput, CfnParameter, Fn, Stack
+from aws_cdk import Annotations, CfnOutput, CfnParameter, Environment, Fn, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from constructs import Construct, Node
 
 from cachewarm_infra.construct import CacheWarmer, CacheWarmerProps
+from cachewarm_infra.contract import inputs
+from cachewarm_infra.outputs import add_outputs
 from cachewarm_infra.props import DEFAULT_AMI_PARAMETER, DEFAULT_INSTANCE_TYPE
+from cachewarm_infra.region import CacheWarmerRegion
+
+_SG = re.compile(r"sg-[0-9a-f]{8,17}")
+_VPC = re.compile(r"vpc-[0-9a-f]{8,17}")
 
 
 @dataclass(frozen=True)
@@ -59,8 +74,13 @@ class StackSettings:
     alarm_topic_arn: str = ""
     powertools_layer_arn: str = ""
     warm_starters: tuple[str, ...] = ()
-    memcached_security_group_ids: tuple[str, ...] = ()
+    # The replicas' security groups in the stack's region: destinations (populate) and sources (Verify).
+    destination_security_group_ids: tuple[str, ...] = ()
+    source_security_group_ids: tuple[str, ...] = ()
     destination_regions: tuple[str, ...] = ()
+    # Per destination region: its VPC, and the destination replicas' groups there.
+    destination_vpcs: Mapping[str, str] = field(default_factory=dict)
+    remote_security_group_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def from_context(cls, node: Node, repo: Path | None = None) -> StackSettings:
@@ -81,6 +101,38 @@ class StackSettings:
         def csv(key: str) -> tuple[str, ...]:
             return tuple(s.strip() for s in ctx(key).split(",") if s.strip())
 
+        if node.try_get_context("memcachedSecurityGroupIds") is not None:
+            raise ValueError(
+                "context memcachedSecurityGroupIds: replaced by destinationSecurityGroupIds and "
+                "sourceSecurityGroupIds (the same groups may be given to both)"
+            )
+        home_groups, remote_groups = _security_groups(csv("destinationSecurityGroupIds"))
+        source_groups, far_sources = _security_groups(csv("sourceSecurityGroupIds"))
+        if far_sources:
+            raise ValueError(
+                "context sourceSecurityGroupIds: the sources are in the stack's region; "
+                f"{', '.join(far_sources)} names another"
+            )
+        regions = csv("destinationRegions")
+        vpcs = _region_map(node.try_get_context("destinationVpcs"), "destinationVpcs")
+        for region, vpc in vpcs.items():
+            if not _VPC.fullmatch(vpc):
+                raise ValueError(f"context destinationVpcs: {region}={vpc!r} is not a VPC id (vpc-…)")
+        for key, named in (("destinationVpcs", vpcs), ("destinationSecurityGroupIds", remote_groups)):
+            extra = sorted(set(named) - set(regions))
+            if extra:
+                raise ValueError(f"context {key}: {', '.join(extra)} not in destinationRegions")
+        for region in regions:
+            if region not in vpcs:
+                raise ValueError(
+                    f"context destinationVpcs: no VPC for destination region {region} "
+                    f"(-c destinationVpcs={region}=vpc-…): its populators run only in the VPC named here"
+                )
+            if region not in remote_groups:
+                raise ValueError(
+                    f"context destinationSecurityGroupIds: no group in destination region {region} "
+                    f"(add {region}=sg-…): its populators reach only the groups named here"
+                )
         tracing = ctx("tracing", "true").lower()
         if tracing not in ("true", "false"):
             raise ValueError(f"context tracing={tracing!r}: expected true or false")
@@ -100,8 +152,11 @@ class StackSettings:
             alarm_topic_arn=ctx("alarmTopicArn"),
             powertools_layer_arn=ctx("powertoolsLayerArn"),
             warm_starters=csv("warmStarters"),
-            memcached_security_group_ids=csv("memcachedSecurityGroupIds"),
-            destination_regions=csv("destinationRegions"),
+            destination_security_group_ids=home_groups,
+            source_security_group_ids=source_groups,
+            destination_regions=regions,
+            destination_vpcs=vpcs,
+            remote_security_group_ids=remote_groups,
         )
 
     def paths(self) -> dict[str, Path]:
@@ -110,11 +165,54 @@ class StackSettings:
         return {n: p for n in names if (p := getattr(self, n)) is not None}
 
 
+def _security_groups(entries: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """`sg-…` (the stack's region) and `<region>=sg-…` entries: (the stack's, {region: groups})."""
+    home: list[str] = []
+    remote: dict[str, list[str]] = {}
+    for entry in entries:
+        region, _, sg = entry.rpartition("=")
+        if not _SG.fullmatch(sg) or (region and not inputs.matches(inputs.AWS_REGION, region)):
+            raise ValueError(f"security group {entry!r}: expected sg-… or <region>=sg-…")
+        (remote.setdefault(region, []) if region else home).append(sg)
+    return tuple(home), {r: tuple(g) for r, g in remote.items()}
+
+
+def _region_map(value: object, key: str) -> dict[str, str]:
+    """`<region>=<value>,…` (or a JSON object in cdk.json) as {region: value}."""
+    if value is None or value == "":
+        return {}
+    pairs = (
+        value.items()
+        if isinstance(value, dict)
+        else (e.strip().partition("=")[::2] for e in str(value).split(",") if e.strip())
+    )
+    out: dict[str, str] = {}
+    for region, item in pairs:
+        region, item = str(region).strip(), str(item).strip()
+        if not inputs.matches(inputs.AWS_REGION, region) or not item:
+            raise ValueError(f"context {key}: {region}={item} is not <region>=<id>")
+        if region in out:
+            raise ValueError(f"context {key}: {region} named twice")
+        out[region] = item
+    return out
+
+
 class CacheWarmStack(Stack):
+    """The stack, and with `destination_regions` one `CacheWarmRegionStack` per region beside it in
+    the app (`self.regions`)."""
+
     def __init__(
         self, scope: Construct, construct_id: str, *, settings: StackSettings, **kwargs: object
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        # The destination regions' values come through Fn::GetStackOutput: no exports, no custom
+        # resources, and those stacks deploy first (region.py).
+        self.node.set_context("@aws-cdk/core:defaultCrossStackReferences", "weak")
+        if settings.destination_regions and Token.is_unresolved(self.region):
+            raise ValueError(
+                "destinationRegions needs the stack's own region: set AWS_REGION (or a profile's "
+                "region) for cdk synth and deploy (CDK_DEFAULT_REGION)"
+            )
         vpc_id = CfnParameter(
             self,
             "VpcId",
@@ -169,55 +267,83 @@ class CacheWarmStack(Stack):
                 alarm_topic=topic,
                 powertools_layer_arn=settings.powertools_layer_arn or None,
                 warm_starters=settings.warm_starters,
-                memcached_security_groups=[
-                    ec2.SecurityGroup.from_security_group_id(self, f"MemcachedGroup{i}", sg)
-                    for i, sg in enumerate(settings.memcached_security_group_ids)
-                ],
+                destination_security_groups=_groups(
+                    self, "Destination", settings.destination_security_group_ids
+                ),
+                source_security_groups=_groups(self, "Source", settings.source_security_group_ids),
                 destination_regions=settings.destination_regions,
             ),
         )
-        w = self.warmer
-        CfnOutput(self, "StateMachineArn", value=w.state_machine.state_machine_arn)
+        add_outputs(self, self.warmer)
+        self.regions = [
+            CacheWarmRegionStack(
+                scope,
+                f"{construct_id}-{region}",
+                warmer=self.warmer,
+                vpc_id=settings.destination_vpcs[region],
+                security_group_ids=settings.remote_security_group_ids[region],
+                instance_type=settings.instance_type,
+                ami_parameter=settings.ami_parameter,
+                description=f"cachewarm: the populators' resources in {region} for {self.stack_name}",
+                env=Environment(
+                    account=None if Token.is_unresolved(self.account) else self.account, region=region
+                ),
+            )
+            for region in settings.destination_regions
+        ]
+
+
+def _groups(scope: Construct, kind: str, ids: tuple[str, ...]) -> list[ec2.ISecurityGroup]:
+    return [
+        ec2.SecurityGroup.from_security_group_id(scope, f"{kind}Group{i}", sg) for i, sg in enumerate(ids)
+    ]
+
+
+class CacheWarmRegionStack(Stack):
+    """A destination region's stack: its `CacheWarmerRegion` and the outputs the docs name."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        warmer: CacheWarmer,
+        vpc_id: str,
+        security_group_ids: tuple[str, ...],
+        instance_type: str,
+        ami_parameter: str,
+        **kwargs: object,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
+        vpc = ec2.Vpc.from_vpc_attributes(self, "Vpc", vpc_id=vpc_id, availability_zones=Fn.get_azs())
+        Annotations.of(vpc).acknowledge_warning(
+            "@aws-cdk/aws-ec2:vpcAttributeIsListTokenavailabilityZones",
+            "Only the VPC id is used (the populators' security group); no subnet is selected at synth.",
+        )
+        self.region_resources = r = CacheWarmerRegion(
+            self,
+            "CacheWarmerRegion",
+            warmer=warmer,
+            vpc=vpc,
+            destination_security_groups=_groups(self, "Destination", security_group_ids),
+            instance_type=ec2.InstanceType(instance_type),
+            machine_image=ec2.MachineImage.from_ssm_parameter(ami_parameter),
+        )
         CfnOutput(
             self,
-            "TeardownStateMachineArn",
-            value=w.teardown_machine.state_machine_arn,
-            description="tears down stopped or timed-out warms",
-        )
-        CfnOutput(self, "StatusBucketName", value=w.status_bucket.bucket_name)
-        CfnOutput(self, "AlarmTopicArn", value=w.alarm_topic.topic_arn, description="every alarm notifies it")
-        CfnOutput(
-            self,
-            "WarmEventBusName",
-            value=w.event_bus.event_bus_name,
-            description="put Replica Deployed events here (not the default bus)",
-        )
-        CfnOutput(self, "PopulatorLaunchTemplateId", value=w.launch_template_id)
-        CfnOutput(
-            self,
-            "SourceNodePolicyArn",
-            value=w.agent_policy.managed_policy_arn,
-            description="Attach to the source memcached nodes' instance role (agent needs it)",
-        )
-        CfnOutput(self, "AgentBundleUrl", value=w.agent_asset.s3_object_url, description="cachewarm wheel(s)")
-        CfnOutput(self, "DumperTarballUrl", value=w.dumper_asset.s3_object_url, description="cachewarm-dump")
-        CfnOutput(self, "DumpDocumentName", value=w.document_name("dump-agent"))
-        CfnOutput(self, "PopulateDocumentName", value=w.document_name("populate-agent"))
-        CfnOutput(
-            self,
-            "InstallDocumentName",
-            value=w.document_name("install-agent"),
-            description="installs this deployment's agent and dumper (idempotent)",
-        )
-        CfnOutput(
-            self, "AgentVersion", value=w.artifacts.version, description="cachewarm --version to expect"
-        )
-        CfnOutput(
-            self, "AgentOutputLogGroup", value=w.agent_logs.log_group_name, description="SSM command output"
+            "PopulatorLaunchTemplateId",
+            value=r.launch_template_id,
+            description="populator.launch_template_id of a cross-region warm into this region",
         )
         CfnOutput(
             self,
             "PopulatorSecurityGroupId",
-            value=w.populator_sg.security_group_id,
-            description="allow memcached's port from it on the source nodes (Verify reads them)",
+            value=r.security_group.security_group_id,
+            description="allow memcached's port from it on the destination nodes here",
+        )
+        CfnOutput(
+            self,
+            "AgentOutputLogGroup",
+            value=r.agent_logs.log_group_name,
+            description="SSM command output of the populators here",
         )

@@ -63,25 +63,51 @@ def build_storage(scope: Construct, kms_key: kms.IKey | None) -> Storage:
 
 # The services that encrypt with the key on the stack's behalf: EventBridge writes undeliverable
 # events to the (encrypted) trigger DLQ, CloudWatch publishes alarms to the (encrypted) alarm topic.
-KEY_SERVICES = ("events.amazonaws.com", "cloudwatch.amazonaws.com")
+# Each may use it only for a resource of this account and region (its rules, its alarms): the
+# confused-deputy conditions AWS documents for these grants (aws:SourceAccount, aws:SourceArn).
+KEY_SERVICES = {
+    "events.amazonaws.com": "events:{region}:{account}:rule/*",
+    "cloudwatch.amazonaws.com": "cloudwatch:{region}:{account}:alarm:*",
+}
 
 
 def admit_services_to_key(key: kms.IKey) -> None:
     """Key policy: let EventBridge and CloudWatch use the key for the DLQ and the alarm topic —
-    without it EventBridge cannot dead-letter an event and an alarm cannot notify. An imported key's
-    policy is not ours to change: a warning says what to add."""
-    added = key.add_to_resource_policy(
-        iam.PolicyStatement(
-            sid="AdmitEventBridgeAndCloudWatch",
-            principals=[iam.ServicePrincipal(s) for s in KEY_SERVICES],
-            actions=["kms:Decrypt", "kms:GenerateDataKey"],
-            resources=["*"],
+    without it EventBridge cannot dead-letter an event and an alarm cannot notify — on behalf of this
+    account's rules and alarms only; and CloudWatch Logs for this account's log groups. An imported
+    key's policy is not ours to change: a warning says what to add."""
+    added = [
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid=f"Admit{service.split('.')[0].capitalize()}",
+                principals=[iam.ServicePrincipal(service)],
+                actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {
+                        "aws:SourceArn": f"arn:{Aws.PARTITION}:"
+                        + source.format(region=Aws.REGION, account=Aws.ACCOUNT_ID)
+                    },
+                },
+            )
+        ).statement_added
+        for service, source in KEY_SERVICES.items()
+    ]
+    if not (all(added) and admit_logs_to_key(key)):
+        Annotations.of(key).add_warning(
+            "cachewarm: the imported KMS key's policy must allow kms:Decrypt and kms:GenerateDataKey to "
+            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic) for this account's rules and "
+            "alarms, and CloudWatch Logs to use it for this account's log groups, else dead letters, "
+            "alarm notifications and logs are lost"
         )
-    )
-    # CloudWatch Logs encrypts the stack's log groups (execution data, agent output) with the key,
-    # only for log groups of this account and region.
+
+
+def admit_logs_to_key(key: kms.IKey) -> bool:
+    """Key policy: CloudWatch Logs encrypts the stack's log groups (execution data, agent output) with
+    the key, only for log groups of this account and region. False: the key's policy is not ours."""
     log_groups = f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:*"
-    logs_added = key.add_to_resource_policy(
+    return key.add_to_resource_policy(
         iam.PolicyStatement(
             sid="AdmitCloudWatchLogs",
             principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
@@ -95,10 +121,4 @@ def admit_services_to_key(key: kms.IKey) -> None:
             resources=["*"],
             conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
         )
-    )
-    if not (added.statement_added and logs_added.statement_added):
-        Annotations.of(key).add_warning(
-            "cachewarm: the imported KMS key's policy must allow kms:Decrypt and kms:GenerateDataKey to "
-            f"{' and '.join(KEY_SERVICES)} (trigger DLQ, alarm topic) and CloudWatch Logs to use it for "
-            "this account's log groups, else dead letters, alarm notifications and logs are lost"
-        )
+    ).statement_added

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -66,6 +66,13 @@ class SsmAgentRunner:
     ssm: Any
     # SendCommand's CloudWatchOutputConfig: every command's output also goes to this log group.
     log_group: str | None = None
+    # The document version every command runs (the stack's: pinned, never whatever is the default).
+    document_version: str | None = None
+    # A document's name in this runner's region, by its name at home (a destination region's copies).
+    document_names: Mapping[str, str] = field(default_factory=dict)
+
+    def _name(self, document: str) -> str:
+        return self.document_names.get(document, document)
 
     def send(
         self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
@@ -75,12 +82,14 @@ class SsmAgentRunner:
                 f"SendCommand takes 1..{inputs.SSM_MAX_TARGETS} instances, got {len(instance_ids)}"
             )
         kwargs: dict[str, Any] = {
-            "DocumentName": document,
+            "DocumentName": self._name(document),
             "InstanceIds": list(instance_ids),
             "Parameters": {k: [v] for k, v in parameters.items()},
             "Comment": comment[:100],
             "TimeoutSeconds": DELIVERY_TIMEOUT_S,
         }
+        if self.document_version:
+            kwargs["DocumentVersion"] = self.document_version
         if self.log_group:
             kwargs["CloudWatchOutputConfig"] = {
                 "CloudWatchLogGroupName": self.log_group,
@@ -94,7 +103,10 @@ class SsmAgentRunner:
         since = datetime.fromtimestamp(since_ms / 1000 - 60, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         for page in self.ssm.get_paginator("list_commands").paginate(
             InstanceId=instance_id,
-            Filters=[{"key": "InvokedAfter", "value": since}, {"key": "DocumentName", "value": document}],
+            Filters=[
+                {"key": "InvokedAfter", "value": since},
+                {"key": "DocumentName", "value": self._name(document)},
+            ],
         ):
             for cmd in page["Commands"]:
                 if cmd.get("Comment") == comment[:100]:

@@ -10,6 +10,7 @@ Clients are created on first use (never at import), through `get_deps`, which te
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from cachewarm_controller.events import StepEvent, TeardownEvent, ValidateInputE
 from cachewarm_controller.regions import RegionClients
 from cachewarm_controller.steps import agent_commands, planning, progress, resources, verification
 from cachewarm_controller.steps import teardown as teardown_steps
-from cachewarm_controller.steps.common import Deps, Documents, Settings, Warm
+from cachewarm_controller.steps.common import Deps, Documents, RemoteRegion, Settings, Warm
 from cachewarm_controller.store import S3Store
 
 # Service/namespace come from the Lambda environment (the CDK stack sets them); the defaults keep
@@ -59,7 +60,17 @@ REQUIRED_ENV = (
     "VPC_ID",
     "STACK_TAG",
     "POPULATOR_LAUNCH_TEMPLATE_ID",
+    "DOCUMENT_VERSION",
 )
+# A document's stem in the stack (DESTINATION_REGION_SETTINGS names them so) -> its Documents field.
+DOCUMENT_STEMS = {
+    "dump-agent": "dump",
+    "populate-agent": "populate",
+    "verify-agent": "verify",
+    "install-agent": "install",
+    "unmount": "unmount",
+    "memcached-stats": "stats",
+}
 
 
 def settings_from_env() -> Settings:
@@ -67,16 +78,18 @@ def settings_from_env() -> Settings:
     if missing:
         raise RuntimeError(f"Lambda environment lacks {', '.join(missing)} (set by the CDK stack)")
     env = os.environ
+    documents = Documents(
+        dump=env["DUMP_DOCUMENT_NAME"],
+        populate=env["POPULATE_DOCUMENT_NAME"],
+        verify=env["VERIFY_DOCUMENT_NAME"],
+        install=env["INSTALL_DOCUMENT_NAME"],
+        unmount=env["UNMOUNT_DOCUMENT_NAME"],
+        stats=env["MEMCACHED_STATS_DOCUMENT_NAME"],
+    )
+    regions = tuple(r for r in (env.get("DESTINATION_REGIONS") or "").split(",") if r)
     return Settings(
         status_bucket=env["STATUS_BUCKET"],
-        documents=Documents(
-            dump=env["DUMP_DOCUMENT_NAME"],
-            populate=env["POPULATE_DOCUMENT_NAME"],
-            verify=env["VERIFY_DOCUMENT_NAME"],
-            install=env["INSTALL_DOCUMENT_NAME"],
-            unmount=env["UNMOUNT_DOCUMENT_NAME"],
-            stats=env["MEMCACHED_STATS_DOCUMENT_NAME"],
-        ),
+        documents=documents,
         kms_key_id=env.get("KMS_KEY_ID") or None,
         populator_subnet_ids=tuple(s for s in (env.get("POPULATOR_SUBNET_IDS") or "").split(",") if s),
         vpc_id=env["VPC_ID"],
@@ -84,8 +97,36 @@ def settings_from_env() -> Settings:
         launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
         populator_role_arns=tuple(r for r in (env.get("POPULATOR_ROLE_ARNS") or "").split(",") if r),
         transport_bucket_prefix=transport_prefix(env.get("TRANSPORT_BUCKET_PREFIX")),
-        destination_regions=tuple(r for r in (env.get("DESTINATION_REGIONS") or "").split(",") if r),
+        destination_regions=regions,
+        remote_regions=remote_regions(env.get("DESTINATION_REGION_SETTINGS"), regions, documents),
+        document_version=env["DOCUMENT_VERSION"],
     )
+
+
+def remote_regions(raw: str | None, regions: tuple[str, ...], home: Documents) -> dict[str, RemoteRegion]:
+    """DESTINATION_REGION_SETTINGS (JSON, set by the stack from each region's stack): every
+    destination region's VPC, launch template, log group and documents (by stem)."""
+    try:
+        given = json.loads(raw) if raw else {}
+        out = {
+            region: RemoteRegion(
+                vpc_id=str(spec["vpc_id"]),
+                launch_template_id=str(spec["launch_template_id"]),
+                agent_log_group=spec.get("agent_log_group") or None,
+                documents={
+                    getattr(home, DOCUMENT_STEMS[stem]): str(name)
+                    for stem, name in (spec.get("documents") or {}).items()
+                    if stem in DOCUMENT_STEMS
+                },
+            )
+            for region, spec in given.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise RuntimeError(f"DESTINATION_REGION_SETTINGS is not the stack's JSON: {exc}") from exc
+    missing = sorted(set(regions) - out.keys())
+    if missing:
+        raise RuntimeError(f"DESTINATION_REGION_SETTINGS lacks {', '.join(missing)} (set by the CDK stack)")
+    return out
 
 
 def transport_prefix(value: str | None) -> str:
@@ -106,17 +147,27 @@ def default_deps() -> Deps:
 
     @functools.cache
     def in_region(region: str) -> RegionClients:
-        """Another region's EC2 and SSM (a cross-region S3 warm's populators), made on first use. The
-        agent log group is this region's, so SSM there sends no output to CloudWatch."""
+        """Another region's EC2 and SSM (a cross-region S3 warm's populators), made on first use:
+        commands there run that region's documents (same version) and write to its log group."""
+        far = settings.remote_regions.get(region)
         return RegionClients(
             ec2=boto3.client("ec2", region_name=region, config=RETRY_CONFIG),
-            agents=SsmAgentRunner(boto3.client("ssm", region_name=region, config=RETRY_CONFIG)),
+            agents=SsmAgentRunner(
+                boto3.client("ssm", region_name=region, config=RETRY_CONFIG),
+                log_group=far.agent_log_group if far else None,
+                document_version=settings.document_version,
+                document_names=dict(far.documents) if far else {},
+            ),
         )
 
     return Deps(
         ec2=ec2,
         s3=S3Store(s3, settings.status_bucket),
-        agents=SsmAgentRunner(ssm, log_group=os.environ.get("AGENT_LOG_GROUP") or None),
+        agents=SsmAgentRunner(
+            ssm,
+            log_group=os.environ.get("AGENT_LOG_GROUP") or None,
+            document_version=settings.document_version,
+        ),
         attacher=Ec2VolumeAttacher(ec2),
         settings=settings,
         autoscaling=boto3.client("autoscaling", config=RETRY_CONFIG),

@@ -44,18 +44,36 @@ class _Strict(BaseModel):
 class NodeStats(_Strict):
     """Supplied memcached stats of one source node (else the controller asks the node via SSM)."""
 
-    items: int = Field(ge=0)
-    bytes: int = Field(ge=0)
+    items: int = Field(ge=0, description="memcached `curr_items` of the node")
+    bytes: int = Field(ge=0, description="memcached `bytes` of the node (sizes its volume)")
 
 
 class SourceSpec(_Strict):
     """Which replica to read. At most one selector; none = the replica with the most items."""
 
-    replica: ReplicaName | None = None
-    asg_name: AsgName | None = None
-    instance_ids: list[InstanceId] | None = Field(default=None, min_length=1, max_length=1000)
-    node_stats: dict[InstanceId, NodeStats] | None = None
-    memcached_port: int = Field(default=inputs.DEFAULT_MEMCACHED_PORT, ge=1, le=65535)
+    replica: ReplicaName | None = Field(
+        default=None, description="the running instances tagged cachewarm:replica=<this name>"
+    )
+    asg_name: AsgName | None = Field(
+        default=None,
+        description="the running instances of this Auto Scaling group (aws:autoscaling:groupName)",
+    )
+    instance_ids: list[InstanceId] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1000,
+        description="these instances (each tagged cachewarm:replica)",
+    )
+    node_stats: dict[InstanceId, NodeStats] | None = Field(
+        default=None,
+        description="{instance id: {items, bytes}}; nodes missing here are asked for memcached stats",
+    )
+    memcached_port: int = Field(
+        default=inputs.DEFAULT_MEMCACHED_PORT,
+        ge=1,
+        le=65535,
+        description="memcached's port on the source nodes (the dumper and Verify read it)",
+    )
 
     @model_validator(mode="after")
     def _one_selector(self) -> SourceSpec:
@@ -71,10 +89,26 @@ class DestinationSpec(_Strict):
     """The replica being warmed: its memcached endpoints (the populators write to all of them), given
     directly or found from the replica tag / Auto Scaling group (private IP + port of running nodes)."""
 
-    replica: ReplicaName | None = None
-    asg_name: AsgName | None = None
-    endpoints: list[Endpoint] | None = Field(default=None, min_length=1, max_length=inputs.MAX_ENDPOINTS)
-    port: int = Field(default=inputs.DEFAULT_MEMCACHED_PORT, ge=1, le=65535)
+    replica: ReplicaName | None = Field(
+        default=None,
+        description="the running instances tagged cachewarm:replica=<this name>, in the stack's VPC",
+    )
+    asg_name: AsgName | None = Field(
+        default=None, description="the InService instances of this Auto Scaling group, in the stack's VPC"
+    )
+    endpoints: list[Endpoint] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=inputs.MAX_ENDPOINTS,
+        description="HOST:PORT of each destination node: the private IP (or DNS name) of a destination "
+        "replica node in the stack's VPC (else refused before anything is created)",
+    )
+    port: int = Field(
+        default=inputs.DEFAULT_MEMCACHED_PORT,
+        ge=1,
+        le=65535,
+        description="memcached's port on the destination nodes found by replica or asg_name",
+    )
 
     @model_validator(mode="after")
     def _some_target(self) -> DestinationSpec:
@@ -84,18 +118,43 @@ class DestinationSpec(_Strict):
 
 
 class PopulatorSpec(_Strict):
-    launch_template_id: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_ID)] | None = None
-    launch_template_name: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_NAME)] | None = None
-    launch_template_version: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_VERSION)] = "$Latest"
+    """The instances that write the destination: one per source node, from the stack's template."""
+
+    launch_template_id: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_ID)] | None = Field(
+        default=None,
+        description="the stack's populator template (output PopulatorLaunchTemplateId; a cross-region "
+        "warm: that region's stack's); any other is refused",
+    )
+    launch_template_name: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_NAME)] | None = Field(
+        default=None, description="instead of the id (a deployed stack refuses it: give the id)"
+    )
+    launch_template_version: Annotated[str, Field(pattern=inputs.LAUNCH_TEMPLATE_VERSION)] = Field(
+        default="$Latest", description="the template's version"
+    )
     # Per AZ; a node whose AZ is missing here gets a populator in the source node's own subnet.
-    subnet_ids: dict[AzName, SubnetId] = Field(default_factory=dict)
-    mode: Literal["add", "set"] = inputs.DEFAULT_MODE
+    subnet_ids: dict[AzName, SubnetId] = Field(
+        default_factory=dict,
+        description="{AZ: subnet} for the volume transport; default: the stack's SubnetIds in that AZ, "
+        "else the source node's subnet",
+    )
+    mode: Literal["add", "set"] = Field(
+        default=inputs.DEFAULT_MODE,
+        description="add never overwrites a value live traffic wrote; set overwrites",
+    )
     # Where the destination's client looks for a key (docs/placement.md): evcache (EVCache's ketama),
     # libmemcached[,...], pymemcache[,...] or gomemcache; the populators and verify place keys so.
-    placement: Annotated[str, Field(pattern=inputs.PLACEMENT)] = inputs.DEFAULT_PLACEMENT
-    max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
+    placement: Annotated[str, Field(pattern=inputs.PLACEMENT)] = Field(
+        default=inputs.DEFAULT_PLACEMENT,
+        description="the destination client's key -> node mapping (docs/placement.md); evcache: node key "
+        "<private IP>/<private IP>:11211 (docs/deploy.md)",
+    )
+    max_items_per_second: int = Field(
+        default=0, ge=0, le=100_000_000, description="items/s one populator writes, 0 = unlimited"
+    )
     # Bytes/s written to the destination by one populator, 0 = unlimited.
-    max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
+    max_bytes_per_second: int = Field(
+        default=0, ge=0, le=inputs.BYTE_RATE_MAX, description="bytes/s one populator writes, 0 = unlimited"
+    )
 
     @model_validator(mode="after")
     def _one_template(self) -> PopulatorSpec:
@@ -105,11 +164,23 @@ class PopulatorSpec(_Strict):
 
 
 class VolumeSpec(_Strict):
-    iops: int = Field(default=5000, ge=100, le=256_000)
+    """The io2 multi-attach volume of each source node (transport volume)."""
+
+    iops: int = Field(default=5000, ge=100, le=256_000, description="io2 provisioned IOPS")
     # Volume size = data bytes x headroom + FS_OVERHEAD_GIB (docs: statemachine/README.md).
-    headroom: float = Field(default=1.25, ge=1.0, le=10.0)
-    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = None
-    device_name: Annotated[str, Field(pattern=inputs.ATTACH_DEVICE_NAME)] = "/dev/sdf"
+    headroom: float = Field(
+        default=1.25,
+        ge=1.0,
+        le=10.0,
+        description="size = memcached bytes x headroom + 1 GiB (at least 4 GiB)",
+    )
+    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = Field(
+        default=None,
+        description="the volumes' key: the stack's only (another is refused); default the stack's",
+    )
+    device_name: Annotated[str, Field(pattern=inputs.ATTACH_DEVICE_NAME)] = Field(
+        default="/dev/sdf", description="preferred attach name; the next free sdf..sdp is used"
+    )
 
 
 class S3Spec(_Strict):
@@ -119,19 +190,35 @@ class S3Spec(_Strict):
 
     # Where the populators run (the destination replica's region); None = the controller's own.
     # Another region needs the stack's `destinationRegions` prop to name it; there the populators
-    # launch from populator.launch_template_* of that region (tagged with this stack's
-    # cachewarm:stack), the destination is found by replica tag or endpoints, and the populators
+    # launch from the template the app deployed in that region (populator.launch_template_id), into
+    # its fixed VPC, the destination is found there by replica tag or endpoints, and the populators
     # read the bucket across regions (docs/transport-s3.md, "Cross-region").
-    destination_region: Region | None = None
+    destination_region: Region | None = Field(
+        default=None,
+        description="where the populators run; another region must be one of the stack's destinationRegions",
+    )
     # The destination region's subnets the populators are launched in, one after another.
-    subnet_ids: list[SubnetId] = Field(min_length=1, max_length=16)
+    subnet_ids: list[SubnetId] = Field(
+        min_length=1,
+        max_length=16,
+        description="the populators' subnets (in the destination region's VPC), used one after another",
+    )
     # Bytes/s one source node uploads, 0 = unlimited: the upload shares the clients' network.
-    upload_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
+    upload_bytes_per_second: int = Field(
+        default=0,
+        ge=0,
+        le=inputs.BYTE_RATE_MAX,
+        description="bytes/s each source node uploads, 0 = unlimited",
+    )
     # The lifecycle rule: objects a teardown could not delete expire after this many days, and
     # unfinished multipart uploads are aborted after one.
-    expire_days: int = Field(default=3, ge=1, le=365)
+    expire_days: int = Field(
+        default=3, ge=1, le=365, description="objects a teardown could not delete expire after this many days"
+    )
     # The bucket's SSE-KMS key; None = the stack's key (KMS_KEY_ID), else S3's own aws/s3 key.
-    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = None
+    kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = Field(
+        default=None, description="the bucket's SSE-KMS key; default the stack's"
+    )
 
     @model_validator(mode="after")
     def _unique_subnets(self) -> S3Spec:
@@ -145,33 +232,63 @@ class DumperSpec(_Strict):
     backs off while the source's live clients would feel the dump (on by default), and the order
     (recency: the most recently used items first, so the destination serves hits early)."""
 
-    threads: int = Field(default=4, ge=1, le=inputs.THREADS_MAX)
-    max_items_per_second: int = Field(default=0, ge=0, le=100_000_000)
-    max_bytes_per_second: int = Field(default=0, ge=0, le=inputs.BYTE_RATE_MAX)
-    adaptive: bool = True
+    threads: int = Field(default=4, ge=1, le=inputs.THREADS_MAX, description="dumper worker threads")
+    max_items_per_second: int = Field(
+        default=0, ge=0, le=100_000_000, description="items/s read from each source, 0 = unlimited"
+    )
+    max_bytes_per_second: int = Field(
+        default=0, ge=0, le=inputs.BYTE_RATE_MAX, description="bytes/s read from each source, 0 = unlimited"
+    )
+    adaptive: bool = Field(
+        default=True, description="back off while the source's live clients would feel the dump"
+    )
     # The guard backs off while its probes' latency is above this x their latency before the dump.
     adaptive_target: float = Field(
-        default=inputs.DEFAULT_ADAPTIVE_TARGET, ge=inputs.ADAPTIVE_TARGET_MIN, le=inputs.ADAPTIVE_TARGET_MAX
+        default=inputs.DEFAULT_ADAPTIVE_TARGET,
+        ge=inputs.ADAPTIVE_TARGET_MIN,
+        le=inputs.ADAPTIVE_TARGET_MAX,
+        description="back off while probes answer slower than this x before the dump",
     )
-    order: Literal["recency", "crawl"] = "recency"
+    order: Literal["recency", "crawl"] = Field(
+        default="recency", description="recency: most recently used items first; crawl: memcached's order"
+    )
     # memcached's `lru_crawler sleep` (us per 1000 items listed) during the dump; None = the server's.
-    crawl_sleep_us: int | None = Field(default=None, ge=0, le=inputs.CRAWL_SLEEP_MAX)
+    crawl_sleep_us: int | None = Field(
+        default=None,
+        ge=0,
+        le=inputs.CRAWL_SLEEP_MAX,
+        description="lru_crawler sleep (us per 1000 items listed) during the dump; default the server's",
+    )
 
 
 class PollingSpec(_Strict):
     """How CheckProgress polls. Together with the waits, these bound the execution's history: input
     whose worst case exceeds the budget is refused (cachewarm_controller.history)."""
 
-    interval_seconds: int = Field(default=180, ge=5, le=3600)
-    stale_after_seconds: int = Field(default=600, ge=60, le=86_400)
+    interval_seconds: int = Field(
+        default=180, ge=5, le=3600, description="seconds between CheckProgress polls"
+    )
+    stale_after_seconds: int = Field(
+        default=600, ge=60, le=86_400, description="a heartbeat older than this revives the agent"
+    )
     # A node whose items/bytes/files/keys have not moved for this long is stalled, even with fresh
     # heartbeats: it is revived once, and fails the warm the second time.
-    stalled_after_seconds: int = Field(default=1800, ge=300, le=86_400)
-    max_revives: int = Field(default=3, ge=0, le=50)
-    deadline_hours: float = Field(default=24.0, gt=0, le=240)
+    stalled_after_seconds: int = Field(
+        default=1800,
+        ge=300,
+        le=86_400,
+        description="no progress for this long: revived once, then the warm fails naming the node",
+    )
+    max_revives: int = Field(default=3, ge=0, le=50, description="revives per node before the warm fails")
+    deadline_hours: float = Field(default=24.0, gt=0, le=240, description="the warm fails after this long")
     # Bounded waits for the survey, volumes, instances, attachments, agent install and verify (each
     # wait ~ a backoff of 5 .. 60 s).
-    resource_wait_attempts: int = Field(default=40, ge=1, le=500)
+    resource_wait_attempts: int = Field(
+        default=40,
+        ge=1,
+        le=500,
+        description="waiting passes of the survey, volume, launch, attach, install, verify loops",
+    )
 
 
 class VerifySpec(_Strict):
@@ -180,29 +297,45 @@ class VerifySpec(_Strict):
     `max_difference_ratio` of its checked keys differ (live traffic keeps writing both replicas, so a
     few differences are expected). `require_item_match` also compares the agents' own counts."""
 
-    sample_nodes: int = Field(default=16, ge=0, le=10_000)
-    sample_keys: int = Field(default=10_000, ge=1, le=inputs.SAMPLE_KEYS_MAX)
-    max_difference_ratio: float = Field(default=0.001, ge=0.0, le=1.0)
-    require_item_match: bool = True
+    sample_nodes: int = Field(
+        default=16, ge=0, le=10_000, description="source nodes whose keys are compared with the destination"
+    )
+    sample_keys: int = Field(
+        default=10_000, ge=1, le=inputs.SAMPLE_KEYS_MAX, description="keys compared per sampled node"
+    )
+    max_difference_ratio: float = Field(
+        default=0.001, ge=0.0, le=1.0, description="share of a node's checked keys that may differ"
+    )
+    require_item_match: bool = Field(default=True, description="also compare the agents' own item counts")
 
 
 class WarmInput(_Strict):
     """The state machine's input. See statemachine/README.md for an example."""
 
-    warm_id: WarmId
-    source: SourceSpec = Field(default_factory=SourceSpec)
-    destination: DestinationSpec
-    populator: PopulatorSpec
+    warm_id: WarmId = Field(
+        description="names the warm: claimed by one execution, on every resource it creates and its S3 prefix"
+    )
+    source: SourceSpec = Field(default_factory=SourceSpec, description="the replica to read")
+    destination: DestinationSpec = Field(description="the replica to warm")
+    populator: PopulatorSpec = Field(description="the instances that write the destination")
     # volume: an io2 multi-attach volume per node (the destination in the source node's AZ); s3: the
     # dumps travel through a bucket per warm (any zone or region; `s3` says where).
-    transport: Literal["volume", "s3"] = "volume"
-    volume: VolumeSpec = Field(default_factory=VolumeSpec)
-    s3: S3Spec | None = None
-    dumper: DumperSpec = Field(default_factory=DumperSpec)
-    polling: PollingSpec = Field(default_factory=PollingSpec)
-    verify: VerifySpec = Field(default_factory=VerifySpec)
-    status_prefix: Annotated[str, Field(pattern=inputs.STATUS_PREFIX)] = inputs.DEFAULT_STATUS_PREFIX
-    mount_dir: Annotated[str, Field(pattern=inputs.MOUNT_DIR)] = inputs.DEFAULT_MOUNT_DIR
+    transport: Literal["volume", "s3"] = Field(
+        default="volume",
+        description="volume: an io2 multi-attach volume per node (same AZ); s3: a bucket per warm",
+    )
+    volume: VolumeSpec = Field(default_factory=VolumeSpec, description="the volumes (transport volume)")
+    s3: S3Spec | None = Field(default=None, description="the bucket and populator subnets (transport s3)")
+    dumper: DumperSpec = Field(default_factory=DumperSpec, description="how each source node is read")
+    polling: PollingSpec = Field(default_factory=PollingSpec, description="how progress is polled and judged")
+    verify: VerifySpec = Field(default_factory=VerifySpec, description="the sample compared after the warm")
+    status_prefix: Annotated[str, Field(pattern=inputs.STATUS_PREFIX)] = Field(
+        default=inputs.DEFAULT_STATUS_PREFIX,
+        description="the status objects' prefix in the stack's status bucket",
+    )
+    mount_dir: Annotated[str, Field(pattern=inputs.MOUNT_DIR)] = Field(
+        default=inputs.DEFAULT_MOUNT_DIR, description="the agents mount the volume at <mount_dir>/<warm id>"
+    )
 
     @model_validator(mode="after")
     def _transport(self) -> WarmInput:

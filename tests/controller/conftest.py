@@ -114,6 +114,8 @@ def shared_world() -> Iterator[World]:
             LaunchTemplateData={"ImageId": AMI, "InstanceType": "m5.large"},
         )["LaunchTemplate"]["LaunchTemplateId"]
         monkeypatch.setenv("POPULATOR_LAUNCH_TEMPLATE_ID", template_id)
+        # The stack's pin (compute.DOCUMENT_VERSION): the documents created above are version 1.
+        monkeypatch.setenv("DOCUMENT_VERSION", "1")
         clock = FakeClock()
         store = S3Store(s3, BUCKET)
         # Status objects are synthesized in memory; tests that want the S3 round trip set agents.store.

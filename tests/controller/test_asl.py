@@ -242,3 +242,24 @@ def test_input_schema_file_is_current() -> None:
 
     on_disk = json.loads((REPO / "statemachine" / "input.schema.json").read_text())
     assert on_disk == WarmInput.model_json_schema()
+
+
+def test_every_input_field_has_a_description() -> None:
+    """Every property of statemachine/input.schema.json, nested ones too, says what it is (the console
+    and `cachewarm start` users read the schema)."""
+    schema = json.loads((REPO / "statemachine" / "input.schema.json").read_text())
+    missing: list[str] = []
+
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for name, prop in node.get("properties", {}).items():
+                if not str(prop.get("description", "")).strip():
+                    missing.append(f"{path}.{name}")
+            for key, child in node.items():
+                walk(child, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, child in enumerate(node):
+                walk(child, f"{path}/{i}")
+
+    walk(schema, "")
+    assert schema["$defs"] and not missing, missing

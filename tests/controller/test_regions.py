@@ -66,3 +66,38 @@ def test_lookups_and_cancels_follow_the_recorded_region() -> None:
     agents.cancel(["us-west-2/cmd-b", "cmd-a"])
     assert ("cancel", "far", ("cmd-b",)) in far.log and ("cancel", "home", ("cmd-a",)) in home.log
     assert agents.online(["i-src", "i-far2"]) == {"i-src", "i-far2"}
+
+
+def test_the_destination_regions_settings_are_read_from_the_stacks_json() -> None:
+    """DESTINATION_REGION_SETTINGS (the stack writes it from each region's stack): the fixed VPC,
+    template, log group and document names per region; a region without settings, or JSON of
+    another shape, stops the Lambda before any step runs."""
+    import json
+
+    from cachewarm_controller.handlers import remote_regions
+    from cachewarm_controller.steps.common import Documents
+
+    home = Documents("d", "p", "v", "i", "u", "s")
+    raw = json.dumps(
+        {
+            "us-west-2": {
+                "vpc_id": "vpc-0123456789abcdef0",
+                "launch_template_id": "lt-0123456789abcdef0",
+                "agent_log_group": "far-logs",
+                "documents": {"populate-agent": "far-p", "memcached-stats": "far-s", "other": "x"},
+            }
+        }
+    )
+    [(region, far)] = remote_regions(raw, ("us-west-2",), home).items()
+    assert region == "us-west-2"
+    assert (far.vpc_id, far.launch_template_id, far.agent_log_group) == (
+        "vpc-0123456789abcdef0",
+        "lt-0123456789abcdef0",
+        "far-logs",
+    )
+    assert far.documents == {"p": "far-p", "s": "far-s"}
+    with pytest.raises(RuntimeError, match="lacks eu-west-1"):
+        remote_regions(raw, ("us-west-2", "eu-west-1"), home)
+    with pytest.raises(RuntimeError, match="not the stack's JSON"):
+        remote_regions(json.dumps({"us-west-2": {"vpc_id": "v"}}), ("us-west-2",), home)
+    assert remote_regions(None, (), home) == {}

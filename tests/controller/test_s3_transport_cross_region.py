@@ -1,8 +1,10 @@
 """A cross-region S3 warm (issue 25) under moto's Step Functions interpreter: the real ASL and
 handlers, moto's S3 and EC2 in two regions (mock_aws keeps one backend per region). The bucket is made
 in the controller's region (us-east-1); the populators are launched in the destination region's
-subnets (us-west-2), commanded through that region's SSM, read the bucket with `--s3-region
-us-east-1`, and are terminated there on every way the execution ends — with the bucket deleted."""
+subnets (us-west-2) from the template the stack deployed there, into its fixed VPC, commanded through
+that region's SSM, read the bucket with `--s3-region us-east-1`, and are terminated there on every way
+the execution ends — with the bucket deleted. A template, subnet or destination of that region the
+stack did not name is refused before anything is created."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from botocore.exceptions import ClientError
 from cachewarm.contract import tags
 from cachewarm_controller.agents import Invocation
 from cachewarm_controller.regions import RegionClients
+from cachewarm_controller.steps.common import RemoteRegion
 
 from tests.controller.agent_sim import AgentSim
 from tests.controller.support import AMI, POPULATE_DOC, REGION, World
@@ -36,6 +39,7 @@ class Far:
     """The destination region: its EC2 client, subnets, populator template and destination replica."""
 
     ec2: Any
+    vpc: str
     subnets: list[str]
     template_id: str
     destination_ids: list[str]
@@ -114,7 +118,7 @@ def far(shared_world: World) -> Far:
         SubnetId=subnets[0],
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": tags.REPLICA, "Value": "main-w"}]}],
     )
-    return Far(ec2, subnets, template_id, [i["InstanceId"] for i in dest["Instances"]])
+    return Far(ec2, vpc, subnets, template_id, [i["InstanceId"] for i in dest["Instances"]])
 
 
 def _ami(ec2: Any) -> str:
@@ -136,7 +140,11 @@ def cross(world: World, far: Far) -> FarSsm:
         return RegionClients(far.ec2, ssm)
 
     world.deps.regions = in_region
-    world.deps.settings = replace(world.deps.settings, destination_regions=(FAR,))
+    world.deps.settings = replace(
+        world.deps.settings,
+        destination_regions=(FAR,),
+        remote_regions={FAR: RemoteRegion(vpc_id=far.vpc, launch_template_id=far.template_id)},
+    )
     return ssm
 
 
@@ -264,19 +272,55 @@ def test_a_stopped_cross_region_warm_is_torn_down_from_the_event(
     assert_nothing_left_anywhere(world, far)
 
 
-def test_a_far_template_without_the_stack_tag_is_refused_at_plan(
+def test_a_far_template_the_stack_did_not_deploy_is_refused_even_with_its_tag(
     world: World, far: Far, cross: FarSsm
 ) -> None:
+    """Tags are labels: a template tagged like the stack's is still not the one it deployed."""
     other = far.ec2.create_launch_template(
         LaunchTemplateName=f"not-ours-{world.warm_id}",
         LaunchTemplateData={"ImageId": _ami(far.ec2), "InstanceType": "m5.large"},
+        TagSpecifications=[
+            {"ResourceType": "launch-template", "Tags": [{"Key": tags.STACK, "Value": "cachewarm-test"}]}
+        ],
     )["LaunchTemplate"]["LaunchTemplateId"]
     body = cross_input(world, far)
     body["populator"] = {"launch_template_id": other}
     ex = world.run(body)
-    assert ex.status == "FAILED" and ex.failure()["error"] == "PlanError", ex.failure()
-    assert other in ex.failure()["cause"] and FAR in ex.failure()["cause"]
+    assert ex.status == "FAILED" and ex.failure()["error"] == "InvalidInputError", ex.failure()
+    cause = ex.failure()["cause"]
+    assert other in cause and far.template_id in cause and FAR in cause
     assert_nothing_left_anywhere(world, far)
+
+
+def test_far_subnets_and_destinations_outside_the_fixed_vpc_are_refused(
+    world: World, far: Far, cross: FarSsm
+) -> None:
+    """Another VPC of the destination region: its subnets fail Plan, its replica nodes are no
+    destination (before this, a remote warm searched every VPC of the region)."""
+    vpc = far.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = far.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.16.0/20", AvailabilityZone=f"{FAR}a")["Subnet"][
+        "SubnetId"
+    ]
+    ex = world.run(cross_input(world, far, subnet_ids=[subnet]))
+    assert ex.status == "FAILED" and ex.failure()["error"] == "PlanError", ex.failure()
+    assert subnet in ex.failure()["cause"] and far.vpc in ex.failure()["cause"]
+    assert_nothing_left_anywhere(world, far)
+
+    foreign = far.ec2.run_instances(
+        ImageId=_ami(far.ec2),
+        InstanceType="r5.large",
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": tags.REPLICA, "Value": "main-w"}]}],
+    )["Instances"][0]
+    body = cross_input(world, far)
+    body["destination"] = {"endpoints": [f"{foreign['PrivateIpAddress']}:11211"]}
+    ex = world.run(body)
+    assert ex.status == "FAILED" and ex.failure()["error"] == "InvalidInputError", ex.failure()
+    assert foreign["PrivateIpAddress"] in ex.failure()["cause"]
+    assert_nothing_left_anywhere(world, far)
+    far.ec2.terminate_instances(InstanceIds=[foreign["InstanceId"]])
 
 
 def test_an_unknown_far_subnet_fails_at_plan_naming_the_region(world: World, far: Far, cross: FarSsm) -> None:

@@ -270,6 +270,26 @@ def test_send_passes_parameters_as_lists_and_output_to_the_stacks_log_group(ssm:
         runner.send("doc", [f"i-0{n:016x}" for n in range(51)], {}, "too many")
 
 
+def test_send_runs_the_pinned_version_of_the_regions_own_document(ssm: tuple[Any, Stubber]) -> None:
+    """DocumentVersion is always sent (an UpdateDocument that makes another version the default does
+    not change what runs); a destination region's runner names that region's copy."""
+    client, stub = ssm
+    stub.add_response(
+        "send_command",
+        {"Command": command(C9, "Pending")},
+        {
+            "DocumentName": "far-doc",
+            "DocumentVersion": "1",
+            "InstanceIds": [POP],
+            "Parameters": {},
+            "Comment": "cachewarm w-1",
+            "TimeoutSeconds": 600,
+        },
+    )
+    runner = SsmAgentRunner(client, document_version="1", document_names={"doc": "far-doc"})
+    assert runner.send("doc", [POP], {}, "cachewarm w-1") == C9
+
+
 def test_parse_stats_reads_the_documents_output_and_rejects_garbage() -> None:
     got = parse_stats(SRC, "curr_items 123456\nbytes 987654321\n")
     assert (got.items, got.bytes) == (123456, 987654321)

@@ -13,14 +13,50 @@ from pathlib import Path
 import pytest
 
 from tests.infra.support import (
+    FAR_REGION,
+    FAR_SG,
+    FAR_VPC,
     MEMCACHED_SG,
     REPO,
+    SOURCE_SG,
+    CliSynth,
+    RealDist,
     Synth,
     asl_path,
+    cdk_cli_synth,
     documents_dir,
     lambdas_dir,
+    real_dist,
     write_artifacts,
 )
+
+# The context every CLI synth names: the replicas' groups are required.
+GROUPS = {"destinationSecurityGroupIds": MEMCACHED_SG, "sourceSecurityGroupIds": SOURCE_SG}
+
+
+@pytest.fixture(scope="session")
+def cli_single(real_dist: RealDist, tmp_path_factory: pytest.TempPathFactory) -> CliSynth:
+    """The single-region stack, from the real bundle (the app's defaults: build/dist/ and the
+    checkout's ASL, Lambdas and documents), environment-agnostic as `make synth` gives it."""
+    return cdk_cli_synth(tmp_path_factory.mktemp("cli-single") / "cdk.out", GROUPS)
+
+
+@pytest.fixture(scope="session")
+def cli_two_regions(real_dist: RealDist, tmp_path_factory: pytest.TempPathFactory) -> CliSynth:
+    """The two-region app (-c destinationRegions=us-west-2 …) from the real bundle, home us-east-1."""
+    context = {
+        "destinationSecurityGroupIds": f"{MEMCACHED_SG},{FAR_REGION}={FAR_SG}",
+        "sourceSecurityGroupIds": SOURCE_SG,
+        "destinationRegions": FAR_REGION,
+        "destinationVpcs": f"{FAR_REGION}={FAR_VPC}",
+    }
+    return cdk_cli_synth(tmp_path_factory.mktemp("cli-two") / "cdk.out", context, region="us-east-1")
+
+
+@pytest.fixture(scope="session", name="real_dist")
+def real_dist_fixture() -> RealDist:
+    """What `make dist` built in build/dist/ (the deploy-path tests)."""
+    return real_dist()
 
 
 @pytest.fixture(scope="session")
@@ -47,7 +83,8 @@ def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
         agent_bundle=artifacts[1],
         subnet_ids=("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
         asg_names=("memcached-replica-b",),
-        memcached_security_group_ids=(MEMCACHED_SG,),
+        destination_security_group_ids=(MEMCACHED_SG,),
+        source_security_group_ids=(SOURCE_SG,),
     )
     stack = CacheWarmStack(app, "CacheWarmTest", settings=settings)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))

@@ -18,7 +18,7 @@ ACCOUNT, REGION, PARTITION = "123456789012", "us-east-1", "aws"
 
 def resolve(value: Any, template: dict[str, Any]) -> Any:
     """CloudFormation intrinsics -> stand-in strings (a bucket's Ref and Arn agree, a role's Arn is
-    `arn:aws:iam::<account>:role/<logical id>`)."""
+    `arn:aws:iam::<account>:role/<logical id>`, another stack's output `output-<stack>-<output>`)."""
     if isinstance(value, list):
         return [resolve(v, template) for v in value]
     if not isinstance(value, dict):
@@ -38,6 +38,9 @@ def resolve(value: Any, template: dict[str, Any]) -> Any:
         if kind == "AWS::IAM::Role" and attr == "Arn":
             return f"arn:aws:iam::{ACCOUNT}:role/{lid}"
         return f"getatt-{lid}-{attr}".lower()
+    if "Fn::GetStackOutput" in value:  # another stack's output (a destination region's resources)
+        out = value["Fn::GetStackOutput"]
+        return f"output-{out['StackName']}-{out['OutputName']}".lower()
     if "Fn::Join" in value:
         sep, parts = value["Fn::Join"]
         return sep.join(str(resolve(p, template)) for p in parts)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.infra.support import REPO, asl_path, documents_dir, lambdas_dir, writ
 def props(tmp_path: Path, **over: Any) -> CacheWarmerProps:
     dumper, agent = write_artifacts(tmp_path)
     stack = Stack(App(), "S")
+    group = ec2.SecurityGroup.from_security_group_id(stack, "G", "sg-0123456789abcdef0")
     base: dict[str, Any] = {
         "asl_path": asl_path(),
         "lambdas_dir": lambdas_dir(),
@@ -28,6 +30,8 @@ def props(tmp_path: Path, **over: Any) -> CacheWarmerProps:
         "vpc": ec2.Vpc.from_vpc_attributes(stack, "V", vpc_id="vpc-1", availability_zones=["us-east-1a"]),
         "machine_image": ec2.MachineImage.latest_amazon_linux2023(),
         "instance_type": ec2.InstanceType("c6i.large"),
+        "destination_security_groups": [group],
+        "source_security_groups": [group],
     }
     base.update(over)
     return CacheWarmerProps(**base)
@@ -113,6 +117,88 @@ def test_settings_from_context() -> None:
     assert s.agent_bundle == REPO / "build" / "dist" / "cachewarm-agent.tar.gz"
     assert s.asl_path == REPO / "statemachine" / "warm.asl.json"
     assert s.instance_type == "m7i.xlarge"
+
+
+def test_security_groups_and_destination_regions_from_context() -> None:
+    """`sg-…` is the stack's region, `<region>=sg-…` a destination region's; every destination region
+    needs its VPC and groups."""
+    far = "us-west-2"
+    s = StackSettings.from_context(
+        App(
+            context={
+                "destinationSecurityGroupIds": f"sg-0123456789abcdef0, {far}=sg-0fedcba9876543210",
+                "sourceSecurityGroupIds": "sg-0123456789abcdef1",
+                "destinationRegions": far,
+                "destinationVpcs": f"{far}=vpc-0123456789abcdef0",
+            }
+        ).node,
+        REPO,
+    )
+    assert s.destination_security_group_ids == ("sg-0123456789abcdef0",)
+    assert s.source_security_group_ids == ("sg-0123456789abcdef1",)
+    assert s.remote_security_group_ids == {far: ("sg-0fedcba9876543210",)}
+    assert s.destination_vpcs == {far: "vpc-0123456789abcdef0"}
+    # cdk.json may hold the map as an object.
+    s = StackSettings.from_context(
+        App(
+            context={
+                "destinationSecurityGroupIds": f"{far}=sg-0fedcba9876543210",
+                "destinationRegions": far,
+                "destinationVpcs": {far: "vpc-0123456789abcdef0"},
+            }
+        ).node,
+        REPO,
+    )
+    assert s.destination_vpcs == {far: "vpc-0123456789abcdef0"}
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({"memcachedSecurityGroupIds": "sg-0123456789abcdef0"}, "replaced by destinationSecurityGroupIds"),
+        ({"destinationSecurityGroupIds": "sg-nope"}, "expected sg-… or <region>=sg-…"),
+        ({"sourceSecurityGroupIds": "us-west-2=sg-0123456789abcdef0"}, "sources are in the stack's region"),
+        ({"destinationRegions": "us-west-2"}, "no VPC for destination region us-west-2"),
+        (
+            {"destinationRegions": "us-west-2", "destinationVpcs": "us-west-2=vpc-0123456789abcdef0"},
+            "no group in destination region us-west-2",
+        ),
+        ({"destinationVpcs": "us-west-2=vpc-0123456789abcdef0"}, "not in destinationRegions"),
+        ({"destinationRegions": "us-west-2", "destinationVpcs": "us-west-2=subnet-1"}, "not a VPC id"),
+    ],
+)
+def test_bad_security_group_and_region_context_is_named(context: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        StackSettings.from_context(App(context=context).node, REPO)
+
+
+@pytest.mark.parametrize("missing", ["destination_security_groups", "source_security_groups"])
+def test_the_construct_needs_both_kinds_of_memcached_groups(tmp_path: Path, missing: str) -> None:
+    """No group, no populator egress to memcached at all (before: 10/8, 172.16/12, 192.168/16)."""
+    with pytest.raises(ValueError, match=f"{missing}: name the"):
+        build(props(tmp_path, **{missing: []}))
+
+
+def test_the_app_names_a_missing_group_in_one_error_line(tmp_path: Path) -> None:
+    """`cdk synth` without the groups: `error: …` on stderr, exit 1, no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    dumper, agent = write_artifacts(tmp_path)
+    context = {"aslPath": str(asl_path()), "dumperTarball": str(dumper), "agentBundle": str(agent)}
+    env = {
+        **os.environ,
+        "CDK_OUTDIR": str(tmp_path / "out"),
+        "CDK_CONTEXT_JSON": json.dumps({**context, "sourceSecurityGroupIds": "sg-0123456789abcdef1"}),
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    proc = subprocess.run(
+        [sys.executable, "infra/app.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: destination_security_groups:"), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "destinationSecurityGroupIds" in proc.stderr
 
 
 def test_settings_without_a_checkout_leave_the_files_to_the_package() -> None:
@@ -233,3 +319,19 @@ def test_tracing_off_turns_powertools_tracer_off(tmp_path: Path) -> None:
     for fn in functions.values():
         assert fn["Properties"]["Environment"]["Variables"]["POWERTOOLS_TRACE_DISABLED"] == "true"
         assert fn["Properties"].get("TracingConfig", {}).get("Mode") != "Active"
+
+
+def test_document_names_follow_the_content_and_the_construct() -> None:
+    """A document's name ends in a digest of its content (so version 1 is that content) and of the
+    construct's path (two warmers in one stack do not collide); the same input names it the same."""
+    from cachewarm_infra.compute import document_name
+    from constructs import Construct
+
+    stack = Stack(App(), "Named")
+    a, b = Construct(stack, "A"), Construct(stack, "B")
+    content = {"schemaVersion": "2.2", "mainSteps": [{"name": "x"}]}
+    name = document_name(a, "dump-agent", content)
+    assert re.fullmatch(r"Named-dump-agent-[0-9a-f]{12}", name)
+    assert document_name(a, "dump-agent", dict(content)) == name
+    assert document_name(b, "dump-agent", content) != name
+    assert document_name(a, "dump-agent", {**content, "description": "changed"}) != name

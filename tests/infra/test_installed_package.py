@@ -1,7 +1,9 @@
-"""The construct as another CDK app gets it: the `cachewarm-cdk` wheel built from infra/, installed in a
-fresh virtual environment, and infra/examples/my-app/app.py synthesized with it from a directory outside
-the repository — without reading a file of any cachewarm checkout, and without importing the agent's
-`cachewarm` package (which the machine may well have installed, editable, from a checkout)."""
+"""The construct as another CDK app gets it: the `cachewarm-cdk` wheel `make dist` built (with the real
+dumper tarball and agent bundle inside), installed in a fresh virtual environment, and
+infra/examples/my-app/app.py synthesized with it from a directory outside the repository — without
+reading a file of any cachewarm checkout, and without importing the agent's `cachewarm` package (which
+the machine may well have installed, editable, from a checkout). Its template passes cfn-lint and
+cdk-nag's AwsSolutions checks on everything the construct made, and outputs what the docs name."""
 
 from __future__ import annotations
 
@@ -13,16 +15,14 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.infra.support import REPO, write_artifacts
+from tests.infra.support import REPO, RealDist, cfn_lint_errors, documented_outputs
 
 EXAMPLE = REPO / "infra" / "examples" / "my-app" / "app.py"
-VERSION = "7.8.9"  # the stand-in agent bundle's (the construct reads it from the wheel's name)
 
 # Runs the example with an audit hook that records every path the Python process opens or lists, and
 # reports what it saw (the Node.js side of jsii only reads what Python hands it: checked on the assembly).
@@ -39,6 +39,21 @@ DRIVER = textwrap.dedent(
                     seen.append(os.path.abspath(os.fsdecode(a)))
 
     sys.addaudithook(hook)
+    # cdk-nag's AwsSolutions checks, as infra/app.py runs them (the construct's acknowledgements are
+    # Validations acknowledgements); the example's own VPC is yours, not the construct's.
+    import aws_cdk
+    from cdk_nag import AwsSolutionsChecks
+
+    synth = aws_cdk.App.synth
+
+    def synth_with_nag(app, *args, **kwargs):
+        aws_cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+        vpc = app.node.find_child("MyMemcached").node.find_child("Vpc")
+        reason = "The example's VPC stands for the user's own; its flow logs are theirs to set."
+        aws_cdk.Validations.of(vpc).acknowledge(aws_cdk.Acknowledgment(id="AwsSolutions-VPC7", reason=reason))
+        return synth(app, *args, **kwargs)
+
+    aws_cdk.App.synth = synth_with_nag
     try:
         runpy.run_path("app.py", run_name="__main__")
     finally:
@@ -73,16 +88,6 @@ def _run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def _can_build_offline() -> bool:
-    """setuptools >= 70.1 builds wheels without the `wheel` package (infra/pyproject.toml's
-    build requirement); `make deps-py` installs it. Elsewhere pip fetches it (build isolation)."""
-    try:
-        major, minor = (int(x) for x in metadata.version("setuptools").split(".")[:2])
-    except metadata.PackageNotFoundError:
-        return False
-    return (major, minor) >= (70, 1)
-
-
 def _machine_site(venv: Path) -> None:
     """`--system-site-packages` shows the base interpreter's packages; when the tests run in a
     virtual environment (`make test`: .venv), that one's packages are the machine's."""
@@ -115,17 +120,9 @@ def _checkout_roots(python: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+def installed(tmp_path_factory: pytest.TempPathFactory, real_dist: RealDist) -> Installed:
     tmp = tmp_path_factory.mktemp("installed")
-    dist = tmp / "dist"
-    dist.mkdir()
-    write_artifacts(dist, version=VERSION)
-    wheels = tmp / "wheels"
-    build = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO / "infra")]
-    if _can_build_offline():
-        build.insert(4, "--no-build-isolation")
-    _run(build, env={**os.environ, "CACHEWARM_DIST_DIR": str(dist)})
-    [wheel] = wheels.glob("cachewarm_cdk-*-py3-none-any.whl")
+    wheel = real_dist.cdk_wheel
 
     venv = tmp / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
@@ -147,13 +144,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         "DRIVER_REPORT": str(tmp / "report.json"),
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
+    # An unacknowledged cdk-nag finding fails this synth (the plugin the driver adds).
     _run([str(python), "driver.py"], cwd=app, env=env)
     report = json.loads((tmp / "report.json").read_text())
     template = json.loads((outdir / "MyMemcached.template.json").read_text())
     return Installed(venv, wheel, report, outdir, template, _checkout_roots(python))
 
 
-def test_wheel_carries_everything_the_construct_deploys(installed: Installed) -> None:
+def test_wheel_carries_everything_the_construct_deploys(installed: Installed, real_dist: RealDist) -> None:
     import zipfile
 
     names = set(zipfile.ZipFile(installed.wheel).namelist())
@@ -169,6 +167,12 @@ def test_wheel_carries_everything_the_construct_deploys(installed: Installed) ->
     ):
         assert needed in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc") or n.endswith("app.py")]
+    # The very bundle `make dist` locked and checked (test_deploy_path.py), not a copy of another.
+    import hashlib
+
+    with zipfile.ZipFile(installed.wheel) as z:
+        packaged = z.read("cachewarm_infra/assets/dist/cachewarm-agent.tar.gz")
+    assert hashlib.sha256(packaged).hexdigest() == real_dist.agent_sha256
     import cachewarm
 
     assert installed.wheel.name == f"cachewarm_cdk-{cachewarm.__version__}-py3-none-any.whl"
@@ -197,19 +201,41 @@ def test_example_synthesizes_from_the_installed_package_alone(installed: Install
         assert (installed.outdir / asset["source"]["path"]).exists()
 
 
-def test_example_template_uses_the_packaged_files(installed: Installed) -> None:
+def test_example_template_uses_the_packaged_files(installed: Installed, real_dist: RealDist) -> None:
     resources = installed.template["Resources"]
     machines = [r for r in resources.values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
     assert len(machines) == 2
     functions = [r for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
     assert {f["Properties"]["Handler"] for f in functions} >= {"cachewarm_controller.handlers.check_progress"}
     docs = [r for r in resources.values() if r["Type"] == "AWS::SSM::Document"]
-    # The agent version comes from the packaged agent bundle (the stand-in's wheel name), written into
-    # the documents at synth.
-    with_version = [d for d in docs if f"'{VERSION}'" in json.dumps(d["Properties"]["Content"]["mainSteps"])]
+    # The agent version and bundle checksum come from the packaged agent bundle (`make dist`'s),
+    # written into the documents at synth.
+    with_version = [
+        d for d in docs if f"'{real_dist.version}'" in json.dumps(d["Properties"]["Content"]["mainSteps"])
+    ]
     assert len(with_version) == 4  # install, dump, populate, verify
-    # Populators in the app's own VPC.
-    [sg] = [r for r in resources.values() if r["Type"] == "AWS::EC2::SecurityGroup"]
-    assert sg["Properties"]["VpcId"] == {
+    assert real_dist.agent_sha256 in json.dumps([d["Properties"]["Content"] for d in docs])
+    # Populators in the app's own VPC, reaching only the replicas' group.
+    [pop] = [
+        r
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::SecurityGroup" and "populators" in r["Properties"]["GroupDescription"]
+    ]
+    assert pop["Properties"]["VpcId"] == {
         "Ref": next(k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPC")
     }
+    [egress] = [r for r in resources.values() if r["Type"] == "AWS::EC2::SecurityGroupEgress"]
+    replicas = next(k for k in resources if k.startswith("Replicas"))
+    assert egress["Properties"]["DestinationSecurityGroupId"] == {"Fn::GetAtt": [replicas, "GroupId"]}
+
+
+def test_example_outputs_what_every_start_input_and_event_needs(installed: Installed) -> None:
+    """docs/deploy.md: the example app gives the same outputs as the stack (add_outputs)."""
+    outputs = set(installed.template["Outputs"])
+    assert {"PopulatorLaunchTemplateId", "WarmEventBusName", "StateMachineArn", "DashboardName"} <= outputs
+    home, _ = documented_outputs()
+    assert outputs == home
+
+
+def test_example_template_passes_cfn_lint(installed: Installed) -> None:
+    assert cfn_lint_errors(installed.outdir / "MyMemcached.template.json", "us-east-1") == []

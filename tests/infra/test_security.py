@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.support import MEMCACHED_SG, Synth, _as_list, _controller_statements, _statements
+from tests.infra.support import MEMCACHED_SG, SOURCE_SG, Synth, _as_list, _controller_statements, _statements
 
 # ---- High 1: where a populator may send data ---------------------------------------------------------
 
@@ -22,30 +22,39 @@ def test_populators_reach_only_memcached_of_the_replicas_and_https(synth: Synth)
     assert [(e["CidrIp"], e["FromPort"], e["ToPort"], e["IpProtocol"]) for e in egress] == [
         ("0.0.0.0/0", 443, 443, "tcp")
     ]
-    # The one other way out: memcached's port, to the replicas' group only.
-    [rule] = synth.resources("AWS::EC2::SecurityGroupEgress").values()
-    assert rule["Properties"] == {
-        "Description": "memcached of the replicas (populate, verify)",
-        "DestinationSecurityGroupId": MEMCACHED_SG,
-        "FromPort": 11211,
-        "GroupId": {"Fn::GetAtt": [sg_id, "GroupId"]},
-        "IpProtocol": "tcp",
-        "ToPort": 11211,
-    }
+    # The one other way out: memcached's port, to the named destination and source groups only.
+    rules = sorted(
+        synth.resources("AWS::EC2::SecurityGroupEgress").values(),
+        key=lambda r: r["Properties"]["DestinationSecurityGroupId"],
+    )
+    assert [r["Properties"] for r in rules] == [
+        {
+            "Description": "memcached of the replicas (populate, verify)",
+            "DestinationSecurityGroupId": group,
+            "FromPort": 11211,
+            "GroupId": {"Fn::GetAtt": [sg_id, "GroupId"]},
+            "IpProtocol": "tcp",
+            "ToPort": 11211,
+        }
+        for group in (MEMCACHED_SG, SOURCE_SG)
+    ]
 
 
-def test_without_replica_groups_memcached_goes_to_private_addresses_only() -> None:
+def test_without_named_groups_there_is_no_memcached_egress_at_all() -> None:
+    """No fallback to the private address ranges: a synth without groups fails, naming the keys."""
     from aws_cdk import App, Stack
     from aws_cdk import aws_ec2 as ec2
-    from cachewarm_infra.compute import PRIVATE_RANGES, _limit_egress
+    from cachewarm_infra.compute import _limit_egress
 
     stack = Stack(App(), "Sg")
     vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["a"])
     sg = ec2.SecurityGroup(stack, "G", vpc=vpc, allow_all_outbound=False)
-    _limit_egress(sg, (), 11211)
-    [group] = Template.from_stack(stack).find_resources("AWS::EC2::SecurityGroup").values()
-    rules = {(e["CidrIp"], e["FromPort"]) for e in group["Properties"]["SecurityGroupEgress"]}
-    assert rules == {*((c, 11211) for c in PRIVATE_RANGES), ("0.0.0.0/0", 443)}
+    with pytest.raises(ValueError, match="destinationSecurityGroupIds"):
+        _limit_egress(sg, (), 11211)
+    # One group for sources and destinations: one rule.
+    group = ec2.SecurityGroup.from_security_group_id(stack, "R", "sg-0123456789abcdef0")
+    _limit_egress(sg, (group, group), 11211)
+    assert len(Template.from_stack(stack).find_resources("AWS::EC2::SecurityGroupEgress")) == 1
 
 
 def test_the_controller_is_told_its_vpc(synth: Synth) -> None:
@@ -233,6 +242,40 @@ def test_the_dlq_key_admits_eventbridge_and_the_alarm_topic_cloudwatch(synth: Sy
         assert {(service, "kms:Decrypt"), (service, "kms:GenerateDataKey")} <= admitted, service
     [topic] = synth.resources("AWS::SNS::Topic").values()
     assert topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0] == key_lid
+
+
+def test_the_keys_service_grants_serve_this_accounts_rules_alarms_and_log_groups_only(synth: Synth) -> None:
+    """Key policy (Low): EventBridge and CloudWatch may use the key only on behalf of a rule or an
+    alarm of this account and region (aws:SourceAccount, aws:SourceArn), CloudWatch Logs only for
+    this account's log groups (the encryption context)."""
+    from tests.infra.policy_eval import ACCOUNT, REGION, Request, decide, resolve
+
+    [key] = synth.resources("AWS::KMS::Key").values()
+    statements = resolve(key["Properties"]["KeyPolicy"]["Statement"], synth.template)
+
+    def may(service: str, action: str, **context: str) -> bool:
+        mine = [st for st in statements if service in _as_list(st["Principal"].get("Service", []))]
+        return decide(mine, Request(action, "*", service, context)) == "Allow"
+
+    other = "210987654321"
+    for service, source in (
+        ("events.amazonaws.com", f"arn:aws:events:{REGION}:{{account}}:rule/WarmEventBus/ReplicaDeployed"),
+        ("cloudwatch.amazonaws.com", f"arn:aws:cloudwatch:{REGION}:{{account}}:alarm:Executions-failed"),
+    ):
+        ours = {"aws:SourceAccount": ACCOUNT, "aws:SourceArn": source.format(account=ACCOUNT)}
+        theirs = {"aws:SourceAccount": other, "aws:SourceArn": source.format(account=other)}
+        for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+            assert may(service, action, **ours), (service, action)
+            assert not may(service, action, **theirs), (service, action)
+            assert not may(service, action), (service, action)  # no source: no use
+    logs = f"logs.{REGION}.amazonaws.com"
+    group = f"arn:aws:logs:{REGION}:{{account}}:log-group:/aws/vendedlogs/x"
+    assert may(
+        logs, "kms:GenerateDataKey", **{"kms:EncryptionContext:aws:logs:arn": group.format(account=ACCOUNT)}
+    )
+    assert not may(
+        logs, "kms:GenerateDataKey", **{"kms:EncryptionContext:aws:logs:arn": group.format(account=other)}
+    )
 
 
 def test_every_alarm_has_an_action(synth: Synth) -> None:

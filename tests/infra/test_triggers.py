@@ -256,7 +256,7 @@ def test_named_warm_starters_are_the_only_ones_the_bus_admits() -> None:
     from cachewarm_infra.orchestration import build_event_bus
 
     stack = Stack(App(), "Bus")
-    starter = "arn:aws:iam::123456789012:role/deploy-pipeline"
+    starter = "arn:aws:iam::123456789012:role/deploy-pipeline-*"
     build_event_bus(stack, [starter])
     policies = Template.from_stack(stack).find_resources("AWS::Events::EventBusPolicy")
     by_sid = {
@@ -265,7 +265,10 @@ def test_named_warm_starters_are_the_only_ones_the_bus_admits() -> None:
     }
     assert by_sid["OnlyTheNamedStarters"]["Effect"] == "Deny"
     assert by_sid["OnlyTheNamedStarters"]["Condition"] == {"ArnNotLike": {"aws:PrincipalArn": [starter]}}
-    assert by_sid["TheNamedStarters"]["Principal"] == {"AWS": starter}
+    # The policy only refuses: no statement names a principal ARN (a wildcard is allowed in the
+    # condition, never in a principal); the starters' own policies grant events:PutEvents.
+    assert set(by_sid) == {"OnlyThisAccount", "OnlyTheNamedStarters"}
+    assert all(st["Effect"] == "Deny" and st["Principal"] == "*" for st in by_sid.values())
 
 
 def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:

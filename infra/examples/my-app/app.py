@@ -6,14 +6,14 @@
 
 Nothing here refers to the cachewarm repository: the construct deploys the ASL, Lambda code, SSM
 documents, dumper and agent packaged in the wheel. tests/infra/test_installed_package.py runs this file
-against the installed wheel, from a directory outside the repository.
+against the installed wheel `make dist` built, from a directory outside the repository.
 """
 
 from __future__ import annotations
 
-from aws_cdk import App, CfnOutput, Stack
+from aws_cdk import App, Stack
 from aws_cdk import aws_ec2 as ec2
-from cachewarm_infra import CacheWarmer, CacheWarmerProps
+from cachewarm_infra import CacheWarmer, CacheWarmerProps, add_outputs
 from constructs import Construct
 
 
@@ -22,8 +22,10 @@ class MemcachedStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        # Yours already exists; with an existing VPC: ec2.Vpc.from_lookup(self, "Vpc", vpc_id="vpc-...").
+        # Yours already exist; with an existing VPC: ec2.Vpc.from_lookup(self, "Vpc", vpc_id="vpc-..."),
+        # and your replicas' group: ec2.SecurityGroup.from_security_group_id(self, "Replicas", "sg-...").
         vpc = ec2.Vpc(self, "Vpc", max_azs=2, nat_gateways=1)
+        replicas = ec2.SecurityGroup(self, "Replicas", vpc=vpc, description="memcached replicas")
         warmer = CacheWarmer(
             self,
             "CacheWarmer",
@@ -31,14 +33,18 @@ class MemcachedStack(Stack):
                 vpc=vpc,
                 # Populators in the private subnets (else each in its source node's subnet).
                 subnet_ids=[s.subnet_id for s in vpc.private_subnets],
+                # The only memcached the populators may reach: the destination replicas' groups
+                # (populate) and the sources' (Verify reads a sample). Here one group holds both.
+                destination_security_groups=[replicas],
+                source_security_groups=[replicas],
             ),
         )
-        CfnOutput(self, "StateMachineArn", value=warmer.state_machine.state_machine_arn)
-        CfnOutput(self, "DashboardName", value=warmer.dashboard.dashboard_name)
-        # Attach to your memcached nodes' instance role: they run the dump agent.
-        CfnOutput(self, "SourceNodePolicyArn", value=warmer.agent_policy.managed_policy_arn)
-        # Allow memcached's port from it on your source nodes (Verify reads them).
-        CfnOutput(self, "PopulatorSecurityGroupId", value=warmer.populator_sg.security_group_id)
+        # And the replicas admit the populators on memcached's port.
+        replicas.add_ingress_rule(warmer.populator_sg, ec2.Port.tcp(11211), "cachewarm populators")
+        # StateMachineArn, PopulatorLaunchTemplateId (every start input names it), WarmEventBusName
+        # (Replica Deployed events), SourceNodePolicyArn (attach it to your memcached nodes' role),
+        # PopulatorSecurityGroupId, the document names, DashboardName, …: docs/deploy.md lists them.
+        add_outputs(self, warmer)
 
 
 app = App()

@@ -32,6 +32,19 @@ class Documents:
 
 
 @dataclass(frozen=True)
+class RemoteRegion:
+    """A destination region's resources, deployed by the stack's app there (DESTINATION_REGION_SETTINGS):
+    a cross-region warm's populators launch only from its template, only into its VPC, and find
+    their destination there; commands there run its documents (`documents`: the home name -> the
+    region's name, when they differ) and send output to its log group."""
+
+    vpc_id: str
+    launch_template_id: str
+    agent_log_group: str | None = None
+    documents: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Settings:
     """What the Lambdas read from their environment (set by the CDK stack)."""
 
@@ -57,6 +70,11 @@ class Settings:
     # The regions a cross-region S3 warm may launch populators in (DESTINATION_REGIONS, the stack's
     # destinationRegions prop): its IAM allows EC2 and SSM there and nowhere else.
     destination_regions: tuple[str, ...] = ()
+    # Each destination region's fixed VPC, launch template, documents and log group.
+    remote_regions: Mapping[str, RemoteRegion] = field(default_factory=dict)
+    # The version of every SSM document SendCommand runs (DOCUMENT_VERSION): the stack names each
+    # document after its content, so version 1 is what it deployed; None: the default version.
+    document_version: str | None = None
 
 
 @dataclass

@@ -44,8 +44,8 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
     destination is an Auto Scaling group (the launch trigger's) gets one derived from the group.
     Given destination endpoints must each be a node of the destination replica in this account and
     the stack's VPC (`checked_endpoints`): a free-form address is refused here. `region` is the
-    controller's: a cross-region S3 warm names a launch template and endpoints of its destination
-    region, which Plan checks there (`_check_remote_template`)."""
+    controller's: a cross-region S3 warm names the destination region's launch template (the one the
+    stack deployed there, by id) and endpoints in that region's fixed VPC."""
     if isinstance(raw, dict) and "warm_id" not in raw:
         asg = (
             (raw.get("destination") or {}).get("asg_name")
@@ -61,7 +61,8 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
     problem = history_problem(inp)
     if problem:
         raise InvalidInputError(f"invalid input: {problem}")
-    # A cross-region warm's template and endpoints are the destination region's: Plan checks them.
+    # A cross-region warm's populators launch from the destination region's own template (the
+    # stack's app deployed it there) into its fixed VPC; its endpoints are checked there.
     remote = region is not None and populator_region(inp.s3.destination_region if inp.s3 else None, region)
     if remote and remote not in deps.settings.destination_regions:
         allowed = ", ".join(deps.settings.destination_regions) or "none"
@@ -69,12 +70,19 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
             f"s3.destination_region: {remote} is not one of this stack's destination regions ({allowed}); "
             "deploy the stack with it in destinationRegions (docs/transport-s3.md, Cross-region)"
         )
-    ours = deps.settings.launch_template_id
-    if ours and not remote and inp.populator.launch_template_id != ours:
-        given = inp.populator.launch_template_id or f"name {inp.populator.launch_template_name!r}"
+    far = deps.settings.remote_regions.get(remote) if remote else None
+    if remote and far is None:
         raise InvalidInputError(
-            f"populator.launch_template_id: {given} is not this stack's populator template ({ours}); "
-            "populators launch only from it"
+            f"s3.destination_region: {remote}: this controller was deployed without that region's "
+            "resources (DESTINATION_REGION_SETTINGS); deploy the app's stacks again"
+        )
+    ours = far.launch_template_id if far else deps.settings.launch_template_id
+    if ours and inp.populator.launch_template_id != ours:
+        given = inp.populator.launch_template_id or f"name {inp.populator.launch_template_name!r}"
+        where = f" in {remote}" if remote else ""
+        raise InvalidInputError(
+            f"populator.launch_template_id: {given} is not this stack's populator template{where} "
+            f"({ours}); populators launch only from it"
         )
     key = deps.settings.kms_key_id
     if key and inp.volume.kms_key_id and inp.volume.kms_key_id != key:
@@ -82,8 +90,11 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
             f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
             "holding a replica's data are encrypted with the stack's key only"
         )
-    if inp.destination.endpoints and not remote:
-        checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
+    if inp.destination.endpoints:
+        if far is not None and remote:
+            checked_endpoints(inp, deps.in_region(remote).ec2, far.vpc_id)
+        else:
+            checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
 
 
@@ -218,49 +229,33 @@ def _populator_subnets(inp: WarmInput, deps: Deps) -> dict[str, str]:
     return {**by_az, **inp.populator.subnet_ids}
 
 
-def _check_remote_template(inp: WarmInput, ec2: Any, region: str, stack_tag: str | None) -> None:
-    """A cross-region warm's launch template is the destination region's (launch template ids are
-    per region, so the stack's own cannot be named): it must carry this stack's tag there, the one
-    the stack's IAM lets the controller launch from in that region."""
+def _check_remote_destination(inp: WarmInput, region: str) -> None:
     if inp.destination.asg_name is not None:
         raise PlanError(
             f"destination.asg_name: a cross-region warm ({region}) finds its destination by "
             "destination.replica or destination.endpoints (Auto Scaling groups are looked up in the "
             "controller's region)"
         )
-    pop = inp.populator
-    ref = (
-        {"LaunchTemplateIds": [pop.launch_template_id]}
-        if pop.launch_template_id
-        else {"LaunchTemplateNames": [str(pop.launch_template_name)]}
-    )
-    try:
-        found = ec2.describe_launch_templates(**ref)["LaunchTemplates"]
-    except ClientError as exc:
-        raise PlanError(f"populator launch template {ref} not found in {region}: {exc}") from exc
-    given = {t["Key"]: t["Value"] for t in found[0].get("Tags", [])} if found else {}
-    if stack_tag and given.get(tags.STACK) != stack_tag:
-        raise PlanError(
-            f"populator launch template {found[0]['LaunchTemplateId'] if found else ref} in {region} does "
-            f"not carry {tags.STACK}={stack_tag}: populators launch only from this stack's templates"
-        )
 
 
-def _s3_populator_subnets(warm: Warm, ec2: Any) -> list[tuple[str, str]]:
+def _s3_populator_subnets(warm: Warm, ec2: Any, vpc_id: str | None) -> list[tuple[str, str]]:
     """(subnet, AZ) of the S3 transport's populator subnets, in the input's order; each must exist in
-    the populators' region (`ec2` is that region's client)."""
+    the populators' region (`ec2` is that region's client) and, when known, its VPC."""
     spec = warm.inp.s3
     assert spec is not None  # WarmInput: transport s3 has s3
     region = spec.destination_region or warm.region
-    found = {
-        s["SubnetId"]: s["AvailabilityZone"]
-        for s in ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": list(spec.subnet_ids)}])[
-            "Subnets"
-        ]
-    }
+    subnets = ec2.describe_subnets(Filters=[{"Name": "subnet-id", "Values": list(spec.subnet_ids)}])[
+        "Subnets"
+    ]
+    found = {s["SubnetId"]: s["AvailabilityZone"] for s in subnets}
     missing = [s for s in spec.subnet_ids if s not in found]
     if missing:
         raise PlanError(f"s3.subnet_ids: {', '.join(missing)} not found in {region}")
+    elsewhere = sorted(s["SubnetId"] for s in subnets if vpc_id and s.get("VpcId") != vpc_id)
+    if elsewhere:
+        raise PlanError(
+            f"s3.subnet_ids: {', '.join(elsewhere)} not in {vpc_id}, the populators' VPC in {region}"
+        )
     return [(s, found[s]) for s in spec.subnet_ids]
 
 
@@ -287,13 +282,18 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     require_nitro(deps.ec2, {n["InstanceId"]: n["InstanceType"] for n in nodes})
     remote = warm.populator_region
     pop_ec2 = populator_clients(warm, deps).ec2
+    # The destination replica lives where its populators run: the stack's VPC, or the destination
+    # region's fixed VPC (never any VPC of that region).
+    vpc = deps.settings.vpc_id
     if remote is not None:
-        _check_remote_template(inp, pop_ec2, remote, deps.settings.stack_tag)
+        _check_remote_destination(inp, remote)
+        far = deps.settings.remote_regions.get(remote)
+        if far is None:
+            raise PlanError(f"no settings for destination region {remote} (DESTINATION_REGION_SETTINGS)")
+        vpc = far.vpc_id
     _check_launch_template(inp, pop_ec2)
     subnets = _populator_subnets(inp, deps)
-    s3_subnets = _s3_populator_subnets(warm, pop_ec2) if inp.transport == "s3" else []
-    # The destination replica lives where its populators run; the stack's VPC is the source region's.
-    vpc = deps.settings.vpc_id if remote is None else None
+    s3_subnets = _s3_populator_subnets(warm, pop_ec2, vpc) if inp.transport == "s3" else []
     if remote is not None and inp.destination.endpoints:
         checked_endpoints(inp, pop_ec2, vpc)
     endpoints = destination_endpoints(inp, pop_ec2, set(ids), vpc)
