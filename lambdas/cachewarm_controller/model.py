@@ -130,7 +130,8 @@ class S3Spec(_Strict):
     # The lifecycle rule: objects a teardown could not delete expire after this many days, and
     # unfinished multipart uploads are aborted after one.
     expire_days: int = Field(default=3, ge=1, le=365)
-    # The bucket's SSE-KMS key; None = the stack's key (KMS_KEY_ID), else S3's own aws/s3 key.
+    # The bucket's SSE-KMS key: only the stack's (KMS_KEY_ID), whatever is given; ValidateInput
+    # refuses any other (an alias, aws/s3, another account's key).
     kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = None
 
     @model_validator(mode="after")
@@ -310,6 +311,9 @@ class WarmPlan(BaseModel):
     install_commands: list[Probe] = Field(default_factory=list)
     install_sending_ms: int = 0
     installed: bool = False
+    # The S3 transport's bucket (CreateTransport records it before creating it): its name holds a
+    # random token, so only the plan and the controller's transport record know it.
+    transport_bucket: str | None = None
 
     def status_writers(self) -> dict[tuple[str, str], str]:
         """(role, node id) -> the instance whose status object counts: a source node writes its own

@@ -6,6 +6,7 @@ what this reads).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from cachewarm.contract.status import (
+    CONTROLLER_ROOT,
     ROLES,
     NodeStatus,
     StatusFormatError,
@@ -48,6 +50,14 @@ def teardown_key(prefix: str, warm_id: str) -> str:
     return f"{controller_prefix(prefix, warm_id)}teardown.json"
 
 
+def transport_key(prefix: str, execution_arn: str) -> str:
+    """The S3 transport's record of one execution: the name of the bucket it made (or is about to
+    make). Keyed by the execution alone, so teardown finds it from an event without the warm id;
+    `_transport` is no warm id (they never start with `_`)."""
+    digest = hashlib.sha256(execution_arn.encode()).hexdigest()
+    return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/_transport/{digest}.json"
+
+
 class StatusReader(Protocol):
     def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap: ...
 
@@ -61,10 +71,17 @@ class S3Store:
     corrupt: list[str] = field(default_factory=list)
     # Agent objects written by an instance other than the one expected for their node (never read).
     foreign: list[str] = field(default_factory=list)
+    # The account that owns the status bucket: every call names it (ExpectedBucketOwner), so a bucket
+    # of that name in another account (the stack's deleted and the name taken) is never used.
+    owner: str | None = None
+
+    def _own(self) -> dict[str, str]:
+        return {"ExpectedBucketOwner": self.owner} if self.owner else {}
 
     def save_plan(self, prefix: str, plan: WarmPlan) -> None:
         self.s3.put_object(
             Bucket=self.bucket,
+            **self._own(),
             Key=plan_key(prefix, plan.warm_id),
             Body=plan.model_dump_json().encode(),
             ContentType="application/json",
@@ -76,7 +93,7 @@ class S3Store:
 
     def _get(self, key: str) -> bytes | None:
         try:
-            return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+            return bytes(self.s3.get_object(Bucket=self.bucket, Key=key, **self._own())["Body"].read())
         except ClientError as exc:
             if error_code(exc) in {"NoSuchKey", "404"}:
                 return None
@@ -85,6 +102,7 @@ class S3Store:
     def save_survey(self, prefix: str, warm_id: str, survey: Survey) -> None:
         self.s3.put_object(
             Bucket=self.bucket,
+            **self._own(),
             Key=survey_key(prefix, warm_id),
             Body=survey.model_dump_json().encode(),
             ContentType="application/json",
@@ -97,6 +115,7 @@ class S3Store:
     def save_teardown(self, prefix: str, warm_id: str, state: TeardownState) -> None:
         self.s3.put_object(
             Bucket=self.bucket,
+            **self._own(),
             Key=teardown_key(prefix, warm_id),
             Body=state.model_dump_json().encode(),
             ContentType="application/json",
@@ -112,6 +131,7 @@ class S3Store:
         try:
             self.s3.put_object(
                 Bucket=self.bucket,
+                **self._own(),
                 Key=claim_key(prefix, warm_id),
                 Body=json.dumps(body).encode(),
                 ContentType="application/json",
@@ -125,6 +145,45 @@ class S3Store:
                 raise TransientError(f"claim of {warm_id} raced another writer: {exc}") from exc
             raise
         return True
+
+    def record_transport(self, prefix: str, execution_arn: str, bucket: str) -> str:
+        """Record the execution's transport bucket unless one is recorded (If-None-Match: *);
+        returns the recorded name — this one, or an earlier pass's."""
+        key = transport_key(prefix, execution_arn)
+        try:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=key,
+                Body=json.dumps({"bucket": bucket, "execution_arn": execution_arn}).encode(),
+                ContentType="application/json",
+                IfNoneMatch="*",
+                **self._own(),
+            )
+        except ClientError as exc:
+            if error_code(exc) in {"ConditionalRequestConflict", "409"}:
+                raise TransientError(f"the transport record of {execution_arn} raced: {exc}") from exc
+            if error_code(exc) not in {"PreconditionFailed", "412"}:
+                raise
+            recorded = self.transport_bucket(prefix, execution_arn)
+            if recorded is None:
+                raise TransientError(
+                    f"the transport record of {execution_arn} exists but is unreadable"
+                ) from exc
+            return recorded
+        return bucket
+
+    def transport_bucket(self, prefix: str, execution_arn: str) -> str | None:
+        """The bucket name the execution recorded (None: it never made one)."""
+        body = self._get(transport_key(prefix, execution_arn))
+        try:
+            doc = json.loads(body) if body is not None else None
+        except ValueError:
+            return None
+        return doc.get("bucket") if isinstance(doc, dict) and isinstance(doc.get("bucket"), str) else None
+
+    def forget_transport(self, prefix: str, execution_arn: str) -> None:
+        """Once the bucket is gone."""
+        self.s3.delete_object(Bucket=self.bucket, Key=transport_key(prefix, execution_arn), **self._own())
 
     def read_claim(self, prefix: str, warm_id: str) -> dict[str, Any] | None:
         body = self._get(claim_key(prefix, warm_id))
@@ -173,7 +232,9 @@ class S3Store:
 
     def _keys(self, prefix: str) -> list[str]:
         keys: list[str] = []
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+        for page in self.s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix, **self._own()
+        ):
             keys.extend(o["Key"] for o in page.get("Contents", []))
         return keys
 
@@ -194,7 +255,9 @@ class S3Store:
         def get(item: tuple[str, str, str]) -> NodeStatus | None:
             key, role, node = item
             try:
-                st = NodeStatus.from_json(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+                st = NodeStatus.from_json(
+                    self.s3.get_object(Bucket=self.bucket, Key=key, **self._own())["Body"].read()
+                )
             except ClientError as exc:
                 if error_code(exc) == "NoSuchKey":
                     return None
@@ -222,6 +285,7 @@ class S3Store:
         for i in range(0, len(keys), 1000):
             self.s3.delete_objects(
                 Bucket=self.bucket,
+                **self._own(),
                 Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True},
             )
         return len(keys)
