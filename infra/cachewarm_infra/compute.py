@@ -111,9 +111,10 @@ def _checked_bundle_version(agent_bundle: Path) -> str:
 
 
 def build_documents(
-    scope: Construct, documents_dir: Path, artifacts: Artifacts
+    scope: Construct, documents_dir: Path, artifacts: Artifacts, transport_bucket_prefix: str | None = None
 ) -> dict[str, ssm.CfnDocument]:
-    """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`."""
+    """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`; with
+    `transport_bucket_prefix`, the S3 transport's parameters admit only this stack's buckets."""
     docs: dict[str, ssm.CfnDocument] = {}
     fixed = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
@@ -125,6 +126,8 @@ def build_documents(
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
         content = fix_at_synth(path, content, fixed)
+        if transport_bucket_prefix:
+            content = only_our_transport_buckets(path, content, transport_bucket_prefix)
         docs[path.stem] = ssm.CfnDocument(
             scope,
             f"{_pascal(path.stem)}Document",
@@ -136,6 +139,30 @@ def build_documents(
         if needed not in docs:
             raise FileNotFoundError(f"{documents_dir}/{needed}.json not found")
     return docs
+
+
+TRANSPORT_PARAMETERS = ("toS3", "fromS3")
+
+
+def only_our_transport_buckets(path: Path, content: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The documents admit any stack's transport bucket name (the contract's pattern); the deployed
+    ones admit only this stack's: its prefix in place of the prefix's shape. A command naming any
+    other bucket — another account's, another stack's — is refused by SSM before the agent runs."""
+    if not re.fullmatch(inputs.TRANSPORT_PREFIX_SHAPE, prefix):
+        raise ValueError(f"transport bucket prefix {prefix!r} does not match {inputs.TRANSPORT_PREFIX_SHAPE}")
+    params = content.get("parameters", {})
+    narrowed = dict(params)
+    for name in TRANSPORT_PARAMETERS:
+        if name not in params:
+            continue
+        pattern = params[name]["allowedPattern"]
+        if pattern.count(inputs.TRANSPORT_PREFIX_SHAPE) != 1:
+            raise ValueError(f"{path}: {name}'s allowedPattern does not name the transport bucket's prefix")
+        narrowed[name] = {
+            **params[name],
+            "allowedPattern": pattern.replace(inputs.TRANSPORT_PREFIX_SHAPE, prefix),
+        }
+    return {**content, "parameters": narrowed} if params else content
 
 
 def fix_at_synth(path: Path, content: dict[str, Any], fixed: Mapping[str, str]) -> dict[str, Any]:

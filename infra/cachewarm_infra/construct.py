@@ -75,7 +75,9 @@ class CacheWarmer(Construct):
         self.transport_bucket_prefix = f"cw{self.node.addr[2:7]}-"
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
-        self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
+        self.documents = build_documents(
+            self, props.ssm_documents_dir, artifacts, self.transport_bucket_prefix
+        )
         # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
         # The key admits CloudWatch Logs (and EventBridge, CloudWatch) before anything uses it.
         admit_services_to_key(self.key)
@@ -112,6 +114,7 @@ class CacheWarmer(Construct):
             stack_tag=self.stack_tag,
             transport_bucket_prefix=self.transport_bucket_prefix,
             populator_role_arn=populator.role.role_arn,
+            controller_role_arn=self.controller_role.role_arn,
             destination_regions=tuple(props.destination_regions),
         )
         self.functions = orchestration.build_functions(
