@@ -271,15 +271,10 @@ def build_controller_role(
             {"Null": {f"ssm:resourceTag/{tags.REPLICA}": "false"}},
         ),
         _allow("CancelCommands", ["ssm:CancelCommand"], ["*"], in_regions),
-        _allow(
-            "ListStatus",
-            ["s3:ListBucket"],
-            [bucket.bucket_arn],
-            {
-                **in_this_account(),
-                "StringLike": {"s3:prefix": [f"{status_prefix}/*", f"{CONTROLLER_ROOT}/{status_prefix}/*"]},
-            },
-        ),
+        # The whole status bucket (its own): the controller reads status objects by their exact
+        # keys, and S3 answers a GET of one not written yet with 404, not 403, only to a caller
+        # that may s3:ListBucket the bucket (a condition on s3:prefix need not hold for that check).
+        _allow("ListStatus", ["s3:ListBucket"], [bucket.bucket_arn], in_this_account()),
         # The agents' objects (read; deleted at teardown) and the controller's own state.
         _allow(
             "ReadWriteStatus",

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
+from cachewarm.contract.inputs import MAX_SOURCE_NODES
 from cachewarm.contract.status import (
     CONTROLLER_ROOT,
     ROLES,
@@ -22,10 +23,9 @@ from cachewarm.contract.status import (
     VerifyResult,
     claim_key,
     controller_prefix,
-    parse_agent_key,
     plan_key,
-    role_prefix,
-    verify_root,
+    status_key,
+    verify_key,
     warm_prefix,
 )
 
@@ -35,9 +35,11 @@ from cachewarm_controller.errors import TransientError
 from cachewarm_controller.model import Survey, TeardownState, WarmPlan
 
 StatusMap = dict[tuple[str, str], NodeStatus]  # (role, node_id) -> status
-# (role, node_id) -> the instance id whose object counts: the node itself for `dump`, its populator
-# for `populate` (WarmPlan.status_writers). An object another instance wrote is ignored.
+# (role, node_id) -> the ARN of the instance whose object counts: the node itself for `dump`, its
+# populator for `populate` (WarmPlan.status_writers). An object another instance wrote is never read.
 Writers = Mapping[tuple[str, str], str]
+# What one warm's agents write at most, honestly: one object per role and node, one verify result.
+AGENT_OBJECTS_DELETED = 3 * MAX_SOURCE_NODES + 1000
 
 
 def survey_key(prefix: str, warm_id: str) -> str:
@@ -196,33 +198,25 @@ class S3Store:
         return doc if isinstance(doc, dict) else {}
 
     def read_verify(self, prefix: str, warm_id: str, writers: Mapping[str, str]) -> dict[str, VerifyResult]:
-        """The verify agents' results for these nodes (node id -> its populator's instance id): only
-        an object the node's own populator wrote counts (missing: not written yet; corrupt: recorded).
-        One listing of the warm's verify objects, then the wanted ones fetched in parallel."""
-        root = verify_root(prefix, warm_id)
-        keys: dict[str, str] = {}
-        for key in self._keys(root):
-            parsed = parse_agent_key(key, root)
-            if parsed is not None and parsed[0] in writers and writers[parsed[0]] == parsed[1]:
-                keys[parsed[0]] = key
-            else:
-                self.foreign.append(key)
+        """The verify agents' results for these nodes (node id -> its populator's instance ARN): only
+        the object its own populator wrote is read (missing: not written yet; corrupt: recorded)."""
 
         def get(node: str) -> VerifyResult | None:
-            body = self._get(keys[node])
+            key = verify_key(prefix, warm_id, node, writers[node])
+            body = self._get(key)
             if body is None:
                 return None
             try:
                 result = VerifyResult.from_json(body)
             except StatusFormatError:
-                self.corrupt.append(keys[node])
+                self.corrupt.append(key)
                 return None
             if result.node_id != node:
-                self.foreign.append(keys[node])
+                self.foreign.append(key)
                 return None
             return result
 
-        nodes = list(keys)
+        nodes = list(writers)
         out: dict[str, VerifyResult] = {}
         with ThreadPoolExecutor(max_workers=max(1, min(self.workers, len(nodes)))) as pool:
             for node, res in zip(nodes, pool.map(get, nodes), strict=True):
@@ -230,38 +224,35 @@ class S3Store:
                     out[node] = res
         return out
 
-    def _keys(self, prefix: str) -> list[str]:
+    def _keys(self, prefix: str, limit: int | None = None) -> list[str]:
         keys: list[str] = []
         for page in self.s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=prefix, **self._own()
         ):
             keys.extend(o["Key"] for o in page.get("Contents", []))
+            if limit is not None and len(keys) >= limit:
+                break
         return keys
 
     def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap:
-        """The status objects of this warm that their expected writer wrote (`writers`); an object
-        under another instance's ARN, or one whose body names another node or role, is ignored and
-        recorded in `foreign` — a foothold on one node cannot speak for another."""
-        wanted: list[tuple[str, str, str]] = []  # (key, role, node)
-        for role in ROLES:
-            under = role_prefix(prefix, warm_id, role)
-            for key in self._keys(under):
-                parsed = parse_agent_key(key, under)
-                if parsed is None or writers.get((role, parsed[0])) != parsed[1]:
-                    self.foreign.append(key)
-                    continue
-                wanted.append((key, role, parsed[0]))
+        """The status objects of this warm that their expected writer wrote (`writers`: (role, node)
+        -> the writer's instance ARN), each read by its exact key: an object under another
+        instance's ARN is never read, and nothing is listed — any agent may write objects ending in
+        its own ARN anywhere under the status prefix, and how many must not decide how long a poll
+        takes. One whose body names another node or role is ignored and recorded in `foreign`."""
+        wanted = [
+            (status_key(prefix, warm_id, role, node, arn), role, node)
+            for (role, node), arn in writers.items()
+            if role in ROLES
+        ]
 
         def get(item: tuple[str, str, str]) -> NodeStatus | None:
             key, role, node = item
+            body = self._get(key)
+            if body is None:
+                return None
             try:
-                st = NodeStatus.from_json(
-                    self.s3.get_object(Bucket=self.bucket, Key=key, **self._own())["Body"].read()
-                )
-            except ClientError as exc:
-                if error_code(exc) == "NoSuchKey":
-                    return None
-                raise
+                st = NodeStatus.from_json(body)
             except StatusFormatError:
                 # A corrupt status object counts as no heartbeat (the node goes stale and is revived);
                 # it is recorded so the check's output names it.
@@ -280,8 +271,12 @@ class S3Store:
         return out
 
     def delete_warm(self, prefix: str, warm_id: str) -> int:
-        """Every object of the warm: the agents' and the controller's (not the claim)."""
-        keys = self._keys(warm_prefix(prefix, warm_id)) + self._keys(controller_prefix(prefix, warm_id))
+        """Every object of the warm: the agents' and the controller's (not the claim). Agents may
+        write any number of objects under the warm's prefix (each ending in its own ARN): at most
+        AGENT_OBJECTS_DELETED of them are deleted, the status bucket's lifecycle rule takes the rest
+        — a flood never keeps a teardown from completing."""
+        agents = self._keys(warm_prefix(prefix, warm_id), AGENT_OBJECTS_DELETED)[:AGENT_OBJECTS_DELETED]
+        keys = agents + self._keys(controller_prefix(prefix, warm_id))
         for i in range(0, len(keys), 1000):
             self.s3.delete_objects(
                 Bucket=self.bucket,

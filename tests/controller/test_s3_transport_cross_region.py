@@ -65,6 +65,7 @@ class FarSsm:
         self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
     ) -> str:
         self._here(instance_ids)
+        self.sim.region_of.update(dict.fromkeys(instance_ids, FAR))  # they write under their own ARNs
         cid = self.sim.send(document, instance_ids, parameters, comment)
         self.sent.append(cid)
         return cid

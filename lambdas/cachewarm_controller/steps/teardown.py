@@ -91,7 +91,9 @@ def _owner_plan(target: TeardownTarget, deps: Deps) -> tuple[bool, WarmPlan | No
 
 def _cancel_agents(plan: WarmPlan, target: TeardownTarget, deps: Deps, calls: _Calls) -> bool:
     """Cancel every agent command of the plan not known to have finished; True when none is left."""
-    statuses = deps.status_reader().read_statuses(target.status_prefix, plan.warm_id, plan.status_writers())
+    statuses = deps.status_reader().read_statuses(
+        target.status_prefix, plan.warm_id, plan.status_writers(target.populator_region)
+    )
     changed = False
     left = False
     for row in plan.nodes:
