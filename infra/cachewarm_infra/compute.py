@@ -115,13 +115,15 @@ def build_documents(
     documents_dir: Path,
     artifacts: Artifacts,
     names: Mapping[str, str] | None = None,
+    transport_bucket_prefix: str | None = None,
 ) -> dict[str, ssm.CfnDocument]:
     """One Command document per `<documents_dir>/<stem>.json`, keyed by `<stem>`.
 
     Each is named `<stack name>-<stem>-<12 hex of its content's SHA-256>` (or as `names` says: a
     destination region's copies take the home stack's names), so a change of content is a new
     document and a document's version 1 is always this content: the controller runs
-    `DOCUMENT_VERSION` (1) of each, never whatever an `ssm:UpdateDocument` made the default."""
+    `DOCUMENT_VERSION` (1) of each, never whatever an `ssm:UpdateDocument` made the default. With
+    `transport_bucket_prefix`, the S3 transport's parameters admit only this stack's buckets."""
     docs: dict[str, ssm.CfnDocument] = {}
     fixed = artifacts.parameter_defaults()
     for path in sorted(documents_dir.glob("*.json")):
@@ -133,6 +135,8 @@ def build_documents(
             if "allowedPattern" not in spec and "allowedValues" not in spec:
                 raise ValueError(f"{path}: parameter {name} has no allowedPattern")
         content = fix_at_synth(path, content, fixed)
+        if transport_bucket_prefix:
+            content = only_our_transport_buckets(path, content, transport_bucket_prefix)
         name = names[path.stem] if names and path.stem in names else document_name(scope, path.stem, content)
         docs[path.stem] = ssm.CfnDocument(
             scope,
@@ -162,6 +166,30 @@ def document_name(scope: Construct, stem: str, content: Mapping[str, Any]) -> st
     digest = hashlib.sha256(rendered.encode()).hexdigest()[:12]
     # SSM: 3-128 of [A-Za-z0-9_.-]; stack names are [A-Za-z0-9-], at most 128.
     return f"{stack.stack_name[:96]}-{stem}-{digest}"
+
+
+TRANSPORT_PARAMETERS = ("toS3", "fromS3")
+
+
+def only_our_transport_buckets(path: Path, content: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The documents admit any stack's transport bucket name (the contract's pattern); the deployed
+    ones admit only this stack's: its prefix in place of the prefix's shape. A command naming any
+    other bucket — another account's, another stack's — is refused by SSM before the agent runs."""
+    if not re.fullmatch(inputs.TRANSPORT_PREFIX_SHAPE, prefix):
+        raise ValueError(f"transport bucket prefix {prefix!r} does not match {inputs.TRANSPORT_PREFIX_SHAPE}")
+    params = content.get("parameters", {})
+    narrowed = dict(params)
+    for name in TRANSPORT_PARAMETERS:
+        if name not in params:
+            continue
+        pattern = params[name]["allowedPattern"]
+        if pattern.count(inputs.TRANSPORT_PREFIX_SHAPE) != 1:
+            raise ValueError(f"{path}: {name}'s allowedPattern does not name the transport bucket's prefix")
+        narrowed[name] = {
+            **params[name],
+            "allowedPattern": pattern.replace(inputs.TRANSPORT_PREFIX_SHAPE, prefix),
+        }
+    return {**content, "parameters": narrowed} if params else content
 
 
 def fix_at_synth(path: Path, content: dict[str, Any], fixed: Mapping[str, str]) -> dict[str, Any]:

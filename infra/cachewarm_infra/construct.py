@@ -89,7 +89,9 @@ class CacheWarmer(Construct):
         self.transport_bucket_prefix = f"cw{self.node.addr[2:7]}-"
         self.artifacts = artifacts = build_artifacts(self, props.dumper_tarball, props.agent_bundle)
         self.dumper_asset, self.agent_asset = artifacts.dumper, artifacts.agent
-        self.documents = build_documents(self, props.ssm_documents_dir, artifacts)
+        self.documents = build_documents(
+            self, props.ssm_documents_dir, artifacts, transport_bucket_prefix=self.transport_bucket_prefix
+        )
         # Plain names (not references): a destination region's stack names its copies the same.
         self.document_names = {stem: str(doc.name) for stem, doc in self.documents.items()}
         # Every SSM command's output (SendCommand's CloudWatchOutputConfig): the instances write it.
@@ -128,6 +130,7 @@ class CacheWarmer(Construct):
             stack_tag=self.stack_tag,
             transport_bucket_prefix=self.transport_bucket_prefix,
             populator_role_arn=populator.role.role_arn,
+            controller_role_arn=self.controller_role.role_arn,
             destination_regions=tuple(props.destination_regions),
             document_version=DOCUMENT_VERSION,
         )

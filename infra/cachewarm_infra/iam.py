@@ -42,6 +42,12 @@ def transport_bucket_arns(prefix: str) -> tuple[str, str]:
     return bucket, f"{bucket}/*"
 
 
+def in_this_account() -> dict[str, Any]:
+    """On every S3 grant: only buckets this account owns (a bucket of the same name in another
+    account — the transport's names are global — is never read or written)."""
+    return {"StringEquals": {"s3:ResourceAccount": Aws.ACCOUNT_ID}}
+
+
 def build_agent_policy(
     scope: Construct,
     artifacts: Artifacts,
@@ -57,6 +63,7 @@ def build_agent_policy(
     memcached nodes' instance role (output `SourceNodePolicyArn`).
     """
     transport_buckets, _ = transport_bucket_arns(transport_bucket_prefix)
+    dumps = f"{transport_buckets}/dumps"
     return iam.ManagedPolicy(
         scope,
         "AgentPolicy",
@@ -69,6 +76,7 @@ def build_agent_policy(
                     _object_arn(a.s3_bucket_name, a.s3_object_key)
                     for a in (artifacts.dumper, artifacts.agent, artifacts.installer)
                 ],
+                in_this_account(),
             ),
             # Only objects whose key ends in this instance's own ARN (cachewarm.contract.status): an
             # agent can neither speak for another node nor read or touch the controller's state.
@@ -76,17 +84,33 @@ def build_agent_policy(
                 "PublishOwnStatus",
                 ["s3:GetObject", "s3:PutObject"],
                 [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
+                in_this_account(),
             ),
-            # The S3 transport (docs/transport-s3.md): a source node uploads its dump under the warm
-            # bucket's dumps/ (and reads it back to resume), a populator reads it; only this stack's
-            # transport buckets. Each bucket's own policy lets the populator role only read.
+            # The S3 transport (docs/transport-s3.md, "Who reads what"): a source node uploads only
+            # below dumps/<its own ARN>/ (and reads it back to resume); a populator reads only keys
+            # that name its own ARN, which only the source node paired with it writes. Each bucket's
+            # own policy denies the same to every other principal and keeps populators read-only.
             _allow(
-                "TransportObjects",
+                "WriteOwnDump",
                 ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
-                [f"{transport_buckets}/dumps/*"],
+                [f"{dumps}/{OWN_INSTANCE_ARN}/*"],
+                in_this_account(),
             ),
-            # Listing a node's prefix; HEAD of a missing key answers 404 (not 403) only with it.
-            _allow("ListTransportBuckets", ["s3:ListBucket"], [transport_buckets]),
+            _allow(
+                "ReadPairedDump", ["s3:GetObject"], [f"{dumps}/*/{OWN_INSTANCE_ARN}/*"], in_this_account()
+            ),
+            # Listing those prefixes only.
+            _allow(
+                "ListOwnDumps",
+                ["s3:ListBucket"],
+                [transport_buckets],
+                {
+                    **in_this_account(),
+                    "StringLike": {
+                        "s3:prefix": [f"dumps/{OWN_INSTANCE_ARN}/*", f"dumps/*/{OWN_INSTANCE_ARN}/*"]
+                    },
+                },
+            ),
             # Only through S3 (the status objects, the transport's objects): the key never decrypts
             # anything else for an agent.
             _allow(
@@ -248,12 +272,10 @@ def build_controller_role(
             {"Null": {f"ssm:resourceTag/{tags.REPLICA}": "false"}},
         ),
         _allow("CancelCommands", ["ssm:CancelCommand"], ["*"], in_regions),
-        _allow(
-            "ListStatus",
-            ["s3:ListBucket"],
-            [bucket.bucket_arn],
-            {"StringLike": {"s3:prefix": [f"{status_prefix}/*", f"{CONTROLLER_ROOT}/{status_prefix}/*"]}},
-        ),
+        # The whole status bucket (its own): the controller reads status objects by their exact
+        # keys, and S3 answers a GET of one not written yet with 404, not 403, only to a caller
+        # that may s3:ListBucket the bucket (a condition on s3:prefix need not hold for that check).
+        _allow("ListStatus", ["s3:ListBucket"], [bucket.bucket_arn], in_this_account()),
         # The agents' objects (read; deleted at teardown) and the controller's own state.
         _allow(
             "ReadWriteStatus",
@@ -262,15 +284,20 @@ def build_controller_role(
                 bucket.arn_for_objects(f"{status_prefix}/*"),
                 bucket.arn_for_objects(f"{CONTROLLER_ROOT}/{status_prefix}/*"),
             ],
+            in_this_account(),
         ),
         # The S3 transport: a bucket per warm execution, named with this stack's prefix — made,
         # configured (encryption, public access block, lifecycle, policy, tags), emptied and deleted
-        # by the controller; no other bucket.
+        # by the controller; no other bucket. Creating makes a bucket of this account by definition
+        # (and there is no owner yet to name); everything after names this account's buckets only.
+        _allow(
+            "CreateTransportBuckets",
+            ["s3:CreateBucket", "s3:PutBucketOwnershipControls"],
+            [transport_buckets],
+        ),
         _allow(
             "TransportBuckets",
             [
-                "s3:CreateBucket",
-                "s3:PutBucketOwnershipControls",
                 "s3:PutEncryptionConfiguration",
                 "s3:PutBucketPublicAccessBlock",
                 "s3:PutLifecycleConfiguration",
@@ -282,14 +309,14 @@ def build_controller_role(
                 "s3:DeleteBucket",
             ],
             [transport_buckets],
+            in_this_account(),
         ),
         _allow(
             "EmptyTransportBuckets",
             ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload"],
             [transport_objects],
+            in_this_account(),
         ),
-        # Teardown of an execution whose input named no valid warm id finds its bucket by listing.
-        _allow("FindTransportBuckets", ["s3:ListAllMyBuckets"], ["*"]),
         # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
         _allow(
             "UseKey",
@@ -445,14 +472,17 @@ def remote_statements(r: RemoteRegion, stack_tag: str) -> list[iam.PolicyStateme
 
 
 def _keep_controller_state_to_the_controller(bucket: s3.Bucket, role: iam.IRole) -> None:
-    """Bucket policy: nobody but the controller role writes or deletes under `_controller/` — not
-    even a node whose own role grants broad S3 rights (source nodes' roles are the platform's)."""
+    """Bucket policy: nobody but the controller role does anything to an object under
+    `_controller/` — no read, write, delete, version delete, ACL, tag or restore — not even a node
+    whose own role grants broad S3 rights (source nodes' roles are the platform's). Deleting a
+    claim's versions would let a second execution take the warm id; reading the plan would name
+    every instance and the transport bucket."""
     bucket.add_to_resource_policy(
         iam.PolicyStatement(
-            sid="OnlyTheControllerWritesItsState",
+            sid="OnlyTheControllerTouchesItsState",
             effect=iam.Effect.DENY,
             principals=[iam.AnyPrincipal()],
-            actions=["s3:PutObject", "s3:DeleteObject"],
+            actions=["s3:*"],
             resources=[bucket.arn_for_objects(f"{CONTROLLER_ROOT}/*")],
             conditions={"ArnNotEquals": {"aws:PrincipalArn": role.role_arn}},
         )

@@ -126,9 +126,15 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
     )
     ack(
         w.agent_policy,
-        f"AwsSolutions-IAM5[Resource::{transport}/dumps/*]",
-        "Dump objects are named per warm, node and data file; each bucket's policy lets the populator "
-        "role only read.",
+        f"AwsSolutions-IAM5[Resource::{transport}/dumps/<ec2:SourceInstanceARN>/*]",
+        "A source node writes only below dumps/<its own instance ARN>/ of a transport bucket (named "
+        "per warm execution); files are named per data file.",
+    )
+    ack(
+        w.agent_policy,
+        f"AwsSolutions-IAM5[Resource::{transport}/dumps/*/<ec2:SourceInstanceARN>/*]",
+        "A populator reads only keys naming its own instance ARN, which only its paired source node "
+        "writes; each bucket's policy keeps it read-only.",
     )
     xray = (
         "X-Ray PutTraceSegments/PutTelemetryRecords and the log delivery APIs do not support "

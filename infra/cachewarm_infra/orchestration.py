@@ -58,6 +58,9 @@ class Wiring:
     # populators' role (each bucket's policy lets it only read).
     transport_bucket_prefix: str | None = None
     populator_role_arn: str | None = None
+    # The controller Lambdas' own role: each transport bucket's policy lets it (and the warm's
+    # instances) alone reach the objects; its account is the owner every S3 call names.
+    controller_role_arn: str | None = None
     # A cross-region S3 warm's possible populator regions (the stack's destinationRegions).
     destination_regions: Sequence[str] = ()
     # The version of every document SendCommand runs (compute.DOCUMENT_VERSION): pinned, never $DEFAULT.
@@ -87,6 +90,8 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["TRANSPORT_BUCKET_PREFIX"] = w.transport_bucket_prefix
     if w.populator_role_arn:
         env["POPULATOR_ROLE_ARNS"] = w.populator_role_arn
+    if w.controller_role_arn:
+        env["CONTROLLER_ROLE_ARN"] = w.controller_role_arn
     if w.destination_regions:
         env["DESTINATION_REGIONS"] = ",".join(w.destination_regions)
     if w.document_version:

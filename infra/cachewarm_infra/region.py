@@ -134,7 +134,11 @@ class CacheWarmerRegion(Construct):
             machine_image=machine_image,
         )
         self.documents = build_documents(
-            self, props.ssm_documents_dir, warmer.artifacts, names=warmer.document_names
+            self,
+            props.ssm_documents_dir,
+            warmer.artifacts,
+            names=warmer.document_names,
+            transport_bucket_prefix=warmer.transport_bucket_prefix,
         )
         for resource in (self.key, self.agent_logs, self.role, self.security_group, self.launch_template):
             _weak(resource)

@@ -96,6 +96,7 @@ def settings_from_env() -> Settings:
         stack_tag=env["STACK_TAG"],
         launch_template_id=env["POPULATOR_LAUNCH_TEMPLATE_ID"],
         populator_role_arns=tuple(r for r in (env.get("POPULATOR_ROLE_ARNS") or "").split(",") if r),
+        controller_role_arn=env.get("CONTROLLER_ROLE_ARN") or None,
         transport_bucket_prefix=transport_prefix(env.get("TRANSPORT_BUCKET_PREFIX")),
         destination_regions=regions,
         remote_regions=remote_regions(env.get("DESTINATION_REGION_SETTINGS"), regions, documents),
@@ -127,6 +128,13 @@ def remote_regions(raw: str | None, regions: tuple[str, ...], home: Documents) -
     if missing:
         raise RuntimeError(f"DESTINATION_REGION_SETTINGS lacks {', '.join(missing)} (set by the CDK stack)")
     return out
+
+
+def account_of(role_arn: str | None) -> str | None:
+    """The stack's account (`arn:<partition>:iam::<account>:role/...`): the owner every S3 call of
+    the controller names (ExpectedBucketOwner)."""
+    parts = (role_arn or "").split(":")
+    return parts[4] if len(parts) > 5 and parts[4].isdigit() else None
 
 
 def transport_prefix(value: str | None) -> str:
@@ -162,7 +170,7 @@ def default_deps() -> Deps:
 
     return Deps(
         ec2=ec2,
-        s3=S3Store(s3, settings.status_bucket),
+        s3=S3Store(s3, settings.status_bucket, owner=account_of(settings.controller_role_arn)),
         agents=SsmAgentRunner(
             ssm,
             log_group=os.environ.get("AGENT_LOG_GROUP") or None,

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from aws_lambda_powertools.utilities.parser import parse
 from cachewarm.contract import inputs
+from cachewarm.contract.status import instance_arn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cachewarm_controller.errors import InvalidInputError
@@ -215,9 +216,10 @@ class S3Spec(_Strict):
     expire_days: int = Field(
         default=3, ge=1, le=365, description="objects a teardown could not delete expire after this many days"
     )
-    # The bucket's SSE-KMS key; None = the stack's key (KMS_KEY_ID), else S3's own aws/s3 key.
+    # The bucket's SSE-KMS key: only the stack's (KMS_KEY_ID), whatever is given; ValidateInput
+    # refuses any other (an alias, aws/s3, another account's key).
     kms_key_id: Annotated[str, Field(pattern=inputs.KMS_KEY_ID)] | None = Field(
-        default=None, description="the bucket's SSE-KMS key; default the stack's"
+        default=None, description="the bucket's SSE-KMS key: only the stack's key is accepted (its ARN or id)"
     )
 
     @model_validator(mode="after")
@@ -443,21 +445,37 @@ class WarmPlan(BaseModel):
     install_commands: list[Probe] = Field(default_factory=list)
     install_sending_ms: int = 0
     installed: bool = False
+    # The S3 transport's bucket (CreateTransport records it before creating it): its name holds a
+    # random token, so only the plan and the controller's transport record know it.
+    transport_bucket: str | None = None
 
-    def status_writers(self) -> dict[tuple[str, str], str]:
-        """(role, node id) -> the instance whose status object counts: a source node writes its own
-        `dump` object, its populator the `populate` one (store.read_statuses ignores any other)."""
+    def status_writers(self, populator_region: str | None = None) -> dict[tuple[str, str], str]:
+        """(role, node id) -> the ARN of the instance whose status object counts: a source node
+        writes its own `dump` object, its populator (in `populator_region`, else the execution's)
+        the `populate` one; store.read_statuses reads exactly those keys and nothing else."""
         out: dict[tuple[str, str], str] = {}
         for n in self.nodes:
-            out[("dump", n.node_id)] = n.node_id
+            out[("dump", n.node_id)] = self._arn(n.node_id, None)
             if n.populator_id:
-                out[("populate", n.node_id)] = n.populator_id
+                out[("populate", n.node_id)] = self._arn(n.populator_id, populator_region)
         return out
 
-    def verify_writers(self, node_ids: list[str]) -> dict[str, str]:
-        """node id -> its populator (the verify agent runs there); nodes without one are left out."""
+    def verify_writers(self, node_ids: list[str], populator_region: str | None = None) -> dict[str, str]:
+        """node id -> its populator's ARN (the verify agent runs there); nodes without one left out."""
         by_id = {n.node_id: n for n in self.nodes}
-        return {i: str(by_id[i].populator_id) for i in node_ids if by_id[i].populator_id}
+        return {
+            i: self._arn(str(by_id[i].populator_id), populator_region)
+            for i in node_ids
+            if by_id[i].populator_id
+        }
+
+    def _arn(self, instance_id: str, region: str | None) -> str:
+        """The ARN IAM names the instance's requests with: the execution's account and region (a
+        cross-region warm's populators: theirs)."""
+        parts = self.execution_arn.split(":")
+        if len(parts) < 5:
+            raise ValueError(f"plan of {self.warm_id} has no execution ARN: no writer ARN for {instance_id}")
+        return instance_arn(region or parts[3], parts[4], instance_id)
 
     def node(self, node_id: str) -> NodePlan:
         for n in self.nodes:

@@ -63,6 +63,9 @@ SSM_ONLY = {"executionTimeout", "agentVersion"}
 VERSION = "0.1.0"
 
 EBS_DEVICE = inputs.ebs_device_path("vol-0123456789abcdef0")
+ARN_A = "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"
+ARN_B = "arn:aws:ec2:eu-west-2:123456789012:instance/i-0fedcba9876543210"
+ARN_GOV = "arn:aws-us-gov:ec2:us-gov-west-1:123456789012:instance/i-01234567"
 HOST_MAX = "h" * 253
 ENDPOINTS_MAX = ",".join(f"10.0.{i // 256}.{i % 256}:11211" for i in range(inputs.MAX_ENDPOINTS))
 # Shell metacharacters and line breaks: wrapped around a valid value, each must be refused.
@@ -139,12 +142,13 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "sampleKeys": (["1", "10000", "9" * 7], ["0", "1" + "0" * 7, "-1", "01", "1e4", ""]),
     # `none` / `default` / 0 are the documents' way of leaving the flag out (below).
+    # What the controller sends (the documents' patterns); the agents' flags take any s3:// URL of
+    # that shape (a local S3 in tests), wider and never narrower (test_samples_mean_what_they_say).
     "toS3": (
         [
-            "s3://cachewarm-transport/warm-1",
-            "s3://abc",
-            "s3://a.b-c/w/x_y/z.1",
-            "s3://bbb/" + "/".join(["p" * 64] * 6),
+            f"s3://cw0a1b2-warm-1-{'a' * 16}/dumps/{ARN_A}/{ARN_B}",
+            f"s3://cw-{'w' * 43}-{'0' * 16}/dumps/{ARN_A}/{ARN_B}",
+            f"s3://cw-w-{'z' * 16}/dumps/{ARN_GOV}/{ARN_GOV}",
         ],
         [
             "none",
@@ -159,9 +163,8 @@ SAMPLES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "fromS3": (
         [
-            "s3://cachewarm-transport/warm-1/i-0123456789abcdef0",
-            "s3://abc/i-01234567",
-            "s3://a.b-c/w/x_y/i-" + "f" * 17,
+            f"s3://cw0a1b2-warm-1-{'a' * 16}/dumps/{ARN_A}/{ARN_B}/i-0123456789abcdef0",
+            f"s3://cw-w-{'z' * 16}/dumps/{ARN_GOV}/{ARN_GOV}/i-01234567",
         ],
         [
             "none",
@@ -191,6 +194,8 @@ def contract_allows(param: str, value: str) -> bool:
         return inputs.matches(inputs.DEVICE, value)  # any block device; EBS_DEVICE is a subset (below)
     if param == "mount":
         return inputs.matches(inputs.AGENT_MOUNT, value)  # any path without `.` segments; MOUNT a subset
+    if param in ("toS3", "fromS3"):  # any s3:// URL of that shape; the documents' patterns a subset
+        return inputs.matches(inputs.S3_TRANSPORT_URL if param == "toS3" else inputs.S3_NODE_URL, value)
     ok = inputs.matches(inputs.SSM_PARAMETERS[param], value)
     if ok and param == "threads":
         return int(value) <= inputs.THREADS_MAX
@@ -239,6 +244,12 @@ def test_samples_mean_what_they_say() -> None:
             assert contract_allows(param, v), (param, v)
         for v in invalid:
             assert not contract_allows(param, v), (param, v)
+    # --to-s3 and --from-s3 take what the documents send (and more): the controller's URLs only.
+    for param in ("toS3", "fromS3"):
+        for v in SAMPLES[param][0]:
+            assert inputs.matches(inputs.SSM_PARAMETERS[param], v), (param, v)
+    for wider in ("s3://cachewarm-transport/warm-1", "s3://abc", "s3://cw-w-aaaa/dumps/x/y"):
+        assert contract_allows("toS3", wider) and not inputs.matches(inputs.S3_TO_PARAM, wider), wider
     # --device is wider than what the documents send, never narrower; so is --mount.
     assert inputs.matches(inputs.EBS_DEVICE, EBS_DEVICE) and inputs.matches(inputs.DEVICE, EBS_DEVICE)
     mount = inputs.mount_point(inputs.DEFAULT_MOUNT_DIR, "w" * inputs.WARM_ID_MAX)

@@ -74,6 +74,12 @@ class AgentSim:
     lost_sends: int = 0  # the next N agent sends happen but their response is lost (raise)
     # (role, node) -> the instance its agent runs on (and writes its status object as)
     ran_on: dict[tuple[str, str], str] = field(default_factory=dict)
+    # instance -> its region, when not the test's (a cross-region warm's populators)
+    region_of: dict[str, str] = field(default_factory=dict)
+
+    def arn(self, instance_id: str) -> str:
+        """The ARN the instance writes its objects under (IAM's ec2:SourceInstanceARN)."""
+        return instance_arn(self.region_of.get(instance_id, "us-east-1"), "123456789012", instance_id)
 
     def __post_init__(self) -> None:
         self._real = SsmAgentRunner(self.ssm)
@@ -111,7 +117,7 @@ class AgentSim:
             self.results.s3.put_object(
                 Bucket=self.results.bucket,
                 Key=verify_key(
-                    parameters["statusPrefix"], parameters["warmId"], node, arn_of(instance_ids[0])
+                    parameters["statusPrefix"], parameters["warmId"], node, self.arn(instance_ids[0])
                 ),
                 Body=result.to_json(),
             )
@@ -188,7 +194,7 @@ class AgentSim:
         for role, node in self.sent:
             st = self._status(role, node)
             # As the real store: only the object of the instance the controller expects counts.
-            if st is not None and writers.get((role, node)) == self.ran_on.get((role, node)):
+            if st is not None and writers.get((role, node)) == self.arn(self.ran_on.get((role, node), "")):
                 out[(role, node)] = st
         if self.store is None:
             return out
@@ -203,7 +209,7 @@ class AgentSim:
                 "error": st.error,
                 "attempt": st.attempt,
             }
-            key = status_key(prefix, warm_id, role, node, arn_of(self.ran_on[(role, node)]))  # type: ignore[arg-type]
+            key = status_key(prefix, warm_id, role, node, self.arn(self.ran_on[(role, node)]))  # type: ignore[arg-type]
             self.store.s3.put_object(Bucket=self.store.bucket, Key=key, Body=json.dumps(body))
         return self.store.read_statuses(prefix, warm_id, writers)
 

@@ -23,7 +23,8 @@ from cachewarm_controller.steps.common import RemoteRegion
 
 from tests.controller.agent_sim import AgentSim
 from tests.controller.support import AMI, POPULATE_DOC, REGION, World
-from tests.controller.test_s3_transport_machine import (  # noqa: F401 (an autouse fixture)
+from tests.controller.test_s3_transport_machine import (  # noqa: F401 (autouse fixtures)
+    as_the_stack_sets_it,
     assert_no_bucket,
     fill_bucket,
     moto_reads_bucket_policies_as_denies,
@@ -68,6 +69,7 @@ class FarSsm:
         self, document: str, instance_ids: Sequence[str], parameters: Mapping[str, str], comment: str
     ) -> str:
         self._here(instance_ids)
+        self.sim.region_of.update(dict.fromkeys(instance_ids, FAR))  # they write under their own ARNs
         cid = self.sim.send(document, instance_ids, parameters, comment)
         self.sent.append(cid)
         return cid
@@ -213,7 +215,11 @@ def test_a_cross_region_s3_warm_runs_in_both_regions_and_leaves_nothing(
     assert len(populates) == 3
     for cmd in populates:
         assert cmd.parameters["s3Region"] == REGION  # the bucket's region, read cross-region
-        assert cmd.parameters["fromS3"] == f"s3://{seen['bucket']}/dumps/{cmd.parameters['nodeId']}"
+        # The populator's ARN is of the far region: its IAM reaches only keys naming it.
+        node, pop = cmd.parameters["nodeId"], cmd.instance_ids[0]
+        source_arn = f"arn:aws:ec2:{REGION}:123456789012:instance/{node}"
+        pop_arn = f"arn:aws:ec2:{FAR}:123456789012:instance/{pop}"
+        assert cmd.parameters["fromS3"] == f"s3://{seen['bucket']}/dumps/{source_arn}/{pop_arn}/{node}"
         assert set(cmd.parameters["to"].split(",")) == {
             f"{i['PrivateIpAddress']}:11211"
             for r in far.ec2.describe_instances(InstanceIds=far.destination_ids)["Reservations"]

@@ -4,6 +4,7 @@ naming the field, and the bucket and agent parameters derived from it fit S3's a
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,10 +12,10 @@ from cachewarm.contract import inputs
 from cachewarm_controller import transport
 from cachewarm_controller.errors import InvalidInputError
 from cachewarm_controller.model import parse_input
-
-from tests.infra import policy_eval
+from cachewarm_controller.steps.common import Settings
 
 SUBNET = "subnet-0123456789abcdef0"
+STACK_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -65,49 +66,65 @@ def test_per_az_populator_subnets_do_not_mix_with_s3() -> None:
 
 
 def test_bucket_names_fit_s3_and_the_documents_for_the_longest_warm_id() -> None:
-    arn = "arn:aws:states:us-east-1:123456789012:execution:cachewarm:run-1"
     longest = "w" * inputs.WARM_ID_MAX
     stack_prefix = "cw0a1b2-"  # the longest a stack sets (TRANSPORT_BUCKET_PREFIX)
     assert re.fullmatch(transport.PREFIX_PATTERN, stack_prefix)
-    name = transport.bucket_name(longest, arn, stack_prefix)
+    token = transport.new_token()
+    assert re.fullmatch(r"[a-z0-9]{16}", token) and transport.new_token() != token
+    name = transport.bucket_name(longest, token, stack_prefix)
     assert len(name) == 63 and re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name)
-    assert transport.bucket_name(longest, arn + "2", stack_prefix) != name  # another execution
-    node = "i-0123456789abcdef0"
-    # What the controller sends passes the documents' patterns (the agents' flags: w25a's half).
-    assert inputs.matches(inputs.S3_TO_PARAM, transport.node_url(name))
-    assert inputs.matches(inputs.S3_FROM_PARAM, transport.node_source_url(name, node))
+    assert name.startswith(stack_prefix + "w") and name.endswith("-" + token)
+    assert transport.NAME_PATTERN.fullmatch(name) and transport.recorded_bucket(name, stack_prefix) == name
+    assert transport.recorded_bucket(name, "cw-") is None  # another stack's
+    assert transport.recorded_bucket("someone-elses-bucket", "so") is None
+    # A warm id cut at a hyphen leaves none before the token's.
+    assert "--" not in transport.bucket_name("a" * 37 + "-b" * 5, token, stack_prefix)
+    node, pop = "i-0123456789abcdef0", "i-0fedcba9876543210"
+    for populator_region in (None, "ap-southeast-2", "us-gov-west-1"):
+        region = "us-gov-east-1" if populator_region == "us-gov-west-1" else "us-east-1"
+        to_s3, from_s3 = transport.pair_urls(name, region, "123456789012", node, pop, populator_region)
+        # What the controller sends passes the documents' patterns (the agents' flags: w25a's half).
+        assert inputs.matches(inputs.S3_TO_PARAM, to_s3) and inputs.matches(inputs.S3_TRANSPORT_URL, to_s3)
+        assert inputs.matches(inputs.S3_FROM_PARAM, from_s3) and inputs.matches(inputs.S3_NODE_URL, from_s3)
+        assert from_s3 == f"{to_s3}/{node}"
     for region in ("us-east-1", "ap-southeast-2", "us-gov-west-1", "eu-central-2"):
         assert inputs.matches(inputs.S3_REGION_PARAM, region) and inputs.matches(inputs.AWS_REGION, region)
 
 
-def test_the_bucket_policy_lets_populators_only_read_and_nobody_outside_the_account_in() -> None:
-    arn = "arn:aws:states:us-east-1:123456789012:execution:cachewarm:run-1"
-    populator = "arn:aws:iam::123456789012:role/Populator"
-    source = "arn:aws:iam::123456789012:role/platform-cache-node"
-    spec = transport.BucketSpec(
-        name=transport.bucket_name("warm-1", arn),
-        region="us-east-1",
-        warm_id="warm-1",
-        execution_arn=arn,
-        stack_tag="stack",
-        expire_days=3,
-        reader_role_arns=(populator,),
-        account="123456789012",
-    )
-    statements = transport.bucket_policy(spec)["Statement"]
-    obj = f"arn:aws:s3:::{spec.name}/dumps/i-0123456789abcdef0/data-0001"
+@pytest.mark.parametrize(
+    ("kms", "ok"),
+    [
+        (None, True),
+        (STACK_KEY, True),
+        (STACK_KEY.rsplit("/", 1)[-1], True),  # the key's id
+        ("alias/aws/s3", False),
+        ("alias/cachewarm", False),  # an alias may be pointed at any key
+        ("arn:aws:kms:us-east-1:999999999999:key/1234abcd-12ab-34cd-56ef-1234567890ab", False),
+        ("arn:aws:kms:us-east-1:123456789012:key/another", False),
+    ],
+)
+def test_only_the_stack_key_encrypts_the_transport(kms: str | None, ok: bool) -> None:
+    """Refused at ValidateInput, before anything is created (the machine test runs it end to end)."""
+    from cachewarm_controller.steps.planning import validate
 
-    def decide(action: str, principal: str, **context: str) -> str:
-        ctx = {"aws:SecureTransport": "true", "aws:PrincipalAccount": "123456789012", **context}
-        return policy_eval.decide(statements, policy_eval.Request(action, obj, principal, ctx))
-
-    # The bucket policy only denies; the roles' own policies (the stack's) allow.
-    assert decide("s3:PutObject", source) == "ImplicitDeny"
-    assert decide("s3:GetObject", populator) == "ImplicitDeny"
-    assert decide("s3:PutObject", populator) == "Deny"
-    assert decide("s3:DeleteObject", populator) == "Deny"
-    assert decide("s3:GetObject", source, **{"aws:SecureTransport": "false"}) == "Deny"
-    assert (
-        decide("s3:GetObject", "arn:aws:iam::999999999999:role/x", **{"aws:PrincipalAccount": "999999999999"})
-        == "Deny"
+    s3: dict[str, Any] = {"subnet_ids": [SUBNET]} | ({"kms_key_id": kms} if kms else {})
+    deps = SimpleNamespace(
+        settings=Settings("status", None, kms_key_id=STACK_KEY, controller_role_arn="arn:aws:iam::1:role/c"),  # type: ignore[arg-type]
+        autoscaling=None,
+        ec2=None,
     )
+    raw = body(transport="s3", s3=s3, destination={"replica": "cache-b"})
+    if ok:
+        assert validate(raw, deps).s3 is not None  # type: ignore[arg-type]
+    else:
+        with pytest.raises(InvalidInputError, match=r"s3\.kms_key_id: .* is not this stack's key"):
+            validate(raw, deps)  # type: ignore[arg-type]
+
+
+def test_the_s3_transport_needs_the_stack_key_and_the_controller_role() -> None:
+    from cachewarm_controller.steps.planning import validate
+
+    for settings in (Settings("status", None), Settings("status", None, kms_key_id=STACK_KEY)):  # type: ignore[arg-type]
+        deps = SimpleNamespace(settings=settings, autoscaling=None, ec2=None)
+        with pytest.raises(InvalidInputError, match="needs the stack's KMS key and the controller's role"):
+            validate(body(transport="s3", s3={"subnet_ids": [SUBNET]}), deps)  # type: ignore[arg-type]

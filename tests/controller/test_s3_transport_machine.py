@@ -6,16 +6,30 @@ no bucket — on every way the execution ends."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
 import pytest
 from cachewarm_controller import transport
+from cachewarm_controller.awsutil import tag_value
 
+from tests.controller.agent_sim import arn_of
 from tests.controller.support import DOCS_DIR, DOCUMENT_NAMES, DUMP_DOC, POPULATE_DOC, REGION
 from tests.controller.test_state_machine import assert_nothing_left
 from tests.controller.test_teardown_machine import status_change_event
+
+KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+CONTROLLER = "arn:aws:iam::123456789012:role/cachewarm-controller"
+
+
+@pytest.fixture(autouse=True)
+def as_the_stack_sets_it(world: Any) -> None:
+    """The S3 transport needs the stack's key and the controller's role (the stack sets both)."""
+    world.deps.settings = dataclasses.replace(
+        world.deps.settings, kms_key_id=KEY, controller_role_arn=CONTROLLER
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +79,10 @@ def fill_bucket(world: Any) -> None:
     world.s3.create_multipart_upload(Bucket=name, Key=f"dumps/{world.source_ids[0]}/data-9999")
 
 
+def transport_record(world: Any, execution_arn: str) -> str | None:
+    return world.deps.s3.transport_bucket("warms", execution_arn)
+
+
 def assert_no_bucket(world: Any) -> None:
     assert warm_buckets(world) == []
     assert_nothing_left(world)
@@ -79,6 +97,7 @@ def test_s3_warm_creates_a_bucket_no_volume_and_leaves_nothing(world: Any) -> No
         seen["name"] = name
         enc = world.s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]["Rules"][0]
         seen["sse"] = enc["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"]
+        seen["rule"] = enc["ApplyServerSideEncryptionByDefault"]
         seen["lifecycle"] = world.s3.get_bucket_lifecycle_configuration(Bucket=name)["Rules"][0]
         seen["policy"] = json.loads(world.s3.get_bucket_policy(Bucket=name)["Policy"])
         seen["tags"] = {t["Key"]: t["Value"] for t in world.s3.get_bucket_tagging(Bucket=name)["TagSet"]}
@@ -96,15 +115,21 @@ def test_s3_warm_creates_a_bucket_no_volume_and_leaves_nothing(world: Any) -> No
     )
     assert world.attacher.calls == []
     created = ex.outputs("CreateTransport")[0]["transport"]
-    assert created["bucket"] == seen["name"] == transport.bucket_name(world.warm_id, ex.desc["executionArn"])
-    assert len(seen["name"]) <= 63
+    assert created["bucket"] == seen["name"] and transport.NAME_PATTERN.fullmatch(seen["name"])
+    assert len(seen["name"]) <= 63 and seen["name"].startswith(f"{transport.BUCKET_PREFIX}{world.warm_id}-")
+    assert seen["rule"]["KMSMasterKeyID"] == KEY
     # The bucket as CreateTransport left it.
     assert seen["sse"] == "aws:kms"
     assert seen["lifecycle"]["Expiration"]["Days"] == 2
     assert seen["lifecycle"]["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
     assert all(seen["public"].values())
     sids = {s["Sid"] for s in seen["policy"]["Statement"]}
-    assert {"TlsOnly", "ThisAccountOnly"} <= sids
+    assert {
+        "TlsOnly",
+        "ThisAccountOnly",
+        "InstancesWriteOnlyTheirOwnPrefix",
+        "UploadsTakeTheStackKey",
+    } <= sids
     assert seen["tags"]["cachewarm:warm-id"] == world.warm_id
     assert seen["tags"]["cachewarm:execution"] == ex.desc["executionArn"]
     # Populators only in the input's subnet, none in the source nodes' own.
@@ -119,15 +144,19 @@ def test_s3_warm_creates_a_bucket_no_volume_and_leaves_nothing(world: Any) -> No
             assert re.fullmatch(docs[cmd.document]["parameters"][key]["allowedPattern"], value), (key, value)
         assert cmd.parameters["device"] == "none"
         assert cmd.parameters["s3Region"] == REGION
+        # Each pair's own prefix: dumps/<source ARN>/<its populator's ARN>.
+        node = cmd.parameters["nodeId"]
+        (pop,) = [p["InstanceId"] for p in pops if tag_value(p, "cachewarm:node") == node]
+        pair = f"s3://{seen['name']}/dumps/{arn_of(node)}/{arn_of(pop)}"
         if cmd.document == DUMP_DOC:
-            assert cmd.parameters["toS3"] == f"s3://{seen['name']}/dumps"
+            assert cmd.parameters["toS3"] == pair
         else:
-            node = cmd.parameters["nodeId"]
-            assert cmd.parameters["fromS3"] == f"s3://{seen['name']}/dumps/{node}"
-    # Teardown emptied the bucket (objects and the unfinished upload) and deleted it.
+            assert cmd.parameters["fromS3"] == f"{pair}/{node}"
+    # Teardown emptied the bucket (objects and the unfinished upload) and deleted it, then its record.
     last = ex.outputs("Teardown")[-1]["teardown"]
     assert last["complete"] and sum(p["teardown"]["transport_objects"] for p in ex.outputs("Teardown")) == 12
     assert_no_bucket(world)
+    assert transport_record(world, ex.desc["executionArn"]) is None
 
 
 @pytest.mark.parametrize("state", FAILABLE)
@@ -168,7 +197,8 @@ def test_a_stopped_s3_warm_is_torn_down_from_the_event(world: Any) -> None:
 
 
 def test_teardown_without_a_warm_id_finds_the_bucket_by_the_execution(world: Any) -> None:
-    """An event whose input has no valid warm id: the bucket is still found by the execution's ARN."""
+    """An event whose input has no valid warm id: the bucket is still found by the execution's ARN,
+    through the record the controller made before it created the bucket."""
     world.before["InstallAgents"] = lambda: fill_bucket(world)
     world.faults["StartAgents"] = "after"
     world.faults["Teardown"] = "before"
@@ -195,3 +225,19 @@ def test_an_unknown_s3_subnet_fails_at_plan_naming_it(world: Any) -> None:
     assert ex.status == "FAILED"
     assert "subnet-0123456789abcdef0" in ex.failure()["cause"]
     assert_no_bucket(world)
+
+
+@pytest.mark.parametrize("key", ["alias/aws/s3", "arn:aws:kms:us-east-1:999999999999:key/other"])
+def test_a_transport_key_not_the_stacks_is_refused_before_anything_is_created(world: Any, key: str) -> None:
+    """`s3.kms_key_id` naming S3's own key (readable to anyone with s3:GetObject on the bucket) or any
+    other: refused at ValidateInput — no claim, no instance, no bucket, no record."""
+    ex = world.run(s3_input(world, kms_key_id=key))
+    assert ex.status == "FAILED" and ex.entered()[-1] == "InputRejected", ex.entered()
+    assert ex.failure()["error"] == "InvalidInputError" and "s3.kms_key_id" in ex.failure()["cause"]
+    assert world.inventory().instances == [] and world.inventory().volumes == []
+    assert_no_bucket(world)
+    assert transport_record(world, ex.desc["executionArn"]) is None
+    listed = world.s3.list_objects_v2(Bucket=world.deps.s3.bucket).get("Contents", [])
+    assert [
+        o["Key"] for o in listed if world.warm_id + "/" in o["Key"] or world.warm_id + "." in o["Key"]
+    ] == []

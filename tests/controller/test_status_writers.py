@@ -54,7 +54,6 @@ def test_a_forged_done_from_another_instance_is_ignored(world: Any) -> None:
     world.clock.advance(601)
     out = check_progress(w, 0, world.deps)
     assert not out["done"] and out["nodes_done"] == 2, out
-    assert set(forged) <= set(world.deps.s3.foreign)
     finish(world, w)
 
 
@@ -72,5 +71,4 @@ def test_a_verify_result_from_another_instance_is_ignored(world: Any) -> None:
     # The real (bad) result is judged, not the forged clean one.
     with pytest.raises(VerifyFailedError, match=f"{bad}: 400 of 1000 sampled keys differ"):
         loop(verify, w, world.deps)
-    assert key in world.deps.s3.foreign
     finish(world, w)

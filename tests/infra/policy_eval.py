@@ -3,8 +3,10 @@ status object forged with agent credentials is refused"). moto's IAM enforcement
 `${ec2:SourceInstanceARN}` policy variable nor bucket-policy denies by principal, so the tests
 evaluate the template's own documents: an explicit Deny wins, else an Allow is needed.
 
-Covers what this stack's policies use: Action/Resource wildcards, policy variables in Resource,
-the condition operators String(Not)Equals, StringLike, Arn(Not)Equals, Arn(Not)Like, Null, Bool."""
+Covers what this stack's policies use: Action/NotAction and Resource/NotResource wildcards, a
+resource policy's Principal, policy variables in resources and condition values, the condition
+operators String(Not)Equals, String(Not)Like, Arn(Not)Equals, Arn(Not)Like (and their IfExists
+forms), Null, Bool."""
 
 from __future__ import annotations
 
@@ -67,20 +69,29 @@ class Request:
         return self.context.get(key)
 
 
+class _Unresolved(Exception):
+    """A policy variable the request has no value for: AWS may treat the whole statement as
+    invalid. Modelled as "the statement does not apply" — for an Allow that grants less, for a Deny
+    that denies less: a denial this evaluator finds does not rest on it."""
+
+
+def _sub(text: str, req: Request) -> str:
+    def one(m: re.Match[str]) -> str:
+        got = req.value(m.group(1))
+        if got is None:
+            raise _Unresolved(m.group(1))
+        return got
+
+    return _VAR.sub(one, text)
+
+
 def _resource_matches(patterns: list[str], req: Request) -> bool:
     for pattern in patterns:
-        missing = False
-
-        def sub(m: re.Match[str]) -> str:
-            nonlocal missing
-            got = req.value(m.group(1))
-            if got is None:
-                missing = True
-                return ""
-            return got
-
-        concrete = _VAR.sub(sub, pattern)
-        if not missing and fnmatchcase(req.resource, concrete):
+        try:
+            concrete = _sub(pattern, req)
+        except _Unresolved:
+            continue
+        if fnmatchcase(req.resource, concrete):
             return True
     return False
 
@@ -94,15 +105,16 @@ def _condition_holds(conditions: dict[str, dict[str, Any]], req: Request) -> boo
                 if (got is None) != (wanted[0] == "true"):
                     return False
                 continue
-            negated = "Not" in op
+            base, if_exists = (op[: -len("IfExists")], True) if op.endswith("IfExists") else (op, False)
+            negated = "Not" in base
             if got is None:
-                if not negated:
+                if not (negated or if_exists):
                     return False
                 continue
-            if op.startswith(("StringLike", "ArnLike", "ArnNotLike")):
-                hit = any(fnmatchcase(got, w) for w in wanted)
-            elif op in ("StringEquals", "StringNotEquals", "ArnEquals", "ArnNotEquals", "Bool"):
-                hit = got in wanted
+            if base in ("StringLike", "StringNotLike", "ArnLike", "ArnNotLike"):
+                hit = any(fnmatchcase(got, _sub(w, req)) for w in wanted)
+            elif base in ("StringEquals", "StringNotEquals", "ArnEquals", "ArnNotEquals", "Bool"):
+                hit = got in [_sub(w, req) for w in wanted]
             else:
                 raise NotImplementedError(op)
             if hit == negated:
@@ -110,17 +122,53 @@ def _condition_holds(conditions: dict[str, dict[str, Any]], req: Request) -> boo
     return True
 
 
+def _principal_matches(principal: Any, req: Request) -> bool:
+    """A resource policy's Principal: "*", {"AWS": "*"} or {"AWS": [ARNs or account roots]}."""
+    if principal is None or principal == "*":
+        return True
+    aws = _list(principal.get("AWS", [])) if isinstance(principal, dict) else []
+    account = req.principal_arn.split(":")[4] if req.principal_arn.count(":") >= 5 else ""
+    return any(
+        p == "*" or p == req.principal_arn or p in (account, f"arn:aws:iam::{account}:root") for p in aws
+    )
+
+
+def _applies(st: dict[str, Any], req: Request) -> bool:
+    if "Action" in st:
+        if not any(fnmatchcase(req.action, a) for a in _list(st["Action"])):
+            return False
+    elif any(fnmatchcase(req.action, a) for a in _list(st["NotAction"])):
+        return False
+    if not _principal_matches(st.get("Principal"), req):
+        return False
+    try:
+        if "Resource" in st:
+            if not _resource_matches([str(r) for r in _list(st["Resource"])], req):
+                return False
+        elif any(fnmatchcase(req.resource, _sub(str(r), req)) for r in _list(st["NotResource"])):
+            return False
+        return "Condition" not in st or _condition_holds(st["Condition"], req)
+    except _Unresolved:
+        return False
+
+
 def decide(statements: list[dict[str, Any]], req: Request) -> str:
     """ "Deny" (explicit), "Allow", or "ImplicitDeny"."""
     allowed = False
     for st in statements:
-        if not any(fnmatchcase(req.action, a) for a in _list(st["Action"])):
-            continue
-        if not _resource_matches([str(r) for r in _list(st["Resource"])], req):
-            continue
-        if "Condition" in st and not _condition_holds(st["Condition"], req):
+        if not _applies(st, req):
             continue
         if st["Effect"] == "Deny":
             return "Deny"
         allowed = True
     return "Allow" if allowed else "ImplicitDeny"
+
+
+def decide_s3(identity: list[dict[str, Any]], bucket_policy: list[dict[str, Any]], req: Request) -> str:
+    """A request of a principal of the bucket owner's account: an explicit Deny in either policy
+    wins, else an Allow in either suffices (another account's principal needs both, and the
+    bucket policies here deny it outright)."""
+    one, other = decide(identity, req), decide(bucket_policy, req)
+    if "Deny" in (one, other):
+        return "Deny"
+    return "Allow" if "Allow" in (one, other) else "ImplicitDeny"

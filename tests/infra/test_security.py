@@ -91,7 +91,7 @@ class Bucket:
 
         identity = (self.controller if who == "controller" else self.agent) + list(extra)
         principal = self.controller_arn if who == "controller" else "arn:aws:iam::123456789012:role/node"
-        ctx = {"aws:SecureTransport": "true"}
+        ctx = {"aws:SecureTransport": "true", "s3:ResourceAccount": "123456789012"}
         if instance is not None:
             ctx["ec2:SourceInstanceARN"] = _arn(instance)
         req = Request(action, f"arn:aws:s3:::{self.name}/{key}", principal, ctx)

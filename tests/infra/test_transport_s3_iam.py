@@ -39,11 +39,12 @@ def test_the_controller_is_told_the_bucket_prefix_and_the_populator_role(synth: 
 def test_the_controller_owns_only_its_own_transport_buckets(synth: Synth) -> None:
     prefix = _env(synth)["TRANSPORT_BUCKET_PREFIX"]
     statements = list(resolve(list(_controller_statements(synth).values()), synth.template))
-    ours = f"{prefix}warm-1-abcdef"
+    ours = transport.bucket_name("warm-1", "a" * 16, prefix)
     role = "arn:aws:iam::123456789012:role/controller"
 
-    def may(action: str, resource: str) -> bool:
-        return decide(statements, Request(action, resource, role)) == "Allow"
+    def may(action: str, resource: str, owner: str = "123456789012") -> bool:
+        ctx = {"s3:ResourceAccount": owner}
+        return decide(statements, Request(action, resource, role, ctx)) == "Allow"
 
     for action in (
         "s3:CreateBucket",
@@ -59,25 +60,35 @@ def test_the_controller_owns_only_its_own_transport_buckets(synth: Synth) -> Non
     ):
         assert may(action, f"arn:aws:s3:::{ours}"), action
         assert not may(action, "arn:aws:s3:::someone-elses-bucket"), action
-        assert not may(action, "arn:aws:s3:::cw-warm-1-abcdef") or prefix == "cw-", action
+        assert not may(action, f"arn:aws:s3:::cw-warm-1-{'a' * 16}") or prefix == "cw-", action
     for action in ("s3:DeleteObject", "s3:AbortMultipartUpload"):
-        assert may(action, f"arn:aws:s3:::{ours}/dumps/i-0aaaaaaaaaaaaaaaa/data-0001")
+        assert may(action, f"arn:aws:s3:::{ours}/dumps/x/y/i-0aaaaaaaaaaaaaaaa/data-0001")
         assert not may(action, "arn:aws:s3:::someone-elses-bucket/x")
+    # Teardown finds the bucket from its record, never by listing the account's buckets.
+    assert not may("s3:ListAllMyBuckets", "*")
 
 
-def test_agents_put_and_get_only_the_transport_dumps(synth: Synth) -> None:
+def test_agents_reach_only_their_own_keys_of_the_transport_buckets(synth: Synth) -> None:
     prefix = _env(synth)["TRANSPORT_BUCKET_PREFIX"]
     statements = _agent_statements(synth)
     node = "arn:aws:iam::123456789012:role/node"
+    me = "arn:aws:ec2:us-east-1:123456789012:instance/i-0aaaaaaaaaaaaaaaa"
+    pop = "arn:aws:ec2:us-west-2:123456789012:instance/i-0bbbbbbbbbbbbbbbb"
+    bucket = transport.bucket_name("warm-1", "a" * 16, prefix)
 
-    def may(action: str, resource: str) -> bool:
-        return decide(statements, Request(action, resource, node)) == "Allow"
+    def may(action: str, resource: str, instance: str = me, **ctx: str) -> bool:
+        context = {"ec2:SourceInstanceARN": instance, "s3:ResourceAccount": "123456789012", **ctx}
+        return decide(statements, Request(action, resource, node, context)) == "Allow"
 
-    obj = f"arn:aws:s3:::{prefix}warm-1-abcdef/dumps/i-0aaaaaaaaaaaaaaaa/data-0001"
-    for action in ("s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload"):
+    obj = f"arn:aws:s3:::{bucket}/{transport.pair_prefix(me, pop)}/i-0aaaaaaaaaaaaaaaa/data-0001"
+    for action in ("s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"):
         assert may(action, obj), action
+        assert not may(action, obj, instance=pop) or action == "s3:GetObject", action
         assert not may(action, "arn:aws:s3:::someone-elses-bucket/dumps/x"), action
-    assert may("s3:ListBucket", f"arn:aws:s3:::{prefix}warm-1-abcdef")
-    assert not may("s3:PutObject", f"arn:aws:s3:::{prefix}warm-1-abcdef/elsewhere")
+    assert may("s3:GetObject", obj, instance=pop)  # the paired populator reads
+    assert may("s3:ListBucket", f"arn:aws:s3:::{bucket}", **{"s3:prefix": f"dumps/{me}/{pop}/i-0a/"})
+    assert may("s3:ListBucket", f"arn:aws:s3:::{bucket}", instance=pop, **{"s3:prefix": f"dumps/{me}/{pop}/"})
+    assert not may("s3:ListBucket", f"arn:aws:s3:::{bucket}", **{"s3:prefix": "dumps/"})
+    assert not may("s3:PutObject", f"arn:aws:s3:::{bucket}/elsewhere")
     assert not may("s3:DeleteObject", obj)  # the controller deletes, at teardown
-    assert not may("s3:CreateBucket", f"arn:aws:s3:::{prefix}warm-1-abcdef")
+    assert not may("s3:CreateBucket", f"arn:aws:s3:::{bucket}")

@@ -12,16 +12,18 @@ exactly the source's live items, each on its ketama node; the bucket CreateTrans
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cachewarm.contract.status import instance_arn
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm_controller import transport
 from cachewarm_controller.steps.common import Deps
 
-from tests.controller.support import World
+from tests.controller.support import ACCOUNT, REGION, World
 from tests.dumper.dumputil import load
 from tests.faults.s3proxy import Faults, s3_proxy
 from tests.system.localssm import LocalAgents, agent_patches
@@ -67,7 +69,12 @@ def _run_s3_system(world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
         s3=world.deps.s3,
         agents=agents,
         attacher=world.attacher,
-        settings=world.deps.settings,
+        # As the stack sets them: the S3 transport needs its key and the controller's role.
+        settings=dataclasses.replace(
+            world.deps.settings,
+            kms_key_id="arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            controller_role_arn="arn:aws:iam::123456789012:role/cachewarm-controller",
+        ),
         statuses=None,
         clock=time.time,
         sleep=lambda s: time.sleep(min(s, WAIT_S)),
@@ -113,20 +120,26 @@ def _run_s3_system(world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert ex.status == "SUCCEEDED", f"{ex.desc}\n{agents.describe()}"
     assert leaked_agents == [], leaked_agents
     assert all(r.exit_code == 0 for c in agents.commands.values() for r in c.runs.values()), agents.describe()
-    bucket = transport.bucket_name(world.warm_id, ex.desc["executionArn"])
-    assert seen["buckets"] == [bucket]
+    (bucket,) = seen["buckets"]
+    assert transport.NAME_PATTERN.fullmatch(bucket) and bucket.startswith(
+        f"{transport.BUCKET_PREFIX}{world.warm_id}-"
+    )
     # The agents ran the S3 path: no volume, the bucket's prefixes.
     dumps, pops = agents.runs("dump-agent"), agents.runs("populate-agent")
     assert sorted(r.instance_id for r in dumps) == sorted(ids) and len(pops) == sources
     for r in dumps + pops:
         assert "--device" not in r.argv, r.argv
         assert r.argv[r.argv.index("--s3-region") + 1] == "us-east-1"
-    for r in dumps:
-        assert r.argv[r.argv.index("--to-s3") + 1] == f"s3://{bucket}/dumps"
-        assert r.argv[r.argv.index("--upload-rate") + 1] == "50000000"
+    # Each pair's own prefix, dumps/<source ARN>/<its populator's ARN>: what the IAM of each reaches.
+    pairs = {}
     for r in pops:
         node = r.argv[r.argv.index("--node-id") + 1]
-        assert r.argv[r.argv.index("--from-s3") + 1] == f"s3://{bucket}/dumps/{node}"
+        source, populator = instance_arn(REGION, ACCOUNT, node), instance_arn(REGION, ACCOUNT, r.instance_id)
+        pairs[node] = f"s3://{bucket}/dumps/{source}/{populator}"
+        assert r.argv[r.argv.index("--from-s3") + 1] == f"{pairs[node]}/{node}"
+    for r in dumps:
+        assert r.argv[r.argv.index("--to-s3") + 1] == pairs[r.instance_id]
+        assert r.argv[r.argv.index("--upload-rate") + 1] == "50000000"
     assert world.attacher.calls == [] and machine.devices == {}
     verified = ex.outputs("Verify")[-1]["verify"]
     assert (verified["checked_keys"], verified["differences"]) == (sources * ITEMS_PER_SOURCE, 0), verified

@@ -96,16 +96,36 @@ EXECUTION_TIMEOUT_MAX_S = 172_800
 EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
 
 # ---- S3 as the transport (issue 25; docs/transport-s3.md) -----------------------------------------
-# `agent dump --to-s3 s3://BUCKET/PREFIX`: the node's objects go under PREFIX/<node-id>/.
+# `agent dump --to-s3 s3://BUCKET/PREFIX`: the node's objects go under PREFIX/<node-id>/. A segment may
+# hold `:` (an instance ARN's first half: the controller's prefixes name the instances, below).
 _S3_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
-_S3_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}"
+_S3_SEGMENT = r"[A-Za-z0-9_-][A-Za-z0-9._:-]{0,63}"
 S3_TRANSPORT_URL = rf"^s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}$"
 # `agent populate --from-s3 s3://BUCKET/PREFIX/<node-id>`: one source node's objects.
 S3_NODE_URL = rf"^s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}/i-[0-9a-f]{{8,17}}$"
 AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$"
+# What the controller sends (the SSM documents' `toS3`/`fromS3`): only a transport bucket, named
+# `<stack prefix><warm id>-<TRANSPORT_TOKEN_CHARS random characters>`, and only the prefix of one
+# (source node, populator) pair, `dumps/<source instance ARN>/<populator instance ARN>`: each
+# instance's IAM reaches only keys that name its own ARN (docs/transport-s3.md, "Who reads what").
+# At synth the stack writes its own prefix in place of the prefix's shape (`transport_bucket_head`,
+# infra compute.py).
+TRANSPORT_PREFIX_SHAPE = r"[a-z0-9][a-z0-9-]{0,6}-"
+TRANSPORT_TOKEN_CHARS = 16
+
+
+def transport_bucket_head(prefix: str = TRANSPORT_PREFIX_SHAPE, prefix_len: int = 2) -> str:
+    """A transport bucket's name up to its token: the prefix (a regex), then the warm id, cut so
+    that the name fits S3's 63 characters."""
+    return rf"{prefix}[a-z0-9-]{{1,{63 - prefix_len - 1 - TRANSPORT_TOKEN_CHARS}}}"
+
+
+_TRANSPORT_BUCKET = rf"{transport_bucket_head()}-[a-z0-9]{{{TRANSPORT_TOKEN_CHARS}}}"
+_INSTANCE_ARN = r"arn:aws(-[a-z]+)*:ec2:[a-z]{2}(-[a-z]+)+-[0-9]{1,2}:[0-9]{12}:instance/i-[0-9a-f]{8,17}"
+_PAIR_PREFIX = rf"dumps/{_INSTANCE_ARN}/{_INSTANCE_ARN}"
 # The SSM documents' forms: `none` = the volume path (the flag left out), `default` = the SDK's region.
-S3_TO_PARAM = rf"^(none|s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}})$"
-S3_FROM_PARAM = rf"^(none|s3://{_S3_BUCKET}(/{_S3_SEGMENT}){{0,6}}/i-[0-9a-f]{{8,17}})$"
+S3_TO_PARAM = rf"^(none|s3://{_TRANSPORT_BUCKET}/{_PAIR_PREFIX})$"
+S3_FROM_PARAM = rf"^(none|s3://{_TRANSPORT_BUCKET}/{_PAIR_PREFIX}/i-[0-9a-f]{{8,17}})$"
 S3_REGION_PARAM = r"^(default|[a-z]{2}(-[a-z]+)+-[0-9]{1,2})$"
 # The documents' `device`: `none` = no volume (the S3 transport: --mount is a plain directory).
 DEVICE_PARAM = r"^(none|/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol[0-9a-f]{8,17})$"

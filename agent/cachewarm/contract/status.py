@@ -151,6 +151,12 @@ def instance_arn(region: str, account: str, instance_id: str) -> str:
     return f"arn:{partition_of(region)}:ec2:{region}:{account}:instance/{instance_id}"
 
 
+def writer_account(arn: str) -> str | None:
+    """The account of a writer ARN (the one that owns the buckets the agent writes to); None for
+    anything that is no EC2 instance ARN."""
+    return arn.split(":")[4] if _INSTANCE_ARN.fullmatch(arn) else None
+
+
 def writer_instance_id(arn: str) -> str | None:
     """The instance id of a writer ARN; None for anything that is no EC2 instance ARN."""
     m = _INSTANCE_ARN.fullmatch(arn)

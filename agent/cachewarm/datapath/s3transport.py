@@ -97,6 +97,12 @@ def _error_code(e: Exception) -> str:
     return str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
 
 
+def _owned(owner: str | None) -> dict[str, str]:
+    """ExpectedBucketOwner on every call when the owner is known (the node agents: their own account):
+    a bucket of that name in another account answers 403 and never gets or gives a byte."""
+    return {"ExpectedBucketOwner": owner} if owner else {}
+
+
 @dataclass
 class UploadReport:
     files: int = 0
@@ -114,9 +120,10 @@ def upload_dump(
     node: str,
     part_size: int = DEFAULT_PART_SIZE,
     max_bytes_per_second: float | None = None,
+    owner: str | None = None,
 ) -> UploadReport:
     """Publish a finished dump (DONE present) under `loc.node_prefix(node)`; DONE last."""
-    return S3Uploader(client, dump_dir, loc, node, part_size, max_bytes_per_second).finish()
+    return S3Uploader(client, dump_dir, loc, node, part_size, max_bytes_per_second, owner=owner).finish()
 
 
 @dataclass
@@ -156,6 +163,12 @@ class S3Uploader:
     uploaded: set[str] = field(default_factory=set)
     # Set to stop between parts (an interrupted agent): the file's multipart upload is aborted.
     stop: threading.Event = field(default_factory=threading.Event)
+    # The account that must own the bucket (ExpectedBucketOwner); None: not checked (a local S3).
+    owner: str | None = None
+    # What the node's prefix held when this run began (key -> size): listed once, so that finding
+    # what an earlier run uploaded needs no HEAD of a missing key (a 404 only with an unconditional
+    # s3:ListBucket, which the agents do not have).
+    _existing: dict[str, int] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
@@ -202,8 +215,22 @@ class S3Uploader:
             if mf.name not in self.uploaded:
                 _upload_file(self, self.dump_dir / mf.name, self.base + mf.name)
                 self.uploaded.add(mf.name)
-        _publish_done(self.client, self.loc.bucket, self.base + df.MANIFEST_NAME, done, self.report)
+        _publish_done(
+            self.client, self.loc.bucket, self.base + df.MANIFEST_NAME, done, self.report, self.owner
+        )
         return self.report
+
+    def existing(self) -> dict[str, int]:
+        if self._existing is None:
+            found: dict[str, int] = {}
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.loc.bucket, Prefix=self.base, **_owned(self.owner)
+            ):
+                self.report.requests += 1
+                for obj in page.get("Contents", []):
+                    found[obj["Key"]] = int(obj["Size"])
+            self._existing = found
+        return self._existing
 
     def run(self, dumper_running: Callable[[], bool], poll: float = 0.2) -> None:
         """Upload files as they appear while `dumper_running()`; returns when the dumper has ended
@@ -214,13 +241,15 @@ class S3Uploader:
         self.step()
 
 
-def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: UploadReport) -> None:
+def _publish_done(
+    client: Any, bucket: str, key: str, done: bytes, report: UploadReport, owner: str | None = None
+) -> None:
     """DONE with `If-None-Match: *`. 412: someone published it first — ours (a resumed upload) if the
     bytes are the same, else a second writer: refused. 409 ConditionalRequestConflict (S3's answer
     while another conditional write of the key is in flight): ask again, then compare."""
     for attempt in range(5):
         try:
-            client.put_object(Bucket=bucket, Key=key, Body=done, IfNoneMatch="*")
+            client.put_object(Bucket=bucket, Key=key, Body=done, IfNoneMatch="*", **_owned(owner))
             report.requests += 1
             return
         except Exception as e:
@@ -231,7 +260,7 @@ def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: Uploa
                 continue
             if code not in ("PreconditionFailed", "412"):
                 raise S3TransportError(f"publishing s3://{bucket}/{key}: {e}") from e
-            there = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            there = client.get_object(Bucket=bucket, Key=key, **_owned(owner))["Body"].read()
             report.requests += 1
             if there != done:
                 raise S3TransportError(
@@ -243,7 +272,7 @@ def _publish_done(client: Any, bucket: str, key: str, done: bytes, report: Uploa
 
 
 def _upload_file(up: S3Uploader, path: Path, key: str) -> None:
-    client, bucket, report = up.client, up.loc.bucket, up.report
+    client, bucket, report, owned = up.client, up.loc.bucket, up.report, _owned(up.owner)
     name = df.parse_name(path.name)
     if name is None:
         raise S3TransportError(f"{path.name}: not a data file name")
@@ -255,24 +284,24 @@ def _upload_file(up: S3Uploader, path: Path, key: str) -> None:
             why = df.check_ends(name, head, f.read(df.TRAILER_LEN), size)
             if why is not None:
                 raise S3TransportError(f"{path.name} does not verify ({why}): not uploaded")
-            if _already_there(client, bucket, key, size, name.xxh3_hex, report):
+            if _already_there(up, key, size, name.xxh3_hex):
                 report.skipped += 1
                 return
             f.seek(0)
             upload_id = client.create_multipart_upload(
-                Bucket=bucket, Key=key, Metadata={XXH3_META: name.xxh3_hex}
+                Bucket=bucket, Key=key, Metadata={XXH3_META: name.xxh3_hex}, **owned
             )["UploadId"]
             report.requests += 1
             try:
                 parts = _send_parts(up, f, key, upload_id, name)
                 client.complete_multipart_upload(
-                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, **owned
                 )
                 report.requests += 1
             except BaseException:
                 # Nothing half-published: the parts go (S3 keeps and bills them until aborted).
                 with contextlib.suppress(Exception):
-                    client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+                    client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, **owned)
                 raise
     except OSError as e:
         raise S3TransportError(f"reading {path}: {e}") from e
@@ -297,7 +326,9 @@ def _send_parts(
             raise S3TransportError(f"{key}: the upload was stopped")
         up.wait_while_held()
         up.limiter.take(0, len(chunk))
-        r = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk)
+        r = client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk, **_owned(up.owner)
+        )
         report.requests += 1
         parts.append({"PartNumber": number, "ETag": r["ETag"]})
         number += 1
@@ -311,17 +342,12 @@ def _send_parts(
     return parts
 
 
-def _already_there(
-    client: Any, bucket: str, key: str, size: int, xxh3_hex: str, report: UploadReport
-) -> bool:
-    try:
-        r = client.head_object(Bucket=bucket, Key=key)
-    except Exception as e:
-        if _error_code(e) in ("404", "NoSuchKey", "NotFound"):
-            report.requests += 1
-            return False
-        raise
-    report.requests += 1
+def _already_there(up: S3Uploader, key: str, size: int, xxh3_hex: str) -> bool:
+    """The object is up with this size and xxh3 (an earlier run's upload): listed, then its metadata."""
+    if up.existing().get(key) != size:
+        return False
+    r = up.client.head_object(Bucket=up.loc.bucket, Key=key, **_owned(up.owner))
+    up.report.requests += 1
     return bool(r["ContentLength"] == size and r.get("Metadata", {}).get(XXH3_META) == xxh3_hex)
 
 
@@ -366,6 +392,8 @@ class S3Downloader:
     # Called after each staged file (tests stop a run there, as a kill would).
     on_file: Callable[[str], None] = lambda name: None
     report: DownloadReport = field(default_factory=DownloadReport)
+    # The account that must own the bucket (ExpectedBucketOwner); None: not checked (a local S3).
+    owner: str | None = None
     _last_applied: set[str] = field(default_factory=set, repr=False)
 
     def _applied(self) -> set[str]:
@@ -384,7 +412,7 @@ class S3Downloader:
         base = self.loc.node_prefix(self.node)
         found: dict[str, int] = {}
         for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.loc.bucket, Prefix=base
+            Bucket=self.loc.bucket, Prefix=base, **_owned(self.owner)
         ):
             self.report.requests += 1
             for obj in page.get("Contents", []):
@@ -417,7 +445,9 @@ class S3Downloader:
                 manifest: df.Manifest | None = None
                 done_bytes = b""
                 if df.MANIFEST_NAME in listed:
-                    body = self.client.get_object(Bucket=self.loc.bucket, Key=base + df.MANIFEST_NAME)["Body"]
+                    body = self.client.get_object(
+                        Bucket=self.loc.bucket, Key=base + df.MANIFEST_NAME, **_owned(self.owner)
+                    )["Body"]
                     self.report.requests += 1
                     done_bytes = body.read()
                     try:
@@ -489,7 +519,7 @@ class S3Downloader:
 
     def _refetch(self, obj: str, name: df.DataFileName) -> None:
         base = self.loc.node_prefix(self.node)
-        head = self.client.head_object(Bucket=self.loc.bucket, Key=base + obj)
+        head = self.client.head_object(Bucket=self.loc.bucket, Key=base + obj, **_owned(self.owner))
         self.report.requests += 1
         with ThreadPoolExecutor(self.parallel, thread_name_prefix="s3-range") as pool:
             self._fetch(pool, base + obj, name, int(head["ContentLength"]))
@@ -531,9 +561,9 @@ class S3Downloader:
             if attempt:
                 self.report.requests += 1
                 self.report.short_reads += 1
-            body = self.client.get_object(Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}")[
-                "Body"
-            ]
+            body = self.client.get_object(
+                Bucket=self.loc.bucket, Key=key, Range=f"bytes={start}-{end}", **_owned(self.owner)
+            )["Body"]
             chunk: bytes = body.read()
             if len(chunk) == end - start + 1:
                 return chunk
@@ -568,18 +598,21 @@ def _write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def delete_prefix(client: Any, loc: S3Location) -> int:
+def delete_prefix(client: Any, loc: S3Location, owner: str | None = None) -> int:
     """Delete every object and abort every multipart upload under `loc`'s prefix; returns objects deleted."""
     prefix = f"{loc.prefix}/" if loc.prefix else ""
+    owned = _owned(owner)
     deleted = 0
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=prefix):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=loc.bucket, Prefix=prefix, **owned):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:
-            r = client.delete_objects(Bucket=loc.bucket, Delete={"Objects": keys, "Quiet": True})
+            r = client.delete_objects(Bucket=loc.bucket, Delete={"Objects": keys, "Quiet": True}, **owned)
             if errors := r.get("Errors"):
                 raise S3TransportError(f"deleting under {loc}: {errors[0]}")
             deleted += len(keys)
-    for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=loc.bucket, Prefix=prefix):
+    for page in client.get_paginator("list_multipart_uploads").paginate(
+        Bucket=loc.bucket, Prefix=prefix, **owned
+    ):
         for u in page.get("Uploads", []):
-            client.abort_multipart_upload(Bucket=loc.bucket, Key=u["Key"], UploadId=u["UploadId"])
+            client.abort_multipart_upload(Bucket=loc.bucket, Key=u["Key"], UploadId=u["UploadId"], **owned)
     return deleted

@@ -447,9 +447,10 @@ def dump_cmd(
             **protection_fields(max_bytes_per_second, adaptive, order, crawl_sleep_us),
         )
         if to_s3 is not None:
+            from cachewarm.node_agent.identity import this_account
             from cachewarm.node_agent.s3 import S3Options, run_dump_to_s3
 
-            opts = S3Options(S3Location.parse(to_s3), s3_region, upload_rate)
+            opts = S3Options(S3Location.parse(to_s3), s3_region, upload_rate, owner=this_account())
             run_dump_to_s3(job, opts, status, runner, _log, use_volume=flags.device is not None)
         else:
             run_dump(job, status, runner, _log)
@@ -547,10 +548,12 @@ def populate_cmd(
             placement=placement,
         )
         if from_s3 is not None:
+            from cachewarm.node_agent.identity import this_account
             from cachewarm.node_agent.s3 import S3PopulateJob, parse_from_s3, run_populate_from_s3
 
             loc, node = parse_from_s3(from_s3)
-            summary = run_populate_from_s3(S3PopulateJob(job, loc, node, s3_region), status, log=_log)
+            s3job = S3PopulateJob(job, loc, node, s3_region, owner=this_account())
+            summary = run_populate_from_s3(s3job, status, log=_log)
         else:
             summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
@@ -774,7 +777,11 @@ def verify_cmd(
     key = verify_key(status_prefix, warm_id, node_id, writer)
     try:
         boto3.client("s3", region_name=region).put_object(
-            Bucket=status_bucket, Key=key, Body=result.to_json().encode(), ContentType="application/json"
+            Bucket=status_bucket,
+            Key=key,
+            Body=result.to_json().encode(),
+            ContentType="application/json",
+            ExpectedBucketOwner=writer.split(":")[4],  # this instance's account owns the status bucket
         )
     except (BotoCoreError, ClientError) as e:
         _log(f"cannot write s3://{status_bucket}/{key}: {e}")

@@ -60,3 +60,11 @@ def this_instance_arn(fetch: Fetch = _fetch, timeout_s: float = 2.0) -> str:
     if writer_instance_id(arn) is None:
         raise AgentError(ExitCode.STATUS, f"IMDS identity document gave no valid instance ARN: {arn!r}")
     return arn
+
+
+def this_account() -> str:
+    """The account whose credentials this instance holds: every bucket the agent uses is that
+    account's (the stack's; source nodes attach the stack's policy to a role of that account), so
+    it is the owner each S3 request names — learned from the instance itself, never from a command
+    parameter that whoever may send the command could set."""
+    return this_instance_arn().split(":")[4]

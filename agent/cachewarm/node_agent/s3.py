@@ -76,6 +76,9 @@ class S3Options:
     # --upload-rate (source only): bytes/s of the upload; None = unlimited.
     upload_rate: int | None = None
     part_size: int = DEFAULT_PART_SIZE
+    # The account that must own the bucket: this instance's own (`identity.this_account`), named on
+    # every request (ExpectedBucketOwner). None only off EC2 (tests against a local S3).
+    owner: str | None = None
 
     def client(self) -> Any:
         """The endpoint comes from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL when set (a local S3)."""
@@ -106,6 +109,7 @@ def run_dump_to_s3(
         s3.part_size,
         s3.upload_rate,
         hold=guard.hold,
+        owner=s3.owner,
     )
     done = job.out_dir / df.MANIFEST_NAME
     where = f"s3://{s3.location.bucket}/{up.base}"
@@ -178,6 +182,8 @@ class S3PopulateJob:
     part_size: int = DEFAULT_PART_SIZE
     parallel: int = PARALLEL_GETS
     staged_ahead: int = STAGED_AHEAD
+    # As S3Options.owner.
+    owner: str | None = None
 
 
 def run_populate_from_s3(
@@ -212,6 +218,7 @@ def run_populate_from_s3(
         max_staged=s3job.staged_ahead,
         evict=True,
         missing_timeout=job.source_timeout_s,
+        owner=s3job.owner,
     )
     where = f"s3://{s3job.location.bucket}/{s3job.location.node_prefix(s3job.node)}"
     failure: list[BaseException] = []

@@ -25,6 +25,7 @@ from cachewarm.contract.status import (
     Progress,
     StatusFormatError,
     StatusLocation,
+    writer_account,
 )
 from cachewarm.node_agent.errors import AgentError, ExitCode
 
@@ -47,6 +48,9 @@ class StatusPublisher:
     ) -> None:
         self._s3 = s3
         self.where = where
+        # The status bucket is this account's: the writer's (its instance ARN's) account must own it.
+        account = writer_account(where.writer)
+        self._owned = {"ExpectedBucketOwner": account} if account else {}
         self.interval_s = interval_s
         self._now_ms = now_ms
         self._log = log
@@ -65,7 +69,9 @@ class StatusPublisher:
 
     def _previous_attempt(self) -> int:
         try:
-            body = self._s3.get_object(Bucket=self.where.bucket, Key=self.where.key)["Body"].read()
+            body = self._s3.get_object(Bucket=self.where.bucket, Key=self.where.key, **self._owned)[
+                "Body"
+            ].read()
             return NodeStatus.from_json(body).attempt
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
@@ -103,6 +109,7 @@ class StatusPublisher:
             Key=self.where.key,
             Body=status.to_json().encode(),
             ContentType="application/json",
+            **self._owned,
         )
         self.published += 1
 

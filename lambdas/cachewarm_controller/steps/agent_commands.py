@@ -19,7 +19,7 @@ from cachewarm_controller import transport
 from cachewarm_controller.agents import FAILED_COMMAND_STATES, RUNNING_COMMAND_STATES
 from cachewarm_controller.awsutil import chunks
 from cachewarm_controller.budget import COMMANDS_PER_PASS
-from cachewarm_controller.errors import AgentInstallError
+from cachewarm_controller.errors import AgentInstallError, TransportError
 from cachewarm_controller.history import passes
 from cachewarm_controller.model import NodePlan, Probe, RoleRun, WarmPlan
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, routed
@@ -62,13 +62,23 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
         "mount": inputs.mount_point(inp.mount_dir, inp.warm_id),
     }
     if inp.transport == "s3":
-        bucket = transport.bucket_name(inp.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix)
+        if not plan.transport_bucket or not row.populator_id:
+            raise TransportError(f"{row.node_id}: no transport bucket or populator in the plan yet")
+        # The pair's own prefix: the source's and its populator's IAM reach only keys naming them.
+        to_s3, from_s3 = transport.pair_urls(
+            plan.transport_bucket,
+            warm.region,
+            warm.account,
+            row.node_id,
+            row.populator_id,
+            warm.populator_region,
+        )
         common["s3Region"] = warm.region  # the bucket's region (the populators' may differ)
         if role == "dump":
-            common["toS3"] = transport.node_url(bucket)
+            common["toS3"] = to_s3
             common["uploadRate"] = str(inp.s3.upload_bytes_per_second if inp.s3 else 0)
         else:
-            common["fromS3"] = transport.node_source_url(bucket, row.node_id)
+            common["fromS3"] = from_s3
     if role == "dump":
         return {
             **common,

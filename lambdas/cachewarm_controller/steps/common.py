@@ -64,6 +64,9 @@ class Settings:
     launch_template_id: str | None = None
     # The populators' instance roles (POPULATOR_ROLE_ARNS): an S3 transport bucket lets them only read.
     populator_role_arns: tuple[str, ...] = ()
+    # The controller Lambdas' role (CONTROLLER_ROLE_ARN): besides the warm's own instances, the only
+    # principal an S3 transport bucket's policy lets reach its objects.
+    controller_role_arn: str | None = None
     # The S3 transport buckets' name prefix (TRANSPORT_BUCKET_PREFIX): the stack's IAM allows the
     # controller and the agents only buckets named so.
     transport_bucket_prefix: str = "cw-"

@@ -90,12 +90,28 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
             f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
             "holding a replica's data are encrypted with the stack's key only"
         )
+    if inp.s3 is not None and not (key and deps.settings.controller_role_arn):
+        raise InvalidInputError(
+            "transport: s3 needs the stack's KMS key and the controller's role (KMS_KEY_ID, "
+            "CONTROLLER_ROLE_ARN): deploy the stack, which sets both"
+        )
+    if inp.s3 is not None and inp.s3.kms_key_id and inp.s3.kms_key_id not in _key_names(key):
+        raise InvalidInputError(
+            f"s3.kms_key_id: {inp.s3.kms_key_id} is not this stack's key ({key or 'none set'}); the S3 "
+            "transport encrypts every dump with the stack's key only (leave the field out)"
+        )
     if inp.destination.endpoints:
         if far is not None and remote:
             checked_endpoints(inp, deps.in_region(remote).ec2, far.vpc_id)
         else:
             checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
     return inp
+
+
+def _key_names(key_arn: str | None) -> tuple[str, ...]:
+    """The stack's key as an input may name it: its ARN or its id (`arn:...:key/<id>`), no alias (an
+    alias can be pointed at another key)."""
+    return (key_arn, key_arn.rsplit("/", 1)[-1]) if key_arn else ()
 
 
 # ---- ClaimWarmId ----------------------------------------------------------------------------------

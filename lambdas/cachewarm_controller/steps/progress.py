@@ -114,7 +114,7 @@ def check_progress(warm: Warm, poll: int, deps: Deps, log: NodeLog = lambda fiel
     deps = routed(deps, warm.populator_region, plan)  # populators' commands: their region's SSM
     now = deps.now_ms()
     changed = reconcile(warm, deps, plan, ROLES)
-    writers = plan.status_writers()
+    writers = plan.status_writers(warm.populator_region)
     statuses: StatusMap = deps.status_reader().read_statuses(inp.status_prefix, inp.warm_id, writers)
     commands = deps.agents.command_states(_lookups(warm, plan.nodes, statuses, now))
     if any(s == "Success" or s in FAILED_COMMAND_STATES for s in commands.values()):

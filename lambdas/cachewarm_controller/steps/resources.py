@@ -18,7 +18,12 @@ from cachewarm_controller import transport
 from cachewarm_controller.attach import LIVE_STATES, require_nitro
 from cachewarm_controller.awsutil import chunks, client_token
 from cachewarm_controller.budget import ATTACHMENTS_PER_PASS, POPULATORS_PER_PASS, VOLUMES_PER_PASS
-from cachewarm_controller.errors import AttachmentLimitError, PlanError, ResourceFailedError
+from cachewarm_controller.errors import (
+    AttachmentLimitError,
+    PlanError,
+    ResourceFailedError,
+    TransportError,
+)
 from cachewarm_controller.history import passes
 from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmPlan
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, populator_clients
@@ -253,27 +258,44 @@ def attach_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, A
 # ---- the S3 transport's bucket ------------------------------------------------------------------------
 
 
-def transport_spec(warm: Warm, deps: Deps) -> transport.BucketSpec:
+def transport_spec(warm: Warm, deps: Deps, name: str) -> transport.BucketSpec:
     spec = warm.inp.s3
     if spec is None:
         raise PlanError(f"warm {warm.warm_id} has transport {warm.inp.transport}: no bucket to create")
+    key, controller = deps.settings.kms_key_id, deps.settings.controller_role_arn
+    if not key or not controller:
+        raise TransportError(
+            "the S3 transport needs the stack's KMS key and the controller's role (KMS_KEY_ID, "
+            "CONTROLLER_ROLE_ARN: the stack sets both)"
+        )
     return transport.BucketSpec(
-        name=transport.bucket_name(warm.warm_id, warm.execution_arn, deps.settings.transport_bucket_prefix),
+        name=name,
         region=warm.region,
         warm_id=warm.warm_id,
         execution_arn=warm.execution_arn,
         stack_tag=deps.settings.stack_tag,
         expire_days=spec.expire_days,
-        kms_key_id=spec.kms_key_id or deps.settings.kms_key_id,
-        reader_role_arns=deps.settings.populator_role_arns,
+        kms_key_id=key,
+        controller_role_arn=controller,
         account=warm.account,
+        reader_role_arns=deps.settings.populator_role_arns,
     )
 
 
 def create_transport(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     """The S3 transport's bucket of this execution (transport.py says what it carries), in the
-    controller's region — the source's. One pass: creating it again adopts it."""
-    spec = transport_spec(warm, deps)
+    controller's region — the source's. Its name (a random token in it) is recorded first, in the
+    controller's state and the plan; a retried pass finds the record and adopts the bucket."""
+    plan = load_plan(warm, deps)
+    prefix = deps.settings.transport_bucket_prefix
+    drawn = transport.bucket_name(warm.warm_id, transport.new_token(), prefix)
+    name = transport.recorded_bucket(deps.s3.record_transport(warm.prefix, warm.execution_arn, drawn), prefix)
+    if name is None:
+        raise TransportError(f"the transport record of {warm.execution_arn} names no bucket of this stack")
+    if plan.transport_bucket != name:
+        plan.transport_bucket = name
+        deps.s3.save_plan(warm.prefix, plan)
+    spec = transport_spec(warm, deps, name)
     created = transport.ensure_bucket(deps.s3.s3, spec)
     return pass_result(
         state,

@@ -91,7 +91,9 @@ def _owner_plan(target: TeardownTarget, deps: Deps) -> tuple[bool, WarmPlan | No
 
 def _cancel_agents(plan: WarmPlan, target: TeardownTarget, deps: Deps, calls: _Calls) -> bool:
     """Cancel every agent command of the plan not known to have finished; True when none is left."""
-    statuses = deps.status_reader().read_statuses(target.status_prefix, plan.warm_id, plan.status_writers())
+    statuses = deps.status_reader().read_statuses(
+        target.status_prefix, plan.warm_id, plan.status_writers(target.populator_region)
+    )
     changed = False
     left = False
     for row in plan.nodes:
@@ -244,17 +246,21 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
 
 
 def _delete_buckets(target: TeardownTarget, deps: Deps, calls: _Calls) -> transport.Emptied:
-    """Empty and delete this execution's S3 transport bucket (found by the name its ARN gives), within
-    the pass's call budget; `left` names what is still there."""
+    """Empty and delete this execution's S3 transport bucket — the one its record names (never one
+    found by listing or by tags) — within the pass's call budget; `left` names what is still there."""
     out = transport.Emptied()
-    prefix = deps.settings.transport_bucket_prefix
-    for name in transport.find_buckets(deps.s3.s3, target.execution_arn, target.warm_id, prefix):
-        one = transport.delete_bucket(deps.s3.s3, name, max(calls.left, 0))
+    recorded = deps.s3.transport_bucket(target.status_prefix, target.execution_arn)
+    name = transport.recorded_bucket(recorded, deps.settings.transport_bucket_prefix)
+    account = target.execution_arn.split(":")[4]
+    for bucket in transport.find_buckets(deps.s3.s3, name, account):
+        one = transport.delete_bucket(deps.s3.s3, bucket, max(calls.left, 0), account)
         calls.left -= one.calls
         out.objects += one.objects
         out.uploads += one.uploads
         out.calls += one.calls
         out.left += one.left
+    if recorded is not None and not out.left:
+        deps.s3.forget_transport(target.status_prefix, target.execution_arn)
     return out
 
 

@@ -32,7 +32,9 @@ def sample_nodes(warm: Warm, plan: WarmPlan) -> list[NodePlan]:
 def _count_problems(warm: Warm, plan: WarmPlan, sample: list[NodePlan], deps: Deps) -> list[str]:
     """The agents' own accounts: every populate done; on the sample, populate consumed every file
     (and item) the dump published, with no error."""
-    statuses = deps.status_reader().read_statuses(warm.prefix, warm.warm_id, plan.status_writers())
+    statuses = deps.status_reader().read_statuses(
+        warm.prefix, warm.warm_id, plan.status_writers(warm.populator_region)
+    )
     problems: list[str] = []
     for row in plan.nodes:
         pop = statuses.get(("populate", row.node_id))
@@ -97,7 +99,7 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     sent = send_roles(warm, deps, plan, todo[:COMMANDS_PER_PASS]) if todo else 0  # type: ignore[arg-type]
     # Only the results not judged on an earlier pass are read (a judged one is kept in the plan).
     unjudged = [r for r in sample if not r.verified]
-    writers = plan.verify_writers([r.node_id for r in unjudged])
+    writers = plan.verify_writers([r.node_id for r in unjudged], warm.populator_region)
     results = deps.s3.read_verify(warm.prefix, warm.warm_id, writers)
     waiting = [r for r in unjudged if r.node_id not in results]
     ask = [str(r.verify.command_id) for r in waiting if r.verify.command_id][:COMMAND_LOOKUPS_PER_POLL]
@@ -107,7 +109,11 @@ def verify(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
         # The agent writes its result before its command ends: one that ended after the read above
         # has it written now (unread, it looks like "ended without a result").
         results.update(
-            deps.s3.read_verify(warm.prefix, warm.warm_id, plan.verify_writers([r.node_id for r in ended]))
+            deps.s3.read_verify(
+                warm.prefix,
+                warm.warm_id,
+                plan.verify_writers([r.node_id for r in ended], warm.populator_region),
+            )
         )
         waiting = [r for r in unjudged if r.node_id not in results]
     for row in waiting:
