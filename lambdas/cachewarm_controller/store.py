@@ -6,6 +6,7 @@ what this reads).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,7 @@ from typing import Any, Protocol
 
 from botocore.exceptions import ClientError
 from cachewarm.contract.status import (
+    CONTROLLER_ROOT,
     ROLES,
     NodeStatus,
     StatusFormatError,
@@ -46,6 +48,13 @@ def survey_key(prefix: str, warm_id: str) -> str:
 def teardown_key(prefix: str, warm_id: str) -> str:
     """Teardown's memory between passes (deleted with the rest of the warm's objects)."""
     return f"{controller_prefix(prefix, warm_id)}teardown.json"
+
+
+def execution_key(prefix: str, execution_arn: str) -> str:
+    """Which warm id an execution owns (written by its claim): how the teardown machine finds the plan
+    of an execution whose input named no warm id (an Auto Scaling launch)."""
+    digest = hashlib.sha256(execution_arn.encode()).hexdigest()[:40]
+    return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/_executions/{digest}.json"
 
 
 class StatusReader(Protocol):
@@ -125,6 +134,26 @@ class S3Store:
                 raise TransientError(f"claim of {warm_id} raced another writer: {exc}") from exc
             raise
         return True
+
+    def save_execution(self, prefix: str, execution_arn: str, warm_id: str) -> None:
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=execution_key(prefix, execution_arn),
+            Body=json.dumps({"execution_arn": execution_arn, "warm_id": warm_id}).encode(),
+            ContentType="application/json",
+        )
+
+    def execution_warm_id(self, prefix: str, execution_arn: str) -> str | None:
+        """The warm id this execution claimed (None: it never owned one)."""
+        body = self._get(execution_key(prefix, execution_arn))
+        try:
+            doc = json.loads(body) if body is not None else {}
+        except ValueError:
+            return None
+        if not isinstance(doc, dict) or doc.get("execution_arn") != execution_arn:
+            return None
+        warm_id = doc.get("warm_id")
+        return warm_id if isinstance(warm_id, str) else None
 
     def read_claim(self, prefix: str, warm_id: str) -> dict[str, Any] | None:
         body = self._get(claim_key(prefix, warm_id))
