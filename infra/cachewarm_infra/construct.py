@@ -26,7 +26,13 @@ from constructs import Construct
 from cachewarm_infra import orchestration
 from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function_substitutions, read_asl
 from cachewarm_infra.compute import build_artifacts, build_documents, build_populator
-from cachewarm_infra.iam import build_agent_policy, build_controller_role, check_destination_regions
+from cachewarm_infra.contract.replicas import parse_pairs
+from cachewarm_infra.iam import (
+    allow_describe_executions,
+    build_agent_policy,
+    build_controller_role,
+    check_destination_regions,
+)
 from cachewarm_infra.nag import acknowledge_nag_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,
@@ -113,25 +119,32 @@ class CacheWarmer(Construct):
             transport_bucket_prefix=self.transport_bucket_prefix,
             populator_role_arn=populator.role.role_arn,
             destination_regions=tuple(props.destination_regions),
+            replica_pairs=parse_pairs(props.replica_pairs),
+            memcached_security_group_ids=[g.security_group_id for g in props.memcached_security_groups],
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key
         )
 
-        def machine(machine_id: str, asl: str) -> sfn.StateMachine:
+        def machine(machine_id: str, asl: str, **more: str) -> sfn.StateMachine:
             return orchestration.build_state_machine(
                 self,
                 machine_id,
                 asl,
                 props=props,
                 wiring=self._wiring,
-                substitutions=self.definition_substitutions(),
+                substitutions={**self.definition_substitutions(), **more},
                 functions=self.functions,
                 key=self.key,
             )
 
         self.state_machine = machine("StateMachine", asl_text)
-        self.teardown_machine = machine("TeardownStateMachine", teardown_text)
+        # The teardown machine serves this warm machine only: its definition names it, and the
+        # Teardown Lambda refuses an execution of any other (or one still running).
+        self.teardown_machine = machine(
+            "TeardownStateMachine", teardown_text, WarmStateMachineArn=self.state_machine.state_machine_arn
+        )
+        self.describe_warms_policy = allow_describe_executions(self, self.controller_role, self.state_machine)
         triggers = orchestration.build_triggers(
             self,
             props,
@@ -142,7 +155,7 @@ class CacheWarmer(Construct):
         )
         self.trigger_dlq = triggers.dead_letters
         self.event_bus = triggers.bus
-        self.replica_rule, self.asg_rule = triggers.replica_rule, triggers.asg_rule
+        self.replica_rules, self.asg_rule = triggers.replica_rules, triggers.asg_rule
         self.teardown_rule = triggers.teardown_rule
 
         self.alarm_topic = props.alarm_topic or build_alarm_topic(self, self.key)

@@ -61,6 +61,12 @@ class CacheWarmerProps:
     # IAM principal ARNs that may put "Replica Deployed" events on the stack's bus (wildcards allowed,
     # e.g. a deploy pipeline's role); empty: any principal of this account with events:PutEvents on it.
     warm_starters: Sequence[str] = ()
+    # Which replicas may be warmed from which, "SOURCE->DESTINATION" (cachewarm.contract.replicas): a
+    # side is a replica name (its nodes: tagged cachewarm:replica=<name> and in one of
+    # `memcached_security_groups`) or asg:<group> (the instances of that Auto Scaling group). One
+    # "Replica Deployed" rule per replica pair; an `asg_group_names` group launches a warm only as
+    # the destination of a pair; ValidateInput refuses every other pair. Empty: no warm at all.
+    replica_pairs: Sequence[str] = ()
     # The memcached nodes' security groups (destination, and the sources Verify samples): populators
     # may open connections only to these, on `memcached_port`. Empty: to the private address ranges
     # (10/8, 172.16/12, 192.168/16) on that port, never beyond.

@@ -14,6 +14,7 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `asgNames` (comma-separated) | — | also warm on launches of these Auto Scaling groups |
 | `alarmTopicArn` | — | SNS topic for the alarms |
 | `warmStarters` (comma-separated) | — | principal ARNs that may put events on the warm bus |
+| `replicaPairs` (comma-separated) | — | `SOURCE->DESTINATION` replicas that may be warmed (none: no warm) |
 | `memcachedSecurityGroupIds` (comma-separated) | — | replicas' groups: populators' only memcached peers |
 | `destinationRegions` (comma-separated) | — | regions a cross-region S3 warm may put populators in |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
@@ -59,6 +60,7 @@ class StackSettings:
     alarm_topic_arn: str = ""
     powertools_layer_arn: str = ""
     warm_starters: tuple[str, ...] = ()
+    replica_pairs: tuple[str, ...] = ()
     memcached_security_group_ids: tuple[str, ...] = ()
     destination_regions: tuple[str, ...] = ()
 
@@ -100,6 +102,7 @@ class StackSettings:
             alarm_topic_arn=ctx("alarmTopicArn"),
             powertools_layer_arn=ctx("powertoolsLayerArn"),
             warm_starters=csv("warmStarters"),
+            replica_pairs=csv("replicaPairs"),
             memcached_security_group_ids=csv("memcachedSecurityGroupIds"),
             destination_regions=csv("destinationRegions"),
         )
@@ -169,6 +172,7 @@ class CacheWarmStack(Stack):
                 alarm_topic=topic,
                 powertools_layer_arn=settings.powertools_layer_arn or None,
                 warm_starters=settings.warm_starters,
+                replica_pairs=settings.replica_pairs,
                 memcached_security_groups=[
                     ec2.SecurityGroup.from_security_group_id(self, f"MemcachedGroup{i}", sg)
                     for i, sg in enumerate(settings.memcached_security_group_ids)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.infra.support import (
     MEMCACHED_SG,
+    REPLICA_PAIRS,
     REPO,
     Synth,
     asl_path,
@@ -47,6 +48,7 @@ def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
         agent_bundle=artifacts[1],
         subnet_ids=("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
         asg_names=("memcached-replica-b",),
+        replica_pairs=REPLICA_PAIRS,
         memcached_security_group_ids=(MEMCACHED_SG,),
     )
     stack = CacheWarmStack(app, "CacheWarmTest", settings=settings)
