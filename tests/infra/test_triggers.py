@@ -372,3 +372,12 @@ def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
     assert "KmsMasterKeyId" in q["Properties"]
     [qp] = synth.resources("AWS::SQS::QueuePolicy").values()
     assert "aws:SecureTransport" in json.dumps(qp)
+
+
+def test_replica_pairs_come_from_context() -> None:
+    from aws_cdk import App
+    from cachewarm_infra.stack import StackSettings
+
+    s = StackSettings.from_context(App(context={"replicaPairs": "users-v1->users-v2, users-v1->asg:g"}).node)
+    assert s.replica_pairs == ("users-v1->users-v2", "users-v1->asg:g")
+    assert StackSettings.from_context(App().node).replica_pairs == ()
