@@ -10,8 +10,8 @@ Each attack, what must hold, and the test that shows it:
   volume made before a warm: a successful warm never terminates, deletes, detaches, attaches, commands
   or adopts them (`test_forged_before_a_successful_warm`).
 - The same made during the warm (the running execution's ARN, every source node's id, and an instance
-  launched with the ClientToken the old scheme derived from public values): neither the failed warm's
-  own teardown nor the teardown machine touches them (`test_forged_during_a_warm_that_fails`,
+  launched with the ClientToken the old scheme derived from public values): neither the warm (that
+  succeeds or fails and tears down) nor the teardown machine touches them (`test_forged_during_a_warm`,
   `test_forged_resources_survive_the_teardown_machine`).
 - A production volume attached to a source host, tagged like the warm's own volume of that node: never
   unmounted, detached or deleted (`test_a_production_volume_tagged_like_the_warms_is_never_detached`).
@@ -176,13 +176,16 @@ def _forge_during(world: Any, made: dict[str, list[str]]) -> None:
     )
 
 
-def test_forged_during_a_warm_that_fails(world: Any) -> None:
+@pytest.mark.parametrize("outcome", ["fails", "succeeds"])
+def test_forged_during_a_warm(world: Any, outcome: str) -> None:
     made: dict[str, list[str]] = {}
     world.before["CreateVolumes"] = lambda: _forge_during(world, made)
-    world.faults["StartAgents"] = "after"
+    if outcome == "fails":
+        world.faults["StartAgents"] = "after"
     try:
         ex = world.run(world.make_input())
-        assert ex.status == "FAILED" and ex.entered()[-1] == "WarmFailed", ex.entered()[-4:]
+        expected = ("FAILED", "WarmFailed") if outcome == "fails" else ("SUCCEEDED", "WarmSucceeded")
+        assert (ex.status, ex.entered()[-1]) == expected, ex.entered()[-4:]
         untouched(world, made["instances"], made["volumes"])
     finally:
         cleanup(world, made.get("instances", []), made.get("volumes", []))
