@@ -30,8 +30,10 @@ from constructs import Construct, IValidation
 from cachewarm_infra import orchestration
 from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function_substitutions, read_asl
 from cachewarm_infra.compute import DOCUMENT_VERSION, build_artifacts, build_documents, build_populator
+from cachewarm_infra.contract.replicas import parse_pairs
 from cachewarm_infra.iam import (
     RemoteRegion,
+    allow_describe_executions,
     build_agent_policy,
     build_controller_role,
     check_destination_regions,
@@ -133,25 +135,32 @@ class CacheWarmer(Construct):
             controller_role_arn=self.controller_role.role_arn,
             destination_regions=tuple(props.destination_regions),
             document_version=DOCUMENT_VERSION,
+            replica_pairs=parse_pairs(props.replica_pairs),
+            memcached_security_group_ids=self._replica_security_group_ids(),
         )
         self.functions = orchestration.build_functions(
             self, props, self.tasks, self.controller_role, self.lambda_environment(), self.key
         )
 
-        def machine(machine_id: str, asl: str) -> sfn.StateMachine:
+        def machine(machine_id: str, asl: str, **more: str) -> sfn.StateMachine:
             return orchestration.build_state_machine(
                 self,
                 machine_id,
                 asl,
                 props=props,
                 wiring=self._wiring,
-                substitutions=self.definition_substitutions(),
+                substitutions={**self.definition_substitutions(), **more},
                 functions=self.functions,
                 key=self.key,
             )
 
         self.state_machine = machine("StateMachine", asl_text)
-        self.teardown_machine = machine("TeardownStateMachine", teardown_text)
+        # The teardown machine serves this warm machine only: its definition names it, and the
+        # Teardown Lambda refuses an execution of any other (or one still running).
+        self.teardown_machine = machine(
+            "TeardownStateMachine", teardown_text, WarmStateMachineArn=self.state_machine.state_machine_arn
+        )
+        self.describe_warms_policy = allow_describe_executions(self, self.controller_role, self.state_machine)
         triggers = orchestration.build_triggers(
             self,
             props,
@@ -162,7 +171,7 @@ class CacheWarmer(Construct):
         )
         self.trigger_dlq = triggers.dead_letters
         self.event_bus = triggers.bus
-        self.replica_rule, self.asg_rule = triggers.replica_rule, triggers.asg_rule
+        self.replica_rules, self.asg_rule = triggers.replica_rules, triggers.asg_rule
         self.teardown_rule = triggers.teardown_rule
 
         self.alarm_topic = props.alarm_topic or build_alarm_topic(self, self.key)
@@ -216,9 +225,22 @@ class CacheWarmer(Construct):
             self.populator_role.role_arn,
             *(r.role_arn for _, r in sorted(self.destination_region_resources.items())),
         ]
+        groups = self._replica_security_group_ids()
         for fn in self.functions.values():
             fn.add_environment("DESTINATION_REGION_SETTINGS", Stack.of(self).to_json_string(settings))
             fn.add_environment("POPULATOR_ROLE_ARNS", Fn.join(",", roles))
+            fn.add_environment("MEMCACHED_SECURITY_GROUP_IDS", Fn.join(",", groups))
+
+    def _replica_security_group_ids(self) -> list[str]:
+        """The replicas' groups (destinations and sources here, destinations in each destination
+        region): a node found by its replica tag counts only when it is in one of them."""
+        props = self.props
+        groups = [
+            g.security_group_id for g in (*props.destination_security_groups, *props.source_security_groups)
+        ]
+        for _, region in sorted(getattr(self, "destination_region_resources", {}).items()):
+            groups += region.replica_security_group_ids
+        return groups
 
     @property
     def launch_template_id(self) -> str:

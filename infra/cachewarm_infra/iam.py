@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import Aws, Stack, Token
+from aws_cdk import ArnFormat, Aws, Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
@@ -343,6 +344,25 @@ def build_controller_role(
     policy.attach_to_role(role)
     _keep_controller_state_to_the_controller(bucket, role)
     return ControllerIdentity(role=role, policy=policy)
+
+
+def allow_describe_executions(scope: Construct, role: iam.IRole, machine: sfn.IStateMachine) -> iam.Policy:
+    """The Teardown Lambda's DescribeExecution, on the warm machine's executions only: the teardown
+    machine checks that the execution it is given is one of them and has ended. A policy of its own
+    (made after the state machine, which names the controller's functions)."""
+    executions = Stack.of(scope).format_arn(
+        service="states",
+        resource="execution",
+        resource_name=f"{machine.state_machine_name}:*",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+    policy = iam.Policy(
+        scope,
+        "ControllerDescribesWarms",
+        statements=[_allow("DescribeWarmExecutions", ["states:DescribeExecution"], [executions])],
+    )
+    policy.attach_to_role(role)
+    return policy
 
 
 def check_destination_regions(scope: Construct, regions: Sequence[str]) -> tuple[str, ...]:

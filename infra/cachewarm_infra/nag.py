@@ -141,6 +141,14 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         "resource scoping."
     )
     ack(w.controller_role, "AwsSolutions-IAM5[Resource::*]", xray)
+    warm_machine = stack.get_logical_id(w.state_machine.node.default_child)  # type: ignore[arg-type]
+    ack(
+        w.describe_warms_policy,
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:{region}:{account}:execution:"
+        f"<{warm_machine}.Name>:*]",
+        "states:DescribeExecution on the warm machine's executions (named by EventBridge or the starter): "
+        "the teardown machine checks the one it is given has ended.",
+    )
     for machine in (w.state_machine, w.teardown_machine):
         ack(machine.role, "AwsSolutions-IAM5[Resource::*]", xray)
     for fn in w.functions.values():

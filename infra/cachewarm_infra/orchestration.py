@@ -3,6 +3,7 @@ state machines built from their ASL files, and the EventBridge rules that start 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from constructs import Construct
 
 from cachewarm_infra.asl import AslTask, discover_function_substitutions, placeholders
 from cachewarm_infra.contract import tags
+from cachewarm_infra.contract.replicas import Pair, Side, format_pairs, parse_pairs
 from cachewarm_infra.lambda_code import lambda_code
 from cachewarm_infra.props import CacheWarmerProps
 
@@ -65,6 +67,10 @@ class Wiring:
     destination_regions: Sequence[str] = ()
     # The version of every document SendCommand runs (compute.DOCUMENT_VERSION): pinned, never $DEFAULT.
     document_version: str | None = None
+    # Which replicas may be warmed from which (the stack's replicaPairs), and the replicas' security
+    # groups: a node found by its replica tag counts only in one of them.
+    replica_pairs: Sequence[Pair] = ()
+    memcached_security_group_ids: Sequence[str] = ()
 
 
 def lambda_environment(w: Wiring) -> dict[str, str]:
@@ -96,6 +102,10 @@ def lambda_environment(w: Wiring) -> dict[str, str]:
         env["DESTINATION_REGIONS"] = ",".join(w.destination_regions)
     if w.document_version:
         env["DOCUMENT_VERSION"] = w.document_version
+    if w.replica_pairs:
+        env["REPLICA_PAIRS"] = format_pairs(w.replica_pairs)
+    if w.memcached_security_group_ids:
+        env["MEMCACHED_SECURITY_GROUP_IDS"] = Fn.join(",", list(w.memcached_security_group_ids))
     for stem, name in w.document_names.items():
         if stem not in (DUMP_DOCUMENT, POPULATE_DOCUMENT):
             env[f"{_env_name(stem)}_DOCUMENT_NAME"] = name
@@ -224,7 +234,8 @@ class Triggers:
 
     dead_letters: sqs.Queue
     bus: events.EventBus
-    replica_rule: events.Rule
+    # One per replica pair of the configuration (none: no "Replica Deployed" event starts anything).
+    replica_rules: list[events.Rule]
     asg_rule: events.Rule | None
     teardown_rule: events.Rule
 
@@ -305,36 +316,34 @@ def build_triggers(
         )
 
     bus = build_event_bus(scope, props.warm_starters)
-    replica = events.Rule(
-        scope,
-        "ReplicaDeployedRule",
-        description="Start a cachewarm execution when a new memcached replica is deployed",
-        event_bus=bus,
-        event_pattern=events.EventPattern(
-            source=[REPLICA_EVENT_SOURCE],
-            detail_type=[REPLICA_EVENT_DETAIL_TYPE],
-            account=[Aws.ACCOUNT_ID],
-            # Every path the input transformer reads must exist (a missing one would become null);
-            # `exists` only matches leaves, hence source.replica rather than source.
-            detail={
-                "warm_id": [{"exists": True}],
-                "source": {"replica": [{"exists": True}]},
-                "destination": {"replica": [{"exists": True}]},
-            },
-        ),
-    )
-    replica.add_target(target(state_machine, replica_event_input(launch_template_id)))
+    pairs = parse_pairs(props.replica_pairs)
+    replica_rules = []
+    for pair in pairs:
+        if pair.source.kind != "replica" or pair.destination.kind != "replica":
+            continue  # the event names replicas; an Auto Scaling destination starts from its launches
+        rule = events.Rule(
+            scope,
+            f"ReplicaDeployedRule{_digest(str(pair))}",
+            description=f"Start a cachewarm execution when replica {pair.destination} is deployed "
+            f"(warmed from {pair.source})",
+            event_bus=bus,
+            event_pattern=replica_event_pattern(pair),
+        )
+        rule.add_target(target(state_machine, replica_event_input(launch_template_id)))
+        replica_rules.append(rule)
     asg_rule = None
-    if props.asg_group_names:
+    groups = asg_trigger_groups(props.asg_group_names, pairs)
+    if groups:
         # One launch event per new instance. The input names no warm id: ValidateInput derives one
         # from the group's name and deployment (its cachewarm:deployment tag, else its creation
         # time), so every launch of one deployment names the same warm and the claim keeps one
-        # execution; the others end as duplicates (docs/architecture.md).
+        # execution; the others end as duplicates (docs/architecture.md). Its source is the one the
+        # configuration pairs with asg:<group>.
         asg_rule = events.Rule(
             scope,
             "AsgLaunchRule",
-            description="Start a cachewarm execution when a tagged replica Auto Scaling group launches",
-            event_pattern=asg_launch_pattern(props.asg_group_names),
+            description="Start a cachewarm execution when a paired replica Auto Scaling group launches",
+            event_pattern=asg_launch_pattern(groups),
         )
         asg_input = events.RuleTargetInput.from_object(
             {
@@ -363,8 +372,41 @@ def build_triggers(
     )
     teardown.add_target(target(teardown_machine, None))
     return Triggers(
-        dead_letters=dlq, bus=bus, replica_rule=replica, asg_rule=asg_rule, teardown_rule=teardown
+        dead_letters=dlq, bus=bus, replica_rules=replica_rules, asg_rule=asg_rule, teardown_rule=teardown
     )
+
+
+def replica_event_pattern(pair: Pair) -> events.EventPattern:
+    """The "Replica Deployed" events of exactly this pair: any other pairing matches no rule, so it
+    starts no execution (least privilege at the bus; ValidateInput checks the pair again)."""
+    return events.EventPattern(
+        source=[REPLICA_EVENT_SOURCE],
+        detail_type=[REPLICA_EVENT_DETAIL_TYPE],
+        account=[Aws.ACCOUNT_ID],
+        # Every path the input transformer reads must exist (a missing one would become null).
+        detail={
+            "warm_id": [{"exists": True}],
+            "source": {"replica": [pair.source.name]},
+            "destination": {"replica": [pair.destination.name]},
+        },
+    )
+
+
+def asg_trigger_groups(group_names: Sequence[str], pairs: Sequence[Pair]) -> list[str]:
+    """The Auto Scaling groups whose launches start a warm: each must be a destination asg:<group> of
+    the configuration (else its launches would start a warm with no source to read)."""
+    paired = {p.destination.name for p in pairs if p.destination.kind == "asg"}
+    unpaired = [g for g in group_names if g not in paired]
+    if unpaired:
+        raise ValueError(
+            f"asgNames {', '.join(unpaired)}: no replicaPairs entry SOURCE->{Side('asg', unpaired[0])} "
+            "names a source for its launches"
+        )
+    return list(group_names)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8].upper()
 
 
 def asg_launch_pattern(group_names: Sequence[str]) -> events.EventPattern:

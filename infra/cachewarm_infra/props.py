@@ -64,9 +64,16 @@ class CacheWarmerProps:
     warm_starters: Sequence[str] = ()
     # Required: the destination replicas' security groups (populate writes there) and the source
     # replicas' (Verify reads a sample of their keys; the same group may be in both). Populators may
-    # open connections only to these, on `memcached_port` (memcached has no authentication).
+    # open connections only to these, on `memcached_port` (memcached has no authentication); a node
+    # found by its replica tag counts only when it is in one of them (or of a destination region's).
     destination_security_groups: Sequence[ec2.ISecurityGroup] = ()
     source_security_groups: Sequence[ec2.ISecurityGroup] = ()
+    # Which replicas may be warmed from which, "SOURCE->DESTINATION" (cachewarm.contract.replicas): a
+    # side is a replica name (its nodes: tagged cachewarm:replica=<name> and in one of the groups
+    # above) or asg:<group> (the instances of that Auto Scaling group). One "Replica Deployed" rule
+    # per replica pair; an `asg_group_names` group launches a warm only as the destination of a pair;
+    # ValidateInput refuses every other pair. Empty: no warm at all.
+    replica_pairs: Sequence[str] = ()
     memcached_port: int = inputs.DEFAULT_MEMCACHED_PORT
     # Regions (other than the stack's) a cross-region S3 warm may launch its populators in
     # (docs/transport-s3.md, Cross-region). The controller's EC2 and SSM rights reach these regions

@@ -65,6 +65,8 @@ class CacheWarmerRegion(Construct):
         super().__init__(scope, construct_id)
         stack, home = Stack.of(self), Stack.of(warmer)
         self.region = stack.region
+        # The destination replicas' groups there: a node found by its replica tag counts only in one.
+        self.replica_security_group_ids = [g.security_group_id for g in destination_security_groups]
         if Token.is_unresolved(self.region) or Token.is_unresolved(home.region):
             raise ValueError(
                 "a destination region needs explicit regions on both stacks (the CacheWarmer's: its "

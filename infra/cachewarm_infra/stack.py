@@ -16,6 +16,7 @@ type are also CloudFormation parameters, so one synthesized template deploys int
 | `warmStarters` (comma-separated) | — | principal ARNs that may put events on the warm bus |
 | `destinationSecurityGroupIds` (required) | — | destination replicas' groups: `sg-…`, `<region>=sg-…` |
 | `sourceSecurityGroupIds` (required) | — | source replicas' groups (Verify reads them) |
+| `replicaPairs` (comma-separated) | — | `SOURCE->DESTINATION` replicas that may be warmed (none: no warm) |
 | `destinationRegions` (comma-separated) | — | regions a cross-region S3 warm may put populators in |
 | `destinationVpcs` (`<region>=vpc-…`, …) | — | each destination region's VPC (required per region) |
 | `powertoolsLayerArn` | — | override the public Powertools layer (default: AWS's SSM parameter) |
@@ -77,6 +78,7 @@ class StackSettings:
     # The replicas' security groups in the stack's region: destinations (populate) and sources (Verify).
     destination_security_group_ids: tuple[str, ...] = ()
     source_security_group_ids: tuple[str, ...] = ()
+    replica_pairs: tuple[str, ...] = ()
     destination_regions: tuple[str, ...] = ()
     # Per destination region: its VPC, and the destination replicas' groups there.
     destination_vpcs: Mapping[str, str] = field(default_factory=dict)
@@ -154,6 +156,7 @@ class StackSettings:
             warm_starters=csv("warmStarters"),
             destination_security_group_ids=home_groups,
             source_security_group_ids=source_groups,
+            replica_pairs=csv("replicaPairs"),
             destination_regions=regions,
             destination_vpcs=vpcs,
             remote_security_group_ids=remote_groups,
@@ -271,6 +274,7 @@ class CacheWarmStack(Stack):
                     self, "Destination", settings.destination_security_group_ids
                 ),
                 source_security_groups=_groups(self, "Source", settings.source_security_group_ids),
+                replica_pairs=settings.replica_pairs,
                 destination_regions=settings.destination_regions,
             ),
         )

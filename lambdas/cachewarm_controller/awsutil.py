@@ -1,11 +1,11 @@
-"""Small AWS helpers shared by the steps: client tokens, retry config, error mapping, tag lookup.
+"""Small AWS helpers shared by the steps: retry config, error mapping, tag lookup (client tokens are
+`ownership`'s).
 
 The tag names and the tags every created resource carries are `cachewarm.contract.tags`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -35,13 +35,6 @@ THROTTLING_CODES = frozenset(
 )
 
 T = TypeVar("T")
-
-
-def client_token(execution_arn: str, node_id: str, kind: str) -> str:
-    """EC2 idempotency token (<= 64 ASCII chars): the same execution + node + kind => the same
-    resource (the execution ARN names the warm id too; another execution never shares a token)."""
-    digest = hashlib.sha256(f"{execution_arn}|{node_id}|{kind}".encode()).hexdigest()[:48]
-    return f"cw-{kind[:8]}-{digest}"
 
 
 def error_code(exc: ClientError) -> str:

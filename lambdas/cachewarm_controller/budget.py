@@ -40,7 +40,9 @@ COMMANDS_PER_PASS = 50  # SendCommand calls (agent starts, verify commands)
 COMMAND_LOOKUPS_PER_POLL = 40  # ListCommands by id, for agents whose status objects say too little
 REVIVES_PER_POLL = 15  # each is a CancelCommand + SendCommand; the rest wait for the next poll
 # Per Teardown pass: EC2/SSM mutations (cancel, unmount sends, detach, terminate batches, delete).
-TEARDOWN_CALLS_PER_PASS = 45
+# The pass also describes the plan's volumes and populators by id (200 per call: ~10 reads for 1,000
+# nodes), so two fewer mutations keep its worst pass inside the share.
+TEARDOWN_CALLS_PER_PASS = 43
 # Parallel S3 GETs of the status objects (S3Store.workers).
 STATUS_READERS = 16
 

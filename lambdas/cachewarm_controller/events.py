@@ -106,15 +106,17 @@ class StatusChangeDetail(_Event):
 
 
 class TeardownEvent(_Event):
-    """Teardown's input: the warm machine's state (`execution_arn`, `input`), or the teardown
-    machine's (the StoppedWarmRule's whole event: `detail.executionArn`, `detail.input`). `teardown`
-    is the previous pass's output. The input may never have passed ValidateInput: it is read
-    leniently (no valid warm id: the execution's resources are still found by its ARN)."""
+    """Teardown's input: the warm machine's state (`execution_arn`, `input`: its own execution), or
+    the teardown machine's Parameters — its state under `event` (the StoppedWarmRule's whole event:
+    `detail.executionArn`) and the warm machine it serves, `warm_state_machine_arn`, which its
+    definition sets (no input reaches it). `teardown` is the previous pass's output."""
 
     execution_arn: str | None = None
     input: Any = None
     detail: StatusChangeDetail | None = None
     teardown: dict[str, Any] | None = None
+    event: dict[str, Any] | None = None
+    warm_state_machine_arn: str | None = None
 
     @property
     def target_arn(self) -> str | None:

@@ -21,6 +21,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
+from cachewarm.contract.replicas import Pair, parse_pairs
 from pydantic import BaseModel
 
 from cachewarm_controller import transport
@@ -101,6 +102,10 @@ def settings_from_env() -> Settings:
         destination_regions=regions,
         remote_regions=remote_regions(env.get("DESTINATION_REGION_SETTINGS"), regions, documents),
         document_version=env["DOCUMENT_VERSION"],
+        replica_pairs=replica_pairs(env.get("REPLICA_PAIRS")),
+        memcached_security_groups=tuple(
+            g for g in (env.get("MEMCACHED_SECURITY_GROUP_IDS") or "").split(",") if g
+        ),
     )
 
 
@@ -135,6 +140,13 @@ def account_of(role_arn: str | None) -> str | None:
     the controller names (ExpectedBucketOwner)."""
     parts = (role_arn or "").split(":")
     return parts[4] if len(parts) > 5 and parts[4].isdigit() else None
+
+
+def replica_pairs(value: str | None) -> tuple[Pair, ...]:
+    try:
+        return parse_pairs(value or "")
+    except ValueError as exc:
+        raise RuntimeError(f"REPLICA_PAIRS: {exc}") from None
 
 
 def transport_prefix(value: str | None) -> str:
@@ -179,6 +191,7 @@ def default_deps() -> Deps:
         attacher=Ec2VolumeAttacher(ec2),
         settings=settings,
         autoscaling=boto3.client("autoscaling", config=RETRY_CONFIG),
+        executions=boto3.client("stepfunctions", config=RETRY_CONFIG),
         regions=in_region,
     )
 
@@ -308,8 +321,15 @@ def check_progress(event: StepEvent, deps: Deps) -> dict[str, Any]:
 
 @_adapter(TeardownEvent)
 def teardown(event: TeardownEvent, deps: Deps) -> dict[str, Any]:
-    target = teardown_steps.teardown_target(event)
-    out = teardown_steps.teardown(target, event.teardown or {}, deps)
+    if event.warm_state_machine_arn is not None:  # the teardown machine: an ended warm execution
+        inner = parse_event(event.event or {}, TeardownEvent)
+        _bind_warm("teardown", inner.warm_id)
+        target = teardown_steps.ended_target(inner, event.warm_state_machine_arn, deps.executions)
+        counters = inner.teardown or {}
+    else:  # the warm machine's own Teardown: its own execution
+        target = teardown_steps.teardown_target(event)
+        counters = event.teardown or {}
+    out = teardown_steps.teardown(target, counters, deps)
     left = out.get("volumes_left", 0) + out.get("instances_left", 0) + out.get("buckets_left", 0)
     metrics.add_metric(name="TeardownLeftovers", unit=MetricUnit.Count, value=left)
     return out

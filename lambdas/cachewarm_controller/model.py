@@ -416,8 +416,14 @@ class NodePlan(BaseModel):
     bytes: int
     size_gib: int
     private_ip: str = ""
+    # What this execution created for the node, recorded when created: the only volume and instance
+    # it ever attaches, detaches, deletes or terminates. `*_requested` is saved before the create call:
+    # a node requested but without an id (the Lambda ended between the call and the save) is recovered
+    # by the call's ClientToken (`ownership`), never by a tag.
     volume_id: str | None = None
+    volume_requested: bool = False
     populator_id: str | None = None
+    populator_requested: bool = False
     dump: RoleRun = Field(default_factory=RoleRun)
     populate: RoleRun = Field(default_factory=RoleRun)
     verify: RoleRun = Field(default_factory=RoleRun)
@@ -436,6 +442,16 @@ class NodePlan(BaseModel):
 class WarmPlan(BaseModel):
     warm_id: str
     execution_arn: str = ""
+    # Random, made once when the plan is first written, kept under the controller's own S3 prefix: every
+    # ClientToken of this execution derives from it (`ownership.client_token`), so nobody else can make
+    # the resource EC2 would hand back for one of them.
+    nonce: str
+    # Where the populators run when not in the controller's region (a cross-region S3 warm).
+    populator_region: str | None = None
+    # The volumes' CreateVolume parameters besides the node's own: a recovery re-issues the identical
+    # request (EC2 refuses a token reused with other parameters).
+    volume_iops: int = 0
+    volume_kms_key_id: str | None = None
     source_replica: str | None
     started_ms: int
     destination_endpoints: list[str]

@@ -60,6 +60,13 @@ def transport_key(prefix: str, execution_arn: str) -> str:
     return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/_transport/{digest}.json"
 
 
+def execution_key(prefix: str, execution_arn: str) -> str:
+    """Which warm id an execution owns (written by its claim): how the teardown machine finds the plan
+    of an execution whose input named no warm id (an Auto Scaling launch)."""
+    digest = hashlib.sha256(execution_arn.encode()).hexdigest()[:40]
+    return f"{CONTROLLER_ROOT}/{prefix.strip('/')}/_executions/{digest}.json"
+
+
 class StatusReader(Protocol):
     def read_statuses(self, prefix: str, warm_id: str, writers: Writers) -> StatusMap: ...
 
@@ -186,6 +193,27 @@ class S3Store:
     def forget_transport(self, prefix: str, execution_arn: str) -> None:
         """Once the bucket is gone."""
         self.s3.delete_object(Bucket=self.bucket, Key=transport_key(prefix, execution_arn), **self._own())
+
+    def save_execution(self, prefix: str, execution_arn: str, warm_id: str) -> None:
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=execution_key(prefix, execution_arn),
+            Body=json.dumps({"execution_arn": execution_arn, "warm_id": warm_id}).encode(),
+            ContentType="application/json",
+            **self._own(),
+        )
+
+    def execution_warm_id(self, prefix: str, execution_arn: str) -> str | None:
+        """The warm id this execution claimed (None: it never owned one)."""
+        body = self._get(execution_key(prefix, execution_arn))
+        try:
+            doc = json.loads(body) if body is not None else {}
+        except ValueError:
+            return None
+        if not isinstance(doc, dict) or doc.get("execution_arn") != execution_arn:
+            return None
+        warm_id = doc.get("warm_id")
+        return warm_id if isinstance(warm_id, str) else None
 
     def read_claim(self, prefix: str, warm_id: str) -> dict[str, Any] | None:
         body = self._get(claim_key(prefix, warm_id))

@@ -9,11 +9,13 @@ from typing import Any
 
 import boto3
 import pytest
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm_controller import handlers
 from cachewarm_controller.steps.common import Deps, Documents, Settings
 from cachewarm_controller.store import S3Store
 from moto import mock_aws
 
+from tests.controller.ec2_tokens import patch_client_tokens
 from tests.controller.support import (
     AMI,
     BUCKET,
@@ -33,6 +35,9 @@ from tests.controller.support import (
     World,
     dispatcher,
 )
+
+# The pairs every test may warm (tests needing another add it with World.allow).
+WORLD_PAIRS = "main-a->main-b"
 
 ENV = {
     "AWS_DEFAULT_REGION": REGION,
@@ -109,6 +114,11 @@ def shared_world() -> Iterator[World]:
             az: ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
             for az, cidr in (("us-east-1a", "10.0.16.0/20"), ("us-east-1b", "10.0.32.0/20"))
         }
+        # The replicas' security group (the stack's destination and source groups): a node found by its
+        # replica tag counts only in it.
+        memcached_sg = ec2.create_security_group(GroupName="memcached", Description="replicas", VpcId=vpc)[
+            "GroupId"
+        ]
         template_id = ec2.create_launch_template(
             LaunchTemplateName="cachewarm-populator",
             LaunchTemplateData={"ImageId": AMI, "InstanceType": "m5.large"},
@@ -127,11 +137,19 @@ def shared_world() -> Iterator[World]:
             s3=store,
             agents=agents,
             attacher=attacher,
-            settings=Settings(BUCKET, documents, vpc_id=vpc, stack_tag="cachewarm-test"),
+            settings=Settings(
+                BUCKET,
+                documents,
+                vpc_id=vpc,
+                stack_tag="cachewarm-test",
+                replica_pairs=parse_pairs(WORLD_PAIRS),
+                memcached_security_groups=(memcached_sg,),
+            ),
             statuses=agents,
             autoscaling=autoscaling,
             clock=clock,
             sleep=lambda s: None,
+            executions=sfn,
         )
         w = World(
             ec2,
@@ -146,7 +164,9 @@ def shared_world() -> Iterator[World]:
             [],
             template_id,
             autoscaling=autoscaling,
+            memcached_sg=memcached_sg,
         )
+        w.base_settings = w.deps.settings
         w.source_ids = w.add_source_nodes("main-a", 3)
         w.add_source_nodes("main-b", 2)  # the destination replica: never a source
 
@@ -162,6 +182,7 @@ def shared_world() -> Iterator[World]:
         monkeypatch.setattr(lambda_eval_utils, "boto_client_for", lambda **kw: lambda_client)
         monkeypatch.setattr(handlers, "get_deps", lambda: w.deps)
         monkeypatch.setattr(TaggedEC2Resource, "get_tags", _indexed_get_tags)
+        patch_client_tokens(monkeypatch)
         # jsonpath_ng rebuilds its PLY parser tables on every parse: ~10 ms per JSONPath the
         # interpreter evaluates. The parsed expressions are reusable; cache them.
         monkeypatch.setattr(json_path, "parse", functools.lru_cache(maxsize=None)(json_path.parse))

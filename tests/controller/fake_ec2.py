@@ -5,6 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+FIELDS = {
+    "vpc-id": "VpcId",
+    "private-ip-address": "PrivateIpAddress",
+    "private-dns-name": "PrivateDnsName",
+    "instance-id": "InstanceId",
+    "volume-id": "VolumeId",
+    "client-token": "ClientToken",
+}
+
 
 class FakeEc2:
     """In-memory EC2 for the 300-node history test only: moto's EC2 spends ~2 minutes serializing 600
@@ -17,6 +26,7 @@ class FakeEc2:
         self.vpc_id = vpc_id  # every instance's VPC (the stack's)
         self.instances: dict[str, dict[str, Any]] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
+        self.volume_tokens: dict[str, str] = {}
         self._n = 0
 
     def _id(self, prefix: str) -> str:
@@ -28,7 +38,12 @@ class FakeEc2:
         return [t for s in spec or [] if s["ResourceType"] == kind for t in s["Tags"]]
 
     def add_instances(
-        self, count: int, itype: str, tags: list[dict[str, str]], ips: list[str] | None = None
+        self,
+        count: int,
+        itype: str,
+        tags: list[dict[str, str]],
+        ips: list[str] | None = None,
+        groups: list[str] | None = None,
     ) -> list[str]:
         azs = sorted(self.subnets)
         ids = []
@@ -44,6 +59,7 @@ class FakeEc2:
                 "Placement": {"AvailabilityZone": az},
                 "SubnetId": self.subnets[az],
                 "BlockDeviceMappings": [{"DeviceName": "/dev/xvda"}],
+                "SecurityGroups": [{"GroupId": g} for g in groups or []],
                 "Tags": list(tags),
             }
             ids.append(iid)
@@ -63,10 +79,8 @@ class FakeEc2:
             elif name == "instance-state-name":
                 if res["State"]["Name"] not in values:
                     return False
-            elif name in ("vpc-id", "private-ip-address", "private-dns-name"):
-                fields = {"vpc-id": "VpcId", "private-ip-address": "PrivateIpAddress"}
-                field = fields.get(name, "PrivateDnsName")
-                if res.get(field) not in values:
+            elif name in FIELDS:
+                if res.get(FIELDS[name]) not in values:
                     return False
             else:
                 raise NotImplementedError(name)
@@ -96,7 +110,12 @@ class FakeEc2:
         return {"LaunchTemplateVersions": [{"LaunchTemplateData": {"InstanceType": "m5.large"}}]}
 
     def create_volume(self, **kw: Any) -> dict[str, Any]:
+        token = kw.get("ClientToken")
+        if token in self.volume_tokens and self.volume_tokens[token] in self.volumes:
+            return dict(self.volumes[self.volume_tokens[token]])  # EC2's idempotency
         vid = self._id("vol")
+        if token:
+            self.volume_tokens[token] = vid
         assert kw["VolumeType"] == "io2" and kw["MultiAttachEnabled"] and kw["Encrypted"]
         self.volumes[vid] = {
             "VolumeId": vid,
@@ -117,9 +136,14 @@ class FakeEc2:
         return {"Volumes": vols}
 
     def run_instances(self, **kw: Any) -> dict[str, Any]:
+        token = kw.get("ClientToken")
+        for i in self.instances.values():
+            if token and i.get("ClientToken") == token:  # EC2's idempotency
+                return {"Instances": [dict(i)]}
         az = next(a for a, s in self.subnets.items() if s == kw["SubnetId"])
         iid = self.add_instances(1, "m5.large", self._tags(kw.get("TagSpecifications"), "instance"))[0]
         self.instances[iid]["Placement"] = {"AvailabilityZone": az}
+        self.instances[iid]["ClientToken"] = token
         return {"Instances": [dict(self.instances[iid])]}
 
     def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:

@@ -12,10 +12,11 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm.contract.tags import REPLICA as TAG_REPLICA
 from cachewarm_controller import handlers
 from cachewarm_controller.attach import Attachment
@@ -114,6 +115,8 @@ class World:
     before: dict[str, Callable[[], None]] = field(default_factory=dict)
     invocations: list[str] = field(default_factory=list)
     autoscaling: Any = None
+    memcached_sg: str = ""
+    base_settings: Any = None  # the module's Settings; a test's `allow` lasts until the next reset
     warm_id: str = "warm-test-0"
     state_machine_arn: str = ""
     teardown_machine_arn: str = ""
@@ -133,12 +136,19 @@ class World:
             s3=self.deps.s3,
             agents=self.agents,
             attacher=self.attacher,
-            settings=self.deps.settings,
+            settings=self.base_settings or self.deps.settings,
             statuses=self.agents,
             autoscaling=self.deps.autoscaling,
             clock=self.clock,
             sleep=lambda s: None,
+            executions=self.deps.executions,
         )
+
+    def allow(self, *pairs: str) -> None:
+        """Add replica pairs (`SOURCE->DESTINATION`) to the stack's configuration for this test."""
+        settings = self.deps.settings
+        more = parse_pairs(",".join(pairs))
+        self.deps.settings = replace(settings, replica_pairs=settings.replica_pairs + more)
 
     def make_input(self, **overrides: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -151,7 +161,10 @@ class World:
         body.update(overrides)
         return body
 
-    def add_source_nodes(self, replica: str | None, count: int, instance_type: str = "r5.large") -> list[str]:
+    def add_source_nodes(
+        self, replica: str | None, count: int, instance_type: str = "r5.large", in_group: bool = True
+    ) -> list[str]:
+        """Replica nodes: tagged with the replica and (`in_group`) in the replicas' security group."""
         ids: list[str] = []
         azs = sorted(self.subnets)
         for i in range(count):
@@ -162,6 +175,7 @@ class World:
                 MinCount=1,
                 MaxCount=1,
                 SubnetId=self.subnets[az],
+                SecurityGroupIds=[self.memcached_sg] if in_group and self.memcached_sg else [],
                 TagSpecifications=[
                     {"ResourceType": "instance", "Tags": [{"Key": TAG_REPLICA, "Value": replica}]}
                 ]
@@ -200,6 +214,10 @@ class World:
             for m in re.findall(r"\$\{(\w+FunctionArn)\}", definition)
         }
         subs.update({"StatusBucket": BUCKET})
+        if "${WarmStateMachineArn}" in definition:  # the teardown machine serves the warm machine
+            if not self.state_machine_arn:
+                self.state_machine_arn = self.create_state_machine()
+            subs["WarmStateMachineArn"] = self.state_machine_arn
         for k, v in subs.items():
             definition = definition.replace("${" + k + "}", v)
         arn = self.sfn.create_state_machine(

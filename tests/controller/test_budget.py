@@ -89,11 +89,15 @@ def timed_world(world: Any, nodes: int) -> tuple[Any, dict[str, float]]:
     """The shared world with every client timed; returns it and the slowest pass per step."""
     NODES_NOW[0] = nodes
     fake = FakeEc2(world.subnets, world.deps.settings.vpc_id)
-    ids = fake.add_instances(nodes, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}])
+    group = [world.memcached_sg]
+    ids = fake.add_instances(
+        nodes, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}], groups=group
+    )
     # The destination: 500 nodes of replica big-b (given endpoints must be its nodes' addresses).
     fake.add_instances(
-        len(DESTINATION), "r5.large", [{"Key": "cachewarm:replica", "Value": "big-b"}], DESTINATION
+        len(DESTINATION), "r5.large", [{"Key": "cachewarm:replica", "Value": "big-b"}], DESTINATION, group
     )
+    world.allow("big-a->big-b")
     world.agents.use_ssm = False
     world.agents.default = SimNode(finish_after_s=3600)
     clock = world.clock
@@ -134,7 +138,7 @@ def test_every_pass_of_every_step_fits_in_the_lambda_timeout(world: Any, nodes: 
     w = warm_of(
         world,
         source={"replica": "big-a"},
-        destination={"endpoints": [f"{ip}:11211" for ip in DESTINATION]},
+        destination={"replica": "big-b", "endpoints": [f"{ip}:11211" for ip in DESTINATION]},
         polling={"interval_seconds": 300, "max_revives": 50, "stale_after_seconds": 600},
         verify={"sample_nodes": 10_000, "sample_keys": 1_000_000},
     )

@@ -43,11 +43,12 @@ def test_endpoints_of_the_destination_replica_are_accepted(world: Any) -> None:
     endpoints = [f"{ip}:11211" for ip in _ips(world, "main-b")]
     inp = validate(world.make_input(destination={"replica": "main-b", "endpoints": endpoints}), world.deps)
     assert inp.destination.endpoints == endpoints
-    # Without a replica name, any node tagged as a replica node is a destination node.
-    validate(world.make_input(destination={"endpoints": endpoints[:1]}), world.deps)
+    # Without a replica name no pair of the configuration can be checked: refused.
+    with pytest.raises(InvalidInputError, match="destination: name the replica"):
+        validate(world.make_input(destination={"endpoints": endpoints[:1]}), world.deps)
 
 
-@pytest.mark.parametrize("where", ["outside", "untagged", "other-replica", "other-vpc"])
+@pytest.mark.parametrize("where", ["outside", "untagged", "other-replica", "other-vpc", "tag-only"])
 def test_an_endpoint_that_is_not_a_destination_node_is_refused(world: Any, where: str) -> None:
     good = f"{_ips(world, 'main-b')[0]}:11211"
     made: list[str] = []
@@ -59,6 +60,10 @@ def test_an_endpoint_that_is_not_a_destination_node_is_refused(world: Any, where
         bad = inst["PrivateIpAddress"]
     elif where == "other-replica":
         bad = _ips(world, "main-a")[0]  # the source replica's own node
+    elif where == "tag-only":  # the replica tag, but not in the replicas' security group
+        inst = _instance(world, world.subnets["us-east-1a"], {REPLICA: "main-b"})
+        made.append(inst["InstanceId"])
+        bad = inst["PrivateIpAddress"]
     else:
         vpc = world.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
         subnet = world.ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24", AvailabilityZone="us-east-1a")
@@ -75,7 +80,7 @@ def test_an_endpoint_that_is_not_a_destination_node_is_refused(world: Any, where
 
 
 def test_a_hostname_that_is_no_instance_is_refused(world: Any) -> None:
-    raw = world.make_input(destination={"endpoints": ["exfil.example.com:11211"]})
+    raw = world.make_input(destination={"replica": "main-b", "endpoints": ["exfil.example.com:11211"]})
     with pytest.raises(InvalidInputError, match=r"exfil\.example\.com is not the private address"):
         validate(raw, world.deps)
 
@@ -103,12 +108,14 @@ def test_sources_and_destinations_are_found_only_in_the_stacks_vpc(world: Any) -
         from cachewarm_controller.model import parse_input
         from cachewarm_controller.steps.inventory import candidate_sources, destination_endpoints
 
-        vpc_id = world.deps.settings.vpc_id
+        world.allow("stray-replica->main-b", "main-a->stray-replica")
+        settings = world.deps.settings
+        scope = (settings.replica_pairs, settings.memcached_security_groups, settings.vpc_id)
         inp = parse_input(world.make_input(source={"replica": "stray-replica"}))
         with pytest.raises(PlanError, match="stray-replica"):
-            candidate_sources(inp, world.ec2, vpc_id)
+            candidate_sources(inp, world.ec2, *scope)
         inp = parse_input(world.make_input(destination={"replica": "stray-replica"}))
         with pytest.raises(PlanError, match="no running instances to warm"):
-            destination_endpoints(inp, world.ec2, set(), vpc_id)
+            destination_endpoints(inp, world.ec2, set(), *scope[1:])
     finally:
         world.ec2.terminate_instances(InstanceIds=[stray["InstanceId"]])

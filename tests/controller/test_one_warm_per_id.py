@@ -115,6 +115,7 @@ def test_launches_of_one_deployment_are_one_warm(world: Any) -> None:
 
     group = f"Memcached-Replica-{world.serial}"
     asg(world, group, deployment="v42")
+    world.allow(f"main-a->asg:{group}")
     ids = {validate(launch_event_input(world, group), world.deps).warm_id for _ in range(3)}
     assert ids == {asg_warm_id(group, "v42")}
     (warm_id,) = ids
@@ -135,5 +136,6 @@ def test_a_group_without_a_deployment_tag_uses_its_creation_time(world: Any) -> 
 
     group = f"memcached-untagged-{world.serial}"
     asg(world, group, deployment=None)
+    world.allow(f"main-a->asg:{group}")
     a = validate(launch_event_input(world, group), world.deps).warm_id
     assert a == validate(launch_event_input(world, group), world.deps).warm_id

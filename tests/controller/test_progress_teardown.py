@@ -12,7 +12,6 @@ from cachewarm_controller import handlers
 from cachewarm_controller.errors import (
     InvalidInputError,
     NodeFailedError,
-    PlanError,
     VerifyFailedError,
     WaitTimedOutError,
     WarmTimedOutError,
@@ -435,7 +434,9 @@ def test_destination_endpoints_found_from_the_replica(world: Any) -> None:
     p = world.deps.s3.load_plan(w.prefix, w.warm_id)
     assert len(p.destination_endpoints) == 2
     assert all(e.startswith("10.0.") and e.endswith(":11311") for e in p.destination_endpoints)
-    with pytest.raises(PlanError, match="cannot warm itself"):
+    # A replica cannot warm itself: no configuration can pair it with itself.
+    world.warm_id = f"{world.warm_id}-itself"
+    with pytest.raises(InvalidInputError, match="main-a -> destination main-a is not one of"):
         planned(world, destination={"replica": "main-a"})
     with pytest.raises(InvalidInputError, match="give endpoints, or a replica or asg_name"):
         parse_input(world.make_input(destination={"port": 11211}))

@@ -17,6 +17,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from cachewarm.contract import tags
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm_controller.agents import Invocation
 from cachewarm_controller.regions import RegionClients
 from cachewarm_controller.steps.common import RemoteRegion
@@ -44,6 +45,7 @@ class Far:
     subnets: list[str]
     template_id: str
     destination_ids: list[str]
+    memcached_sg: str = ""  # the far replicas' security group (the stack names it too)
 
 
 @dataclass
@@ -105,6 +107,7 @@ def far(shared_world: World) -> Far:
         ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=az)["Subnet"]["SubnetId"]
         for az, cidr in ((f"{FAR}a", "10.8.16.0/20"), (f"{FAR}b", "10.8.32.0/20"))
     ]
+    sg = ec2.create_security_group(GroupName="memcached", Description="replicas", VpcId=vpc)["GroupId"]
     template_id = ec2.create_launch_template(
         LaunchTemplateName="cachewarm-populator",
         LaunchTemplateData={"ImageId": _ami(ec2), "InstanceType": "m5.large"},
@@ -118,9 +121,10 @@ def far(shared_world: World) -> Far:
         MinCount=2,
         MaxCount=2,
         SubnetId=subnets[0],
+        SecurityGroupIds=[sg],
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": tags.REPLICA, "Value": "main-w"}]}],
     )
-    return Far(ec2, vpc, subnets, template_id, [i["InstanceId"] for i in dest["Instances"]])
+    return Far(ec2, vpc, subnets, template_id, [i["InstanceId"] for i in dest["Instances"]], sg)
 
 
 def _ami(ec2: Any) -> str:
@@ -142,10 +146,13 @@ def cross(world: World, far: Far) -> FarSsm:
         return RegionClients(far.ec2, ssm)
 
     world.deps.regions = in_region
+    settings = world.deps.settings
     world.deps.settings = replace(
-        world.deps.settings,
+        settings,
         destination_regions=(FAR,),
         remote_regions={FAR: RemoteRegion(vpc_id=far.vpc, launch_template_id=far.template_id)},
+        replica_pairs=(*settings.replica_pairs, *parse_pairs("main-a->main-w")),
+        memcached_security_groups=(*settings.memcached_security_groups, far.memcached_sg),
     )
     return ssm
 

@@ -22,8 +22,14 @@ def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> Non
     ec2 = FakeEc2(world.subnets, world.deps.settings.vpc_id)
     world.deps.ec2 = ec2
     world.agents.use_ssm = False
-    nodes = ec2.add_instances(NODES, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}])
-    destination = ec2.add_instances(2, "r5.large", [{"Key": "cachewarm:replica", "Value": "main-b"}])
+    group = [world.memcached_sg]
+    nodes = ec2.add_instances(
+        NODES, "r5.large", [{"Key": "cachewarm:replica", "Value": "big-a"}], groups=group
+    )
+    destination = ec2.add_instances(
+        2, "r5.large", [{"Key": "cachewarm:replica", "Value": "main-b"}], groups=group
+    )
+    world.allow("big-a->main-b")
     # Every node's populate finishes after ~9 h; one node goes silent once and is revived.
     world.agents.default = SimNode(finish_after_s=HOURS * 3600, items=5_000_000, files=2_000)
     world.agents.nodes[nodes[7]] = SimNode(finish_after_s=HOURS * 3600, silent_attempts=1)

@@ -167,7 +167,8 @@ def test_transient_error_is_retried_with_backoff(world: Any) -> None:
 @pytest.mark.parametrize("stage", ["CreateVolumes", "LaunchPopulators", "AttachVolumes", "StartAgents"])
 def test_a_retried_step_does_not_duplicate_its_work(world: Any, stage: str) -> None:
     """The step's work is done but its response is lost; the ASL retries it: nothing is created,
-    attached or started twice (resources are adopted by tag, commands by the plan)."""
+    attached or started twice (a repeated create call carries the same ClientToken and EC2 returns
+    the same resource; commands are adopted by the plan)."""
     world.faults[stage] = "transient-after"
     ex = world.run(world.make_input())
     assert ex.status == "SUCCEEDED", ex.desc
@@ -291,6 +292,7 @@ def test_a_warm_id_claimed_by_another_execution_ends_cleanly(world: Any) -> None
 
 def test_non_nitro_source_fails_in_plan_before_creating_anything(world: Any) -> None:
     old = world.add_source_nodes("old-nodes", 2, instance_type="t2.micro")
+    world.allow("old-nodes->main-b")
     before = snapshot(world)
     ex = world.run(world.make_input(source={"instance_ids": old}))
     assert ex.status == "FAILED"

@@ -21,7 +21,7 @@ from cachewarm_controller.model import (
 )
 from cachewarm_controller.steps.agent_commands import install_agents, start_agents
 from cachewarm_controller.steps.common import Warm
-from cachewarm_controller.steps.planning import claim, survey, validate
+from cachewarm_controller.steps.planning import claim, plan, survey, validate
 from cachewarm_controller.steps.resources import attach_volumes, create_volumes, launch_populators
 
 from tests.controller.steps_support import (
@@ -93,12 +93,13 @@ def test_plan_rows_per_node_saved_to_s3(world: Any) -> None:
 
 
 def test_plan_errors_name_the_problem(world: Any) -> None:
-    with pytest.raises(PlanError, match="no running instance tagged"):
+    world.allow("nope->main-b")
+    with pytest.raises(PlanError, match="no running instance tagged cachewarm:replica=nope"):
         planned(world, source={"replica": "nope"})
     with pytest.raises(PlanError, match="i-00000000deadbeef"):
         planned(world, source={"instance_ids": ["i-00000000deadbeef"]})
     untagged = world.add_source_nodes(None, 1)
-    with pytest.raises(PlanError, match=f"{untagged[0]} lack the tag cachewarm:replica"):
+    with pytest.raises(PlanError, match=f"{untagged[0]} is not a node of main-a"):
         planned(world, source={"instance_ids": untagged})
     world.ec2.terminate_instances(InstanceIds=untagged)
     with pytest.raises(PlanError, match="launch template"):
@@ -173,12 +174,20 @@ def test_create_volumes_io2_multi_attach_encrypted_tagged_idempotent(world: Any)
     finish(world, w)
 
 
-def test_client_tokens_are_stable_per_execution_and_node() -> None:
-    from cachewarm_controller.awsutil import client_token
+def test_client_tokens_are_stable_per_plan_and_node_and_unguessable(world: Any) -> None:
+    from cachewarm_controller.ownership import client_token, new_nonce
 
-    a = client_token("arn:x:w1", "i-1", "volume")
-    assert a == client_token("arn:x:w1", "i-1", "volume") and len(a) <= 64
-    assert a != client_token("arn:x:w1", "i-2", "volume") != client_token("arn:x:w2", "i-1", "volume")
+    nonce = new_nonce()
+    a = client_token(nonce, "i-1", "volume")
+    assert a == client_token(nonce, "i-1", "volume") and len(a) <= 64
+    assert a != client_token(nonce, "i-2", "volume") != client_token(new_nonce(), "i-1", "volume")
+    # The nonce is the plan's, made when the plan is first written (128 random bits), and kept: a
+    # repeated Plan does not replace it. Nothing public (ARN, warm id, node) gives the tokens.
+    w = planned(world)
+    first = world.deps.s3.load_plan(w.prefix, w.warm_id)
+    assert len(first.nonce) == 32 and first.nonce not in w.execution_arn
+    plan(w, world.deps)
+    assert world.deps.s3.load_plan(w.prefix, w.warm_id).nonce == first.nonce
 
 
 def test_populators_in_the_source_az_tagged_idempotent(world: Any) -> None:

@@ -56,9 +56,8 @@ def leave_a_running_warm_behind(world: Any) -> tuple[dict[str, Any], str]:
     ex = world.run(body)
     assert ex.status == "FAILED" and ex.entered()[-1] == "TeardownFailed", ex.entered()
     execution_arn = ex.desc["executionArn"]
-    inv = world.inventory()
-    assert len(inv.instances) == 3, inv.describe()
-    assert len([v for v in inv.volumes if v["VolumeType"] == "io2"]) == 3, inv.describe()
+    plan = world.deps.s3.load_plan("warms", world.warm_id)
+    assert len({r.volume_id for r in plan.nodes} | {r.populator_id for r in plan.nodes} - {None}) == 6
     assert any(world.attacher.table.values())
     assert world.status_objects()  # at least the plan
     world.faults.clear()
@@ -125,12 +124,15 @@ def test_a_failed_warm_that_tore_itself_down_is_harmless_to_tear_down_again(worl
 
 @pytest.mark.parametrize(
     "execution_input",
-    [json.dumps({"warm_id": "Bad Id!"}), json.dumps({"source": {"replica": "main-a"}}), ""],
+    [{"warm_id": "Bad Id!"}, {"source": {"replica": "main-a"}}, ""],
 )
-def test_an_event_whose_input_was_rejected_tears_down_nothing(world: Any, execution_input: str) -> None:
+def test_an_event_whose_input_was_rejected_tears_down_nothing(world: Any, execution_input: Any) -> None:
     """A failed execution whose input ValidateInput rejected created nothing: its event (FAILED)
-    finds nothing tagged with its ARN and succeeds (no second alarm for a bad input)."""
-    ex = world.run_teardown(status_change_event(execution_input, "FAILED", f"{EXECUTION_PREFIX}rejected"))
+    finds no plan and succeeds (no second alarm for a bad input)."""
+    rejected = world.run(execution_input)
+    assert rejected.entered() == ["ValidateInput", "InputRejected"]
+    arn = rejected.desc["executionArn"]
+    ex = world.run_teardown(status_change_event(json.dumps(execution_input), "FAILED", arn))
     assert ex.status == "SUCCEEDED", ex.desc
     assert ex.entered() == ["WaitForInFlightSteps", "Teardown", "TeardownComplete?", "TornDown"]
 
@@ -148,33 +150,33 @@ def test_an_event_without_an_execution_arn_fails_naming_it(world: Any) -> None:
 
 
 def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) -> None:
-    """Stopping an execution does not stop a Lambda it invoked: a volume created after the stop
-    (during the first wait) is still torn down."""
-    body, arn = leave_a_running_warm_behind(world)
+    """Stopping an execution does not stop a Lambda it invoked: a CreateVolumes still running when the
+    warm stopped (here: during the teardown machine's first wait) recorded its volumes as requested
+    and then ended before recording their ids — one volume made, one call never sent. Teardown
+    recovers both by their ClientTokens (the second is made by the recovery and deleted too)."""
+    from cachewarm_controller.ownership import volume_request
+
+    world.faults["CreateVolumes"] = "before"
+    world.faults["Teardown"] = "before"
+    body = world.make_input()
+    stopped = world.run(body)
+    assert stopped.entered()[-1] == "TeardownFailed", stopped.entered()
+    arn = stopped.desc["executionArn"]
+    world.faults.clear()
+    plan = world.deps.s3.load_plan("warms", world.warm_id)
+    assert plan is not None and not any(r.volume_id for r in plan.nodes)
     clock_at_start = world.clock()
     created: list[str] = []
-
     original = world.clock.advance
 
     def advance(seconds: float) -> None:
         original(seconds)
-        if not created:  # the stopped warm's CreateVolumes finishes during the first wait
-            created.append(
-                world.ec2.create_volume(
-                    AvailabilityZone="us-east-1a",
-                    Size=4,
-                    TagSpecifications=[
-                        {
-                            "ResourceType": "volume",
-                            "Tags": [
-                                {"Key": "cachewarm:warm-id", "Value": world.warm_id},
-                                {"Key": "cachewarm:execution", "Value": arn},
-                                {"Key": "cachewarm:managed", "Value": "true"},
-                            ],
-                        }
-                    ],
-                )["VolumeId"]
-            )
+        if not created:  # the stopped warm's CreateVolumes: intent saved, one call made, no id saved
+            late = world.deps.s3.load_plan("warms", world.warm_id)
+            late.nodes[0].volume_requested = late.nodes[1].volume_requested = True
+            world.deps.s3.save_plan("warms", late)
+            request = volume_request(late, late.nodes[0], world.deps.settings.stack_tag)
+            created.append(world.ec2.create_volume(**request)["VolumeId"])
 
     world.clock.advance = advance
     try:
@@ -183,6 +185,38 @@ def test_a_step_still_running_when_the_warm_stopped_is_waited_out(world: Any) ->
         del world.clock.advance
     assert ex.status == "SUCCEEDED", ex.desc
     assert created and world.clock() - clock_at_start >= 330
+    gone = world.ec2.describe_volumes(Filters=[{"Name": "volume-id", "Values": created}])["Volumes"]
+    assert gone == []
+    assert_nothing_left(world)
+
+
+def test_a_populator_launched_but_never_recorded_is_found_by_its_token(world: Any) -> None:
+    """A LaunchPopulators still running when the warm stopped: the node saved as requested, the
+    instance launched, its id never saved. The teardown finds it by its ClientToken (DescribeInstances'
+    `client-token` filter) and terminates it; nothing else is looked up by tag."""
+    from cachewarm_controller.ownership import populator_token
+
+    world.faults["LaunchPopulators"] = "before"
+    world.faults["Teardown"] = "before"
+    body = world.make_input()
+    stopped = world.run(body)
+    assert stopped.entered()[-1] == "TeardownFailed", stopped.entered()
+    world.faults.clear()
+    late = world.deps.s3.load_plan("warms", world.warm_id)
+    row = late.nodes[0]
+    row.populator_requested = True
+    world.deps.s3.save_plan("warms", late)
+    made = world.ec2.run_instances(
+        LaunchTemplate={"LaunchTemplateId": world.template_id, "Version": "$Latest"},
+        MinCount=1,
+        MaxCount=1,
+        SubnetId=row.subnet_id,
+        ClientToken=populator_token(late, row),
+    )["Instances"][0]["InstanceId"]
+    ex = world.run_teardown(status_change_event(json.dumps(body), execution_arn=stopped.desc["executionArn"]))
+    assert ex.status == "SUCCEEDED", ex.desc
+    state = world.ec2.describe_instances(InstanceIds=[made])["Reservations"][0]["Instances"][0]["State"]
+    assert state["Name"] in ("shutting-down", "terminated")
     assert_nothing_left(world)
 
 
@@ -195,6 +229,7 @@ def test_a_stopped_auto_scaling_launch_is_torn_down_like_any_warm(world: Any) ->
 
     group = f"Replica-Launch-{world.serial}"
     asg(world, group, deployment="v9")
+    world.allow(f"main-a->asg:{group}")
     world.warm_id = asg_warm_id(group, "v9")
     world.agents.store = world.deps.s3
     world.faults["StartAgents"] = "after"

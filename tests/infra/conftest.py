@@ -17,6 +17,7 @@ from tests.infra.support import (
     FAR_SG,
     FAR_VPC,
     MEMCACHED_SG,
+    REPLICA_PAIRS,
     REPO,
     SOURCE_SG,
     CliSynth,
@@ -85,6 +86,7 @@ def synth(artifacts: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
         asg_names=("memcached-replica-b",),
         destination_security_group_ids=(MEMCACHED_SG,),
         source_security_group_ids=(SOURCE_SG,),
+        replica_pairs=REPLICA_PAIRS,
     )
     stack = CacheWarmStack(app, "CacheWarmTest", settings=settings)
     Validations.of(app).add_plugins(AwsSolutionsChecks(app))

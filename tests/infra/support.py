@@ -13,6 +13,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REAL_ASL = REPO / "statemachine" / "warm.asl.json"
 REAL_DOCS = REPO / "infra" / "ssm_documents"
 REAL_LAMBDAS = REPO / "lambdas"
+# The replica pairs the session synth allows (context replicaPairs): the examples' event, and the
+# Auto Scaling group whose launches it warms.
+REPLICA_PAIRS = ("users-v1->users-v2", "users-v1->asg:memcached-replica-b")
 # The replicas' security groups the session synth names (context destinationSecurityGroupIds,
 # sourceSecurityGroupIds).
 MEMCACHED_SG = "sg-0123456789abcdef0"

@@ -49,6 +49,7 @@ def _matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
 
 
 def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
+    # One rule per replica pair of the configuration (users-v1->users-v2; the asg: pair has none).
     p = _rule(synth, "CacheWarmerReplicaDeployedRule")
     assert p["EventPattern"] == {
         "source": ["cachewarm"],
@@ -56,8 +57,8 @@ def test_replica_deployed_rule_pattern_and_target(synth: Synth) -> None:
         "account": [{"Ref": "AWS::AccountId"}],
         "detail": {
             "warm_id": [{"exists": True}],
-            "source": {"replica": [{"exists": True}]},
-            "destination": {"replica": [{"exists": True}]},
+            "source": {"replica": ["users-v1"]},
+            "destination": {"replica": ["users-v2"]},
         },
     }
     # On the stack's own bus, not the default one.
@@ -86,6 +87,11 @@ def test_documented_event_starts_a_valid_warm(synth: Synth) -> None:
         assert not _matches(p["EventPattern"], broken), missing
     no_replica = {**event, "detail": {**event["detail"], "destination": {"endpoints": ["203.0.113.7:11211"]}}}
     assert not _matches(p["EventPattern"], no_replica)
+    # Replicas the configuration does not pair: no rule on the bus matches, no execution starts.
+    for source, destination in (("users-v1", "sessions"), ("sessions", "users-v2"), ("users-v2", "users-v1")):
+        other = {**event, "detail": {**event["detail"], "source": {"replica": source}}}
+        other["detail"]["destination"] = {"replica": destination}
+        assert not any(_matches(r["Properties"]["EventPattern"], other) for r in _rules(synth).values())
     # Endpoints in an event never reach the execution: the controller finds the replica's nodes.
     with_endpoints = {
         **event,
@@ -170,7 +176,9 @@ def test_teardown_machine_deploys_its_asl_logged_traced(synth: Synth) -> None:
     assert log_group.startswith("CacheWarmerTeardownStateMachineLogs")
     # The same substitution mechanism: exactly the placeholders its ASL uses, the Teardown function.
     subs = props["DefinitionSubstitutions"]
-    assert set(subs) == {"TeardownFunctionArn"}
+    assert set(subs) == {"TeardownFunctionArn", "WarmStateMachineArn"}
+    # It serves this stack's warm machine: the Teardown Lambda refuses an execution of any other.
+    assert subs["WarmStateMachineArn"] == {"Ref": _machine(synth)[0]}
     functions = synth.resources("AWS::Lambda::Function")
     fn = subs["TeardownFunctionArn"]["Fn::GetAtt"][0]
     assert functions[fn]["Properties"]["Handler"] == "cachewarm_controller.handlers.teardown"
@@ -276,6 +284,66 @@ def test_teardown_machine_arn_is_an_output(synth: Synth) -> None:
     assert synth.template["Outputs"]["TeardownStateMachineArn"]["Value"] == {"Ref": teardown}
 
 
+def _stack_rules(**settings: Any) -> dict[str, Any]:
+    """The EventBridge rules of a stack synthesized with these StackSettings (the session synth's
+    files), without cdk-nag."""
+    from aws_cdk import App
+    from cachewarm_infra.stack import CacheWarmStack, StackSettings
+
+    from tests.infra.support import asl_path, documents_dir, lambdas_dir
+
+    base = {"asl_path": asl_path(), "lambdas_dir": lambdas_dir(), "ssm_documents_dir": documents_dir()}
+    stack = CacheWarmStack(App(), "Pairs", settings=StackSettings(**base, **settings))
+    return Template.from_stack(stack).find_resources("AWS::Events::Rule")
+
+
+def test_every_replica_pair_has_its_own_rule_and_none_starts_nothing(artifacts: tuple[Any, Any]) -> None:
+    dist = {"dumper_tarball": artifacts[0], "agent_bundle": artifacts[1]}
+    rules = _stack_rules(**dist, replica_pairs=("a->b", "c->b", "a->asg:g"), asg_names=("g",))
+    patterns = {
+        (
+            r["Properties"]["EventPattern"]["detail"]["source"]["replica"][0],
+            r["Properties"]["EventPattern"]["detail"]["destination"]["replica"][0],
+        )
+        for k, r in rules.items()
+        if k.startswith("ReplicaDeployedRule") or "ReplicaDeployedRule" in k
+    }
+    assert patterns == {("a", "b"), ("c", "b")}
+    [asg] = [r for k, r in rules.items() if "AsgLaunchRule" in k]
+    assert asg["Properties"]["EventPattern"]["detail"] == {"AutoScalingGroupName": ["g"]}
+    # The default: no pair, no rule that starts a warm (only the stopped-warm rule remains).
+    empty = _stack_rules(**dist)
+    assert [k for k in empty if "StoppedWarmRule" not in k] == []
+    # A group whose launches would have no configured source is refused at synth.
+    with pytest.raises(ValueError, match=r"asgNames g: no replicaPairs entry SOURCE->asg:g"):
+        _stack_rules(**dist, replica_pairs=("a->b",), asg_names=("g",))
+    with pytest.raises(ValueError, match="SOURCE->DESTINATION"):
+        _stack_rules(**dist, replica_pairs=("a-b",))
+
+
+def test_the_controller_is_told_the_pairs_and_the_replicas_groups(synth: Synth) -> None:
+    from tests.infra.support import MEMCACHED_SG, REPLICA_PAIRS, SOURCE_SG
+
+    for fn in synth.resources("AWS::Lambda::Function").values():
+        env = fn["Properties"]["Environment"]["Variables"]
+        assert env["REPLICA_PAIRS"] == ",".join(REPLICA_PAIRS)
+        # The destination replicas' groups, then the sources': a node found by its tag is in one.
+        assert env["MEMCACHED_SECURITY_GROUP_IDS"] == f"{MEMCACHED_SG},{SOURCE_SG}"
+
+
+def test_the_controller_may_describe_only_the_warm_machines_executions(synth: Synth) -> None:
+    """The teardown machine checks the execution it is given (ended, of the warm machine) with
+    DescribeExecution: allowed on the warm machine's executions and nothing else."""
+    sm, _ = _machine(synth)
+    found = [st for _, st in _statements(synth) if "states:DescribeExecution" in _as_list(st["Action"])]
+    assert len(found) == 1 and _as_list(found[0]["Action"]) == ["states:DescribeExecution"]
+    [resource] = _as_list(found[0]["Resource"])
+    text = json.dumps(resource)
+    assert (
+        ":execution:" in text and json.dumps({"Fn::GetAtt": [sm, "Name"]}) in text and text.endswith(':*"]]}')
+    )
+
+
 def test_asg_example_rule(synth: Synth) -> None:
     [rule] = [r for k, r in _rules(synth).items() if k.startswith("CacheWarmerAsgLaunchRule")]
     event = json.loads((REPO / "infra" / "examples" / "asg-launch-event.json").read_text())
@@ -308,3 +376,12 @@ def test_trigger_dead_letter_queue_encrypted_tls(synth: Synth) -> None:
     assert "KmsMasterKeyId" in q["Properties"]
     [qp] = synth.resources("AWS::SQS::QueuePolicy").values()
     assert "aws:SecureTransport" in json.dumps(qp)
+
+
+def test_replica_pairs_come_from_context() -> None:
+    from aws_cdk import App
+    from cachewarm_infra.stack import StackSettings
+
+    s = StackSettings.from_context(App(context={"replicaPairs": "users-v1->users-v2, users-v1->asg:g"}).node)
+    assert s.replica_pairs == ("users-v1->users-v2", "users-v1->asg:g")
+    assert StackSettings.from_context(App().node).replica_pairs == ()

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from cachewarm.contract.replicas import Pair
+
 from cachewarm_controller.agents import AgentRunner
 from cachewarm_controller.attach import VolumeAttacher
 from cachewarm_controller.budget import EC2_MUTATIONS_PER_S, Deadline, Pacer
@@ -78,6 +80,11 @@ class Settings:
     # The version of every SSM document SendCommand runs (DOCUMENT_VERSION): the stack names each
     # document after its content, so version 1 is what it deployed; None: the default version.
     document_version: str | None = None
+    # Which replicas may be warmed from which (REPLICA_PAIRS, the stack's replicaPairs): none = no warm.
+    replica_pairs: tuple[Pair, ...] = ()
+    # The memcached nodes' security groups (MEMCACHED_SECURITY_GROUP_IDS): a node found by its
+    # cachewarm:replica tag counts only when it is in one of them (`pairs`).
+    memcached_security_groups: tuple[str, ...] = ()
 
 
 @dataclass
@@ -97,6 +104,8 @@ class Deps:
     # Another region's EC2 client and SSM runner (a cross-region S3 warm's populators); None: this
     # controller reaches its own region only.
     regions: RegionFactory | None = None
+    # Step Functions (DescribeExecution): the teardown machine checks the execution it is given.
+    executions: Any = None
 
     def in_region(self, region: str | None) -> RegionClients:
         """The clients of `region`; None = the controller's own."""

@@ -1,4 +1,5 @@
-"""What exists in EC2: a warm's tagged resources, and the source and destination replicas' nodes."""
+"""What exists in EC2: the source and destination replicas' nodes (a warm's own resources are its plan's,
+see `ownership`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
-from cachewarm.contract import tags
+from cachewarm.contract.replicas import Pair, Side
 
-from cachewarm_controller.awsutil import chunks, tag_value
+from cachewarm_controller.awsutil import chunks
 from cachewarm_controller.errors import InvalidInputError, PlanError
 from cachewarm_controller.model import WarmInput
-
-LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+from cachewarm_controller.steps.pairs import (
+    allowed_sources,
+    destination_side,
+    membership_problem,
+    require_nodes_of,
+    side_filter,
+)
 
 
 def tag_filter(key: str, value: str) -> dict[str, Any]:
@@ -25,6 +31,8 @@ def tag_filter(key: str, value: str) -> dict[str, Any]:
 
 @dataclass
 class Inventory:
+    """A warm's live volumes and instances (as EC2 describes them)."""
+
     volumes: list[dict[str, Any]] = field(default_factory=list)
     instances: list[dict[str, Any]] = field(default_factory=list)
 
@@ -36,40 +44,6 @@ class Inventory:
         vols = ", ".join(f"{v['VolumeId']} ({v['State']})" for v in self.volumes[:10])
         insts = ", ".join(f"{i['InstanceId']} ({i['State']['Name']})" for i in self.instances[:10])
         return f"volumes: [{vols}] instances: [{insts}]"
-
-
-def inventory(
-    ec2: Any, execution_arn: str, warm_id: str | None = None, volumes: bool = True, instances: bool = True
-) -> Inventory:
-    """Every live volume and instance this execution created (tagged with its ARN, and with the warm
-    id when given; terminated instances do not count). Another execution's resources never match,
-    even for the same warm id."""
-    inv = Inventory()
-    flt = [tag_filter(tags.EXECUTION, execution_arn)]
-    if warm_id is not None:
-        flt.append(tag_filter(tags.WARM_ID, warm_id))
-    if volumes:
-        for page in ec2.get_paginator("describe_volumes").paginate(Filters=flt):
-            inv.volumes.extend(v for v in page["Volumes"] if v["State"] != "deleted")
-    if instances:
-        for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[*flt, {"Name": "instance-state-name", "Values": LIVE_INSTANCE_STATES}]
-        ):
-            for res in page["Reservations"]:
-                inv.instances.extend(res["Instances"])
-    return inv
-
-
-def tagged(ec2: Any, kind: str, execution_arn: str, warm_id: str, role: str) -> dict[str, dict]:
-    """node id -> live tagged resource of `kind` (volume | instance) of this execution."""
-    inv = inventory(ec2, execution_arn, warm_id, volumes=kind == "volume", instances=kind == "instance")
-    items = inv.volumes if kind == "volume" else inv.instances
-    out: dict[str, dict] = {}
-    for r in items:
-        node = tag_value(r, tags.NODE)
-        if node and tag_value(r, tags.ROLE) == role:
-            out[node] = r
-    return out
 
 
 def describe_instances(ec2: Any, instance_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -106,47 +80,63 @@ def running_instances(
     return found
 
 
-def candidate_sources(inp: WarmInput, ec2: Any, vpc_id: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """The running nodes of the stack's VPC that may be the source, per replica name, by the input's
-    selector; with no selector, every replica tagged cachewarm:replica except the destination (Plan
-    picks the one with the most items). A replica given by instance ids is named by `source.replica`
-    or ""."""
-    src = inp.source
-    if src.instance_ids:
-        try:
-            nodes = running_instances(ec2, ids=src.instance_ids, vpc_id=vpc_id)
-        except ClientError as exc:
-            raise PlanError(f"source.instance_ids: {exc}") from exc
-        missing = sorted(set(src.instance_ids) - {n["InstanceId"] for n in nodes})
-        if missing:
-            raise PlanError(
-                f"source.instance_ids not found, not running or not in this stack's VPC: {', '.join(missing)}"
-            )
-        return {src.replica or "": nodes}
-    if src.replica:
-        nodes = running_instances(ec2, [tag_filter(tags.REPLICA, src.replica)], vpc_id=vpc_id)
-        if not nodes:
-            raise PlanError(f"source.replica {src.replica!r}: no running instance tagged {tags.REPLICA}")
-        return {src.replica: nodes}
-    if src.asg_name:
-        nodes = running_instances(ec2, [tag_filter(tags.ASG, src.asg_name)], vpc_id=vpc_id)
-        if not nodes:
-            raise PlanError(f"source.asg_name {src.asg_name!r}: no running instances")
-        return {src.asg_name: nodes}
-    by_replica: dict[str, list[dict]] = {}
-    dst = inp.destination
-    for n in running_instances(ec2, [{"Name": "tag-key", "Values": [tags.REPLICA]}], vpc_id=vpc_id):
-        name = tag_value(n, tags.REPLICA) or ""
-        in_destination = name == dst.replica or (
-            dst.asg_name is not None and tag_value(n, tags.ASG) == dst.asg_name
-        )
-        if not in_destination:
-            by_replica.setdefault(name, []).append(n)
-    if not by_replica:
+def candidate_sources(
+    inp: WarmInput, ec2: Any, pairs: tuple[Pair, ...], groups: tuple[str, ...], vpc_id: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The running nodes of the stack's VPC that may be the source, per source (`pairs.allowed_sources`:
+    the one the input names, else every source the stack pairs with the destination; Plan picks the
+    one with the most items). Every node must be a node of its source (`pairs.membership_problem`);
+    given instance ids must all be nodes of one allowed source."""
+    allowed = allowed_sources(inp, pairs)
+    if inp.source.instance_ids:
+        side, nodes = source_of_instances(inp, ec2, pairs, groups, vpc_id)
+        return {str(side): nodes}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for side in allowed:
+        nodes = running_instances(ec2, [side_filter(side)], vpc_id=vpc_id)
+        require_nodes_of(nodes, side, groups, f"source {side}")
+        if nodes:
+            out[str(side)] = nodes
+    if not out:
         raise PlanError(
-            f"no source given and no running replica tagged {tags.REPLICA} (besides the destination)"
+            f"source {', '.join(str(s) for s in allowed)}: no running instance "
+            + ", ".join(f"tagged {side_filter(s)['Name'][4:]}={s.name}" for s in allowed)
+            + " in the stack's VPC"
         )
-    return by_replica
+    return out
+
+
+def source_of_instances(
+    inp: WarmInput,
+    ec2: Any,
+    pairs: tuple[Pair, ...],
+    groups: tuple[str, ...],
+    vpc_id: str | None,
+    error: type[Exception] = PlanError,
+) -> tuple[Side, list[dict[str, Any]]]:
+    """`source.instance_ids`: running instances of the stack's VPC that are all nodes of one source
+    the stack pairs with the destination; (that source, the nodes), else `error` naming why."""
+    ids = list(inp.source.instance_ids or [])
+    try:
+        nodes = running_instances(ec2, ids=ids, vpc_id=vpc_id)
+    except ClientError as exc:
+        raise error(f"source.instance_ids: {exc}") from exc
+    missing = sorted(set(ids) - {n["InstanceId"] for n in nodes})
+    if missing:
+        raise error(
+            f"source.instance_ids not found, not running or not in this stack's VPC: {', '.join(missing)}"
+        )
+    allowed = allowed_sources(inp, pairs)
+    problems: list[str] = []
+    for side in allowed:
+        found = [p for n in nodes if (p := membership_problem(n, side, groups))]
+        if not found:
+            return side, nodes
+        problems.extend(found[:3])
+    raise error(
+        "source.instance_ids are not all nodes of one source paired with the destination "
+        f"({', '.join(str(s) for s in allowed)}): " + "; ".join(problems[:6])
+    )
 
 
 def destination_pending(inp: WarmInput, autoscaling: Any) -> list[str]:
@@ -172,24 +162,22 @@ def destination_pending(inp: WarmInput, autoscaling: Any) -> list[str]:
 
 
 def destination_endpoints(
-    inp: WarmInput, ec2: Any, source_ids: set[str], vpc_id: str | None = None
+    inp: WarmInput, ec2: Any, source_ids: set[str], groups: tuple[str, ...], vpc_id: str | None = None
 ) -> list[str]:
     """The memcached endpoints to warm: only ever running nodes of the destination replica in this
-    account and the stack's VPC — the given endpoints once each is shown to be one
-    (`checked_endpoints`), else the replica's / group's nodes (private IP + port)."""
+    account and the stack's VPC (`pairs.membership_problem`) — the given endpoints once each is shown
+    to be one (`checked_endpoints`), else the replica's / group's nodes (private IP + port)."""
     dst = inp.destination
+    side = _destination(inp)
     if dst.endpoints:
-        nodes = checked_endpoints(inp, ec2, vpc_id)
+        nodes = checked_endpoints(inp, ec2, groups, vpc_id)
         what = "destination.endpoints"
     else:
-        if dst.replica:
-            nodes = running_instances(ec2, [tag_filter(tags.REPLICA, dst.replica)], vpc_id=vpc_id)
-            what = f"destination.replica {dst.replica!r}"
-        else:
-            nodes = running_instances(ec2, [tag_filter(tags.ASG, str(dst.asg_name))], vpc_id=vpc_id)
-            what = f"destination.asg_name {dst.asg_name!r}"
+        nodes = running_instances(ec2, [side_filter(side)], vpc_id=vpc_id)
+        what = f"destination {side}"
         if not nodes:
             raise PlanError(f"{what}: no running instances to warm")
+        require_nodes_of(nodes, side, groups, what)
     overlap = sorted(source_ids & {n["InstanceId"] for n in nodes})
     if overlap:
         raise PlanError(
@@ -200,24 +188,23 @@ def destination_endpoints(
     return sorted(f"{n['PrivateIpAddress']}:{dst.port}" for n in nodes)
 
 
-def _belongs_to_destination(inp: WarmInput, node: dict[str, Any]) -> bool:
-    """A node is part of the destination when it carries the replica tag (the named replica's, if
-    one is named) or is an instance of the named Auto Scaling group (a tag only AWS sets)."""
-    dst = inp.destination
-    replica = tag_value(node, tags.REPLICA)
-    if dst.asg_name is not None and tag_value(node, tags.ASG) == dst.asg_name:
-        return True
-    if dst.replica is not None:
-        return replica == dst.replica
-    return dst.asg_name is None and replica is not None
+def _destination(inp: WarmInput) -> Side:
+    side = destination_side(inp)
+    if side is None:
+        raise InvalidInputError("destination: name the replica (destination.replica or destination.asg_name)")
+    return side
 
 
-def checked_endpoints(inp: WarmInput, ec2: Any, vpc_id: str | None) -> list[dict[str, Any]]:
+def checked_endpoints(
+    inp: WarmInput, ec2: Any, groups: tuple[str, ...], vpc_id: str | None
+) -> list[dict[str, Any]]:
     """The nodes behind `destination.endpoints`: every host must be the private IP (or private DNS
-    name) of a running instance of this account in the stack's VPC that belongs to the destination
-    replica (`_belongs_to_destination`). An address that is not — an outside host, another VPC's, an
-    untagged instance — is refused (InvalidInputError) before anything is created: whoever can start
-    an execution must not be able to send a replica's data to a host of their choosing."""
+    name) of a running instance of this account in the stack's VPC that is a node of the destination
+    replica (`pairs.membership_problem`). An address that is not — an outside host, another VPC's, an
+    instance that merely carries the tag — is refused (InvalidInputError) before anything is created:
+    whoever can start an execution must not be able to send a replica's data to a host of their
+    choosing."""
+    side = _destination(inp)
     hosts = sorted({e.rsplit(":", 1)[0] for e in inp.destination.endpoints or []})
     ips = [h for h in hosts if _is_ipv4(h)]
     names = [h for h in hosts if not _is_ipv4(h)]
@@ -231,33 +218,20 @@ def checked_endpoints(inp: WarmInput, ec2: Any, vpc_id: str | None) -> list[dict
             if h:
                 by_host[h] = n
     unknown = [h for h in hosts if h not in by_host]
-    foreign = [h for h in hosts if h in by_host and not _belongs_to_destination(inp, by_host[h])]
+    foreign = {h: p for h in hosts if h in by_host and (p := membership_problem(by_host[h], side, groups))}
     problems = []
     if unknown:
         problems.append(
             f"{', '.join(unknown[:10])} {'is' if len(unknown) == 1 else 'are'} not the private address of "
             "a running instance of this account in the stack's VPC"
         )
-    if foreign:
-        problems.append(
-            f"{', '.join(foreign[:10])} {'is' if len(foreign) == 1 else 'are'} not "
-            f"{_destination_name(inp)} (the instance lacks the tag)"
-        )
+    problems.extend(f"{h}: {p}" for h, p in list(foreign.items())[:10])
     if problems:
         raise InvalidInputError(
-            "destination.endpoints refused: " + "; ".join(problems) + " — a warm writes only to tagged "
-            "replica nodes (docs/security.md)"
+            "destination.endpoints refused: " + "; ".join(problems) + " — a warm writes only to nodes of "
+            "the destination replica (docs/security.md)"
         )
     return list({n["InstanceId"]: n for n in by_host.values()}.values())
-
-
-def _destination_name(inp: WarmInput) -> str:
-    dst = inp.destination
-    if dst.asg_name is not None:
-        return f"an instance of Auto Scaling group {dst.asg_name!r}"
-    if dst.replica is not None:
-        return f"a node of replica {dst.replica!r} ({tags.REPLICA}={dst.replica})"
-    return f"a replica node ({tags.REPLICA})"
 
 
 def _is_ipv4(host: str) -> bool:

@@ -27,6 +27,7 @@ from cachewarm_controller.model import (
     parse_input,
     volume_size_gib,
 )
+from cachewarm_controller.ownership import new_nonce
 from cachewarm_controller.steps.common import Deps, Warm, pass_result, populator_clients, populator_region
 from cachewarm_controller.steps.inventory import (
     candidate_sources,
@@ -34,7 +35,9 @@ from cachewarm_controller.steps.inventory import (
     describe_instances,
     destination_endpoints,
     destination_pending,
+    source_of_instances,
 )
+from cachewarm_controller.steps.pairs import allowed_sources
 
 # ---- ValidateInput --------------------------------------------------------------------------------
 
@@ -84,13 +87,20 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
             f"populator.launch_template_id: {given} is not this stack's populator template{where} "
             f"({ours}); populators launch only from it"
         )
-    key = deps.settings.kms_key_id
-    if key and inp.volume.kms_key_id and inp.volume.kms_key_id != key:
-        raise InvalidInputError(
-            f"volume.kms_key_id: {inp.volume.kms_key_id} is not this stack's key ({key}); the volumes "
-            "holding a replica's data are encrypted with the stack's key only"
+    _check_volume_key(inp.volume.kms_key_id, deps.settings.kms_key_id)
+    settings = deps.settings
+    allowed_sources(inp, settings.replica_pairs)
+    if inp.source.instance_ids:
+        source_of_instances(
+            inp,
+            deps.ec2,
+            settings.replica_pairs,
+            settings.memcached_security_groups,
+            settings.vpc_id,
+            error=InvalidInputError,
         )
-    if inp.s3 is not None and not (key and deps.settings.controller_role_arn):
+    key = settings.kms_key_id
+    if inp.s3 is not None and not (key and settings.controller_role_arn):
         raise InvalidInputError(
             "transport: s3 needs the stack's KMS key and the controller's role (KMS_KEY_ID, "
             "CONTROLLER_ROLE_ARN): deploy the stack, which sets both"
@@ -102,9 +112,9 @@ def validate(raw: object, deps: Deps, region: str | None = None) -> WarmInput:
         )
     if inp.destination.endpoints:
         if far is not None and remote:
-            checked_endpoints(inp, deps.in_region(remote).ec2, far.vpc_id)
+            checked_endpoints(inp, deps.in_region(remote).ec2, settings.memcached_security_groups, far.vpc_id)
         else:
-            checked_endpoints(inp, deps.ec2, deps.settings.vpc_id)
+            checked_endpoints(inp, deps.ec2, settings.memcached_security_groups, settings.vpc_id)
     return inp
 
 
@@ -112,6 +122,24 @@ def _key_names(key_arn: str | None) -> tuple[str, ...]:
     """The stack's key as an input may name it: its ARN or its id (`arn:...:key/<id>`), no alias (an
     alias can be pointed at another key)."""
     return (key_arn, key_arn.rsplit("/", 1)[-1]) if key_arn else ()
+
+
+def _check_volume_key(given: str | None, ours: str | None) -> None:
+    """The volumes holding a replica's data are encrypted with the stack's key only: an input naming
+    another key (or any key, when the stack has none configured) is refused. The stack's key may be
+    named by its ARN or its key id."""
+    if given is None:
+        return
+    if ours is None:
+        raise InvalidInputError(
+            f"volume.kms_key_id: {given} refused: this stack has no key configured (KMS_KEY_ID), so no "
+            "key named in an input can be checked; leave volume.kms_key_id out"
+        )
+    if given not in (ours, ours.rsplit("/", 1)[-1]):
+        raise InvalidInputError(
+            f"volume.kms_key_id: {given} is not this stack's key ({ours}); the volumes holding a "
+            "replica's data are encrypted with the stack's key only"
+        )
 
 
 # ---- ClaimWarmId ----------------------------------------------------------------------------------
@@ -122,9 +150,12 @@ def claim(warm: Warm, deps: Deps) -> dict[str, Any]:
     step after a lost response finds its own claim and is the owner still."""
     body = {"warm_id": warm.warm_id, "execution_arn": warm.execution_arn, "claimed_ms": deps.now_ms()}
     if deps.s3.claim(warm.prefix, warm.warm_id, body):
-        return {"owned": True, "owner": warm.execution_arn}
-    existing = deps.s3.read_claim(warm.prefix, warm.warm_id) or {}
-    owner = str(existing.get("execution_arn", ""))
+        owner = warm.execution_arn
+    else:
+        owner = str((deps.s3.read_claim(warm.prefix, warm.warm_id) or {}).get("execution_arn", ""))
+    if owner == warm.execution_arn:
+        # Before anything is created: the teardown machine finds this execution's plan from its ARN.
+        deps.s3.save_execution(warm.prefix, warm.execution_arn, warm.warm_id)
     return {"owned": owner == warm.execution_arn, "owner": owner}
 
 
@@ -148,7 +179,10 @@ def survey(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     inp = warm.inp
     found = deps.s3.load_survey(warm.prefix, warm.warm_id)
     if found is None:
-        candidates = candidate_sources(inp, deps.ec2, deps.settings.vpc_id)
+        settings = deps.settings
+        candidates = candidate_sources(
+            inp, deps.ec2, settings.replica_pairs, settings.memcached_security_groups, settings.vpc_id
+        )
         supplied = inp.source.node_stats or {}
         ask = [n for nodes in candidates.values() for n in nodes if n["InstanceId"] not in supplied]
         _require_replica_tag(ask, "source candidates")
@@ -275,9 +309,25 @@ def _s3_populator_subnets(warm: Warm, ec2: Any, vpc_id: str | None) -> list[tupl
     return [(s, found[s]) for s in spec.subnet_ids]
 
 
+def _summary(p: WarmPlan) -> dict[str, Any]:
+    return {
+        "source_replica": p.source_replica,
+        "nodes": len(p.nodes),
+        "azs": sorted({r.az for r in p.nodes}),
+        "items": sum(r.items for r in p.nodes),
+        "bytes": sum(r.bytes for r in p.nodes),
+        "volume_gib": sum(r.size_gib for r in p.nodes),
+        "destination_endpoints": len(p.destination_endpoints),
+    }
+
+
 def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
-    """One row per source node: AZ, subnet, address, data size, volume size. Saved to S3."""
+    """One row per source node: AZ, subnet, address, data size, volume size. Saved to S3, once: a
+    repeated Plan keeps the first (its nonce makes every ClientToken of the execution)."""
     inp = warm.inp
+    existing = deps.s3.load_plan(inp.status_prefix, inp.warm_id)
+    if existing is not None and existing.execution_arn == warm.execution_arn:
+        return _summary(existing)
     found = deps.s3.load_survey(warm.prefix, warm.warm_id)
     if found is None or found.execution_arn != warm.execution_arn:
         raise PlanError(f"no survey of this execution for warm {warm.warm_id} (SurveyReplicas did not run?)")
@@ -310,9 +360,10 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     _check_launch_template(inp, pop_ec2)
     subnets = _populator_subnets(inp, deps)
     s3_subnets = _s3_populator_subnets(warm, pop_ec2, vpc) if inp.transport == "s3" else []
+    groups = deps.settings.memcached_security_groups
     if remote is not None and inp.destination.endpoints:
-        checked_endpoints(inp, pop_ec2, vpc)
-    endpoints = destination_endpoints(inp, pop_ec2, set(ids), vpc)
+        checked_endpoints(inp, pop_ec2, groups, vpc)
+    endpoints = destination_endpoints(inp, pop_ec2, set(ids), groups, vpc)
     rows = []
     for n in sorted(nodes, key=lambda n: n["InstanceId"]):
         az = n["Placement"]["AvailabilityZone"]
@@ -338,18 +389,14 @@ def plan(warm: Warm, deps: Deps) -> dict[str, Any]:
     result = WarmPlan(
         warm_id=inp.warm_id,
         execution_arn=warm.execution_arn,
+        nonce=new_nonce(),
+        populator_region=remote,
+        volume_iops=inp.volume.iops,
+        volume_kms_key_id=inp.volume.kms_key_id or deps.settings.kms_key_id,
         source_replica=replica or None,
         started_ms=deps.now_ms(),
         destination_endpoints=endpoints,
         nodes=rows,
     )
     deps.s3.save_plan(inp.status_prefix, result)
-    return {
-        "source_replica": replica or None,
-        "nodes": len(rows),
-        "azs": sorted({r.az for r in rows}),
-        "items": sum(r.items for r in rows),
-        "bytes": sum(r.bytes for r in rows),
-        "volume_gib": sum(r.size_gib for r in rows),
-        "destination_endpoints": len(endpoints),
-    }
+    return _summary(result)

@@ -3,9 +3,10 @@ instance per source node, the volume attached to both; CreateTransport instead o
 the S3 transport (a bucket per execution; the populators in the input's `s3.subnet_ids`).
 
 Each is a looping step: one pass creates (or attaches) at most a batch, paced under EC2's rate limits,
-then reports whether everything is ready; the state machine waits and runs the next pass. Resources
-are found again by their tags (execution + warm id + node) on every pass, so a retried or repeated
-pass adopts what an earlier one made instead of making it twice.
+then reports whether everything is ready; the state machine waits and runs the next pass. A node's
+create is recorded as requested in the plan before the call and its id right after; a retried or
+repeated pass re-issues the call with the same ClientToken and gets the same resource back
+(`ownership`): nothing is ever found, let alone adopted, by its tags.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from cachewarm.contract import tags
 
 from cachewarm_controller import transport
 from cachewarm_controller.attach import LIVE_STATES, require_nitro
-from cachewarm_controller.awsutil import chunks, client_token
+from cachewarm_controller.awsutil import chunks
 from cachewarm_controller.budget import ATTACHMENTS_PER_PASS, POPULATORS_PER_PASS, VOLUMES_PER_PASS
 from cachewarm_controller.errors import (
     AttachmentLimitError,
@@ -25,28 +26,22 @@ from cachewarm_controller.errors import (
     TransportError,
 )
 from cachewarm_controller.history import passes
-from cachewarm_controller.model import MULTI_ATTACH_LIMIT, WarmPlan
+from cachewarm_controller.model import MULTI_ATTACH_LIMIT, NodePlan, WarmPlan
+from cachewarm_controller.ownership import populator_token, volume_request
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, populator_clients
-from cachewarm_controller.steps.inventory import describe_instances, tagged
+from cachewarm_controller.steps.inventory import describe_instances
 
 FAILED_VOLUME_STATES = frozenset({"error", "deleting", "deleted"})
 FAILED_INSTANCE_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
 
 
-def _adopt(
-    warm: Warm, plan: WarmPlan, deps: Deps, kind: str, role: str, attr: str, id_key: str, ec2: Any = None
-) -> bool:
-    """Record in the plan what an earlier pass created but did not record (found by tags; `ec2` is
-    the region's client where they are, the controller's by default)."""
-    if all(getattr(r, attr) for r in plan.nodes):
-        return False
-    existing = tagged(ec2 or deps.ec2, kind, warm.execution_arn, warm.warm_id, role)
-    adopted = False
-    for row in plan.nodes:
-        if getattr(row, attr) is None and row.node_id in existing:
-            setattr(row, attr, existing[row.node_id][id_key])
-            adopted = True
-    return adopted
+def _request(warm: Warm, deps: Deps, plan: WarmPlan, rows: list[NodePlan], flag: str) -> None:
+    """Record that these nodes' resources are being created (saved before the calls)."""
+    fresh = [r for r in rows if not getattr(r, flag)]
+    for r in fresh:
+        setattr(r, flag, True)
+    if fresh:
+        deps.s3.save_plan(warm.prefix, plan)
 
 
 # ---- volumes ----------------------------------------------------------------------------------------
@@ -55,37 +50,23 @@ def _adopt(
 def create_volumes(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str, Any]:
     inp = warm.inp
     plan = load_plan(warm, deps)
-    changed = _adopt(warm, plan, deps, "volume", "volume", "volume_id", "VolumeId")
-    kms = inp.volume.kms_key_id or deps.settings.kms_key_id
     pacer = deps.ec2_pacer()
     created = 0
-    for row in [r for r in plan.nodes if r.volume_id is None][:VOLUMES_PER_PASS]:
-        if deps.deadline.running_out():
-            break
-        kwargs: dict[str, Any] = {
-            "AvailabilityZone": row.az,
-            "Size": row.size_gib,
-            "VolumeType": "io2",
-            "Iops": inp.volume.iops,
-            "MultiAttachEnabled": True,
-            "Encrypted": True,
-            "ClientToken": client_token(warm.execution_arn, row.node_id, "volume"),
-            "TagSpecifications": [
-                {
-                    "ResourceType": "volume",
-                    "Tags": tags.resource_tags(
-                        warm.warm_id, row.node_id, "volume", warm.execution_arn, deps.settings.stack_tag
-                    ),
-                }
-            ],
-        }
-        if kms:
-            kwargs["KmsKeyId"] = kms
-        pacer.wait()
-        row.volume_id = deps.ec2.create_volume(**kwargs)["VolumeId"]
-        created += 1
-    if changed or created:
-        deps.s3.save_plan(warm.prefix, plan)
+    todo = [r for r in plan.nodes if r.volume_id is None][:VOLUMES_PER_PASS]
+    _request(warm, deps, plan, todo, "volume_requested")
+    try:
+        for row in todo:
+            if deps.deadline.running_out():
+                break
+            pacer.wait()
+            # A repeat (this node's volume was made by a pass that ended before saving) returns it.
+            row.volume_id = deps.ec2.create_volume(**volume_request(plan, row, deps.settings.stack_tag))[
+                "VolumeId"
+            ]
+            created += 1
+    finally:
+        if created:
+            deps.s3.save_plan(warm.prefix, plan)
     pending = [r.node_id for r in plan.nodes if r.volume_id is None]
     ids = [str(r.volume_id) for r in plan.nodes if r.volume_id]
     for batch in chunks(ids, 200):
@@ -117,7 +98,6 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
     plan = load_plan(warm, deps)
     # A cross-region S3 warm's populators: launched, described and found online in their region.
     there = populator_clients(warm, deps)
-    changed = _adopt(warm, plan, deps, "instance", "populator", "populator_id", "InstanceId", there.ec2)
     pop = inp.populator
     template: dict[str, str] = {"Version": pop.launch_template_version}
     if pop.launch_template_id:
@@ -126,37 +106,41 @@ def launch_populators(warm: Warm, state: dict[str, int], deps: Deps) -> dict[str
         template["LaunchTemplateName"] = str(pop.launch_template_name)
     pacer = deps.ec2_pacer()
     launched = 0
-    for row in [r for r in plan.nodes if r.populator_id is None][:POPULATORS_PER_PASS]:
-        if deps.deadline.running_out():
-            break
-        node_tags = tags.resource_tags(
-            warm.warm_id, row.node_id, "populator", warm.execution_arn, deps.settings.stack_tag
-        )
-        pacer.wait()
-        resp = there.ec2.run_instances(
-            LaunchTemplate=template,
-            MinCount=1,
-            MaxCount=1,
-            # The source node's AZ (via its subnet): a multi-attach volume is single-AZ. With the S3
-            # transport, the subnet Plan picked from s3.subnet_ids.
-            SubnetId=row.subnet_id,
-            ClientToken=client_token(warm.execution_arn, row.node_id, "populator"),
-            TagSpecifications=[
-                {"ResourceType": "instance", "Tags": node_tags},
-                {"ResourceType": "volume", "Tags": node_tags},
-            ],
-        )
-        inst = resp["Instances"][0]
-        row.populator_id = inst["InstanceId"]
-        launched += 1
-        got_az = inst.get("Placement", {}).get("AvailabilityZone")
-        if got_az and got_az != row.az:
-            deps.s3.save_plan(warm.prefix, plan)
-            raise PlanError(
-                f"populator {inst['InstanceId']} for {row.node_id} landed in {got_az}, not {row.az}"
+    todo = [r for r in plan.nodes if r.populator_id is None][:POPULATORS_PER_PASS]
+    _request(warm, deps, plan, todo, "populator_requested")
+    try:
+        for row in todo:
+            if deps.deadline.running_out():
+                break
+            node_tags = tags.resource_tags(
+                warm.warm_id, row.node_id, "populator", warm.execution_arn, deps.settings.stack_tag
             )
-    if changed or launched:
-        deps.s3.save_plan(warm.prefix, plan)
+            pacer.wait()
+            resp = there.ec2.run_instances(
+                LaunchTemplate=template,
+                MinCount=1,
+                MaxCount=1,
+                # The source node's AZ (via its subnet): a multi-attach volume is single-AZ. With the S3
+                # transport, the subnet Plan picked from s3.subnet_ids.
+                SubnetId=row.subnet_id,
+                # A repeat (launched by a pass that ended before saving) returns the same instance.
+                ClientToken=populator_token(plan, row),
+                TagSpecifications=[
+                    {"ResourceType": "instance", "Tags": node_tags},
+                    {"ResourceType": "volume", "Tags": node_tags},
+                ],
+            )
+            inst = resp["Instances"][0]
+            row.populator_id = inst["InstanceId"]
+            launched += 1
+            got_az = inst.get("Placement", {}).get("AvailabilityZone")
+            if got_az and got_az != row.az:
+                raise PlanError(
+                    f"populator {inst['InstanceId']} for {row.node_id} landed in {got_az}, not {row.az}"
+                )
+    finally:
+        if launched:
+            deps.s3.save_plan(warm.prefix, plan)
     pending = [r.node_id for r in plan.nodes if r.populator_id is None]
     running: list[str] = []
     ids = [str(r.populator_id) for r in plan.nodes if r.populator_id]
