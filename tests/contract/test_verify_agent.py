@@ -91,15 +91,24 @@ def run_verify(source: str, target: str, sample: int = 1000) -> tuple[int, Any]:
         ]
         # The verify agent runs on the node's populator and writes under that instance's ARN.
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("CACHEWARM_INSTANCE_ARN", f"arn:aws:ec2:us-east-1:123456789012:instance/{POPULATOR}")
+            mp.setenv("CACHEWARM_INSTANCE_ARN", arn(POPULATOR))
             result = CliRunner().invoke(agent_group, args)
-        found = S3Store(s3, BUCKET).read_verify("warms", "warm-verify", {"i-0123456789abcdef0": POPULATOR})
+        found = S3Store(s3, BUCKET).read_verify(
+            "warms", "warm-verify", {"i-0123456789abcdef0": arn(POPULATOR)}
+        )
         # Another instance's result for the node is never read.
-        assert not S3Store(s3, BUCKET).read_verify("warms", "warm-verify", {"i-0123456789abcdef0": OTHER})
+        assert not S3Store(s3, BUCKET).read_verify(
+            "warms", "warm-verify", {"i-0123456789abcdef0": arn(OTHER)}
+        )
     return result.exit_code, found.get("i-0123456789abcdef0")
 
 
 POPULATOR, OTHER = "i-0feedfeedfeedfeed", "i-0badbadbadbadbadb"
+
+
+def arn(instance_id: str) -> str:
+    """An instance's ARN: what its status objects are keyed by (the controller reads them by it)."""
+    return f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"
 
 
 def test_the_agent_compares_source_and_destination_and_the_controller_judges_it(

@@ -113,7 +113,9 @@ def test_the_status_store_names_its_owner_on_every_call(s3: Any) -> None:
     s3.create_bucket(Bucket="status", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
     check = OwnerCheck(ACCOUNT).install(s3)
     store = S3Store(s3, "status", owner=ACCOUNT)
-    plan = WarmPlan(warm_id="warm-1", source_replica="a", started_ms=1, destination_endpoints=[], nodes=[])
+    plan = WarmPlan(
+        warm_id="warm-1", nonce="0" * 32, source_replica="a", started_ms=1, destination_endpoints=[], nodes=[]
+    )
     store.save_plan("warms", plan)
     assert store.load_plan("warms", "warm-1") == plan
     assert store.claim("warms", "warm-1", {"execution_arn": ARN}) and store.read_claim("warms", "warm-1")

@@ -328,7 +328,7 @@ def test_far_subnets_and_destinations_outside_the_fixed_vpc_are_refused(
         TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": tags.REPLICA, "Value": "main-w"}]}],
     )["Instances"][0]
     body = cross_input(world, far)
-    body["destination"] = {"endpoints": [f"{foreign['PrivateIpAddress']}:11211"]}
+    body["destination"] = {"replica": "main-w", "endpoints": [f"{foreign['PrivateIpAddress']}:11211"]}
     ex = world.run(body)
     assert ex.status == "FAILED" and ex.failure()["error"] == "InvalidInputError", ex.failure()
     assert foreign["PrivateIpAddress"] in ex.failure()["cause"]

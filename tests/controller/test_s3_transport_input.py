@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from cachewarm.contract import inputs
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm_controller import transport
 from cachewarm_controller.errors import InvalidInputError
 from cachewarm_controller.model import parse_input
@@ -16,6 +17,10 @@ from cachewarm_controller.steps.common import Settings
 
 SUBNET = "subnet-0123456789abcdef0"
 STACK_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+# The stack's replica pairs these inputs warm under (destination "cache-b").
+PAIRS = parse_pairs("cache-a->cache-b")
 
 
 def body(**kw: Any) -> dict[str, Any]:
@@ -109,7 +114,13 @@ def test_only_the_stack_key_encrypts_the_transport(kms: str | None, ok: bool) ->
 
     s3: dict[str, Any] = {"subnet_ids": [SUBNET]} | ({"kms_key_id": kms} if kms else {})
     deps = SimpleNamespace(
-        settings=Settings("status", None, kms_key_id=STACK_KEY, controller_role_arn="arn:aws:iam::1:role/c"),  # type: ignore[arg-type]
+        settings=Settings(  # type: ignore[arg-type]
+            "status",
+            None,
+            kms_key_id=STACK_KEY,
+            controller_role_arn="arn:aws:iam::1:role/c",
+            replica_pairs=PAIRS,
+        ),
         autoscaling=None,
         ec2=None,
     )
@@ -124,7 +135,11 @@ def test_only_the_stack_key_encrypts_the_transport(kms: str | None, ok: bool) ->
 def test_the_s3_transport_needs_the_stack_key_and_the_controller_role() -> None:
     from cachewarm_controller.steps.planning import validate
 
-    for settings in (Settings("status", None), Settings("status", None, kms_key_id=STACK_KEY)):  # type: ignore[arg-type]
+    for settings in (
+        Settings("status", None, replica_pairs=PAIRS),  # type: ignore[arg-type]
+        Settings("status", None, kms_key_id=STACK_KEY, replica_pairs=PAIRS),  # type: ignore[arg-type]
+    ):
         deps = SimpleNamespace(settings=settings, autoscaling=None, ec2=None)
+        raw = body(transport="s3", s3={"subnet_ids": [SUBNET]}, destination={"replica": "cache-b"})
         with pytest.raises(InvalidInputError, match="needs the stack's KMS key and the controller's role"):
-            validate(body(transport="s3", s3={"subnet_ids": [SUBNET]}), deps)  # type: ignore[arg-type]
+            validate(raw, deps)  # type: ignore[arg-type]

@@ -123,8 +123,11 @@ def _condition_holds(conditions: dict[str, dict[str, Any]], req: Request) -> boo
 
 
 def _principal_matches(principal: Any, req: Request) -> bool:
-    """A resource policy's Principal: "*", {"AWS": "*"} or {"AWS": [ARNs or account roots]}."""
+    """A resource policy's Principal: "*", {"AWS": "*"}, {"AWS": [ARNs or account roots]} or
+    {"Service": [service principals]} (a request from a service names it as its principal)."""
     if principal is None or principal == "*":
+        return True
+    if isinstance(principal, dict) and req.principal_arn in _list(principal.get("Service", [])):
         return True
     aws = _list(principal.get("AWS", [])) if isinstance(principal, dict) else []
     account = req.principal_arn.split(":")[4] if req.principal_arn.count(":") >= 5 else ""

@@ -290,9 +290,15 @@ def _stack_rules(**settings: Any) -> dict[str, Any]:
     from aws_cdk import App
     from cachewarm_infra.stack import CacheWarmStack, StackSettings
 
-    from tests.infra.support import asl_path, documents_dir, lambdas_dir
+    from tests.infra.support import MEMCACHED_SG, SOURCE_SG, asl_path, documents_dir, lambdas_dir
 
-    base = {"asl_path": asl_path(), "lambdas_dir": lambdas_dir(), "ssm_documents_dir": documents_dir()}
+    base = {
+        "asl_path": asl_path(),
+        "lambdas_dir": lambdas_dir(),
+        "ssm_documents_dir": documents_dir(),
+        "destination_security_group_ids": (MEMCACHED_SG,),
+        "source_security_group_ids": (SOURCE_SG,),
+    }
     stack = CacheWarmStack(App(), "Pairs", settings=StackSettings(**base, **settings))
     return Template.from_stack(stack).find_resources("AWS::Events::Rule")
 

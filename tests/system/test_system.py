@@ -9,12 +9,14 @@ Then: the execution SUCCEEDED, the destination replica holds exactly the source 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cachewarm import __version__
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.datapath.meta import list_keys
 from cachewarm.testing.memcached import MemcachedServer
@@ -95,7 +97,10 @@ def _run_system(
         s3=world.deps.s3,
         agents=agents,
         attacher=world.attacher,
-        settings=world.deps.settings,
+        # The stack pairs these two replicas (replicaPairs).
+        settings=dataclasses.replace(
+            world.deps.settings, replica_pairs=parse_pairs(f"{replica}->{dst_replica}")
+        ),
         statuses=None,  # the agents' own status objects in moto S3, through the real S3Store
         clock=time.time,
         sleep=lambda s: time.sleep(min(s, WAIT_S)),

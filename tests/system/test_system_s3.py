@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cachewarm.contract.replicas import parse_pairs
 from cachewarm.contract.status import instance_arn
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm_controller import transport
@@ -74,6 +75,7 @@ def _run_s3_system(world: World, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
             world.deps.settings,
             kms_key_id="arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
             controller_role_arn="arn:aws:iam::123456789012:role/cachewarm-controller",
+            replica_pairs=parse_pairs(f"{replica}->{dst_replica}"),
         ),
         statuses=None,
         clock=time.time,
