@@ -47,7 +47,7 @@ class RecordSink {
 class ResponseStream {
  public:
   // min_ttl > 0: items whose remaining TTL is below it (and not "never") are skipped.
-  // format: the data format version of the records emitted (kFormatVersion or kFormatVersion2).
+  // format: the data format version of the records emitted (kFormatVersion, 2 or 3).
   ResponseStream(size_t buffer_size, int64_t min_ttl, uint16_t format = kFormatVersion);
   ResponseStream(const ResponseStream&) = delete;
   ResponseStream& operator=(const ResponseStream&) = delete;
@@ -60,6 +60,9 @@ class ResponseStream {
     now_high_ = now_high;
   }
   void set_now(int64_t now) { set_now(now, now); }
+  // Seconds added to an expiry on the records' clock to put it back on the source's (version 3's
+  // stamp: ServerClock::WholeAhead, which the worker took off).
+  void set_source_ahead(int64_t s) { source_ahead_ = s; }
   // The next value's expiry as the listing gave it, on the records' clock (kNeverExpires: none):
   // when the `mg t` agrees with it within [now, now_high], it is the exact one (RecordSink::OnValue
   // sets it for each value).
@@ -75,6 +78,8 @@ class ResponseStream {
 
  private:
   static constexpr int kMaxPending = 256;  // records per writev
+  // A command record's slot: version 3's stamp, then the meta line or the binary head.
+  static constexpr size_t kLineSlot = kSourceStampSize + kMaxMetaLineV2;
   Status Flush(RecordSink* sink);
   Status EndStreamedValue(RecordSink* sink);
   Status StartRecord(const MetaResponse& r, char* line, Slice* key, bool* skip, size_t* key_len, RecordSink* sink);
@@ -85,6 +90,7 @@ class ResponseStream {
   int64_t min_ttl_;
   int64_t now_ = 0, now_high_ = 0;
   int64_t listed_ = kNeverExpires;
+  int64_t source_ahead_ = 0;
   std::unique_ptr<char[]> buf_[2];
   char* cur_;
   int cur_idx_ = 0;
