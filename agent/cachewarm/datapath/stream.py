@@ -93,7 +93,12 @@ class StreamCommand:
             ]
             if self.routing.hash_delimiter is not None:
                 argv += ["--hash-delimiter", self.routing.hash_delimiter.decode()]
-        argv += [f"--{name.replace('_', '-')}" for name, on in sorted(self.accept.items()) if on]
+        # The populator's own (the stream has no re-check: docs/stream.md) are not the dumper's flags.
+        argv += [
+            f"--{name.replace('_', '-')}"
+            for name, on in sorted(self.accept.items())
+            if on and name != "accept_no_recheck"
+        ]
         if self.max_write_items_per_second:
             argv += ["--max-write-items-per-second", str(self.max_write_items_per_second)]
         if self.oversize_report is not None:
