@@ -14,8 +14,10 @@ starting with its key's number), one source is loaded once; then, alternating an
 without flags: files, recency order, the target check):
   * `mcdumpload --add` (meta adds, like cachewarm's default), source and destination on loopback;
   * `warm` and `warm --stream` (the defaults, the target check included);
-  * `warm --no-check`, `warm --no-check --order crawl`, `warm --stream --no-check`,
-    `warm --stream --no-check --order crawl` (what each safety and the order cost).
+  * `warm --no-check`, `warm --no-check --accept-no-recheck`, `warm --no-check --order crawl`,
+    `warm --stream --no-check`, `warm --stream --no-check --order crawl` (what each safety and the
+    order cost; the re-check's cost on the source is the first two's difference in the source
+    memcached's CPU, reported as `recheck` per data set beside the warm's own).
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
@@ -133,6 +135,8 @@ MODES: dict[str, list[str]] = {
     "warm": [],
     "warm --stream": ["--stream"],
     "warm --no-check": ["--no-check"],
+    # What the re-check costs (docs/reliability.md "Live traffic during the warm"): the same warm without it.
+    "warm --no-check --accept-no-recheck": ["--no-check", "--accept-no-recheck"],
     "warm --no-check --order crawl": ["--no-check", "--order", "crawl"],
     "warm --stream --no-check": ["--stream", "--no-check"],
     "warm --stream --no-check --order crawl": ["--stream", "--no-check", "--order", "crawl"],
@@ -141,6 +145,7 @@ SHORT = {  # --modes names
     "default": "warm",
     "stream": "warm --stream",
     "no-check": "warm --no-check",
+    "no-recheck": "warm --no-check --accept-no-recheck",
     "no-check-crawl": "warm --no-check --order crawl",
     "stream-no-check": "warm --stream --no-check",
     "stream-no-check-crawl": "warm --stream --no-check --order crawl",
@@ -282,13 +287,15 @@ def run_mode(
     return out
 
 
-def _read_all(srv: MemcachedServer, n: int) -> None:
+def _read_all(srv: MemcachedServer, n: int, flags: bytes = b"v f t") -> None:
     """Every item read back (`mg <key> v f t q`), pipelined: one writer thread, replies discarded."""
     with socket.create_connection((srv.host, srv.port)) as sock:
 
         def send() -> None:
             for s in range(0, n, 10_000):
-                sock.sendall(b"".join(b"mg key:%d v f t q\r\n" % i for i in range(s, min(n, s + 10_000))))
+                sock.sendall(
+                    b"".join(b"mg key:%d %b q\r\n" % (i, flags) for i in range(s, min(n, s + 10_000)))
+                )
             sock.sendall(b"mn\r\n")
 
         writer = threading.Thread(target=send, daemon=True)
@@ -309,6 +316,10 @@ def physical_limit(src: MemcachedServer, n: int, size: int, binary: str) -> dict
     before = cpu_s(src.proc.pid) or 0.0
     _read_all(src, n)
     read_s = (cpu_s(src.proc.pid) or 0.0) - before
+    # The re-check's look at every item (`mg <key> c t s`: no value), alone.
+    before = cpu_s(src.proc.pid) or 0.0
+    _read_all(src, n, b"c t s")
+    look_s = (cpu_s(src.proc.pid) or 0.0) - before
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
         assert dst.proc is not None
         before = cpu_s(dst.proc.pid) or 0.0
@@ -317,6 +328,7 @@ def physical_limit(src: MemcachedServer, n: int, size: int, binary: str) -> dict
     cores = os.cpu_count() or 1
     return {
         "source_mg_cpu_s_per_million": round(read_s * 1e6 / n, 2),
+        "source_recheck_look_cpu_s_per_million": round(look_s * 1e6 / n, 2),
         "destination_ms_cpu_s_per_million": round(write_s * 1e6 / n, 2),
         "cores": cores,
         "limit_s": round((read_s + write_s) / cores, 3),
@@ -375,6 +387,22 @@ def bench_set(
             entry["check_share"] = share
         entry["runs"] = rs
         result["modes"][mode] = entry
+    on, off = (
+        result["modes"].get("warm --no-check"),
+        result["modes"].get("warm --no-check --accept-no-recheck"),
+    )
+    if on and off:  # the re-check's cost, beside the warm's: the same warm with and without it
+        src_on, src_off = (
+            on["cpu_s_per_million"]["source_memcached"],
+            off["cpu_s_per_million"]["source_memcached"],
+        )
+        result["recheck"] = {
+            "source_cpu_s_per_million": round(src_on - src_off, 2),
+            "source_cpu_s_per_million_of_the_warm": src_on,
+            "items_per_s_with": on["items_per_s"],
+            "items_per_s_without": off["items_per_s"],
+            "look_alone_source_cpu_s_per_million": limit["source_recheck_look_cpu_s_per_million"],
+        }
     return result
 
 
@@ -467,6 +495,17 @@ def main() -> None:
             result[f"set_{name}"] = bench_set(n, size, modes, args.runs, args, Path(d))
     result["machine"]["loadavg_end"] = os.getloadavg()
     print(table(result), file=sys.stderr)
+    for k in (k for k in result if k.startswith("set_")):
+        if "recheck" in result[k]:
+            r = result[k]["recheck"]
+            print(
+                f"re-check, {result[k]['items']:,} x {result[k]['value_bytes']:,} B: source CPU "
+                f"{r['source_cpu_s_per_million']} s per million items (the warm's source CPU with it: "
+                f"{r['source_cpu_s_per_million_of_the_warm']} s/M; the look alone "
+                f"{r['look_alone_source_cpu_s_per_million']} s/M); warm {r['items_per_s_with']:,} items/s "
+                f"with, {r['items_per_s_without']:,} without",
+                file=sys.stderr,
+            )
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

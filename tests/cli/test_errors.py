@@ -47,6 +47,7 @@ def test_populate_names_a_closed_destination_at_once_and_keeps_saying_so(tmp_pat
             f"127.0.0.1:{port}",
             "--state-file",
             str(tmp_path / "s"),
+            "--accept-no-recheck",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -166,7 +166,7 @@ def test_out_of_memory_destination_exits_non_zero(memcached, tmp_path: Path, tal
                     str(tmp_path / f"t{trial}.state"),
                 ),
                 *("--workers", "1", "--poll-interval", "0.05", "--accept-no-evictions"),
-                *("--destination-timeout", "20", "--bad-file-timeout", "5"),
+                *("--destination-timeout", "20", "--bad-file-timeout", "5", "--accept-no-recheck"),
             ],
             capture_output=True,
             text=True,

@@ -226,7 +226,7 @@ def _populate(vol: Path, dst: MemcachedServer, state: Path) -> subprocess.Comple
             *CLI,
             "populate",
             *("--from", str(vol), "--to", dst.address, "--state-file", str(state)),
-            *("--workers", "1", "--poll-interval", "0.05", "--bad-file-timeout", "1"),
+            *("--workers", "1", "--poll-interval", "0.05", "--bad-file-timeout", "1", "--accept-no-recheck"),
         ],
         capture_output=True,
         text=True,

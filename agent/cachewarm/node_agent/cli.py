@@ -504,6 +504,21 @@ def dump_cmd(
 )
 @_PLACEMENT_OPTION
 @click.option(
+    "--source",
+    "source",
+    default=None,
+    type=Matching(inputs.ENDPOINT),
+    help="The source memcached HOST:PORT: add mode re-checks every item it stores there once settled, "
+    "so that a delete, touch or increment it got during the warm is not undone (docs/reliability.md). "
+    "Add mode needs it, or --accept-no-recheck.",
+)
+@click.option(
+    "--accept-no-recheck",
+    is_flag=True,
+    help="Add mode without --source: no re-check (a delete, touch or increment the source gets during "
+    "the warm may be undone); named in the summary.",
+)
+@click.option(
     "--from-s3",
     "from_s3",
     default=None,
@@ -523,6 +538,8 @@ def populate_cmd(
     state_dir: Path,
     source_timeout: float,
     mount_options: str,
+    source: str | None,
+    accept_no_recheck: bool,
     from_s3: str | None,
     s3_region: str | None,
 ) -> None:
@@ -532,7 +549,8 @@ def populate_cmd(
     Example (what the populate-agent SSM document runs):
       cachewarm agent populate --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
         --status-bucket my-status-bucket --device /dev/xvdf \\
-        --mount /mnt/cachewarm/users-v2-20261122 --to 10.0.1.21:11211,10.0.2.22:11211"""
+        --mount /mnt/cachewarm/users-v2-20261122 --to 10.0.1.21:11211,10.0.2.22:11211 \\
+        --source 10.0.1.7:11211"""
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         volume.reader_options = mount_options
@@ -545,6 +563,8 @@ def populate_cmd(
             state_dir=state_dir,
             source_timeout_s=source_timeout,
             placement=placement,
+            source=source,
+            accept_no_recheck=accept_no_recheck,
         )
         if from_s3 is not None:
             from cachewarm.node_agent.s3 import S3PopulateJob, parse_from_s3, run_populate_from_s3
@@ -555,6 +575,11 @@ def populate_cmd(
             summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
 
+    if mode == "add" and source is None and not accept_no_recheck:
+        raise click.UsageError(
+            "add mode re-checks every stored item on the source: give --source HOST:PORT, or "
+            "--accept-no-recheck to populate without the re-check"
+        )
     if from_s3 is None and flags.device is None:
         raise click.UsageError("--device is required (only --from-s3 populates without a volume)")
     if from_s3 is not None and flags.device is not None:
