@@ -24,3 +24,16 @@ int cw_bin_add_outcome(uint16_t status) {
   if (status == CW_BIN_EXISTS || status == CW_BIN_NOT_STORED) return 0;
   return -1;
 }
+
+const char *cw_bin_status_text(uint16_t status) {
+  switch (status) {
+    case 0x0001: return "NOT_FOUND";
+    case 0x0002: return "EXISTS";
+    case 0x0003: return "SERVER_ERROR object too large for cache";
+    case 0x0004: return "CLIENT_ERROR invalid arguments";
+    case 0x0005: return "NOT_STORED";
+    case 0x0081: return "ERROR unknown command";
+    case 0x0082: return "SERVER_ERROR out of memory";
+    default: return "SERVER_ERROR";
+  }
+}

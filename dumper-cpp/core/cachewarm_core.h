@@ -64,6 +64,9 @@ int cw_bin_reply_parse(const unsigned char *p, size_t n, cw_bin_reply *out);
 /* Whether an ADD answered with `status` stored the item (1), found the key there (0: a live value,
  * kept), or failed (-1: SERVER_ERROR-class, e.g. out of memory or too large; fails the file). */
 int cw_bin_add_outcome(uint16_t status);
+/* A failed status as the text protocol says it ("SERVER_ERROR out of memory", ...; "SERVER_ERROR" for
+ * one it has no words for), so a failure reads the same whichever protocol answered it. */
+const char *cw_bin_status_text(uint16_t status);
 
 /* ---- meta commands ----------------------------------------------------------------------------- */
 

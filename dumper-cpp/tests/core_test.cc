@@ -83,6 +83,15 @@ TEST(Core, BinaryReplies) {
   }
 }
 
+TEST(Core, BinaryStatusTexts) {
+  for (const auto& c : Cases("binary_status.txt")) {
+    std::string got = cw_bin_status_text(uint16_t(N(c[0])));
+    for (char& ch : got)
+      if (ch == ' ') ch = '_';
+    EXPECT_EQ(got, c[1]) << c[0];
+  }
+}
+
 TEST(Core, KeyTokens) {
   for (const auto& c : Cases("key_token.txt")) {
     const std::string k = FromHex(c[0]);

@@ -43,6 +43,11 @@ def test_binary_replies() -> None:
             assert sp.core_bin_add_outcome(got[2]) == int(c[7]), c
 
 
+def test_binary_status_texts() -> None:
+    for c in cases("binary_status.txt"):
+        assert sp.core_bin_status_text(int(c[0])).replace(" ", "_") == c[1], c
+
+
 def test_key_tokens() -> None:
     for c in cases("key_token.txt"):
         kind, token = sp.core_key_token(unhex(c[0]))

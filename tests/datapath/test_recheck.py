@@ -138,8 +138,8 @@ def test_deletes_touches_and_increments_are_never_undone(
     srcs = get(src, counters)
     for k in counters:  # never behind: absent, or the source's value
         assert k not in got or got[k].value == srcs[k].value == b"15"
-    ends = expiries(dst, touched, clock_ahead(dst))
     src_ends = expiries(src, touched, clock_ahead(src))
+    ends = expiries(dst, touched, clock_ahead(dst))
     for k in touched:  # never outlives its source: gone, or ending no later
         assert k not in ends or (ends[k] != -1 and ends[k] <= src_ends[k] + 0.05), k
     assert all(got[k].value == b"fresh" for k in rewritten)  # the client's own writes, kept
@@ -287,3 +287,49 @@ def test_cas_off_or_an_ascii_only_destination_is_refused_unless_accepted(
     cas_off = memcached(memory_mb=64, extra_args=["-C"])
     r = populate(cas_off, memcached(memory_mb=64), tmp_path / "d", tmp_path / "r3", dumper_bin)
     assert r.returncode == ExitCode.USAGE and "source" in r.stderr and "CAS off" in r.stderr
+
+
+def test_a_warm_under_deletes_touches_and_increments_exits_0(
+    memcached: Callable[..., MemcachedServer], dumper_bin: Path, tmp_path: Path
+) -> None:
+    """`cachewarm warm` while a client deletes, touches and increments on both replicas (the populate
+    slowed so that some ops land before our copy, some after): nothing undone, and the target check
+    does not count the application's deletes and touches as missing (exit 0)."""
+    src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
+    load(src)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "warm",
+            *("--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")),
+            *("--target-max-items-per-second", "300", "--settle-seconds", "1", "--json"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CACHEWARM_DUMP": str(dumper_bin)},
+    )
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "w").rglob("DONE")):  # read: every key's copy is still to come or coming
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    deleted = [b"k%d" % i for i in range(0, N, 5)]
+    touched = [b"k%d" % i for i in range(1, N, 5)]
+    counters = [b"ctr%d" % i for i in range(20)]
+    for i in range(0, len(deleted), 20):  # spread over the populate
+        both(src, dst, *[b"delete %b\r\n" % k for k in deleted[i : i + 20]])
+        both(src, dst, *[b"touch %b 3\r\n" % k for k in touched[i : i + 20]])
+        both(src, dst, *[b"incr %b 1\r\n" % k for k in counters])
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["ok"] and s["missing_in_target"] == 0 and s["populate"]["recheck"] == "on", s
+    got = get(dst, [*deleted, *touched, *counters])
+    assert not any(k in got for k in deleted), "a deleted key came back"
+    srcs = get(src, counters)
+    assert all(k not in got or got[k].value == srcs[k].value for k in counters), "a counter went back"
+    # The source first: a copy ends no later than its source, so one the source no longer holds is gone.
+    src_ends = expiries(src, touched, clock_ahead(src))
+    ends = expiries(dst, touched, clock_ahead(dst))
+    assert all(k not in ends or (ends[k] != -1 and ends[k] <= src_ends.get(k, 0) + 0.05) for k in touched)

@@ -145,8 +145,8 @@ def test_an_error_fails_loudly_and_no_batch_starts_after_it(
     _, res = _send([dst], recs, use_c, batch_items=100)
     t = res[0]
     assert t.errors > 0 and t.first_error is not None
-    # memcached's SERVER_ERROR out of memory, or its binary status 0x82 (ENOMEM) to an ADD
-    assert t.first_error.startswith(("SERVER_ERROR", "binary protocol status 0x0082")), t.first_error
+    # memcached's SERVER_ERROR out of memory (to an ADD: binary status 0x82, said the same way)
+    assert t.first_error.startswith("SERVER_ERROR"), t.first_error
     # At most the batches in flight when the first error was read were sent after it.
     stored = int(dst.stats()["curr_items"])
     assert t.sent < len(recs) and t.sent <= stored + t.errors + 2 * 100

@@ -47,6 +47,13 @@ static PyObject *bin_add_outcome(PyObject *self, PyObject *args) {
   return PyLong_FromLong(cw_bin_add_outcome((uint16_t)status));
 }
 
+static PyObject *bin_status_text(PyObject *self, PyObject *args) {
+  (void)self;
+  unsigned int status;
+  if (!PyArg_ParseTuple(args, "I", &status)) return NULL;
+  return PyUnicode_FromString(cw_bin_status_text((uint16_t)status));
+}
+
 static PyObject *key_token(PyObject *self, PyObject *args) {
   (void)self;
   Py_buffer k;
@@ -190,6 +197,7 @@ PyMethodDef kCoreMethods[] = {
     {"core_bin_key_request", bin_key_request, METH_VARARGS, "cw_bin_key_request"},
     {"core_bin_reply", bin_reply, METH_VARARGS, "cw_bin_reply_parse"},
     {"core_bin_add_outcome", bin_add_outcome, METH_VARARGS, "cw_bin_add_outcome"},
+    {"core_bin_status_text", bin_status_text, METH_VARARGS, "cw_bin_status_text"},
     {"core_key_token", key_token, METH_VARARGS, "cw_key_token"},
     {"core_mg_look_line", mg_look_line, METH_VARARGS, "cw_mg_look_line"},
     {"core_md_cas_line", md_cas_line, METH_VARARGS, "cw_md_cas_line"},

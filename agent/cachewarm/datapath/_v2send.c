@@ -165,8 +165,8 @@ static void bin_error(Conn *c, const cw_bin_reply *r, const char *body, size_t n
   if (!c->has_error) {
     c->has_error = 1;
     c->first_error_at = r->opaque < c->n_order ? c->order[r->opaque] : -1;
-    snprintf(c->first_error, sizeof c->first_error, "binary protocol status 0x%04x '%.*s'", (unsigned)r->status,
-             (int)(n > 160 ? 160 : n), body);
+    snprintf(c->first_error, sizeof c->first_error, "%s (binary protocol status 0x%04x '%.*s')",
+             cw_bin_status_text(r->status), (unsigned)r->status, (int)(n > 160 ? 160 : n), body);
   }
 }
 

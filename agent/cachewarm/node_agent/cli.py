@@ -511,6 +511,7 @@ def dump_cmd(
     help="The source memcached HOST:PORT: add mode re-checks every item it stores there once settled, "
     "so that a delete, touch or increment it got during the warm is not undone (docs/reliability.md). "
     "Add mode needs it, or --accept-no-recheck.",
+    show_default="none",
 )
 @click.option(
     "--accept-no-recheck",
