@@ -576,11 +576,6 @@ def populate_cmd(
             summary = run_populate(job, status, log=_log)
         click.echo(summary.to_json())
 
-    if mode == "add" and source is None and not accept_no_recheck:
-        raise click.UsageError(
-            "add mode re-checks every stored item on the source: give --source HOST:PORT, or "
-            "--accept-no-recheck to populate without the re-check"
-        )
     if from_s3 is None and flags.device is None:
         raise click.UsageError("--device is required (only --from-s3 populates without a volume)")
     if from_s3 is not None and flags.device is not None:
@@ -591,6 +586,11 @@ def populate_cmd(
         )
     if from_s3 is None and s3_region is not None:
         raise click.UsageError("--s3-region goes with --from-s3")
+    if mode == "add" and source is None and not accept_no_recheck:
+        raise click.UsageError(
+            "add mode re-checks every stored item on the source: give --source HOST:PORT, or "
+            "--accept-no-recheck to populate without the re-check"
+        )
     _run(flags, "populate", work)
 
 
