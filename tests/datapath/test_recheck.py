@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.meta import Item, MetaConnection
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import clock_ahead, expiries
+
+from tests.volume.conftest import BUCKET, local_s3  # noqa: F401  (the fixture, for --via-s3)
 
 CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]
 N = 600
@@ -289,25 +292,37 @@ def test_cas_off_or_an_ascii_only_destination_is_refused_unless_accepted(
     assert r.returncode == ExitCode.USAGE and "source" in r.stderr and "CAS off" in r.stderr
 
 
+@pytest.mark.parametrize("via", ["files", "s3"])
 def test_a_warm_under_deletes_touches_and_increments_exits_0(
-    memcached: Callable[..., MemcachedServer], dumper_bin: Path, tmp_path: Path
+    memcached: Callable[..., MemcachedServer],
+    dumper_bin: Path,
+    tmp_path: Path,
+    via: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """`cachewarm warm` while a client deletes, touches and increments on both replicas (the populate
-    slowed so that some ops land before our copy, some after): nothing undone, and the target check
-    does not count the application's deletes and touches as missing (exit 0)."""
+    """`cachewarm warm` (and `--via-s3`: the same populator) while a client deletes, touches and
+    increments on both replicas (the populate slowed so that some ops land before our copy, some
+    after): nothing undone, and the target check does not count the application's deletes and
+    touches as missing (exit 0)."""
     src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
     load(src)
+    env = {**os.environ, "CACHEWARM_DUMP": str(dumper_bin)}
+    s3: list[str] = []
+    if via == "s3":
+        local = request.getfixturevalue("local_s3")
+        env.update(local.env())
+        s3 = ["--via-s3", f"s3://{BUCKET}/recheck", "--s3-endpoint-url", local.url, "--data-file-size", "64k"]
     proc = subprocess.Popen(
         [
             *CLI,
             "warm",
             *("--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")),
-            *("--target-max-items-per-second", "300", "--settle-seconds", "1", "--json"),
+            *("--target-max-items-per-second", "300", "--settle-seconds", "1", "--json", *s3),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "CACHEWARM_DUMP": str(dumper_bin)},
+        env=env,
     )
     deadline = time.monotonic() + 60
     while not list((tmp_path / "w").rglob("DONE")):  # read: every key's copy is still to come or coming

@@ -15,6 +15,7 @@ binary protocol: their CAS is compared, their expiry cannot be read). Runs in a 
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 import time
 from collections.abc import Iterator
@@ -159,7 +160,7 @@ def _settle_clients(
         deletes: list[tuple[bytes, int]] = []
         for k in pending:
             v = _speedups.core_compare_verdict(
-                _as_tuple(src.get(k)), _as_tuple(dst.get(k)), before[k], rnd, MAX_ROUNDS, int(settle_s)
+                _as_tuple(src.get(k)), _as_tuple(dst.get(k)), before[k], rnd, MAX_ROUNDS, math.ceil(settle_s)
             )
             if v == CMP_KEEP:
                 counts.client_overwrote += 1
