@@ -849,7 +849,8 @@ def node(a):
     h, p = a.rsplit(":", 1)
     return Node(h, int(p))
 cfg = PopulateConfig(source_dir=Path(dump), destinations=[node(dst)], state_file=Path(state), workers=1,
-    poll_interval=0.05, node_key_format="{host}:{port}", source=node(src) if src else None)
+    poll_interval=0.05, node_key_format="{host}:{port}", source=node(src) if src else None,
+    accept_no_recheck=not src)
 try:
     populate(cfg)
 except PopulateError as e:
