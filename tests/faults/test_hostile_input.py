@@ -212,8 +212,9 @@ def _lies(manifest: dict) -> dict[str, tuple[dict | bytes, str]]:
         "disagree with the name",
         lambda v: v["files"][0].update(xxh3="0" * 16),
     )
-    variant("version 3", "version 3", lambda v: v.update(version=3))
-    variant("version 1 over version 2 files", "version 1", lambda v: v.update(version=1))
+    variant("version 4", "version 4", lambda v: v.update(version=4))
+    variant("version 2 over version 3 files", "version 2", lambda v: v.update(version=2))
+    variant("version 1 over version 3 files", "version 1", lambda v: v.update(version=1))
     # "lists a file twice": known bug, see test_done_listing_a_file_twice_is_refused.
     out["not JSON"] = (b'{"format": "cachewarm-dump", "version": 1, "files": [', "not valid JSON")
     out["empty"] = (b"", "not valid JSON")

@@ -436,6 +436,8 @@ def iter_records(
             end = len(mv)
     else:
         end = len(mv) - TRAILER_LEN
+        if len(mv) >= HEADER_FIXED and bytes(mv[:8]) == MAGIC:  # a whole file: its header says the version
+            version = HEADER.unpack_from(mv, 0)[1]
     if version in COMMAND_VERSIONS:
         try:
             for s in v2.spans(mv, header_len, end, stamped=version == VERSION_3):

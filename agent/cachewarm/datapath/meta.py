@@ -505,8 +505,9 @@ def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple
                     if ln.startswith((*_ERRORS, b"BADCLASS")):
                         err = _ModeRefused if listed == 0 else RuntimeError
                         raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
-                    if ln.startswith(b"BUSY"):
-                        raise RuntimeError(f"{host}:{port}: metadump {mode} failed: {ln!r}")
+                    if ln.startswith(b"BUSY"):  # another crawl (memcached's own) took the crawler first
+                        err = _CrawlerBusy if listed == 0 else RuntimeError
+                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
                     continue
                 listed += 1
                 raw = m[1]

@@ -712,7 +712,9 @@ def run_verify(
         (src,) = parse_nodes(source)
         targets = parse_nodes(to)
         routing = Routing(placement=placement_spec(placement, targets))
-        rep = verify(src, targets, sample, ttl_tolerance, routing)
+        # One source node of many: its targets hold the other nodes' keys too, so keys only the
+        # targets hold cannot be told from theirs here (`cachewarm verify` of a whole warm does).
+        rep = verify(src, targets, sample, ttl_tolerance, routing, target_keys=False)
     except (OSError, RuntimeError, ValueError, AgentError) as e:
         return VerifyResult(warm_id, node_id, now_ms(), error=f"{type(e).__name__}: {e}")
     return VerifyResult(
