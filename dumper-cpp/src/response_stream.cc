@@ -70,8 +70,8 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
   // Version 3's stamp: the same expiry on the source's own clock (what the record's was moved from).
   SourceStamp stamp;
   stamp.cas = r.has_cas ? r.cas : 0;
-  if (r.ttl != -1) stamp.exp = (listed ? listed_ : now_ + r.ttl) + source_ahead_;
-  listed_ = kNeverExpires;
+  if (r.ttl != -1) stamp.exp = listed ? listed_source_ : source_now_ + r.ttl;
+  listed_ = listed_source_ = kNeverExpires;
   *key_len = klen;
   if (IsCommandFormat(format_)) {
     CW_RETURN_IF_ERROR(CheckRecordV2(*key_io, exptime));

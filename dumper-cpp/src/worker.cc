@@ -108,7 +108,8 @@ Status Worker::OnValue(const MetaResponse& r, Slice* key) {
   const uint32_t begin = k ? b.raw_end[k - 1] : 0;
   *key = Slice(b.raw.data() + begin, b.raw_end[k] - begin);
   const int64_t listed = lines_[r.opaque].exptime;
-  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires);
+  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires,
+                     listed > 0 ? listed : kNeverExpires);
   return Status::OK();
 }
 

@@ -307,7 +307,7 @@ TEST(RecordV3, StampsFromTheResponsesAtEverySplit) {
   for (size_t cut = 1; cut <= wire.size(); cut += 11) {
     ResponseStream rs(8192, 0, kFormatVersion3);
     rs.set_now(kNow);
-    rs.set_source_ahead(ahead);
+    rs.set_source_now(kNow + ahead);
     NamingSink sink(base, keys);
     size_t pos = 0, calls = 0;
     while (pos < wire.size()) {
@@ -337,6 +337,40 @@ TEST(RecordV3, StampsFromTheResponsesAtEverySplit) {
     }
     EXPECT_EQ(at, file.size());
   }
+}
+
+// The stamp's expiry is on the source's clock whatever the records' clock was moved by: the listing's
+// own exp when it is the one, else the source's time at the batch's build plus `mg t` — never from the
+// records' expiry plus an offset (a part opened between the two with a re-measured source clock would
+// move it a second: copies deleted as touched when nothing touched them).
+TEST(RecordV3, StampsAreOnTheSourcesClock) {
+  ResponseStream rs(8192, 0, kFormatVersion3);
+  rs.set_now(kNow);
+  rs.set_source_now(kNow + 5);  // the source's time (its clock 5 s ahead)
+  const std::string wire = "VA 1 f0 t100 c7 kl\r\nx\r\nVA 1 f0 t100 c8 km\r\ny\r\nMN\r\n";
+  // The first value's listing agrees with its `mg t` on the records' clock: its own exp is stamped.
+  class Listing : public FileSink {
+   public:
+    Listing() : FileSink(58) {}
+    ResponseStream* rs = nullptr;
+    int n = 0;
+    Status OnValue(const MetaResponse&, Slice*) override {
+      if (n++ == 0) rs->set_listed(kNow + 100, kNow + 106);
+      return Status::OK();
+    }
+  } listing;
+  listing.rs = &rs;
+  std::memcpy(rs.WritePtr(), wire.data(), wire.size());
+  ASSERT_TRUE(rs.Commit(wire.size(), &listing).ok());
+  const std::string file = std::string(58, '\0') + listing.bytes;
+  RecordV2 a, b;
+  size_t next = 0, end = 0;
+  ASSERT_TRUE(ParseRecordV3(file.data(), 58, file.size(), &a, &next).ok());
+  ASSERT_TRUE(ParseRecordV3(file.data(), next, file.size(), &b, &end).ok());
+  EXPECT_EQ(a.exptime, kNow + 100);
+  EXPECT_EQ(a.stamp.exp, kNow + 106);  // the listing's, on the source's clock
+  EXPECT_EQ(b.exptime, kNow + 100);
+  EXPECT_EQ(b.stamp.exp, kNow + 105);  // the source's time plus mg t
 }
 
 TEST(RecordV3, DataFilesRoundTripAndBadStampsAreCorrupt) {

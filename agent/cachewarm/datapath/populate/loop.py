@@ -593,6 +593,23 @@ class Populator:
             )
         return False
 
+    def _check_source_identity(self, manifest: df.Manifest) -> None:
+        """The re-checks compared the files with the source as the populate found it: the one DONE says
+        the dump read (its `clock`: pid and start time), or the CAS values meant nothing."""
+        clock = manifest.raw.get("clock")
+        if self._source_ident is None or not isinstance(clock, dict):
+            return
+        pid, started = clock.get("source_pid"), clock.get("source_started")
+        if not isinstance(pid, int) or not isinstance(started, int):
+            return
+        if not ServerIdentity(pid, started).same_as(ServerIdentity(*self._source_ident)):
+            where = self.config.source.address if self.config.source else "?"
+            raise PopulateError(
+                f"the source {where} is not the memcached the dump read (pid {pid}, started {started}; now "
+                f"pid {self._source_ident[0]}, started {self._source_ident[1]}): it restarted, or --source "
+                "names another; the re-check compared the dump with it. Warm again from the source as it is"
+            )
+
     def _finish(self, manifest: df.Manifest) -> PopulateSummary:
         c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
@@ -601,6 +618,7 @@ class Populator:
                 f"DONE says data format version {manifest.version}, but {lying[0]} is version "
                 f"{self._versions[lying[0]]} ({len(lying)} files)"
             )
+        self._check_source_identity(manifest)
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
                 raise DumpDataError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
