@@ -47,7 +47,7 @@ venv: $(PY)
 
 # The project is installed editable (the C loop built in place): runtime deps only, + the CDK libraries
 # (synth), or everything the tests, lint and fuzzing use (dev, which includes the other two).
-PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py agent/cachewarm/datapath/_speedups.c agent/cachewarm/datapath/_placement.c agent/cachewarm/datapath/_probes.c $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h)
+PY_SRC := pyproject.toml setup.py agent/cachewarm/__init__.py $(wildcard agent/cachewarm/datapath/*.c agent/cachewarm/datapath/*.h) $(wildcard dumper-cpp/hashkit/*.c dumper-cpp/hashkit/*.h dumper-cpp/core/*.c dumper-cpp/core/*.h)
 # After apt: without python3-dev the C loop would be skipped quietly (setup.py marks it optional).
 $(VENV)/.deps-run: $(PY_SRC) | $(PY) deps-apt-run
 	$(PIP_INSTALL) -e .
@@ -80,10 +80,11 @@ dumper-asan: deps-apt
 	cmake --build $(BUILD)/asan -j$(JOBS)
 
 # Regenerate the golden vectors with the real writer (data format v1 in tests/vectors/, v2 in
-# tests/vectors/v2/); a GoogleTest and tests/datapath/test_vectors.py check they match.
+# tests/vectors/v2/, v3 in tests/vectors/v3/); a GoogleTest and tests/datapath/test_vectors.py check they match.
 vectors: dumper
 	rm -f tests/vectors/*.cwd tests/vectors/DONE tests/vectors/vectors.json
 	rm -f tests/vectors/v2/*.cwd tests/vectors/v2/DONE tests/vectors/v2/vectors.json
+	rm -f tests/vectors/v3/*.cwd tests/vectors/v3/DONE tests/vectors/v3/vectors.json
 	$(BUILD)/release/write_vectors tests/vectors
 
 # ---- memcached releases for the version matrix --------------------------------------------------

@@ -18,11 +18,21 @@ setup(
                 "agent/cachewarm/datapath/_v2send.c",
                 "agent/cachewarm/datapath/_probes.c",
                 "agent/cachewarm/datapath/_placement.c",
+                "agent/cachewarm/datapath/_core.c",
+                "agent/cachewarm/datapath/_recheck.c",
                 # The placement core, shared with the C++ dumper (dumper-cpp/hashkit/hashkit.h).
                 *sorted(glob.glob("dumper-cpp/hashkit/*.c")),
+                # The wire rules, shared with the C++ dumper (dumper-cpp/core/cachewarm_core.h).
+                *sorted(glob.glob("dumper-cpp/core/*.c")),
             ],
+            include_dirs=["dumper-cpp/core"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"],
-            depends=["agent/cachewarm/datapath/_v2record.h", "dumper-cpp/hashkit/hashkit.h", "dumper-cpp/hashkit/placement.h"],
+            depends=[
+                "agent/cachewarm/datapath/_v2record.h",
+                "dumper-cpp/hashkit/hashkit.h",
+                "dumper-cpp/hashkit/placement.h",
+                "dumper-cpp/core/cachewarm_core.h",
+            ],
             optional=True,
         )
     ]

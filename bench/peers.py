@@ -16,6 +16,9 @@ without flags: files, recency order, the target check):
   * `warm` and `warm --stream` (the defaults, the target check included);
   * `warm --no-check`, `warm --no-check --order crawl`, `warm --stream --no-check`,
     `warm --stream --no-check --order crawl` (what each safety and the order cost).
+The re-check's cost on the source (the files path's look at every stored item once settled, `mg <key>
+c t s` without the value): the source memcached's CPU for that look over every item, measured alone,
+reported as `recheck` per data set beside each files mode's whole source CPU per million items.
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
@@ -282,13 +285,15 @@ def run_mode(
     return out
 
 
-def _read_all(srv: MemcachedServer, n: int) -> None:
+def _read_all(srv: MemcachedServer, n: int, flags: bytes = b"v f t") -> None:
     """Every item read back (`mg <key> v f t q`), pipelined: one writer thread, replies discarded."""
     with socket.create_connection((srv.host, srv.port)) as sock:
 
         def send() -> None:
             for s in range(0, n, 10_000):
-                sock.sendall(b"".join(b"mg key:%d v f t q\r\n" % i for i in range(s, min(n, s + 10_000))))
+                sock.sendall(
+                    b"".join(b"mg key:%d %b q\r\n" % (i, flags) for i in range(s, min(n, s + 10_000)))
+                )
             sock.sendall(b"mn\r\n")
 
         writer = threading.Thread(target=send, daemon=True)
@@ -309,6 +314,10 @@ def physical_limit(src: MemcachedServer, n: int, size: int, binary: str) -> dict
     before = cpu_s(src.proc.pid) or 0.0
     _read_all(src, n)
     read_s = (cpu_s(src.proc.pid) or 0.0) - before
+    # The re-check's look at every item (`mg <key> c t s`: no value), alone.
+    before = cpu_s(src.proc.pid) or 0.0
+    _read_all(src, n, b"c t s")
+    look_s = (cpu_s(src.proc.pid) or 0.0) - before
     with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
         assert dst.proc is not None
         before = cpu_s(dst.proc.pid) or 0.0
@@ -317,6 +326,7 @@ def physical_limit(src: MemcachedServer, n: int, size: int, binary: str) -> dict
     cores = os.cpu_count() or 1
     return {
         "source_mg_cpu_s_per_million": round(read_s * 1e6 / n, 2),
+        "source_recheck_look_cpu_s_per_million": round(look_s * 1e6 / n, 2),
         "destination_ms_cpu_s_per_million": round(write_s * 1e6 / n, 2),
         "cores": cores,
         "limit_s": round((read_s + write_s) / cores, 3),
@@ -375,6 +385,17 @@ def bench_set(
             entry["check_share"] = share
         entry["runs"] = rs
         result["modes"][mode] = entry
+    # The re-check's cost on the source (docs/reliability.md "Live traffic during the warm"): its look
+    # at every stored item (`mg <key> c t s`, no value) measured alone, beside each files mode's whole
+    # source CPU (the dump's reads, the crawl and the re-check).
+    result["recheck"] = {
+        "source_cpu_s_per_million": limit["source_recheck_look_cpu_s_per_million"],
+        "warm_source_cpu_s_per_million": {
+            m: e["cpu_s_per_million"]["source_memcached"]
+            for m, e in result["modes"].items()
+            if m != "mcdumpload" and "--stream" not in m
+        },
+    }
     return result
 
 
@@ -467,6 +488,14 @@ def main() -> None:
             result[f"set_{name}"] = bench_set(n, size, modes, args.runs, args, Path(d))
     result["machine"]["loadavg_end"] = os.getloadavg()
     print(table(result), file=sys.stderr)
+    for k in (k for k in result if k.startswith("set_")):
+        r = result[k]["recheck"]
+        print(
+            f"re-check, {result[k]['items']:,} x {result[k]['value_bytes']:,} B: "
+            f"{r['source_cpu_s_per_million']} source CPU s per million items (its look alone), beside the "
+            f"warm's whole source CPU per million: {r['warm_source_cpu_s_per_million']}",
+            file=sys.stderr,
+        )
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 

@@ -59,8 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   // 2. The stream, fed in pieces whose sizes depend on `mode`.
-  ResponseStream stream(kBuffer, (mode & 0x80) ? 60 : 0);
+  // Bit 6 of `mode`: the records of data format 3 (each behind its source stamp: the `c` of the
+  // reply and the expiry on the source's clock) instead of version 1's.
+  ResponseStream stream(kBuffer, (mode & 0x80) ? 60 : 0,
+                        (mode & 0x40) ? cachewarm::kFormatVersion3 : cachewarm::kFormatVersion);
   stream.set_now(1800000000);
+  stream.set_source_now(1800000002);
   TouchingSink sink;
   size_t off = 0;
   uint32_t rng = mode * 2654435761u + 1;

@@ -65,7 +65,7 @@ Status Checkpoint::Open(const ServerStats& source) {
     JsonGetInt(meta, "curr_items_before", &meta_.curr_items_before);
     int64_t format = kFormatVersion;  // a dump begun before version 2 existed
     JsonGetInt(meta, "format", &format);
-    if (format != kFormatVersion && format != kFormatVersion2)
+    if (!IsKnownFormat(uint16_t(format)) || format != int64_t(uint16_t(format)))
       return Status::Corruption(meta_path + ": unknown data format version " + std::to_string(format));
     if (o_.format && o_.format != format)
       return Status::InvalidArgument("--resume: " + o_.out + " holds a dump in data format version " +

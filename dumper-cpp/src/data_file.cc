@@ -105,7 +105,7 @@ Status DataFileWriter::Open(uint64_t chunk, uint32_t part, uint64_t first_key_in
   XXH3_64bits_reset(hash_);
   std::string h(DataFileHeaderSize(node_.size()), '\0');
   std::memcpy(&h[0], kDataMagic, kMagicSize);
-  if (version_ != kFormatVersion && version_ != kFormatVersion2) return Status::InvalidArgument("unknown data format version");
+  if (!IsKnownFormat(version_)) return Status::InvalidArgument("unknown data format version");
   EncodeFixed16(&h[8], version_);
   EncodeFixed16(&h[10], uint16_t(h.size()));
   EncodeFixed32(&h[12], part);
@@ -135,22 +135,33 @@ Status DataFileWriter::AppendRaw(const struct iovec* iov, int iovcnt, uint64_t r
   return file_->Appendv(iov, iovcnt);
 }
 
-Status DataFileWriter::AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value) {
+Status DataFileWriter::AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value,
+                                 const SourceStamp& stamp) {
   if (key.empty() || key.size() > kMaxKeyLen) return Status::InvalidArgument("key length out of range");
-  if (version_ == kFormatVersion2) {
+  if (IsCommandFormat(version_)) {
     CW_RETURN_IF_ERROR(CheckRecordV2(key, exptime));
+    if (version_ == kFormatVersion3 && stamp.exp != kNeverExpires && stamp.exp <= 0)
+      return Status::InvalidArgument("source_exp " + std::to_string(stamp.exp));
+    // Version 3: the stamp first; a meta line's O names the stamp's offset (the record's).
+    char st[kSourceStampSize];
+    EncodeSourceStamp(st, stamp);
+    const size_t sn = version_ == kFormatVersion3 ? kSourceStampSize : 0;
     if (NeedsBinaryRecord(key)) {
       char head[kBinaryHeadV2];
       EncodeBinaryHeadV2(head, key.size(), uint32_t(value.size()), flags, exptime);
-      struct iovec iov[3] = {{head, sizeof head},
+      struct iovec iov[4] = {{st, sn},
+                             {head, sizeof head},
                              {const_cast<char*>(key.data()), key.size()},
                              {const_cast<char*>(value.data()), value.size()}};
-      return AppendRaw(iov, 3, 1);
+      return AppendRaw(iov, 4, 1);
     }
     char line[kMaxMetaLineV2];
     const size_t n = EncodeMetaLineV2(line, key, uint32_t(value.size()), flags, exptime, file_bytes());
-    struct iovec iov[3] = {{line, n}, {const_cast<char*>(value.data()), value.size()}, {const_cast<char*>("\r\n"), 2}};
-    return AppendRaw(iov, 3, 1);
+    struct iovec iov[4] = {{st, sn},
+                           {line, n},
+                           {const_cast<char*>(value.data()), value.size()},
+                           {const_cast<char*>("\r\n"), 2}};
+    return AppendRaw(iov, 4, 1);
   }
   char hdr[kRecordHeaderSize];
   EncodeRecordHeader(hdr, uint32_t(value.size()), flags, exptime, uint8_t(key.size()));
@@ -219,7 +230,7 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
   CW_RETURN_IF_ERROR(env->ReadAt(path, 0, DataFileHeaderSize(pn.node.size()), &head));
   if (std::memcmp(head.data(), kDataMagic, kMagicSize) != 0) return Status::Corruption(name + ": bad magic");
   const uint16_t version = DecodeFixed16(&head[8]);
-  if (version != kFormatVersion && version != kFormatVersion2) return Status::Corruption(name + ": bad version");
+  if (!IsKnownFormat(version)) return Status::Corruption(name + ": bad version");
   const uint16_t hlen = DecodeFixed16(&head[10]);
   const uint16_t nlen = DecodeFixed16(&head[40]);
   if (hlen != DataFileHeaderSize(pn.node.size()) || nlen != pn.node.size() ||
@@ -253,12 +264,13 @@ Status ReadDataFile(Env* env, const std::string& dir, const std::string& name, b
     size_t p = hlen;
     const size_t end = hlen + rec_bytes;
     uint64_t n = 0;
-    while (p < end && version == kFormatVersion2) {
+    while (p < end && IsCommandFormat(version)) {
       RecordV2 r;
       size_t nxt = 0;
-      Status rs = ParseRecordV2(all.data(), p, end, &r, &nxt);
+      Status rs = ParseCommandRecord(version, all.data(), p, end, &r, &nxt);
       if (!rs.ok()) return Status::Corruption(name + ": " + rs.message());
-      if (records) records->push_back(DataRecord{r.key, r.flags, r.exptime, r.value.ToString()});
+      if (records)
+        records->push_back(DataRecord{r.key, r.flags, r.exptime, r.value.ToString(), r.stamp.cas, r.stamp.exp});
       p = nxt;
       n++;
     }

@@ -13,6 +13,7 @@
 
 #include "env.h"
 #include "format.h"
+#include "record_v2.h"
 #include "slice.h"
 #include "status.h"
 
@@ -53,7 +54,7 @@ struct PublishedFile {
 // callers pass iovecs that point into their receive buffers (no copies).
 class DataFileWriter {
  public:
-  // `version`: the data format written (kFormatVersion = 1, or kFormatVersion2).
+  // `version`: the data format written (kFormatVersion = 1, kFormatVersion2 or kFormatVersion3).
   DataFileWriter(Env* env, std::string dir, std::string node, uint64_t dump_start_ms,
                  uint16_t version = kFormatVersion);
   ~DataFileWriter();
@@ -72,8 +73,10 @@ class DataFileWriter {
   // Raw record bytes (headers, keys, values, possibly pieces of one record); `records` is the
   // number of records these bytes complete or begin (counted once per record).
   Status AppendRaw(const struct iovec* iov, int iovcnt, uint64_t records);
-  // Convenience for tests and small files: one whole record, in the file's version.
-  Status AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value);
+  // Convenience for tests and small files: one whole record, in the file's version (version 3: with
+  // `stamp`, default: CAS not known, never expires).
+  Status AddRecord(const Slice& key, uint32_t flags, int64_t exptime, const Slice& value,
+                   const SourceStamp& stamp = SourceStamp());
   // Writes the trailer, syncs, and publishes under the final name. `before_publish` (optional) runs
   // after the file is durable under its temporary name and before the rename (out's fields are set).
   Status Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out,
@@ -108,6 +111,9 @@ struct DataRecord {
   uint32_t flags = 0;
   int64_t exptime = 0;
   std::string value;
+  // Version 3: the record's source stamp (section 8.1); 0 / kNeverExpires otherwise.
+  uint64_t source_cas = 0;
+  int64_t source_exp = kNeverExpires;
 };
 
 // Reads and fully verifies a data file (version 1 or 2) as section 3 prescribes; `info->version` is set

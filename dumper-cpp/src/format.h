@@ -14,7 +14,15 @@ constexpr uint16_t kFormatVersion = 1;  // version 1: binary records (section 2.
 // Version 2 (section 7): each record is the memcached command that stores the item. The dumper's
 // default; --format 1 still writes version 1.
 constexpr uint16_t kFormatVersion2 = 2;
-constexpr uint16_t kDefaultFormatVersion = kFormatVersion2;
+// Version 3 (section 8): a version 2 record behind a 16-byte source stamp (the item's CAS on the
+// source at the read, its expiry on the source's clock) each: what the populator's re-check compares
+// the source against. The dumper's default; --format 1|2 still write the older ones.
+constexpr uint16_t kFormatVersion3 = 3;
+constexpr uint16_t kDefaultFormatVersion = kFormatVersion3;
+constexpr size_t kSourceStampSize = 16;
+// Versions whose records are memcached commands (section 7; 3 adds the stamp).
+inline bool IsCommandFormat(uint16_t v) { return v == kFormatVersion2 || v == kFormatVersion3; }
+inline bool IsKnownFormat(uint16_t v) { return v == kFormatVersion || IsCommandFormat(v); }
 constexpr size_t kHeaderFixed = 48;
 // Header offset 42, u16 `clock_flags`: bit 0 set = offset 44 holds `source_clock_ms` (i32, the source
 // memcached's clock minus the dumper host's, ms, rounded up) and every exptime in the file is the

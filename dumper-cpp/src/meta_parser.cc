@@ -82,13 +82,21 @@ bool ParseFlags(const char* line, size_t pos, size_t end, MetaResponse* r, std::
       case 'b':
         r->key_base64 = true;
         break;
+      case 'c':
+        if (!ParseU64(v, vn, UINT64_MAX, &u)) {
+          *err = "bad CAS in response";
+          return false;
+        }
+        r->has_cas = true;
+        r->cas = u;
+        break;
       case 'O':
         // The dumper sends numbers; anything else is some other client's and ignored.
         r->has_opaque = ParseU64(v, vn, UINT64_MAX, &u);
         r->opaque = r->has_opaque ? u : 0;
         break;
       default:
-        break;  // flags we did not ask for (c, s, ...) are ignored
+        break;  // flags we did not ask for (s, ...) are ignored
     }
     pos = e;
   }

@@ -26,6 +26,8 @@ struct MetaResponse {
   size_t key_offset = 0;  // key token position within the header line
   size_t key_len = 0;
   bool key_base64 = false;  // response carried the `b` flag: the key token is base64
+  bool has_cas = false;  // `c<cas>`: the item's CAS (version 3 records carry it)
+  uint64_t cas = 0;
   bool has_opaque = false;  // `O<number>`: the dumper's key index, echoed
   uint64_t opaque = 0;
   std::string message;  // error text, or the unexpected line

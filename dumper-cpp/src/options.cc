@@ -48,10 +48,11 @@ Exit status 0 only when OUT/DONE has been published.
                               1M..64G (default: 64M, or what --memory-limit leaves)
   --spill-dir DIR             where the crawl reader spills when its buffer is full: an unlinked,
                               never-fsynced file (default $TMPDIR, else /tmp)
-  --format 1|2                data format version (docs/data-format.md): 2 (default for a new
-                              dump) writes each record as the memcached command that stores it;
-                              1 the binary records of version 1. --resume continues in the dump's
-                              own version
+  --format 1|2|3              data format version (docs/data-format.md): 3 (default for a new
+                              dump) writes each record as the memcached command that stores it
+                              behind the item's CAS and expiry on the source (the populator's
+                              re-check needs them); 2 the commands alone; 1 the binary records of
+                              version 1. --resume continues in the dump's own version
   --max-bytes-per-second BYTES
                               byte rate limit for the whole dump (values + keys read), k, M, G
                               suffixes, 0 = unlimited (default 0)
@@ -257,7 +258,7 @@ Status ParseOptions(int argc, char** argv, Options* o) {
       case kSpillDir: CW_RETURN_IF_ERROR(NonEmptyFlag("spill-dir", a, &o->spill_dir)); break;
       case kWriteDelay: CW_RETURN_IF_ERROR(IntFlag("debug-write-delay-us", a, 0, 10000000, &o->debug_write_delay_us)); break;
       case kSyncDelay: CW_RETURN_IF_ERROR(IntFlag("debug-sync-delay-us", a, 0, 10000000, &o->debug_sync_delay_us)); break;
-      case kFormat: CW_RETURN_IF_ERROR(IntFlag("format", a, 1, 2, &o->format)); break;
+      case kFormat: CW_RETURN_IF_ERROR(IntFlag("format", a, 1, 3, &o->format)); break;
       case kHelp: o->help = true; return Status::OK();
       case kVersion: o->version = true; return Status::OK();
       case kByteRate: CW_RETURN_IF_ERROR(SizeFlag("max-bytes-per-second", a, 0, 1ULL << 40, &o->max_bytes_per_second)); break;

@@ -143,7 +143,40 @@ void EncodeBinaryHeadV2(char* dst, size_t key_len, uint32_t value_len, uint32_t 
   PutBE32(dst + 28, uint32_t(ExpiryToSend(exptime)));
 }
 
+void EncodeSourceStamp(char* dst, const SourceStamp& s) {
+  for (int i = 0; i < 8; i++) dst[i] = char(s.cas >> (8 * i));
+  const uint64_t e = uint64_t(s.exp);
+  for (int i = 0; i < 8; i++) dst[8 + i] = char(e >> (8 * i));
+}
+
+namespace {
+
+// A version 2 record at pos whose meta line names `o_expect` as its offset.
+Status ParseCommandAt(const char* data, size_t pos, size_t end, size_t o_expect, RecordV2* out, size_t* next);
+
+}  // namespace
+
 Status ParseRecordV2(const char* data, size_t pos, size_t end, RecordV2* out, size_t* next) {
+  out->stamp = SourceStamp();
+  return ParseCommandAt(data, pos, end, pos, out, next);
+}
+
+Status ParseRecordV3(const char* data, size_t pos, size_t end, RecordV2* out, size_t* next) {
+  if (pos >= end || end - pos < kSourceStampSize) return Bad(pos, "source stamp runs past the records");
+  uint64_t cas = 0, e = 0;
+  for (int i = 7; i >= 0; i--) cas = (cas << 8) | uint8_t(data[pos + size_t(i)]);
+  for (int i = 7; i >= 0; i--) e = (e << 8) | uint8_t(data[pos + 8 + size_t(i)]);
+  const int64_t exp = int64_t(e);
+  if (exp != kNeverExpires && exp <= 0) return Bad(pos, "source_exp " + std::to_string(exp));
+  CW_RETURN_IF_ERROR(ParseCommandAt(data, pos + kSourceStampSize, end, pos, out, next));
+  out->stamp.cas = cas;
+  out->stamp.exp = exp;
+  return Status::OK();
+}
+
+namespace {
+
+Status ParseCommandAt(const char* data, size_t pos, size_t end, size_t o_expect, RecordV2* out, size_t* next) {
   if (pos >= end) return Bad(pos, "no record");
   const char* p = data;
   if (uint8_t(p[pos]) == kBinaryMagic) {
@@ -181,7 +214,7 @@ Status ParseRecordV2(const char* data, size_t pos, size_t end, RecordV2* out, si
   if (!Literal(p, &i, end, " F") || !Number(p, &i, end, UINT32_MAX, &flags)) return Bad(pos, "bad F");
   if (!Literal(p, &i, end, " ME q O") || !Number(p, &i, end, UINT64_MAX, &offset) || !Literal(p, &i, end, "\r\n"))
     return Bad(pos, "bad flags after F");
-  if (offset != pos) return Bad(pos, "O" + std::to_string(offset) + " is not the record's offset");
+  if (offset != o_expect) return Bad(pos, "O" + std::to_string(offset) + " is not the record's offset");
   if (end - i < vlen + 2 || p[i + vlen] != '\r' || p[i + vlen + 1] != '\n')
     return Bad(pos, "value not followed by \\r\\n within the records");
   if (b64) {
@@ -204,5 +237,7 @@ Status ParseRecordV2(const char* data, size_t pos, size_t end, RecordV2* out, si
   *next = i + vlen + 2;
   return Status::OK();
 }
+
+}  // namespace
 
 }  // namespace cachewarm

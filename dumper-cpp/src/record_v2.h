@@ -42,16 +42,36 @@ void EncodeBinaryHeadV2(char* dst, size_t key_len, uint32_t value_len, uint32_t 
 // Checks that the record the caller wants to write has a v2 form (key length, expiry range).
 Status CheckRecordV2(const Slice& raw_key, int64_t exptime);
 
-// One record of a v2 file as read: the key decoded, exptime as in version 1, the value a view.
+// Version 3 (section 8.1): what the source said about an item when the dumper read it, in front of
+// the record. cas 0 = not known (CAS off); exp: memcached's absolute expiry on the source's clock, the
+// lower bound the record's expiry was computed from (kNeverExpires: none).
+struct SourceStamp {
+  uint64_t cas = 0;
+  int64_t exp = kNeverExpires;
+};
+void EncodeSourceStamp(char* dst, const SourceStamp& s);
+
+// One record of a v2/v3 file as read: the key decoded, exptime as in version 1, the value a view
+// (version 3: its stamp too).
 struct RecordV2 {
   std::string key;
   uint32_t flags = 0;
   int64_t exptime = 0;
   Slice value;
   bool binary = false;
+  SourceStamp stamp;
 };
 // Parses and checks the record at data[pos..end) (section 7.2); *next = its end. Corruption names
 // the problem and the offset.
 Status ParseRecordV2(const char* data, size_t pos, size_t end, RecordV2* out, size_t* next);
+// The same for a version 3 record (section 8.2): the stamp, then a version 2 record whose meta line's
+// O<offset> is the stamp's offset.
+Status ParseRecordV3(const char* data, size_t pos, size_t end, RecordV2* out, size_t* next);
+// Either, by the file's version.
+inline Status ParseCommandRecord(uint16_t version, const char* data, size_t pos, size_t end, RecordV2* out,
+                                 size_t* next) {
+  return version == kFormatVersion3 ? ParseRecordV3(data, pos, end, out, next)
+                                    : ParseRecordV2(data, pos, end, out, next);
+}
 
 }  // namespace cachewarm

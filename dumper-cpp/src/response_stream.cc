@@ -12,12 +12,12 @@ ResponseStream::ResponseStream(size_t buffer_size, int64_t min_ttl, uint16_t for
   buf_[0].reset(new char[cap_]);
   buf_[1].reset(new char[cap_]);
   cur_ = buf_[0].get();
-  if (format_ == kFormatVersion2) lines_.reset(new char[kMaxPending * kMaxMetaLineV2]);
+  if (IsCommandFormat(format_)) lines_.reset(new char[kMaxPending * kLineSlot]);
 }
 
 struct iovec ResponseStream::RecordHead(int i, size_t key_len) const {
   (void)key_len;
-  if (format_ == kFormatVersion2) return {lines_.get() + size_t(i) * kMaxMetaLineV2, line_len_[i]};
+  if (IsCommandFormat(format_)) return {lines_.get() + size_t(i) * kLineSlot, line_len_[i]};
   return {const_cast<char*>(hdrs_[i]), kRecordHeaderSize};
 }
 
@@ -65,29 +65,38 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
   // Between now_ + t and now_high_ + t the listing's own expiry, if it is there, is the exact one
   // (the same item, its TTL unchanged since); else the earliest (never later).
   int64_t exptime = kNeverExpires;
-  if (r.ttl != -1) {
-    const bool listed = listed_ != kNeverExpires && listed_ >= now_ + r.ttl && listed_ <= now_high_ + r.ttl;
-    exptime = ClampExptime(listed ? listed_ : now_ + r.ttl);
-  }
-  listed_ = kNeverExpires;
+  const bool listed = r.ttl != -1 && listed_ != kNeverExpires && listed_ >= now_ + r.ttl && listed_ <= now_high_ + r.ttl;
+  if (r.ttl != -1) exptime = ClampExptime(listed ? listed_ : now_ + r.ttl);
+  // Version 3's stamp: the same expiry on the source's own clock (what the record's was moved from).
+  SourceStamp stamp;
+  stamp.cas = r.has_cas ? r.cas : 0;
+  if (r.ttl != -1) stamp.exp = listed ? listed_source_ : source_now_ + r.ttl;
+  listed_ = listed_source_ = kNeverExpires;
   *key_len = klen;
-  if (format_ == kFormatVersion2) {
+  if (IsCommandFormat(format_)) {
     CW_RETURN_IF_ERROR(CheckRecordV2(*key_io, exptime));
     if (niov_ == 0) {
       pending_base_ = sink->NextRecordOffset();
       pending_bytes_ = 0;
+    }
+    char* slot = lines_.get() + size_t(nrec_) * kLineSlot;
+    size_t st = 0;
+    if (format_ == kFormatVersion3) {
+      if (stamp.exp != kNeverExpires && stamp.exp <= 0) return Status::Protocol("an expiry before 1970 on the source");
+      EncodeSourceStamp(slot, stamp);
+      st = kSourceStampSize;
     }
     // A key with no meta form (187..250 bytes, no base64 form) that the worker could still fetch with
     // a raw-key `mg` (codec.h IsTextKey): its record is the binary ADDQ all such keys get, the head
     // in the line's slot, then the key and the value (no \r\n).
     binary_rec_[nrec_] = NeedsBinaryRecord(*key_io);
     if (binary_rec_[nrec_]) {
-      EncodeBinaryHeadV2(lines_.get() + size_t(nrec_) * kMaxMetaLineV2, klen, r.value_len, r.flags, exptime);
-      line_len_[nrec_] = kBinaryHeadV2;
+      EncodeBinaryHeadV2(slot + st, klen, r.value_len, r.flags, exptime);
+      line_len_[nrec_] = st + kBinaryHeadV2;
       return Status::OK();
     }
-    line_len_[nrec_] = EncodeMetaLineV2(lines_.get() + size_t(nrec_) * kMaxMetaLineV2, *key_io, r.value_len, r.flags,
-                                        exptime, pending_base_ + pending_bytes_);
+    line_len_[nrec_] =
+        st + EncodeMetaLineV2(slot + st, *key_io, r.value_len, r.flags, exptime, pending_base_ + pending_bytes_);
     return Status::OK();
   }
   EncodeRecordHeader(hdrs_[nrec_], r.value_len, r.flags, exptime, uint8_t(klen));
@@ -98,7 +107,7 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
 // ends with it, so the sink gets one too.
 Status ResponseStream::EndStreamedValue(RecordSink* sink) {
   crlf_left_ = 2;
-  if (stream_skip_ || format_ != kFormatVersion2 || stream_binary_) return Status::OK();
+  if (stream_skip_ || !IsCommandFormat(format_) || stream_binary_) return Status::OK();
   struct iovec v = {const_cast<char*>("\r\n"), 2};
   return sink->Write(&v, 1, 0);
 }
@@ -149,13 +158,13 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
         if (complete) {
           if (value[r.value_len] != '\r' || value[r.value_len + 1] != '\n')
             return Status::Protocol("value not followed by \\r\\n");
-          if (!skip && format_ == kFormatVersion2 && binary_rec_[nrec_]) {
+          if (!skip && IsCommandFormat(format_) && binary_rec_[nrec_]) {
             iov_[niov_++] = RecordHead(nrec_, klen);
             iov_[niov_++] = {const_cast<char*>(key.data()), klen};
             iov_[niov_++] = {value, r.value_len};
             pending_bytes_ += line_len_[nrec_] + klen + r.value_len;
             nrec_++;
-          } else if (!skip && format_ == kFormatVersion2) {
+          } else if (!skip && IsCommandFormat(format_)) {
             // The command line holds the key; the value's iovec takes its trailing \r\n too.
             iov_[niov_++] = RecordHead(nrec_, klen);
             iov_[niov_++] = {value, size_t(r.value_len) + 2};
@@ -170,11 +179,11 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
           pos_ += size_t(total);
         } else {
           // Larger than a buffer: write header, key and the value bytes we have, stream the rest.
-          stream_binary_ = !skip && format_ == kFormatVersion2 && binary_rec_[0];
+          stream_binary_ = !skip && IsCommandFormat(format_) && binary_rec_[0];
           if (stream_binary_) {
             struct iovec v[2] = {RecordHead(0, klen), {const_cast<char*>(key.data()), klen}};
             CW_RETURN_IF_ERROR(sink->Write(v, 2, 1));
-          } else if (!skip && format_ == kFormatVersion2) {
+          } else if (!skip && IsCommandFormat(format_)) {
             struct iovec v = RecordHead(0, klen);
             CW_RETURN_IF_ERROR(sink->Write(&v, 1, 1));
           } else if (!skip) {

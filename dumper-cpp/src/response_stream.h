@@ -47,7 +47,7 @@ class RecordSink {
 class ResponseStream {
  public:
   // min_ttl > 0: items whose remaining TTL is below it (and not "never") are skipped.
-  // format: the data format version of the records emitted (kFormatVersion or kFormatVersion2).
+  // format: the data format version of the records emitted (kFormatVersion, 2 or 3).
   ResponseStream(size_t buffer_size, int64_t min_ttl, uint16_t format = kFormatVersion);
   ResponseStream(const ResponseStream&) = delete;
   ResponseStream& operator=(const ResponseStream&) = delete;
@@ -60,10 +60,20 @@ class ResponseStream {
     now_high_ = now_high;
   }
   void set_now(int64_t now) { set_now(now, now); }
+  // Version 3's stamp: the source's own time (its `stats time`) at the earliest the `mg` can have run
+  // (ServerClock::TimeAtMost of the batch's build): an `mg t` plus it is the item's expiry on the
+  // source's clock, never later. Kept apart from set_now's, which are on the records' (this host's)
+  // clock moved by the source clock of the part open when they were set.
+  void set_source_now(int64_t t) { source_now_ = t; }
   // The next value's expiry as the listing gave it, on the records' clock (kNeverExpires: none):
   // when the `mg t` agrees with it within [now, now_high], it is the exact one (RecordSink::OnValue
   // sets it for each value).
-  void set_listed(int64_t exptime) { listed_ = exptime; }
+  void set_listed(int64_t exptime) { set_listed(exptime, exptime); }
+  // The same, and the listing's own exp on the source's clock (version 3's stamp when it is the one).
+  void set_listed(int64_t exptime, int64_t source_exp) {
+    listed_ = exptime;
+    listed_source_ = source_exp;
+  }
   char* WritePtr() { return cur_ + filled_; }
   size_t WritableBytes() const { return cap_ - filled_; }
   // `n` bytes were received at WritePtr(): parse, emit records to the sink.
@@ -75,6 +85,8 @@ class ResponseStream {
 
  private:
   static constexpr int kMaxPending = 256;  // records per writev
+  // A command record's slot: version 3's stamp, then the meta line or the binary head.
+  static constexpr size_t kLineSlot = kSourceStampSize + kMaxMetaLineV2;
   Status Flush(RecordSink* sink);
   Status EndStreamedValue(RecordSink* sink);
   Status StartRecord(const MetaResponse& r, char* line, Slice* key, bool* skip, size_t* key_len, RecordSink* sink);
@@ -84,7 +96,8 @@ class ResponseStream {
   size_t cap_;
   int64_t min_ttl_;
   int64_t now_ = 0, now_high_ = 0;
-  int64_t listed_ = kNeverExpires;
+  int64_t listed_ = kNeverExpires, listed_source_ = kNeverExpires;
+  int64_t source_now_ = 0;
   std::unique_ptr<char[]> buf_[2];
   char* cur_;
   int cur_idx_ = 0;

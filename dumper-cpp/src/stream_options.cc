@@ -120,7 +120,8 @@ Status CheckStreamOptions(const Options& o) {
                                      "--placement-description need --to (the stream mode)");
     return Status::OK();
   }
-  if (o.format == 2) return Status::InvalidArgument("--format 2 is for data files; the stream mode (--to) writes none");
+  if (o.format >= 2)
+    return Status::InvalidArgument("--format " + std::to_string(o.format) + " is for data files; the stream mode (--to) writes none");
   return Status::OK();
 }
 

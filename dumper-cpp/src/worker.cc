@@ -108,7 +108,8 @@ Status Worker::OnValue(const MetaResponse& r, Slice* key) {
   const uint32_t begin = k ? b.raw_end[k - 1] : 0;
   *key = Slice(b.raw.data() + begin, b.raw_end[k] - begin);
   const int64_t listed = lines_[r.opaque].exptime;
-  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires);
+  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires,
+                     listed > 0 ? listed : kNeverExpires);
   return Status::OK();
 }
 
@@ -189,7 +190,7 @@ Status Worker::FetchBinary(const Batch& b) {
   const int64_t now = int64_t(std::time(nullptr));
   bool skip = false;
   char hdr[kRecordHeaderSize];
-  char head_v2[kBinaryHeadV2];
+  char head_v2[kSourceStampSize + kBinaryHeadV2];
   std::string unavailable;
   CW_RETURN_IF_ERROR(binary_.Get(
       raw,
@@ -220,10 +221,18 @@ Status Worker::FetchBinary(const Batch& b) {
         }
         part_stats_.binary++;
         struct iovec v[2] = {{hdr, sizeof hdr}, {const_cast<char*>(raw[k].data()), raw[k].size()}};
-        if (format_ == kFormatVersion2) {  // the binary-protocol ADDQ that stores it
+        if (IsCommandFormat(format_)) {  // the binary-protocol ADDQ that stores it
           CW_RETURN_IF_ERROR(CheckRecordV2(raw[k], exp));
-          EncodeBinaryHeadV2(head_v2, raw[k].size(), value_len, flags, exp);
-          v[0] = {head_v2, sizeof head_v2};
+          size_t st = 0;
+          if (format_ == kFormatVersion3) {  // the stamp: this GETK's CAS, the listing's exp (source's clock)
+            SourceStamp stamp;
+            stamp.cas = cas;
+            if (lines_[i].exptime > 0) stamp.exp = lines_[i].exptime;
+            EncodeSourceStamp(head_v2, stamp);
+            st = kSourceStampSize;
+          }
+          EncodeBinaryHeadV2(head_v2 + st, raw[k].size(), value_len, flags, exp);
+          v[0] = {head_v2, st + kBinaryHeadV2};
         } else {
           EncodeRecordHeader(hdr, value_len, flags, exp, uint8_t(raw[k].size()));
         }
@@ -283,8 +292,14 @@ Status Worker::AppendGet(uint64_t i, Batch* b) {
   if (raw_.empty() || raw_.size() > kMaxKeyLen) return Status::Corruption("key length out of range: " + url.ToString());
   b->raw += raw_;
   b->raw_end.push_back(uint32_t(b->raw.size()));
+  // Version 3 asks for the item's CAS too (`c`: the record's stamp).
   char opaque[40] = " v f t q u O";  // once per key: no snprintf
-  char* e = std::to_chars(opaque + 12, opaque + sizeof opaque - 3, i).ptr;
+  size_t at = 12;
+  if (format_ == kFormatVersion3) {
+    std::memcpy(opaque, " v f t c q u O", 14);
+    at = 14;
+  }
+  char* e = std::to_chars(opaque + at, opaque + sizeof opaque - 3, i).ptr;
   std::memcpy(e, "\r\n", 3);
   if (IsPlainKey(raw_)) {
     send_ += "mg ";

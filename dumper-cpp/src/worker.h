@@ -102,6 +102,7 @@ class Worker : public RecordSink {
     const int64_t ahead = source_clock_.WholeAhead();
     stream_.set_now(source_clock_.TimeAtMost(built) - ahead,
                     int64_t(std::floor(WallNow() + source_clock_.hi)) - ahead);
+    stream_.set_source_now(source_clock_.TimeAtMost(built));
   }
 
  public:

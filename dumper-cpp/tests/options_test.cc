@@ -78,7 +78,7 @@ TEST(Options, ErrorsNameTheFlag) {
       {{"--out", "/x", "extra"}, "unexpected argument 'extra'"},
       {{"--threads", "2"}, "--out DIR is required"},
       {{"--out", "/x", "--memory-limit", "32M", "--buffer-size", "8M"}, "--memory-limit 33554432 is too small"},
-      {{"--out", "/x", "--format", "3"}, "--format 3 is out of range 1..2"},
+      {{"--out", "/x", "--format", "4"}, "--format 4 is out of range 1..3"},
       // The stream mode's sink takes version 1 records; it writes no data files.
       {{"--out", "/x", "--to", "127.0.0.1:11211", "--format", "2"}, "--format 2 is for data files"},
   };

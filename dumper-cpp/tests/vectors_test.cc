@@ -1,4 +1,4 @@
-// The checked-in golden vectors (tests/vectors/: data format v1; tests/vectors/v2/: v2) must be exactly
+// The checked-in golden vectors (tests/vectors/: data format v1; v2/, v3/: v2, v3) must be exactly
 // what the writer produces today, and must verify.
 #include <gtest/gtest.h>
 
@@ -17,7 +17,7 @@ struct Set {
   std::string dir;  // relative to CACHEWARM_VECTORS_DIR
   int data_files;
 };
-const Set kSets[] = {{kFormatVersion, "", 3}, {kFormatVersion2, "/v2", 3}};
+const Set kSets[] = {{kFormatVersion, "", 3}, {kFormatVersion2, "/v2", 3}, {kFormatVersion3, "/v3", 3}};
 
 bool IsFile(Env* env, const std::string& path) {
   std::string unused;

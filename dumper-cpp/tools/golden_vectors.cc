@@ -47,12 +47,21 @@ std::vector<VecFile> Files(uint16_t version) {
   v.push_back({0, 1, 6, 0, {{"part1-key", 2, kNeverExpires, "second part"}}});
   // chunk 1, part 0: every listed key was gone (3 misses): an empty file with 0 records.
   v.push_back({1, 0, 0, 3, {}});
-  if (version == kFormatVersion2) {
-    // Version 2 only: a key no meta command can name (a binary record), between two meta records.
+  if (IsCommandFormat(version)) {
+    // Versions 2 and 3: a key no meta command can name (a binary record), between two meta records.
     std::string long_key(200, '\0');
     for (size_t i = 0; i < long_key.size(); i++) long_key[i] = char(i * 7 + 1);
     v[1].records.insert(v[1].records.begin(), {long_key, 9, 1795007200, "binary-protocol value"});
     v[1].records.push_back({"after-binary", 0, kNeverExpires, "x"});
+  }
+  if (version == kFormatVersion3) {
+    // Each record's source stamp: a CAS (one not known: 0) and the expiry on a source clock 3 s ahead.
+    uint64_t cas = 1000;
+    for (VecFile& f : v)
+      for (DataRecord& r : f.records) {
+        r.source_cas = r.key == "tricky" ? 0 : cas++;
+        r.source_exp = r.exptime == kNeverExpires ? kNeverExpires : r.exptime + 3;
+      }
   }
   return v;
 }
@@ -86,7 +95,8 @@ Status WriteGoldenVectors(Env* env, const std::string& dir, uint16_t version) {
   for (const VecFile& vf : Files(version)) {
     DataFileWriter w(env, dir, kNode, kDumpStartMs, version);
     CW_RETURN_IF_ERROR(w.Open(vf.chunk, vf.part, vf.first_key_index));
-    for (const DataRecord& r : vf.records) CW_RETURN_IF_ERROR(w.AddRecord(r.key, r.flags, r.exptime, r.value));
+    for (const DataRecord& r : vf.records)
+      CW_RETURN_IF_ERROR(w.AddRecord(r.key, r.flags, r.exptime, r.value, SourceStamp{r.source_cas, r.source_exp}));
     PublishedFile pf;
     CW_RETURN_IF_ERROR(w.Finish(vf.first_key_index + vf.records.size() + vf.misses, vf.misses, &pf));
     m.files.push_back(pf);
@@ -103,7 +113,10 @@ Status WriteGoldenVectors(Env* env, const std::string& dir, uint16_t version) {
       const DataRecord& r = vf.records[i];
       js += i ? ",\n       " : "\n       ";
       js += "{\"key_hex\": \"" + HexOf(r.key) + "\", \"flags\": " + std::to_string(r.flags) +
-            ", \"exptime\": " + std::to_string(r.exptime) + ", \"value_hex\": \"" + HexOf(r.value) + "\"}";
+            ", \"exptime\": " + std::to_string(r.exptime) + ", \"value_hex\": \"" + HexOf(r.value) + "\"";
+      if (version == kFormatVersion3)
+        js += ", \"source_cas\": " + std::to_string(r.source_cas) + ", \"source_exp\": " + std::to_string(r.source_exp);
+      js += "}";
     }
     js += vf.records.empty() ? "]}" : "\n     ]}";
   }

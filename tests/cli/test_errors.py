@@ -47,6 +47,7 @@ def test_populate_names_a_closed_destination_at_once_and_keeps_saying_so(tmp_pat
             f"127.0.0.1:{port}",
             "--state-file",
             str(tmp_path / "s"),
+            "--accept-no-recheck",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -165,7 +166,7 @@ def test_an_invalid_done_is_a_data_error(memcached, tmp_path: Path) -> None:
     dst = memcached(memory_mb=16)
     dump = small_dump(tmp_path / "dump")
     done = json.loads((dump / "DONE").read_text())
-    (dump / "DONE").write_text(json.dumps({**done, "version": 3}))  # no such version
+    (dump / "DONE").write_text(json.dumps({**done, "version": 4}))  # no such version
     r = run(["populate", "--from", str(dump), "--to", dst.address, "--state-file", str(tmp_path / "s")])
     assert r.returncode == ExitCode.DATA, r.stderr
     assert one_error_line(r.stderr).startswith("error: DONE is invalid")

@@ -35,6 +35,7 @@ def populate_args(dump: Path, dst: MemcachedServer, tmp_path: Path) -> list[str]
         dst.address,
         "--state-file",
         str(tmp_path / "state.json"),
+        "--accept-no-recheck",  # no source here
     ]
 
 

@@ -45,7 +45,20 @@ def _dump(path: Path, recs: list[Record]) -> None:
 
 
 def _populate_cli(src: Path, to: str, state: Path, *flags: str) -> subprocess.CompletedProcess[str]:
-    args = [*CLI, "populate", "--from", str(src), "--to", to, "--state-file", str(state), "--json", *flags]
+    # No source here: the re-check has its tests (test_recheck.py).
+    args = [
+        *CLI,
+        "populate",
+        "--from",
+        str(src),
+        "--to",
+        to,
+        "--state-file",
+        str(state),
+        "--json",
+        "--accept-no-recheck",
+        *flags,
+    ]
     return subprocess.run([*args, "--workers", "1"], capture_output=True, text=True, timeout=120)
 
 

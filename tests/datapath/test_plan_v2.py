@@ -55,8 +55,8 @@ def _records(rng: random.Random, n: int) -> list[df.Record]:
     return recs
 
 
-def _file(recs: list[df.Record]) -> tuple[bytes, int, int]:
-    data = encode_file("n1", 0, 0, recs)
+def _file(recs: list[df.Record], version: int = df.VERSION_2) -> tuple[bytes, int, int]:
+    data = encode_file("n1", 0, 0, recs, version=version)
     v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
     assert v.ok and v.header is not None and v.trailer is not None, v.reason
     return (data, *df.records_bounds(v.header, v.trailer))
@@ -65,7 +65,8 @@ def _file(recs: list[df.Record]) -> tuple[bytes, int, int]:
 def _both(data: bytes, start: int, end: int, **kw: object) -> Plan:
     args = dict(now=NOW, budgets=(UNLIMITED,), set_mode=False, batch_items=1000, batch_bytes=1 << 22)
     args.update(kw)  # type: ignore[arg-type]
-    c = plan(data, start, end, use_c=True, **args)  # type: ignore[arg-type]
+    c_args = {("mode" if k == "set_mode" else k): v for k, v in args.items()}
+    c = plan(data, start, end, use_c=True, **c_args)  # type: ignore[arg-type]
     py = plan_py(data, start, end, **args)  # type: ignore[arg-type]
     assert c == py
     return c
@@ -222,7 +223,7 @@ BAD = [
 def _bad_file(record: bytes) -> tuple[bytes, int, int]:
     """A file (node "n1": a 50-byte header) holding a good record (offsets 50..75), then `record` at
     75, its checksum right: check 4 must find record 1."""
-    good = encode_file("n1", 0, 0, [df.Record(b"g", 0, -1, b"")])
+    good = encode_file("n1", 0, 0, [df.Record(b"g", 0, -1, b"")], version=df.VERSION_2)
     head_len = df.HEADER_FIXED + 2
     first = good[head_len : len(good) - df.TRAILER_LEN]
     assert head_len + len(first) == 75
@@ -323,3 +324,115 @@ def test_probes_name_exactly_the_items_sent_as_text_alike(set_mode: bool) -> Non
         n.probes == n.probe_expiry == b""
         for n in _both(data, start, end, ring=ring, budgets=(1004,) * 3).nodes
     )
+
+
+# ---- version 3 (docs/data-format.md section 8): stamped records, binary ADDs -------------------------
+
+# A binary request header (memcached's protocol_binary.h), read here independently of the C core.
+_BIN = struct.Struct(">BBHBBHIIQ")
+
+
+def _stamped(recs: list[df.Record], rng: random.Random) -> list[df.Record]:
+    return [
+        df.Record(
+            r.key, r.flags, r.exptime, r.value, rng.randrange(2**64), -1 if r.exptime == -1 else r.exptime + 2
+        )
+        for r in recs
+    ]
+
+
+@pytest.mark.parametrize("set_mode", [False, True])
+def test_v3_set_mode_and_text_add_plan_alike_and_skip_the_stamps(set_mode: bool) -> None:
+    rng = random.Random(11)
+    recs = _stamped(_records(rng, 800), rng)
+    data, start, end = _file(recs, df.VERSION_3)
+    p = _both(data, start, end, set_mode=set_mode, stamped=True, probes=True)
+    n = p.nodes[0]
+    assert p.records == len(recs)
+    wire = _wire(data, n).replace(b"mn\r\n", b"")
+    # No stamp goes on the wire: every command is generated (set) or an `add` (text add).
+    spans = [s for s in v2.spans(data, start, end, stamped=True)]
+    assert all(data[s.offset : s.offset + 16] not in wire for s in spans if s.source_cas > 2**40)
+    if set_mode:
+        assert wire.count(b"ms ") == n.items and b" MS q O" in wire
+    # Each lookup carries its record's stamp and value length.
+    stamps = [presence_stamp for presence_stamp in struct.iter_unpack("<Qqq", n.probe_stamps)]
+    sent = [s for s in spans if not s.binary and (set_mode or is_plain_key(s.key))]
+    sent = [s for s in sent if s.exptime == -1 or s.exptime - 1 > NOW]
+    assert stamps == [(s.source_cas, s.source_exp, s.value_end - s.value_start) for s in sent]
+
+
+def test_v3_binary_add_plan_is_an_add_per_item_named_by_its_index() -> None:
+    rng = random.Random(12)
+    recs = _stamped(_records(rng, 600), rng)
+    data, start, end = _file(recs, df.VERSION_3)
+    nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 3)]
+    ring = KetamaRing(nodes)
+    p = plan(
+        data,
+        start,
+        end,
+        NOW,
+        (1004, UNLIMITED),
+        planmod.PLAN_ADD_BINARY,
+        7,
+        5000,
+        ring,
+        probes=True,
+        stamped=True,
+    )
+    spans = list(v2.spans(data, start, end, stamped=True))
+    by_off = {s.offset: s for s in spans}
+    total = 0
+    for i, n in enumerate(p.nodes):
+        wire = b"".join(
+            data[o : o + ln]
+            if o >= 0
+            else n.lines[PIECE_LINE - o : PIECE_LINE - o + ln]
+            if o <= PIECE_LINE
+            else b"<MN>"
+            for o, ln in pieces_of(n.pieces)
+        )
+        order = n.order_offsets()
+        assert len(order) == n.items
+        at, k, seen_binary = 0, 0, []
+        while at < len(wire):
+            if wire[at : at + 4] == b"<MN>":
+                at += 4
+                continue
+            magic, op, klen, elen, dt, vb, body, opaque, cas = _BIN.unpack_from(wire, at)
+            flags, expiration = struct.unpack_from(">II", wire, at + 24)
+            key = wire[at + 32 : at + 32 + klen]
+            value = wire[at + 32 + klen : at + 24 + body]
+            s = by_off[order[k]]  # the answer's opaque names the item
+            assert (magic, op, elen, dt, vb, cas) == (0x80, 0x02, 8, 0, 0, 0)
+            assert opaque == k and key == s.key
+            assert (flags, value) == (s.flags, data[s.value_start : s.value_end])
+            assert expiration == v2.expiry_to_send(s.exptime)
+            if s.binary:
+                seen_binary.append(s.offset)
+            at += 24 + body
+            k += 1
+        assert k == n.items and wire.count(b"<MN>") >= -(-n.items // 7)
+        assert seen_binary == n.binary  # keys no meta command names go inline, and are listed
+        assert n.items + n.expired + len(n.oversize) == sum(1 for s in spans if ring.index_for(s.key) == i)
+        total += n.items
+    assert total and p.nodes[0].oversize
+
+
+def test_a_bad_stamp_is_rejected_alike() -> None:
+    good = encode_file("n1", 0, 0, [df.Record(b"g", 0, -1, b"", 1, -1)], version=df.VERSION_3)
+    head_len = df.HEADER_FIXED + 2
+    body = bytearray(good[head_len : len(good) - df.TRAILER_LEN])
+    body[8:16] = struct.pack("<q", 0)  # source_exp 0
+    data = good[:head_len] + bytes(body) + good[len(good) - df.TRAILER_LEN :]
+    end = head_len + len(body)
+    msgs = []
+    for use_c in (True, False):
+        with pytest.raises(v2.RecordError) as e:
+            plan(data, head_len, end, NOW, (UNLIMITED,), False, 1000, 1 << 20, use_c=use_c, stamped=True)
+        msgs.append(str(e.value))
+    with pytest.raises(v2.RecordError) as e:
+        list(v2.spans(data, head_len, end, stamped=True))
+    msgs.append(str(e.value))
+    assert msgs == [f"record 0 at offset {head_len}: source_exp 0"] * 3

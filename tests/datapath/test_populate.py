@@ -298,6 +298,7 @@ def test_full_destination_fails_loudly_cli(memcached, tmp_path: Path) -> None:
             "--workers",
             "2",
             "--accept-no-evictions",
+            "--accept-no-recheck",  # no source here: the re-check has its tests (test_recheck.py)
         ],
         capture_output=True,
         text=True,
@@ -364,6 +365,7 @@ def test_progress_is_json_lines(memcached, tmp_path: Path) -> None:
             "--state-file",
             str(tmp_path / "st.json"),
             "--json",
+            "--accept-no-recheck",  # no source here: the re-check has its tests (test_recheck.py)
         ],
         capture_output=True,
         text=True,

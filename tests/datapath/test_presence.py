@@ -73,10 +73,10 @@ def test_kept_lookups_count_expired_misses_as_explained(memcached, tmp_path: Pat
     t = struct.Struct("<q")
     per_node = {
         # a3 missing (never expires), a4 missing but its T has passed: expired, explained
-        nodes[0].address: (_lines([b"a1", b"a2", b"a3", b"a4"]), t.pack(0) * 3 + t.pack(now - 10), []),
-        nodes[1].address: (_lines([b"b1"]), t.pack(now + 3600), [b"L" * 200]),  # a binary-protocol key
+        nodes[0].address: (_lines([b"a1", b"a2", b"a3", b"a4"]), t.pack(0) * 3 + t.pack(now - 10), [], b""),
+        nodes[1].address: (_lines([b"b1"]), t.pack(now + 3600), [b"L" * 200], b""),  # a binary-protocol key
     }
-    presence.save_probes(tmp_path, "f1", {nodes[1].address: (b"mg stale\r\n", t.pack(0), [])})
+    presence.save_probes(tmp_path, "f1", {nodes[1].address: (b"mg stale\r\n", t.pack(0), [], b"")})
     presence.save_probes(tmp_path, "f1", {nodes[0].address: per_node[nodes[0].address]})
     assert presence.check_kept(tmp_path, "f1", nodes) == (
         3 + 1,
@@ -156,7 +156,7 @@ def test_the_worker_keeps_what_the_check_needs(memcached, tmp_path: Path, mode: 
     assert out.status == "ok", out.reason
     checked, gone, sample = presence.check_kept(probes, path.name, list(nodes), 1.0) or (-1, [], [])
     assert (checked, gone) == (502, [])
-    assert len(sample) == (500 if mode == "add" else 501)  # every key sent as text (add: base64 goes binary)
+    assert len(sample) == 501  # every key a meta command names (base64 included)
     ring = routing.ring(list(nodes))
     assert ring is not None
     for key in (b"k:7", b"\x00bin\xff"):

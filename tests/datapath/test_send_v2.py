@@ -1,12 +1,15 @@
-"""Sending data format v2 files (populate/send_v2.py): the C sender (_v2send.c) and its Python twin
+"""Sending data format v2/v3 files (populate/send_v2.py): the C sender (_v2send.c) and its Python twin
 against real memcacheds — the same answers counted, `NS` named by their records, `ME` sent as `MS` in
-set mode, errors loud and no batch started after one, a broken connection reported; and the whole
-populator on v1 and v2 dumps of the same items, through both paths, leaving the same destinations."""
+set mode, errors loud and no batch started after one, a broken connection reported; add mode's
+binary-protocol ADDs (C only) the same way, with the CAS of every item stored; and the whole populator
+on v1, v2 and v3 dumps of the same items, through every path, leaving the same destinations."""
 
 from __future__ import annotations
 
 import os
 import random
+import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +21,7 @@ from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
 from cachewarm.datapath.populate import PopulateIncomplete, populate
 from cachewarm.datapath.populate import send_v2 as sendmod
-from cachewarm.datapath.populate.plan import plan
+from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, plan
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.writer import DirWriter, encode_file
 from cachewarm.testing.memcached import MemcachedServer
@@ -30,6 +33,10 @@ if sendmod._speedups is None:
     pytest.skip("cachewarm.datapath._speedups is not built", allow_module_level=True)
 
 PATHS = pytest.mark.parametrize("use_c", [True, False], ids=["c-sender", "python-sender"])
+# Add mode: text adds (C and Python senders) and binary ADDs (the C sender only).
+ADD_PATHS = pytest.mark.parametrize(
+    "use_c", [True, False, "binary"], ids=["c-sender", "python-sender", "binary-add"]
+)
 
 
 def _recs(n: int, size: int = 100, prefix: bytes = b"k") -> list[df.Record]:
@@ -43,7 +50,7 @@ def _recs(n: int, size: int = 100, prefix: bytes = b"k") -> list[df.Record]:
 def _send(
     servers: list[MemcachedServer],
     recs: list[df.Record],
-    use_c: bool,
+    use_c: bool | str,
     *,
     set_mode: bool = False,
     tagged: bool = False,
@@ -51,26 +58,33 @@ def _send(
     rate: float | None = None,
     byte_rate: float | None = None,
 ) -> tuple[bytes, dict]:
-    data = encode_file("n1", 0, 0, recs)
+    """Plan and send a file of `recs`: version 2 with text adds or sets, or (use_c == "binary") version
+    3 with binary ADDs, each destination's on a socket of its own."""
+    binary = use_c == "binary"
+    data = encode_file("n1", 0, 0, recs, version=df.VERSION_3 if binary else df.VERSION_2)
     v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
     assert v.header is not None and v.trailer is not None
     nodes = [Node(s.host, s.port) for s in servers]
     ring = KetamaRing(nodes, "{host}:{port}") if len(nodes) > 1 else None
+    mode = PLAN_ADD_BINARY if binary else set_mode
     p = plan(data, *df.records_bounds(v.header, v.trailer), int(time.time()), (UNLIMITED,) * len(nodes),
-             set_mode, batch_items, 1 << 20, ring)  # fmt: skip
+             mode, batch_items, 1 << 20, ring, stamped=binary)  # fmt: skip
     conns = {i: MetaConnection(n.host, n.port) for i, n in enumerate(nodes)}
+    socks = {i: socket.create_connection((n.host, n.port)) for i, n in enumerate(nodes)} if binary else None
     for c in conns.values():
         c.connect()
     try:
-        return data, send_planned(conns, data, p, tagged, rate, byte_rate, 10.0, use_c)
+        return data, send_planned(conns, data, p, tagged, rate, byte_rate, 10.0, bool(use_c), socks)
     finally:
         for c in conns.values():
             c.close()
+        for sk in (socks or {}).values():
+            sk.close()
 
 
-@PATHS
+@ADD_PATHS
 def test_add_mode_counts_and_names_what_was_there(
-    memcached: Callable[..., MemcachedServer], use_c: bool
+    memcached: Callable[..., MemcachedServer], use_c: bool | str
 ) -> None:
     dst = memcached(memory_mb=64)
     recs = _recs(500)
@@ -80,13 +94,19 @@ def test_add_mode_counts_and_names_what_was_there(
     data, res = _send([dst], recs, use_c, tagged=True)
     t = res[0]
     assert (t.sent, t.not_stored, t.errors) == (500, len(recs[::7]), 0)
-    named = sorted(df.record_at(data, at, 2).key for at in t.not_stored_tags)
+    version = df.VERSION_3 if use_c == "binary" else df.VERSION_2
+    named = sorted(df.record_at(data, at, version).key for at in t.not_stored_tags)
     assert named == sorted(r.key for r in recs[::7])
     got = fetch(dst, [r.key for r in recs])
     for i, r in enumerate(recs):
         assert got[r.key].value == (b"live" if i % 7 == 0 else r.value) and (
             i % 7 == 0 or got[r.key].flags == r.flags
         )
+    if use_c == "binary":  # each ADD's answer carried the CAS of the item it stored (0: EXISTS)
+        with MetaConnection(dst.host, dst.port) as c:
+            now = c.get_many([r.key for r in recs], with_cas=True)
+        cas = [c for (c,) in struct.iter_unpack("<Q", t.cas)]
+        assert cas == [0 if i % 7 == 0 else now[r.key].cas for i, r in enumerate(recs)]
 
 
 @PATHS
@@ -102,7 +122,7 @@ def test_set_mode_overwrites(memcached: Callable[..., MemcachedServer], use_c: b
     assert all(got[r.key].value == r.value for r in recs)
 
 
-@PATHS
+@ADD_PATHS
 def test_each_destination_gets_its_share(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
     servers = [memcached(memory_mb=64) for _ in range(3)]
     recs = _recs(900)
@@ -114,7 +134,7 @@ def test_each_destination_gets_its_share(memcached: Callable[..., MemcachedServe
         assert set(fetch(s, mine)) == set(mine)
 
 
-@PATHS
+@ADD_PATHS
 def test_an_error_fails_loudly_and_no_batch_starts_after_it(
     memcached: Callable[..., MemcachedServer], use_c: bool
 ) -> None:
@@ -124,7 +144,9 @@ def test_an_error_fails_loudly_and_no_batch_starts_after_it(
     recs = _recs(6000, size=2000)
     _, res = _send([dst], recs, use_c, batch_items=100)
     t = res[0]
-    assert t.errors > 0 and t.first_error is not None and t.first_error.startswith("SERVER_ERROR")
+    assert t.errors > 0 and t.first_error is not None
+    # memcached's SERVER_ERROR out of memory (to an ADD: binary status 0x82, said the same way)
+    assert t.first_error.startswith("SERVER_ERROR"), t.first_error
     # At most the batches in flight when the first error was read were sent after it.
     stored = int(dst.stats()["curr_items"])
     assert t.sent < len(recs) and t.sent <= stored + t.errors + 2 * 100
@@ -133,7 +155,7 @@ def test_an_error_fails_loudly_and_no_batch_starts_after_it(
 @PATHS
 def test_a_broken_connection_is_reported(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
     dst = memcached(memory_mb=64)
-    data = encode_file("n1", 0, 0, _recs(2000, size=1000))
+    data = encode_file("n1", 0, 0, _recs(2000, size=1000), version=df.VERSION_2)
     v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
     assert v.header is not None and v.trailer is not None
     p = plan(
@@ -147,7 +169,7 @@ def test_a_broken_connection_is_reported(memcached: Callable[..., MemcachedServe
     c.close()
 
 
-@PATHS
+@ADD_PATHS
 def test_the_rate_limit_paces_batches(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
     """400 items at 1,000/s in batches of 100: the last batch may not start before 0.3 s."""
     dst = memcached(memory_mb=64)
@@ -156,7 +178,7 @@ def test_the_rate_limit_paces_batches(memcached: Callable[..., MemcachedServer],
     assert res[0].sent == 400 and time.monotonic() - t0 >= 0.3
 
 
-@PATHS
+@ADD_PATHS
 def test_the_byte_rate_paces_batches(memcached: Callable[..., MemcachedServer], use_c: bool) -> None:
     """400 items in batches of 100 at the file's size per second: the last batch starts after about
     3/4 of a second (its three batches before it are ~3/4 of the file), not at once."""
@@ -187,7 +209,7 @@ def _dump(out: Path, version: int, seed: int) -> list[df.Record]:
     return recs
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 @PATHS
 def test_the_populator_on_either_version_either_path(
     memcached: Callable[..., MemcachedServer], tmp_path: Path, version: int, use_c: bool

@@ -1,5 +1,6 @@
 """The Python reader and writer against the C++ writer's golden files, byte for byte: data format v1
-(tests/vectors/) and v2 (tests/vectors/v2/), and the populator's C walk of v2 against them."""
+(tests/vectors/), v2 (tests/vectors/v2/) and v3 (tests/vectors/v3/), and the populator's C walk of v2
+against them."""
 
 from __future__ import annotations
 
@@ -15,14 +16,21 @@ from cachewarm.datapath.populate.plan import PIECE_LINE, PIECE_MN, PIECE_S, Node
 from cachewarm.datapath.writer import encode_file
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
-SETS = {1: VECTORS, 2: VECTORS / "v2"}
+SETS = {1: VECTORS, 2: VECTORS / "v2", 3: VECTORS / "v3"}
 SPECS: dict[int, dict[str, Any]] = {v: json.loads((d / "vectors.json").read_text()) for v, d in SETS.items()}
 FILES = [(v, f) for v, spec in SPECS.items() for f in spec["files"]]
 
 
 def expected_records(f: dict[str, Any]) -> list[Record]:
     return [
-        Record(bytes.fromhex(r["key_hex"]), r["flags"], r["exptime"], bytes.fromhex(r["value_hex"]))
+        Record(
+            bytes.fromhex(r["key_hex"]),
+            r["flags"],
+            r["exptime"],
+            bytes.fromhex(r["value_hex"]),
+            r.get("source_cas", 0),
+            r.get("source_exp", -1),
+        )
         for r in f["records"]
     ]
 
@@ -43,7 +51,10 @@ def test_reader_matches_vectors(version: int, f: dict[str, Any]) -> None:
     assert v.trailer.end_key_index == f["end_key_index"]
     assert v.trailer.misses == f["misses"]
     assert v.trailer.record_count == f["record_count"]
-    got = [Record(r.key, r.flags, r.exptime, bytes(r.value)) for r in df.iter_records(v.data)]
+    got = [
+        Record(r.key, r.flags, r.exptime, bytes(r.value), r.source_cas, r.source_exp)
+        for r in df.iter_records(v.data)
+    ]
     assert got == expected_records(f)
 
 

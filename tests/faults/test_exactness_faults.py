@@ -166,7 +166,7 @@ def test_out_of_memory_destination_exits_non_zero(memcached, tmp_path: Path, tal
                     str(tmp_path / f"t{trial}.state"),
                 ),
                 *("--workers", "1", "--poll-interval", "0.05", "--accept-no-evictions"),
-                *("--destination-timeout", "20", "--bad-file-timeout", "5"),
+                *("--destination-timeout", "20", "--bad-file-timeout", "5", "--accept-no-recheck"),
             ],
             capture_output=True,
             text=True,
@@ -849,7 +849,8 @@ def node(a):
     h, p = a.rsplit(":", 1)
     return Node(h, int(p))
 cfg = PopulateConfig(source_dir=Path(dump), destinations=[node(dst)], state_file=Path(state), workers=1,
-    poll_interval=0.05, node_key_format="{host}:{port}", source=node(src) if src else None)
+    poll_interval=0.05, node_key_format="{host}:{port}", source=node(src) if src else None,
+    accept_no_recheck=not src)
 try:
     populate(cfg)
 except PopulateError as e:

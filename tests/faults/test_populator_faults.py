@@ -67,6 +67,7 @@ def populate_cmd(d: DumpDir, dst: MemcachedServer, state: Path, rate: int) -> li
         *("--from", str(d.path), "--to", dst.address, "--state-file", str(state)),
         *("--workers", "2", "--poll-interval", "0.05", "--max-items-per-second", str(rate)),
         *("--destination-timeout", "60", "--bad-file-timeout", "30", "--json"),
+        "--accept-no-recheck",  # no source here: the re-check's faults are the live-traffic scenario's
     ]
 
 

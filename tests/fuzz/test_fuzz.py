@@ -130,7 +130,8 @@ def test_atheris_dataformat_reader(tmp_path: Path) -> None:
         )
     seeds = tmp_path / "seeds"
     seeds.mkdir()
-    for f in [*VECTORS.glob("*.cwd"), VECTORS / "DONE"]:
+    # Every version's golden files: the record walk differs (v2's commands, v3's stamps before them).
+    for f in [*VECTORS.glob("*.cwd"), *VECTORS.glob("v2/*.cwd"), *VECTORS.glob("v3/*.cwd"), VECTORS / "DONE"]:
         for mode in (0, 2):  # byte 0: real checksum; 2 = also repair the framing (see the harness)
             (seeds / f"{mode}-{f.name}").write_bytes(bytes([mode]) + f.read_bytes())
     work = corpus_dir(tmp_path, "dataformat")

@@ -399,6 +399,7 @@ def test_dump_then_populate_agents_end_to_end(
         volume=Volume(dump.volume.device, dump.volume.mount, pop_runner),
         destinations=f"127.0.0.1:{dst.port}",
         state_dir=tmp_path / "state",
+        source=f"127.0.0.1:{src.port}",  # the re-check on the source
     )
     assert (
         execute(

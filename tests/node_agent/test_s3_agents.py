@@ -76,7 +76,7 @@ def dump_job(tmp_path: Path, port: int, dumper: Path, runner: Any) -> DumpJob:
     )
 
 
-def populate_job(tmp_path: Path, port: int) -> PopulateJob:
+def populate_job(tmp_path: Path, port: int, source: str | None = None) -> PopulateJob:
     return PopulateJob(
         warm_id="warm-1",
         node_id=NODE,
@@ -85,6 +85,8 @@ def populate_job(tmp_path: Path, port: int) -> PopulateJob:
         state_dir=tmp_path / "state",
         source_timeout_s=60,
         poll_s=0.05,
+        source=source,
+        accept_no_recheck=source is None,
     )
 
 
@@ -112,7 +114,7 @@ def test_dump_to_s3_then_populate_from_s3_end_to_end(
     assert read_status(client, where("dump"))["state"] == "done"
 
     s3loc, node = parse_from_s3(f"s3://{loc.bucket}/{loc.prefix}/{NODE}")
-    pjob = populate_job(tmp_path, dst.port)
+    pjob = populate_job(tmp_path, dst.port, source=f"127.0.0.1:{src.port}")  # the re-check on the source
     plogs: list[str] = []
     rc = execute(
         lambda: StatusPublisher(client, where("populate"), interval_s=3600),

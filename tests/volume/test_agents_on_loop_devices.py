@@ -85,7 +85,7 @@ def test_agents_warm_through_a_real_shared_volume(
     # Both start together, as the controller starts them: the populator waits for the source's XFS.
     populate = agent(
         "populate",
-        *("--device", reader_dev, "--mount", str(reader_at), "--to", dst.address),
+        *("--device", reader_dev, "--mount", str(reader_at), "--to", dst.address, "--source", src.address),
         *("--state-dir", str(tmp_path / "state"), "--source-timeout", "120"),
         *("--mount-options", TEST_READER_OPTIONS),
         s3=local_s3,

@@ -380,11 +380,15 @@ extern PyMethodDef kV2SendMethods[];
 extern PyMethodDef kProbeMethods[];
 /* Key placement (_placement.c over hashkit/). */
 int placement_add_type(PyObject *m);
+/* The wire rules of dumper-cpp/core for Python (_core.c) and the re-check's network work (_recheck.c). */
+extern PyMethodDef kCoreMethods[];
+extern PyMethodDef kRecheckMethods[];
 
 PyMODINIT_FUNC PyInit__speedups(void) {
   PyObject *m = PyModule_Create(&kModule);
   if (m && (PyModule_AddFunctions(m, kV2PlanMethods) < 0 || PyModule_AddFunctions(m, kV2SendMethods) < 0 ||
-            PyModule_AddFunctions(m, kProbeMethods) < 0 ||
+            PyModule_AddFunctions(m, kProbeMethods) < 0 || PyModule_AddFunctions(m, kCoreMethods) < 0 ||
+            PyModule_AddFunctions(m, kRecheckMethods) < 0 ||
             placement_add_type(m) < 0)) {
     Py_DECREF(m);
     return NULL;

@@ -1,38 +1,45 @@
-/* The populator's walk over a data format v2 file (docs/data-format.md section 7), in C: check 4 of
- * every record and, per record, what to do with it — so that sending a verified file needs no
- * per-item Python. Its Python twin is populate/plan.py (plan_py); tests/datapath/test_plan_v2.py checks
- * that both give the same plan and reject the same records with the same message.
+/* The populator's walk over a data format v2 or v3 file (docs/data-format.md sections 7 and 8), in C:
+ * check 4 of every record and, per record, what to do with it — so that sending a verified file needs
+ * no per-item Python. Its Python twin is populate/plan.py (plan_py); tests/datapath/test_plan_v2.py
+ * checks that both give the same plan and reject the same records with the same message.
  *
- * plan_v2(data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring_points, ring_owners,
- *         delimiter, only, offsets[, probes])
+ * plan_v2(data, start, end, now, budgets, mode, batch_items, batch_bytes, ring_points, ring_owners,
+ *         delimiter, only, offsets[, probes[, stamped]])
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
- *   set_mode: send each `ME` as `MS`; ring_points / ring_owners: a Placement (_placement.c; owners
- *   None), or the ketama ring (sorted little-endian
- *   u32 points and the u32 destination index owning each) or None for one destination; delimiter:
- *   hash only the key's part before it (bytes, or None); only: bytes with one flag per destination
- *   (0: skip its records) or None; offsets: per destination, its clock's offset from this host's in
- *   whole seconds (rounded down: its `stats time` minus ours), or None (all 0). Each T goes out moved
- *   onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its own idea
- *   of the time, so a destination 600 s behind would otherwise keep every item 600 s too long. A
- *   set-mode record then goes as a generated `ms` line too (its T differs from the file's).
- *   probes: also give, per destination, the target check's lookups of the items sent as text.
- *   -> (records, [(pieces, items, expired, oversize, binary, lines, order, probes, probe_expiry)
- *       per destination]); probes: `mg <key>\r\n` (`mg <base64> b\r\n`) per item sent as text, in
- *   send order, empty unless asked; probe_expiry: each one's T (packed int64, 0 = never).
+ *   mode: PLAN_ADD_BINARY (add mode: every item a binary-protocol ADD), PLAN_SET (each `ME` sent as
+ *   `MS`) or PLAN_ADD_TEXT (add mode without the binary protocol: text `add`, accepted only);
+ *   ring_points / ring_owners: a Placement (_placement.c; owners None), or the ketama ring (sorted
+ *   little-endian u32 points and the u32 destination index owning each) or None for one destination;
+ *   delimiter: hash only the key's part before it (bytes, or None); only: bytes with one flag per
+ *   destination (0: skip its records) or None; offsets: per destination, its clock's offset from this
+ *   host's in whole seconds (rounded down: its `stats time` minus ours), or None (all 0). Each T goes
+ *   out moved onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its
+ *   own idea of the time, so a destination 600 s behind would otherwise keep every item 600 s too
+ *   long. A set-mode record then goes as a generated `ms` line too (its T differs from the file's).
+ *   probes: also give, per destination, the target check's lookups of the items; stamped: a version 3
+ *   file (each record behind its source stamp, section 8.1).
+ *   -> (records, [(pieces, items, expired, oversize, binary, lines, order, probes, probe_expiry,
+ *       probe_stamps) per destination]); probes: `mg <key>\r\n` (`mg <base64> b\r\n`) per item a
+ *   meta command names, in send order, empty unless asked; probe_expiry: each one's T (packed int64,
+ *   0 = never); probe_stamps: each one's source stamp and value length (packed u64 cas, int64
+ *   source_exp, int64 value length; the length -1 when the file has no stamps).
  *   pieces: packed little-endian int64 pairs, in send order: (offset, length) a range of `data`;
- *   (-1, n) the end of a batch of n items (the sender writes `mn`); (-2, 1) the byte `S` (set mode,
- *   in place of the record's `E`); (-3 - k, n) n bytes of `lines` from offset k. oversize / binary:
- *   lists of record offsets (never sent / for the binary protocol). A record whose T is not after
- *   `now` is expired: counted, not sent.
+ *   (-1, n) the end of a batch of n items (the sender writes `mn`, or a binary NOOP); (-2, 1) the byte
+ *   `S` (set mode, in place of the record's `E`); (-3 - k, n) n bytes of `lines` from offset k.
+ *   oversize / binary: lists of record offsets (never sent / keys no meta command names). A record
+ *   whose T is not after `now` is expired: counted, not sent.
  *   Add mode sends no `ms`: memcached's `ms` unlinks the key's live value when it cannot allocate the
- *   new item (out of memory), in add mode too; the classic `add` does not. So each meta record with a
- *   plain key goes as `add <key> <flags> <T> <len>\r\n` (generated into `lines`) and the record's
- *   own value bytes; `order` (packed int64) is the record offset of each such item in send order —
- *   `add` answers every item (STORED / NOT_STORED / an error), in order, so the sender names each
- *   reply's record by counting. A base64 key (no text form) goes to `binary` (ADDQ, which does not
- *   unlink either). In set mode `lines` and `order` are empty and the records go as they are.
- *   Raises ValueError "record <n> at offset <pos>: <why>" at the first record section 7.2 forbids.
+ *   new item (out of memory), in add mode too; binary ADD and the classic `add` do not. PLAN_ADD_BINARY:
+ *   each item is a non-quiet ADD — its 32-byte head (opaque = the item's index in the destination's
+ *   send order) and raw key generated into `lines`, then the record's value bytes — so its answer
+ *   names it and carries the new item's CAS (the re-check's c_w); `order` (packed int64) is the record
+ *   offset of each item in send order; `binary` lists the items among them no meta command can name
+ *   (sent inline). PLAN_ADD_TEXT: each meta record with a plain key as `add <key> <flags> <T> <len>\r\n`
+ *   and its own value bytes, `order` as above (`add` answers every item in order); a base64 key (no
+ *   text form) and a binary record go to `binary` (ADDQ, sent apart). In set mode `lines` and `order`
+ *   are empty and the records go as they are (binary records to `binary`).
+ *   Raises ValueError "record <n> at offset <pos>: <why>" at the first record the format forbids.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -41,6 +48,12 @@
 
 #include "../../../dumper-cpp/hashkit/hashkit.h" /* cw_hash_md5: ketama's key hash, the one md5 */
 #include "_v2record.h"
+#include "cachewarm_core.h"
+
+/* plan_v2's modes (populate/plan.py PLAN_*: 0 and 1 are the old set_mode flag's False and True). */
+#define PLAN_ADD_TEXT 0
+#define PLAN_SET 1
+#define PLAN_ADD_BINARY 2
 
 /* ---- the plan ---------------------------------------------------------------------------------- */
 
@@ -48,7 +61,7 @@ typedef struct {
   V2Buf pieces, lines, order;
   /* probes: `mg <key>[ b]\r\n` per item sent as text, in send order, and each one's T (int64, 0 =
    * never): the warm's target check sends these as they are instead of walking the file again. */
-  V2Buf probes, probe_exp;
+  V2Buf probes, probe_exp, probe_stamps;
   long items, expired;
   long batch_items;
   uint64_t batch_bytes;
@@ -85,6 +98,20 @@ static int end_batch(Node *n) {
   return v2buf_put(&n->pieces, p, sizeof p);
 }
 
+/* The target check's lookup of a record a meta command names, its T and its source stamp (value length
+ * -1: the file has none). */
+static int add_probe(Node *n, const V2Record *r, int stamped) {
+  char probe[V2_MAX_LINE];
+  const int pl = r->b64 ? snprintf(probe, sizeof probe, "mg %.*s b\r\n", (int)r->tok_len, (const char *)r->tok)
+                        : snprintf(probe, sizeof probe, "mg %.*s\r\n", (int)r->key_len, (const char *)r->key);
+  const int64_t e = r->expiry;
+  const int64_t st[3] = {(int64_t)r->source_cas, r->source_exp, stamped ? (int64_t)r->value_len : -1};
+  if (v2buf_put(&n->probes, probe, (size_t)pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0 ||
+      v2buf_put(&n->probe_stamps, st, sizeof st) < 0)
+    return -1;
+  return 0;
+}
+
 /* A Placement object (_placement.c), or NULL. */
 struct cw_placement;
 const struct cw_placement *placement_of(PyObject *o);
@@ -115,11 +142,17 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   Py_buffer view, points = {0}, owners = {0}, delim = {0}, only = {0};
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
-  int set_mode, want_probes = 0;
+  int mode, want_probes = 0, stamped = 0;
   PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o, *offsets_o;
-  if (!PyArg_ParseTuple(args, "y*nnLOpnnOOOOO|p", &view, &pos, &end, &now, &budgets, &set_mode, &batch_items,
-                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o, &want_probes))
+  if (!PyArg_ParseTuple(args, "y*nnLOinnOOOOO|pp", &view, &pos, &end, &now, &budgets, &mode, &batch_items,
+                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o, &want_probes, &stamped))
     return NULL;
+  const int set_mode = mode == PLAN_SET, binary_add = mode == PLAN_ADD_BINARY;
+  if (mode < PLAN_ADD_TEXT || mode > PLAN_ADD_BINARY) {
+    PyErr_Format(PyExc_ValueError, "mode %d: not a plan mode", mode);
+    PyBuffer_Release(&view);
+    return NULL;
+  }
   PyObject *result = NULL, *per_node = NULL;
   Node *nodes = NULL;
   long long *budget = NULL, *offset = NULL;
@@ -175,7 +208,7 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
   V2Record r;
   char why[96];
   while (pos < end) {
-    if (v2_parse(data, pos, end, &r, keybuf, why) < 0) {
+    if (v2_parse(data, pos, end, stamped, &r, keybuf, why) < 0) {
       PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: %s", records, pos, why);
       goto done;
     }
@@ -207,6 +240,28 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
       if (add_offset(n->oversize, at) < 0) goto done;
       continue;
     }
+    const int meta_form = !r.binary;
+    if (binary_add) {
+      /* The ADD's head and the raw key, then the value (a meta record's without its \r\n). */
+      if (r.binary && add_offset(n->binary, at) < 0) goto done;
+      unsigned char head[CW_BIN_ADD_HEAD];
+      const uint32_t opaque = (uint32_t)(n->order.len / sizeof(int64_t));
+      cw_bin_add_head(head, r.key_len, (uint32_t)r.value_len, r.flags, (uint32_t)t, opaque);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, (int64_t)(CW_BIN_ADD_HEAD + r.key_len)};
+      const int64_t rec = at;
+      if (v2buf_put(&n->lines, head, sizeof head) < 0 || v2buf_put(&n->lines, r.key, r.key_len) < 0 ||
+          v2buf_put(&n->pieces, lp, sizeof lp) < 0 || add_range(n, r.value_at, (int64_t)r.value_len) < 0 ||
+          v2buf_put(&n->order, &rec, sizeof rec) < 0)
+        goto nomem;
+      const uint64_t wire = CW_BIN_ADD_HEAD + r.key_len + r.value_len;
+      if (want_probes && meta_form && add_probe(n, &r, stamped) < 0) goto nomem;
+      n->items++;
+      n->batch_items++;
+      n->batch_bytes += wire;
+      if (n->batch_items >= batch_items || n->batch_bytes >= (uint64_t)batch_bytes)
+        if (end_batch(n) < 0) goto nomem;
+      continue;
+    }
     if (r.binary || (!set_mode && r.b64)) {
       if (add_offset(n->binary, at) < 0) goto done;
       continue;
@@ -222,7 +277,8 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
           add_range(n, r.value_at, r.next - r.value_at) < 0 || v2buf_put(&n->order, &rec, sizeof rec) < 0)
         goto nomem;
       wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
-    } else if (t != r.expiry) { /* set mode, another T than the file's: the whole line generated */
+    } else if (t != r.expiry || stamped) { /* set mode, another T than the file's (or a stamp before the
+                                              * line): the whole line generated */
       char line[V2_MAX_LINE];
       const int ll = snprintf(line, sizeof line, "ms %.*s %llu%s T%lld F%u MS q O%zd\r\n", (int)r.tok_len,
                               (const char *)r.tok, (unsigned long long)r.value_len, r.b64 ? " b" : "", t,
@@ -238,13 +294,7 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
           add_range(n, r.mode_at + 1, r.next - r.mode_at - 1) < 0)
         goto nomem;
     }
-    if (want_probes) {
-      char probe[V2_MAX_LINE];
-      const int pl = r.b64 ? snprintf(probe, sizeof probe, "mg %.*s b\r\n", (int)r.tok_len, (const char *)r.tok)
-                           : snprintf(probe, sizeof probe, "mg %.*s\r\n", (int)r.key_len, (const char *)r.key);
-      const int64_t e = r.expiry;
-      if (v2buf_put(&n->probes, probe, (size_t)pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0) goto nomem;
-    }
+    if (want_probes && add_probe(n, &r, stamped) < 0) goto nomem;
     n->items++;
     n->batch_items++;
     n->batch_bytes += wire;
@@ -261,10 +311,12 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     const char *od = nodes[i].order.data ? (const char *)nodes[i].order.data : "";
     const char *qd = nodes[i].probes.data ? (const char *)nodes[i].probes.data : "";
     const char *xd = nodes[i].probe_exp.data ? (const char *)nodes[i].probe_exp.data : "";
-    PyObject *t = Py_BuildValue("(y#llOOy#y#y#y#)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
+    const char *sd = nodes[i].probe_stamps.data ? (const char *)nodes[i].probe_stamps.data : "";
+    PyObject *t = Py_BuildValue("(y#llOOy#y#y#y#y#)", pd, (Py_ssize_t)nodes[i].pieces.len, nodes[i].items,
                                 nodes[i].expired, nodes[i].oversize, nodes[i].binary, ld,
                                 (Py_ssize_t)nodes[i].lines.len, od, (Py_ssize_t)nodes[i].order.len, qd,
-                                (Py_ssize_t)nodes[i].probes.len, xd, (Py_ssize_t)nodes[i].probe_exp.len);
+                                (Py_ssize_t)nodes[i].probes.len, xd, (Py_ssize_t)nodes[i].probe_exp.len, sd,
+                                (Py_ssize_t)nodes[i].probe_stamps.len);
     if (!t) goto done;
     PyList_SET_ITEM(per_node, i, t);
   }
@@ -281,6 +333,7 @@ done:
       v2buf_free(&nodes[i].order);
       v2buf_free(&nodes[i].probes);
       v2buf_free(&nodes[i].probe_exp);
+      v2buf_free(&nodes[i].probe_stamps);
       Py_XDECREF(nodes[i].oversize);
       Py_XDECREF(nodes[i].binary);
     }

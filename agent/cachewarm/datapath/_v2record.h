@@ -1,7 +1,8 @@
 /* Data format v2 records (docs/data-format.md section 7.1) for the populator's C walk (_v2plan.c):
- * the strict parser of check 4 (section 7.2). The Python twin is format_v2.parse_at, with the same
- * rules and the same messages; the C++ writer's reader is dumper-cpp/src/record_v2.cc. Header-only
- * (static): included by _v2plan.c and _probes.c. */
+ * the strict parser of check 4 (section 7.2), and version 3's (section 8: a source stamp, then a v2
+ * record). The Python twin is format_v2.parse_at, with the same rules and the same messages; the C++
+ * writer's reader is dumper-cpp/src/record_v2.cc. Header-only (static): included by _v2plan.c,
+ * _probes.c and _recheck.c. */
 #ifndef CACHEWARM_V2RECORD_H
 #define CACHEWARM_V2RECORD_H
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #define V2_MAX_RELATIVE_TTL 2592000LL
 #define V2_MAX_EXPIRY 2147483647LL
 #define V2_BINARY_HEAD 32
+#define V3_STAMP 16
 #define V2_MAX_LINE 400 /* a meta line is at most ~340 bytes */
 /* Pieces other than file ranges (see _v2plan.c). */
 #define V2_PIECE_MN (-1)
@@ -27,6 +29,9 @@
 
 static inline uint32_t v2_le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t v2_le64(const unsigned char *p) {
+  return (uint64_t)v2_le32(p) | (uint64_t)v2_le32(p + 4) << 32;
 }
 static inline uint32_t v2_be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
@@ -70,6 +75,9 @@ typedef struct {
   int b64; /* meta records: the key is base64 on the line (` b`) */
   const unsigned char *tok; /* meta records: the key token on the line (raw or base64) */
   size_t tok_len;
+  /* Version 3: the source stamp (section 8.1); 0 / -1 for version 2 */
+  uint64_t source_cas;
+  long long source_exp;
 } V2Record;
 
 static inline int v2_plain(const unsigned char *k, size_t n) {
@@ -155,10 +163,12 @@ static inline long long v2_dest_expiry(long long expiry, long long offset) {
     return -1;                              \
   } while (0)
 
-/* Parses the record at pos (checks of section 7.2); -1 with `why` (96 bytes) on a bad record. A
- * base64 key is decoded into keybuf. */
-static inline int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, V2Record *r, unsigned char *keybuf,
-                    char *why) {
+/* Parses the record at pos (checks of section 7.2) whose meta line's O must be o_expect; -1 with `why`
+ * (96 bytes) on a bad record. A base64 key is decoded into keybuf. */
+static inline int v2_command(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t o_expect, V2Record *r,
+                             unsigned char *keybuf, char *why) {
+  r->source_cas = 0;
+  r->source_exp = -1;
   if (pos >= end) V2_BAD("no record");
   if (p[pos] == 0x80) {
     if (end - pos < V2_BINARY_HEAD) V2_BAD("binary record runs past the records");
@@ -206,7 +216,7 @@ static inline int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t en
   if (vlen > 0xFFFFFFFFULL) V2_BAD("bad value length");
   if (t > (unsigned long long)V2_MAX_EXPIRY || !v2_valid_expiry((long long)t)) V2_BAD("bad T");
   if (flags > 0xFFFFFFFFULL) V2_BAD("bad F");
-  if (off != (unsigned long long)pos) V2_BAD("O is not the record's offset");
+  if (off != (unsigned long long)o_expect) V2_BAD("O is not the record's offset");
   const Py_ssize_t vstart = i;
   if ((unsigned long long)(end - vstart) < vlen + 2 || p[vstart + (Py_ssize_t)vlen] != '\r' ||
       p[vstart + (Py_ssize_t)vlen + 1] != '\n')
@@ -230,6 +240,23 @@ static inline int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t en
   r->value_at = vstart;
   r->tok = p + k0;
   r->tok_len = ktok;
+  return 0;
+}
+
+/* The record at pos of a file of version 2 (stamped = 0) or 3 (stamped = 1: section 8.2). */
+static inline int v2_parse(const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, int stamped, V2Record *r,
+                           unsigned char *keybuf, char *why) {
+  if (!stamped) return v2_command(p, pos, end, pos, r, keybuf, why);
+  if (end - pos < V3_STAMP) V2_BAD("source stamp runs past the records");
+  const uint64_t cas = v2_le64(p + pos);
+  const long long exp = (long long)v2_le64(p + pos + 8);
+  if (exp != -1 && exp <= 0) {
+    snprintf(why, 96, "source_exp %lld", exp);
+    return -1;
+  }
+  if (v2_command(p, pos + V3_STAMP, end, pos, r, keybuf, why) < 0) return -1;
+  r->source_cas = cas;
+  r->source_exp = exp;
   return 0;
 }
 #endif

@@ -4,20 +4,26 @@
  * without the GIL. Its Python twin is populate/send_v2.py (send_py, over MetaConnection); tests run
  * both against real memcacheds.
  *
- * send_v2(fds, data, pieces, lines, orders, collect_tags, items_per_second, bytes_per_second, timeout)
+ * send_v2(fds, data, pieces, lines, orders, collect_tags, items_per_second, bytes_per_second, timeout
+ *         [, binary])
  *   fds: one connected socket per destination (already past any handshake); pieces: the plan's bytes
- *   for each; lines / orders: the plan's generated `add` lines and the record offset of each `add`
- *   in send order (empty in set mode); collect_tags: keep the record offset of every NS / NOT_STORED
- *   (the O<offset> of an NS, the order of a NOT_STORED); items_per_second: 0 = no limit, else
- *   batches start no faster than that (all connections together); bytes_per_second: the same for the
- *   bytes written (0 = no limit; the tighter of the two paces); timeout: seconds without progress
- *   on any connection before giving up.
- *   -> [(sent, not_stored, tags | None, errors, first_error | None, failure | None, first_error_at)
- *       per connection]
- *   sent: items of the batches written; not_stored: NS / NOT_STORED replies (add mode: a value was
- *   there); errors: SERVER_ERROR / CLIENT_ERROR / ERROR or any other unexpected line, first_error the
- *   first, first_error_at the record offset it answered (add mode; -1 when not known); failure: the
- *   connection was closed, reset or timed out (its own counts are then not reliable).
+ *   for each; lines / orders: the plan's generated `add` lines (or binary ADD heads and keys) and the
+ *   record offset of each item in send order (empty in set mode); collect_tags: keep the record
+ *   offset of every NS / NOT_STORED / EXISTS (the O<offset> of an NS, the order entry of the others);
+ *   items_per_second: 0 = no limit, else batches start no faster than that (all connections
+ *   together); bytes_per_second: the same for the bytes written (0 = no limit; the tighter of the two
+ *   paces); timeout: seconds without progress on any connection before giving up; binary: the
+ *   pieces are binary-protocol ADDs (plan mode PLAN_ADD_BINARY) on connections that have sent nothing
+ *   else: each batch ends with a NOOP instead of `mn`, and every answer is parsed as a binary
+ *   response whose opaque is the item's index in `orders` (dumper-cpp/core cw_bin_reply_parse).
+ *   -> [(sent, not_stored, tags | None, errors, first_error | None, failure | None, first_error_at,
+ *       cas | None) per connection]
+ *   sent: items of the batches written; not_stored: NS / NOT_STORED / EXISTS replies (add mode: a
+ *   value was there); errors: SERVER_ERROR / CLIENT_ERROR / ERROR, a binary error status, or any other
+ *   unexpected answer, first_error the first, first_error_at the record offset it answered (add mode;
+ *   -1 when not known); failure: the connection was closed, reset or timed out (its own counts are
+ *   then not reliable); cas (binary): packed u64 per item in send order, the CAS of the item our ADD
+ *   stored (c_w), 0 when it did not store it (EXISTS, an error, or no answer).
  * At most two batches are in flight per connection (a batch starts once the one before the previous
  * has its MN). Once any connection has read an error or failed, no connection starts another batch:
  * the batches in flight end and their replies are read on every connection that still works, so an
@@ -33,6 +39,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
+
+#include "cachewarm_core.h"
 
 #define MAX_IOV 256
 #define RBUF 65536
@@ -58,9 +66,14 @@ typedef struct {
   int failed;
   int64_t *tags;
   size_t n_tags, cap_tags;
+  int binary;    /* binary-protocol ADDs, NOOP batch ends */
+  uint64_t *cas; /* binary: per item in send order, the CAS our ADD stored (0: not stored) */
   char rbuf[RBUF];
   size_t rlen;
 } Conn;
+
+/* A binary NOOP (the batch end of a binary connection), built once. */
+static unsigned char kNoop[CW_BIN_HEADER];
 
 static double now_s(void) {
   struct timespec t;
@@ -78,9 +91,10 @@ static void fail(Conn *c, const char *what, int err) {
 static int all_sent(const Conn *c) { return c->cur >= c->n_pieces; }
 
 /* The bytes a piece puts on the wire. */
-static uint64_t piece_size(int64_t off, int64_t len) {
+static uint64_t piece_size(const Conn *c, int64_t off, int64_t len) {
   if (off >= 0 || off <= -3) return (uint64_t)len;
-  return off == -1 ? 4u : 1u;
+  if (off == -1) return c->binary ? CW_BIN_HEADER : 4u;
+  return 1u;
 }
 
 /* The items (its mn's count) and the bytes of the batch starting at piece i. */
@@ -89,10 +103,10 @@ static long batch_from(const Conn *c, size_t i, uint64_t *bytes) {
   for (; i < c->n_pieces; i++) {
     const int64_t off = c->pieces[2 * i], len = c->pieces[2 * i + 1];
     if (off == -1) {
-      *bytes = b + 4; /* "mn\r\n" */
+      *bytes = b + piece_size(c, off, len); /* "mn\r\n" or a NOOP */
       return (long)len;
     }
-    b += piece_size(off, len);
+    b += piece_size(c, off, len);
   }
   *bytes = b;
   return 0;
@@ -146,6 +160,57 @@ static void on_line(Conn *c, const char *l, size_t n, int collect) {
   }
 }
 
+static void bin_error(Conn *c, const cw_bin_reply *r, const char *body, size_t n) {
+  c->errors++;
+  if (!c->has_error) {
+    c->has_error = 1;
+    c->first_error_at = r->opaque < c->n_order ? c->order[r->opaque] : -1;
+    snprintf(c->first_error, sizeof c->first_error, "%s (binary protocol status 0x%04x '%.*s')",
+             cw_bin_status_text(r->status), (unsigned)r->status, (int)(n > 160 ? 160 : n), body);
+  }
+}
+
+/* Binary answers: one per ADD (its opaque = the item's index in send order), one per NOOP. */
+static void on_binary(Conn *c, int collect) {
+  size_t at = 0;
+  for (;;) {
+    cw_bin_reply r;
+    const int got = cw_bin_reply_parse((const unsigned char *)c->rbuf + at, c->rlen - at, &r);
+    if (got == 0) break;
+    if (got < 0) {
+      fail(c, "answered something that is not memcached's binary protocol (a server run with -B ascii?)", 0);
+      return;
+    }
+    if (r.body_len > RBUF - CW_BIN_HEADER) {
+      fail(c, "a binary answer longer than 64 KiB", 0);
+      return;
+    }
+    if (c->rlen - at < CW_BIN_HEADER + (size_t)r.body_len) break;
+    const char *body = c->rbuf + at + CW_BIN_HEADER;
+    at += CW_BIN_HEADER + r.body_len;
+    c->replied++;
+    if (r.opcode == CW_BIN_OP_NOOP) {
+      c->batches_acked++;
+      continue;
+    }
+    if (r.opcode != CW_BIN_OP_ADD || r.opaque >= c->n_order) {
+      bin_error(c, &r, "an answer to no ADD we sent", 28);
+      continue;
+    }
+    const int outcome = cw_bin_add_outcome(r.status);
+    if (outcome > 0) {
+      c->cas[r.opaque] = r.cas;
+    } else if (outcome == 0) {
+      c->not_stored++;
+      if (collect) add_tag(c, c->order[r.opaque]);
+    } else {
+      bin_error(c, &r, body, r.body_len);
+    }
+  }
+  memmove(c->rbuf, c->rbuf + at, c->rlen - at);
+  c->rlen -= at;
+}
+
 static void read_replies(Conn *c, int collect) {
   for (;;) {
     ssize_t r = recv(c->fd, c->rbuf + c->rlen, RBUF - c->rlen, MSG_DONTWAIT);
@@ -159,6 +224,11 @@ static void read_replies(Conn *c, int collect) {
       return;
     }
     c->rlen += (size_t)r;
+    if (c->binary) {
+      on_binary(c, collect);
+      if (c->failed) return;
+      continue;
+    }
     size_t start = 0;
     for (size_t i = 0; i + 1 < c->rlen; i++) {
       if (c->rbuf[i] == '\r' && c->rbuf[i + 1] == '\n') {
@@ -186,6 +256,7 @@ static void write_some(Conn *c, const unsigned char *data) {
     const int64_t off = c->pieces[2 * i], len = c->pieces[2 * i + 1];
     if (off >= 0) iov[n].iov_base = (void *)(data + off + skip), iov[n].iov_len = (size_t)((uint64_t)len - skip);
     else if (off <= -3) iov[n].iov_base = (void *)(c->lines + (-3 - off) + skip), iov[n].iov_len = (size_t)((uint64_t)len - skip);
+    else if (off == -1 && c->binary) iov[n].iov_base = (void *)(kNoop + skip), iov[n].iov_len = CW_BIN_HEADER - skip;
     else if (off == -1) iov[n].iov_base = (void *)&"mn\r\n"[skip], iov[n].iov_len = 4 - skip;
     else iov[n].iov_base = (void *)&"S"[skip], iov[n].iov_len = 1 - skip;
     skip = 0;
@@ -204,7 +275,7 @@ static void write_some(Conn *c, const unsigned char *data) {
   uint64_t left = (uint64_t)w;
   while (left > 0 && c->cur < c->n_pieces) {
     const int64_t off = c->pieces[2 * c->cur], len = c->pieces[2 * c->cur + 1];
-    const uint64_t size = piece_size(off, len);
+    const uint64_t size = piece_size(c, off, len);
     const uint64_t rest = size - c->cur_done;
     if (left < rest) {
       c->cur_done += left;
@@ -226,11 +297,12 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *fds_o, *pieces_o, *lines_o, *orders_o;
   Py_buffer data;
-  int collect;
+  int collect, binary = 0;
   double rate, byte_rate, timeout;
-  if (!PyArg_ParseTuple(args, "Oy*OOOpddd", &fds_o, &data, &pieces_o, &lines_o, &orders_o, &collect, &rate,
-                        &byte_rate, &timeout))
+  if (!PyArg_ParseTuple(args, "Oy*OOOpddd|p", &fds_o, &data, &pieces_o, &lines_o, &orders_o, &collect, &rate,
+                        &byte_rate, &timeout, &binary))
     return NULL;
+  cw_bin_key_request(kNoop, CW_BIN_OP_NOOP, 0, 0);
   PyObject *fds = PySequence_Fast(fds_o, "fds: a sequence"), *pcs = PySequence_Fast(pieces_o, "pieces: a sequence");
   PyObject *lns = PySequence_Fast(lines_o, "lines: a sequence"), *ords = PySequence_Fast(orders_o, "orders: a sequence");
   Conn *conns = NULL;
@@ -277,6 +349,11 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
     c->order = obufs[i].buf;
     c->n_order = (size_t)obufs[i].len / 8;
     c->first_error_at = -1;
+    c->binary = binary;
+    if (binary && !(c->cas = calloc(c->n_order ? c->n_order : 1, sizeof *c->cas))) {
+      PyErr_NoMemory();
+      goto done;
+    }
     for (size_t k = 0; k < c->n_pieces; k++) {
       const int64_t off = c->pieces[2 * k], len = c->pieces[2 * k + 1];
       if ((off >= 0 && (len < 0 || off + len > data.len)) || (off == -2 && len != 1) ||
@@ -348,9 +425,9 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n && r > 0; i++) {
       Conn *c = &conns[i];
       if (pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        const long before = c->batches_acked + c->not_stored + c->errors;
+        const size_t before = (size_t)(c->batches_acked + c->not_stored + c->errors) + c->replied;
         read_replies(c, collect);
-        if (c->batches_acked + c->not_stored + c->errors != before) last_progress = now_s();
+        if ((size_t)(c->batches_acked + c->not_stored + c->errors) + c->replied != before) last_progress = now_s();
         if ((pfd[i].revents & (POLLHUP | POLLERR)) && !(pfd[i].events & POLLIN) && !c->failed)
         fail(c, "connection lost", 0);
       }
@@ -377,9 +454,19 @@ static PyObject *send_v2(PyObject *self, PyObject *args) {
       if (!tags) goto fail_result;
       for (size_t k = 0; k < c->n_tags; k++) PyList_SET_ITEM(tags, (Py_ssize_t)k, PyLong_FromLongLong(c->tags[k]));
     }
-    PyObject *t = Py_BuildValue("(llNlzzL)", c->sent, c->not_stored, tags, c->errors,
+    PyObject *cas = Py_None;
+    Py_INCREF(cas);
+    if (c->binary) {
+      Py_DECREF(cas);
+      cas = PyBytes_FromStringAndSize((const char *)c->cas, (Py_ssize_t)(c->n_order * sizeof *c->cas));
+      if (!cas) {
+        Py_DECREF(tags);
+        goto fail_result;
+      }
+    }
+    PyObject *t = Py_BuildValue("(llNlzzLN)", c->sent, c->not_stored, tags, c->errors,
                                 c->has_error ? c->first_error : NULL, c->failed ? c->failure : NULL,
-                                (long long)c->first_error_at);
+                                (long long)c->first_error_at, cas);
     if (!t) goto fail_result;
     PyList_SET_ITEM(result, i, t);
   }
@@ -388,7 +475,10 @@ fail_result:
   Py_CLEAR(result);
 done:
   if (conns)
-    for (Py_ssize_t i = 0; i < n; i++) free(conns[i].tags);
+    for (Py_ssize_t i = 0; i < n; i++) {
+      free(conns[i].tags);
+      free(conns[i].cas);
+    }
   for (Py_ssize_t i = 0; i < got_bufs; i++) {
     PyBuffer_Release(&pbufs[i]);
     PyBuffer_Release(&lbufs[i]);

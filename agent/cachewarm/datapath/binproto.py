@@ -23,10 +23,28 @@ from cachewarm.datapath.meta import DestinationUnavailable
 HEADER = struct.Struct(">BBHBBHIIQ")
 STORE_EXTRAS = struct.Struct(">II")  # flags, expiration
 REQUEST, RESPONSE = 0x80, 0x81
-OP_NOOP, OP_GETKQ, OP_SETQ, OP_ADDQ = 0x0A, 0x0D, 0x11, 0x12
-STATUS_OK, KEY_EXISTS, NOT_STORED = 0x00, 0x02, 0x05
+OP_DELETE, OP_NOOP, OP_GETKQ, OP_SETQ, OP_ADDQ = 0x04, 0x0A, 0x0D, 0x11, 0x12
+STATUS_OK, KEY_NOT_FOUND, KEY_EXISTS, NOT_STORED = 0x00, 0x01, 0x02, 0x05
 _STORE_OP = {"add": OP_ADDQ, "set": OP_SETQ}
 _MAX_EXPIRATION = 0xFFFFFFFF
+
+
+def speaks_binary(host: str, port: int, timeout: float) -> bool:
+    """Whether the server answers the binary protocol (`-B auto`, the default; not `-B ascii`): a NOOP
+    and a line end, so that a text-only server answers the line (ERROR) at once instead of waiting
+    for one. Raises DestinationUnavailable when it cannot be reached."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(_request(OP_NOOP) + b"\r\n")
+            head = b""
+            while len(head) < 1:
+                chunk = s.recv(64)
+                if not chunk:
+                    break
+                head += chunk
+    except (OSError, UnicodeError) as e:
+        raise DestinationUnavailable(f"{host}:{port}: cannot connect: {e}") from e
+    return head[:1] == bytes([RESPONSE])
 
 
 class BinaryProtocolRefused(RuntimeError):
@@ -44,8 +62,8 @@ def store_request(
     return HEADER.pack(REQUEST, _STORE_OP[mode], len(key), len(extras), 0, 0, body, opaque, 0) + extras + key
 
 
-def _request(opcode: int, key: bytes = b"", opaque: int = 0) -> bytes:
-    return HEADER.pack(REQUEST, opcode, len(key), 0, 0, 0, len(key), opaque, 0) + key
+def _request(opcode: int, key: bytes = b"", opaque: int = 0, cas: int = 0) -> bytes:
+    return HEADER.pack(REQUEST, opcode, len(key), 0, 0, 0, len(key), opaque, cas) + key
 
 
 @dataclass
@@ -111,8 +129,13 @@ class BinaryConnection:
 
     def _response(self) -> tuple[int, int, int, int, bytes, bytes, bytes]:
         """(opcode, status, opaque, flags, key, value, raw body) of the next response."""
+        op, status, opaque, flags, key, value, body, _ = self._response_cas()
+        return op, status, opaque, flags, key, value, body
+
+    def _response_cas(self) -> tuple[int, int, int, int, bytes, bytes, bytes, int]:
+        """_response and the response's CAS."""
         head = self._read(HEADER.size)
-        magic, op, klen, elen, _, status, blen, opaque, _ = HEADER.unpack(head)
+        magic, op, klen, elen, _, status, blen, opaque, cas = HEADER.unpack(head)
         if magic != RESPONSE:
             # A server started with `-B ascii` answers the text protocol's ERROR.
             raise BinaryProtocolRefused(
@@ -120,7 +143,7 @@ class BinaryConnection:
             )
         body = self._read(blen)
         flags = STORE_EXTRAS.unpack_from(body)[0] if elen >= 4 else 0
-        return op, status, opaque, flags, body[elen : elen + klen], body[elen + klen :], body
+        return op, status, opaque, flags, body[elen : elen + klen], body[elen + klen :], body, cas
 
     def store(self, requests: Iterable[tuple[bytes, bytes | memoryview]]) -> StoreCounts:
         """Send (request head, value) pairs from `store_request` and a NOOP; wait for the NOOP."""
@@ -144,17 +167,38 @@ class BinaryConnection:
 
     def get_many(self, keys: list[bytes], batch: int = 500) -> dict[bytes, tuple[bytes, int]]:
         """(value, flags) of the keys that exist (GETKQ: misses are silent)."""
-        out: dict[bytes, tuple[bytes, int]] = {}
+        return {k: (v, f) for k, (v, f, _) in self.get_many_cas(keys, batch).items()}
+
+    def get_many_cas(self, keys: list[bytes], batch: int = 500) -> dict[bytes, tuple[bytes, int, int]]:
+        """(value, flags, CAS) of the keys that exist (GETKQ: misses are silent; the CAS is in the
+        answer's header)."""
+        out: dict[bytes, tuple[bytes, int, int]] = {}
         for start in range(0, len(keys), batch):
             chunk = keys[start : start + batch]
             self._send([*(_request(OP_GETKQ, k, start + j) for j, k in enumerate(chunk)), _request(OP_NOOP)])
             while True:
-                op, status, opaque, flags, _, value, body = self._response()
+                op, status, opaque, flags, _, value, body, cas = self._response_cas()
                 if op == OP_NOOP:
                     break
                 if status != STATUS_OK:
                     raise RuntimeError(
                         f"{self.host}:{self.port} answered status {status:#06x} {body!r} to GETKQ"
                     )
-                out[keys[opaque]] = (value, flags)
+                out[keys[opaque]] = (value, flags, cas)
         return out
+
+    def delete_cas(self, items: list[tuple[bytes, int]]) -> list[int]:
+        """DELETE each (key, cas): memcached deletes the item only if its CAS is still `cas` (0: any).
+        Returns each one's status: STATUS_OK deleted, KEY_NOT_FOUND gone, KEY_EXISTS another CAS;
+        any other raises RuntimeError naming it."""
+        self._send([*(_request(OP_DELETE, k, j, c) for j, (k, c) in enumerate(items)), _request(OP_NOOP)])
+        out = [STATUS_OK] * len(items)
+        while True:
+            op, status, opaque, _, _, _, body = self._response()
+            if op == OP_NOOP:
+                return out
+            if status not in (STATUS_OK, KEY_NOT_FOUND, KEY_EXISTS) or opaque >= len(items):
+                raise RuntimeError(
+                    f"{self.host}:{self.port} answered status {status:#06x} {body!r} to DELETE"
+                )
+            out[opaque] = status

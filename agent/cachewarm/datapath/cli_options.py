@@ -162,10 +162,27 @@ def accept_options(f):  # type: ignore[no-untyped-def]
                 "fills up it fails stores (SERVER_ERROR out of memory) and the run fails; in set "
                 "mode each failed store also deletes its key's value.",
             ),
+            (
+                "--accept-no-recheck",
+                "Run add mode without the re-check that keeps a delete, touch or increment the source "
+                "gets during the warm from being undone (it needs the source, CAS on at both ends, the "
+                "binary protocol at the destination and data files of format 3): such ops may then be "
+                "undone. Named in the summary.",
+            ),
         ]
     ):
         f = click.option(flag, is_flag=True, help=text)(f)
     return f
+
+
+settle_option = click.option(
+    "--settle-seconds",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Seconds after a data file's last write before its re-check on the source: at least the "
+    "largest delay between a client's write to one replica and to the other (docs/reliability.md).",
+)
 
 
 class ByteRate(click.ParamType):

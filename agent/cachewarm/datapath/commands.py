@@ -31,9 +31,11 @@ from cachewarm.datapath.cli_options import (
     interrupted,
     mode_option,
     nodes,
+    one_node,
     os_error,
     routing_of,
     routing_options,
+    settle_option,
     source_option,
     target_option,
     unreachable,
@@ -81,6 +83,17 @@ E = ExitCode
     show_default="~/.local/state/cachewarm/populate-<hash of --from, --to>.json",
 )
 @mode_option
+@click.option(
+    "--source",
+    default=None,
+    callback=lambda ctx, param, value: one_node(ctx, param, value) if value else None,
+    help="The memcached the dump was made from, HOST[:PORT]: add mode re-checks every item it stores "
+    "there once settled, so that a delete, touch or increment it got during the warm is not undone "
+    "(required in add mode unless --accept-no-recheck); it also checks this host's clock against the "
+    "dumper host's.",
+    show_default="none",
+)
+@settle_option
 @click.option(
     "--max-items-per-second",
     type=RATE,
@@ -382,6 +395,7 @@ def _s3_transport(
     show_default="$CACHEWARM_DUMP, build/release/, PATH",
 )
 @destination_timeout_option
+@settle_option
 @click.option("--json", "as_json", is_flag=True, help=JSON_PROGRESS_HELP)
 @click.option(
     "--stream",
@@ -449,6 +463,7 @@ def warm_cmd(
     check_sample: int,
     dumper: str | None,
     destination_timeout: float,
+    settle_seconds: float,
     as_json: bool,
     stream: bool,
     plan: bool,
@@ -504,6 +519,7 @@ def warm_cmd(
                 order=order,
             ),
             destination_timeout=destination_timeout,
+            settle_seconds=settle_seconds,
             routing=routing,
             accept={k: v for k, v in options.items() if k.startswith("accept_")},
             data_file_size=data_file_size,

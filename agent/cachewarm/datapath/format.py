@@ -1,5 +1,5 @@
-"""Data formats v1 and v2 (docs/data-format.md) in Python: the constants, file names, header and trailer,
-the v1 record walker (v2's records are `format_v2.py`'s), the checks of section 3 for both versions
+"""Data formats v1, v2 and v3 (docs/data-format.md) in Python: the constants, file names, header and
+trailer, the v1 record walker (v2's and v3's records are `format_v2.py`'s), the checks of section 3
 and the DONE manifest reader. (The writer for tests and
 fault injection is `writer.py`; the production writer is the C++ dumper.)
 
@@ -34,7 +34,12 @@ VERSION = 1
 # Version 2 (section 7): each record is the memcached command that stores the item. The dumper writes
 # it by default; readers read both.
 VERSION_2 = 2
-VERSIONS = (VERSION, VERSION_2)
+# Version 3 (section 8): version 2's records, each behind a source stamp (the item's CAS on the source
+# at the read, its expiry on the source's clock) for the populator's re-check. The dumper's default.
+VERSION_3 = 3
+VERSIONS = (VERSION, VERSION_2, VERSION_3)
+# Versions whose records are memcached commands (sections 7 and 8).
+COMMAND_VERSIONS = (VERSION_2, VERSION_3)
 HEADER_FIXED = 48
 TRAILER_LEN = 40
 RECORD_FIXED = 20
@@ -147,12 +152,16 @@ class Trailer:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One item. `exptime` is absolute unix seconds, or -1 for never; `value` may be a view."""
+    """One item. `exptime` is absolute unix seconds, or -1 for never; `value` may be a view. Version 3:
+    its source stamp (section 8.1: the CAS on the source at the read, 0 = not known, and the expiry on
+    the source's clock, -1 = never); older versions read as (0, -1)."""
 
     key: bytes
     flags: int
     exptime: int
     value: memoryview | bytes
+    source_cas: int = 0
+    source_exp: int = NEVER_EXPIRES
 
 
 class Status(enum.Enum):
@@ -288,9 +297,9 @@ def check_record_count(header: Header, trailer: Trailer, count: int) -> None:
 def check_records(data: bytes | memoryview, header: Header, trailer: Trailer) -> None:
     """Check 4 over a whole file (either version): raises CorruptRecord naming the first problem."""
     count = 0
-    if header.version == VERSION_2:
+    if header.version in COMMAND_VERSIONS:
         try:
-            for _ in v2.spans(data, *records_bounds(header, trailer)):
+            for _ in v2.spans(data, *records_bounds(header, trailer), stamped=header.version == VERSION_3):
                 count += 1
         except v2.RecordError as e:
             raise CorruptRecord(str(e)) from e
@@ -303,9 +312,16 @@ def check_records(data: bytes | memoryview, header: Header, trailer: Trailer) ->
 def record_at(data: bytes | memoryview, offset: int, version: int) -> Record:
     """The record at `offset` of a verified file's bytes (an offset from the populator's walk or an
     `O`/`NS` tag); the value is a view."""
-    if version == VERSION_2:
-        s = v2.parse_at(data, offset, len(data))
-        return Record(s.key, s.flags, s.exptime, memoryview(data)[s.value_start : s.value_end])
+    if version in COMMAND_VERSIONS:
+        s = v2.parse_at(data, offset, len(data), stamped=version == VERSION_3)
+        return Record(
+            s.key,
+            s.flags,
+            s.exptime,
+            memoryview(data)[s.value_start : s.value_end],
+            s.source_cas,
+            s.source_exp,
+        )
     vlen, flags, exptime, klen = RECORD.unpack_from(data, offset)
     kstart = offset + RECORD_FIXED
     return Record(
@@ -420,10 +436,14 @@ def iter_records(
             end = len(mv)
     else:
         end = len(mv) - TRAILER_LEN
-    if version == VERSION_2:
+        if len(mv) >= HEADER_FIXED and bytes(mv[:8]) == MAGIC:  # a whole file: its header says the version
+            version = HEADER.unpack_from(mv, 0)[1]
+    if version in COMMAND_VERSIONS:
         try:
-            for s in v2.spans(mv, header_len, end):
-                yield Record(s.key, s.flags, s.exptime, mv[s.value_start : s.value_end])
+            for s in v2.spans(mv, header_len, end, stamped=version == VERSION_3):
+                yield Record(
+                    s.key, s.flags, s.exptime, mv[s.value_start : s.value_end], s.source_cas, s.source_exp
+                )
         except v2.RecordError as e:
             raise CorruptRecord(str(e)) from e
         return

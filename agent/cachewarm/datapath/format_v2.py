@@ -1,6 +1,7 @@
 """Data format v2 records (docs/data-format.md section 7) in Python: each record is the command that
 stores the item — `ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\\r\\n<value>\\r\\n`, or for a key
-no meta command can name a binary-protocol ADDQ request.
+no meta command can name a binary-protocol ADDQ request. Version 3 (section 8) puts a 16-byte source
+stamp (the item's CAS on the source at the read, its expiry on the source's clock) in front of each.
 
 The one Python walker of v2 records (check 4, section 7.2) and the writer's encoding. The C++ writer
 (dumper-cpp/src/record_v2.cc) and the populator's C walk (_v2plan.c) are its twins; the golden vectors
@@ -31,6 +32,9 @@ BINARY_MAGIC, OP_ADDQ = 0x80, 0x12
 # magic, opcode, key length, extras length, data type, vbucket, total body, opaque, cas; flags, expiration
 BINARY_HEAD = struct.Struct(">BBHBBHIIQII")
 BINARY_HEAD_LEN = BINARY_HEAD.size  # 32
+# Version 3's source stamp: source_cas (u64), source_exp (i64, -1 = never).
+STAMP = struct.Struct("<Qq")
+STAMP_LEN = STAMP.size  # 16
 
 _NUM = rb"(0|[1-9][0-9]{0,19})"
 _LINE = re.compile(
@@ -91,14 +95,34 @@ class Span:
     binary: bool  # a binary-protocol record
     # Meta records: the offset of the `E` of `ME` (set mode sends an `S` there).
     mode_at: int = -1
+    # Version 3: the record's source stamp (section 8.1); the command starts at `offset + STAMP_LEN`.
+    source_cas: int = 0
+    source_exp: int = NEVER_EXPIRES
+    stamped: bool = False
 
 
 def _bad(n: int, pos: int, why: str) -> RecordError:
     return RecordError(f"record {n} at offset {pos}: {why}")
 
 
-def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0) -> Span:
-    """The record at `pos` (record number `n`, for messages), checked as section 7.2 says."""
+def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0, stamped: bool = False) -> Span:
+    """The record at `pos` (record number `n`, for messages), checked as section 7.2 says; `stamped`:
+    a version 3 record (section 8.2), its stamp first."""
+    if not stamped:
+        return _command_at(data, pos, end, n, pos)
+    if end - pos < STAMP_LEN:
+        raise _bad(n, pos, "source stamp runs past the records")
+    cas, exp = STAMP.unpack_from(data, pos)
+    if exp != NEVER_EXPIRES and exp <= 0:
+        raise _bad(n, pos, f"source_exp {exp}")
+    s = _command_at(data, pos + STAMP_LEN, end, n, pos)
+    return Span(
+        pos, s.key, s.flags, s.exptime, s.value_start, s.value_end, s.end, s.binary, s.mode_at, cas, exp, True
+    )
+
+
+def _command_at(data: bytes | memoryview, pos: int, end: int, n: int, o_expect: int) -> Span:
+    """A version 2 record at `pos` whose meta line's O names `o_expect`."""
     if pos >= end:
         raise _bad(n, pos, "no record")
     first = data[pos]
@@ -134,7 +158,7 @@ def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0) -> Span:
         raise _bad(n, pos, "bad T")
     if flags > U32_MAX:
         raise _bad(n, pos, "bad F")
-    if offset != pos:
+    if offset != o_expect:
         raise _bad(n, pos, "O is not the record's offset")
     vstart = pos + m.end()
     vend = vstart + vlen
@@ -154,12 +178,12 @@ def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0) -> Span:
     return Span(pos, key, flags, exptime_of(expiry), vstart, vend, vend + 2, False, mode_at)
 
 
-def spans(data: bytes | memoryview, start: int, end: int) -> Iterator[Span]:
-    """Every record of `data[start:end]` (check 4's walk); raises RecordError at the first bad one.
-    Counting them against the trailer is the caller's."""
+def spans(data: bytes | memoryview, start: int, end: int, stamped: bool = False) -> Iterator[Span]:
+    """Every record of `data[start:end]` (check 4's walk; `stamped`: version 3's); raises RecordError at
+    the first bad one. Counting them against the trailer is the caller's."""
     pos, n = start, 0
     while pos < end:
-        s = parse_at(data, pos, end, n)
+        s = parse_at(data, pos, end, n, stamped)
         yield s
         pos = s.end
         n += 1
@@ -180,8 +204,21 @@ def binary_head(key_len: int, value_len: int, flags: int, exptime: int) -> bytes
     )
 
 
-def encode_record(key: bytes, flags: int, exptime: int, value: bytes, offset: int) -> bytes:
-    """One v2 record starting at file offset `offset`."""
+def encode_record(
+    key: bytes,
+    flags: int,
+    exptime: int,
+    value: bytes,
+    offset: int,
+    stamp: tuple[int, int] | None = None,
+) -> bytes:
+    """One v2 record starting at file offset `offset`; with `stamp` (source_cas, source_exp) a version 3
+    record (the stamp, then the command whose O names the stamp's offset)."""
+    if stamp is not None:
+        cas, exp = stamp
+        if not 0 <= cas < 2**64 or (exp != NEVER_EXPIRES and exp <= 0):
+            raise ValueError(f"source stamp {stamp}: cas a u64, source_exp -1 or > 0")
+        return STAMP.pack(cas, exp) + encode_record(key, flags, exptime, value, offset)
     if not 1 <= len(key) <= MAX_KEY_LEN:
         raise ValueError(f"key length {len(key)} not in 1..{MAX_KEY_LEN}")
     if exptime != NEVER_EXPIRES and not MAX_RELATIVE_TTL < expiry_to_send(exptime) <= MAX_EXPIRY:

@@ -133,6 +133,9 @@ class BatchCounts:
     first_error_at: int = -1
     # Text adds: each item's tag in send order (None: a batch of quiet meta sets).
     order: list[int] | None = None
+    # Binary ADDs: per item in send order, the CAS of the item our ADD stored (packed u64; 0: not
+    # stored), for the re-check.
+    cas: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Item:
     value: bytes
     flags: int
     ttl: int | None  # remaining seconds, -1 = never expires, None = not known (binary protocol read)
+    cas: int = 0  # the item's CAS when asked for (get_many(with_cas=True)), else 0
 
 
 @dataclass
@@ -388,18 +392,19 @@ class MetaConnection:
         from cachewarm.datapath.binproto import BinaryConnection  # binproto imports this module
 
         with BinaryConnection(self.host, self.port, self.timeout) as bc:
-            got = bc.get_many(long)
-        return meta, {k: Item(v, f, None) for k, (v, f) in got.items()}
+            got = bc.get_many_cas(long)
+        return meta, {k: Item(v, f, None, c) for k, (v, f, c) in got.items()}
 
-    def get_many(self, keys: Iterable[bytes], batch: int = 500) -> dict[bytes, Item]:
-        """Items of the keys that exist; a missing key is absent from the result."""
+    def get_many(self, keys: Iterable[bytes], batch: int = 500, with_cas: bool = False) -> dict[bytes, Item]:
+        """Items of the keys that exist; a missing key is absent from the result. `with_cas`: each
+        item's CAS too."""
         keys, out = self._long_keys(keys)
-        for line in self._pipelined(keys, batch, b"v f t "):
+        for line in self._pipelined(keys, batch, b"v f t c " if with_cas else b"v f t "):
             if not line.startswith(b"VA "):
                 continue
             parts = line.split(b" ")
             size = int(parts[1])
-            flags, ttl, idx = 0, -1, -1
+            flags, ttl, idx, cas = 0, -1, -1, 0
             for p in parts[2:]:
                 if p[:1] == b"f":
                     flags = int(p[1:])
@@ -407,7 +412,9 @@ class MetaConnection:
                     ttl = int(p[1:])
                 elif p[:1] == b"O":
                     idx = int(p[1:])
-            out[keys[idx]] = Item(self._value(size), flags, ttl)
+                elif p[:1] == b"c":
+                    cas = int(p[1:])
+            out[keys[idx]] = Item(self._value(size), flags, ttl, cas)
         return out
 
     def missing(self, keys: Iterable[bytes], batch: int = 1000) -> list[bytes]:
@@ -498,8 +505,9 @@ def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple
                     if ln.startswith((*_ERRORS, b"BADCLASS")):
                         err = _ModeRefused if listed == 0 else RuntimeError
                         raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
-                    if ln.startswith(b"BUSY"):
-                        raise RuntimeError(f"{host}:{port}: metadump {mode} failed: {ln!r}")
+                    if ln.startswith(b"BUSY"):  # another crawl (memcached's own) took the crawler first
+                        err = _CrawlerBusy if listed == 0 else RuntimeError
+                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
                     continue
                 listed += 1
                 raw = m[1]

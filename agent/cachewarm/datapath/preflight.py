@@ -1,8 +1,10 @@
 """Check before you cost: `cachewarm warm` reaches, identifies (`stats` pid and start time) and sizes
 the source and every target before the dumper starts (issue 27). A target that does not answer fails
 now (exit 6), not after the whole source is dumped; a target that *is* the source is refused (exit 2);
-an empty source and a target with a smaller item limit are named. `--plan` prints what the warm would
-do from the same look and moves nothing."""
+an empty source and a target with a smaller item limit are named; in add mode, a source or target with
+CAS off or a target without the binary protocol is refused (exit 2) unless the user accepts a warm
+without the re-check (docs/reliability.md "Live traffic during the warm"). `--plan` prints what the
+warm would do from the same look and moves nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cachewarm.datapath.binproto import speaks_binary
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection, ServerIdentity
 from cachewarm.datapath.populate.destinations import reason
@@ -36,6 +39,10 @@ class ServerLook:
     bytes: int  # stats bytes
     limit_maxbytes: int
     item_size_max: int
+    # `stats settings` cas_enabled (memcached -C: off), and (targets) whether it speaks the binary
+    # protocol (-B ascii: no).
+    cas: bool = True
+    binary_protocol: bool = True
 
 
 def look(node: Node, role: str, timeout: float = 5.0) -> ServerLook:
@@ -51,6 +58,8 @@ def look(node: Node, role: str, timeout: float = 5.0) -> ServerLook:
             bytes=int(stats.get("bytes", 0)),
             limit_maxbytes=int(stats.get("limit_maxbytes", 0)),
             item_size_max=int(settings.get("item_size_max", 1 << 20)),
+            cas=settings.get("cas_enabled", "yes") == "yes",
+            binary_protocol=role == "source" or speaks_binary(node.connect_host, node.port, timeout),
         )
     except (OSError, ValueError, KeyError) as e:  # refused, a timeout, a name that does not resolve
         raise Unreachable(f"{role} {node.address} unreachable: {reason(e)}") from e
@@ -64,13 +73,29 @@ class Preflight:
     warnings: list[str]
 
 
-def preflight(source: Node, targets: list[Node], mode: str = "add") -> Preflight:
+def preflight(source: Node, targets: list[Node], mode: str = "add", recheck: bool = False) -> Preflight:
     """Reach, identify and size the source and every target before the dumper starts: a target
     that cannot be reached fails now (exit 6), not after the whole source is dumped; a target that
     *is* the source (same pid and start time, whatever the address says: localhost = 127.0.0.1) is
-    refused (exit 2) — in set mode it would rewrite the live source with its own values."""
+    refused (exit 2) — in set mode it would rewrite the live source with its own values. `recheck`
+    (add mode, not accepted otherwise): CAS on at both ends and the binary protocol at the targets,
+    or refused (exit 2)."""
     src = look(source, "source")
     looks = [look(t, "target") for t in targets]
+    if recheck:
+        why = [f"the source {src.address} runs with CAS off (memcached -C)"] if not src.cas else []
+        why += [f"the target {t.address} runs with CAS off (memcached -C)" for t in looks if not t.cas]
+        why += [
+            f"the target {t.address} does not speak memcached's binary protocol (-B ascii)"
+            for t in looks
+            if not t.binary_protocol
+        ]
+        if why:
+            raise SettingError(
+                "add mode re-checks every item it stores against the source, so that a delete, touch or "
+                f"increment the source gets during the warm is not undone; it cannot here: {'; '.join(why)}. "
+                "Fix that, or pass --accept-no-recheck to warm without the re-check"
+            )
     for t in looks:
         if t.identity.same_as(src.identity):
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(src.identity.started))

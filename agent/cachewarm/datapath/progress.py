@@ -379,6 +379,19 @@ def populate_summary_text(s: PopulateSummary) -> str:
         lines.append(f"  too large, skipped  {s.oversize:>12,}  (never sent: see {s.oversize_report})")
     if s.restarts_detected:
         lines.append(f"  destination restarts{s.restarts_detected:>12,}  (their items were sent again)")
+    if s.recheck == "on":
+        lines.append(
+            f"  re-checked          {s.rechecked:>12,}  (on the source, {s.settle_seconds:g} s after "
+            "each file's last write)"
+        )
+        lines.append(
+            f"    changed at source {s.changed_at_source:>12,}  (deleted, rewritten or touched since read)"
+        )
+        lines.append(f"    stale copy deleted{s.deleted_stale:>12,}")
+        if s.client_overwrote:
+            lines.append(f"    client's write kept{s.client_overwrote:>11,}")
+        if s.unsettled:
+            lines.append(f"    unsettled         {s.unsettled:>12,}  (kept changing: left as they are)")
     if len(s.per_node) > 1:
         lines += [f"  -> {addr:<16} {n:>12,}" for addr, n in s.per_node.items()]
     for why in s.incomplete:

@@ -1,7 +1,10 @@
 """`cachewarm verify`: every (or a sample of) source key is on its target node with the same value and
-flags and a TTL within tolerance. Keys are routed to target nodes exactly as `populate` routes them
-(the same `Routing`, host names resolved the same way). Keys no meta command can name (binary keys of
-187+ bytes) are read with the binary protocol, which does not tell a TTL: theirs is not compared."""
+flags and a TTL within tolerance, and every (or a sample of) key the targets hold is one the source
+holds too: a key only the target holds is a value the source deleted (or that expired there) after it
+was copied — a resurrection — or a write that reached only the target; it is reported, never passed
+over. Keys are routed to target nodes exactly as `populate` routes them (the same `Routing`, host
+names resolved the same way). Keys no meta command can name (binary keys of 187+ bytes) are read
+with the binary protocol, which does not tell a TTL: theirs is not compared."""
 
 from __future__ import annotations
 
@@ -32,12 +35,18 @@ class VerifyReport:
     ttl_mismatch: int = 0
     # Keys present in the target that differ in anything (each key once).
     keys_different: int = 0
+    # The targets' keys looked at (all, or `sample` per target), and those the source does not hold:
+    # deleted or expired at the source after they were copied (a resurrection), or written to a target
+    # only.
+    target_keys: int = 0
+    target_keys_checked: int = 0
+    not_in_source: int = 0
     examples: list[str] = field(default_factory=list)
 
     @property
     def differences(self) -> int:
-        """Keys missing or different (each key once)."""
-        return self.missing + self.keys_different
+        """Keys missing, different or only in a target (each key once)."""
+        return self.missing + self.keys_different + self.not_in_source
 
     @property
     def ok(self) -> bool:
@@ -60,7 +69,8 @@ class VerifyReport:
             f"verify {'OK' if self.ok else 'FAILED'}: {self.checked:,} keys compared "
             f"(of {self.source_keys:,} in the source; {self.gone_from_source:,} gone meanwhile): "
             f"missing {self.missing:,}, different {self.keys_different:,} (value {self.value_mismatch:,}, "
-            f"flags {self.flags_mismatch:,}, ttl {self.ttl_mismatch:,})"
+            f"flags {self.flags_mismatch:,}, ttl {self.ttl_mismatch:,}); in the target but not the source "
+            f"{self.not_in_source:,} (of {self.target_keys_checked:,} target keys looked up)"
         )
         if not self.examples:
             return head
@@ -127,6 +137,35 @@ def _compare(
     return rep
 
 
+def _sample_keys(host: str, port: int, sample: int | None, rng: random.Random) -> tuple[int, list[bytes]]:
+    """(keys listed, all of them or a reservoir sample of `sample`) of one server's crawl."""
+    keys: list[bytes] = []
+    n = 0
+    for n, (k, _exp) in enumerate(list_keys(host, port), 1):
+        if sample is None or len(keys) < sample:
+            keys.append(k)
+        else:
+            j = rng.randrange(n)
+            if j < sample:
+                keys[j] = k
+    return n, keys
+
+
+def _not_in_source(
+    source: Node, targets: list[Node], sample: int | None, rng: random.Random, rep: VerifyReport
+) -> None:
+    """The targets' keys (or a sample of each target's) the source does not hold."""
+    for t in targets:
+        listed, keys = _sample_keys(t.connect_host, t.port, sample, rng)
+        rep.target_keys += listed
+        rep.target_keys_checked += len(keys)
+        with MetaConnection(source.connect_host, source.port) as src:
+            extra = src.missing(keys)
+        rep.not_in_source += len(extra)
+        for k in extra:
+            _note(rep, f"held by {t.address}, not by the source (deleted there after it was copied?)", k)
+
+
 def verify(
     source: Node,
     targets: list[Node],
@@ -136,23 +175,19 @@ def verify(
     shard: int = 20_000,
     seed: int | None = None,
     workers: int = 2,
+    target_keys: bool = True,
 ) -> VerifyReport:
-    """Raises ValueError for a host name that does not resolve or node keys that collide."""
+    """Raises ValueError for a host name that does not resolve or node keys that collide.
+    `target_keys`: also look up the targets' keys at the source (not_in_source) — only meaningful when
+    the targets were warmed from this one source (the node agent verifies one source node of many:
+    its targets hold the other nodes' keys too)."""
     routing = routing or Routing()
     source, targets = resolve_nodes([source])[0], resolve_nodes(targets)
     routing.ring(targets)  # fail here, not in a worker, on colliding node keys
     rep = VerifyReport()
     rng = random.Random(seed)
-    keys: list[bytes] = []
     # Reservoir sample: memory bounded by the sample size, one pass over the crawl.
-    for n, (k, _exp) in enumerate(list_keys(source.connect_host, source.port)):
-        rep.source_keys += 1
-        if sample is None or len(keys) < sample:
-            keys.append(k)
-        else:
-            j = rng.randrange(n + 1)
-            if j < sample:
-                keys[j] = k
+    rep.source_keys, keys = _sample_keys(source.connect_host, source.port, sample, rng)
     shards = [keys[i : i + shard] for i in range(0, len(keys), shard)]
     # Shards are compared in parallel processes: parsing a million values is Python-bound.
     with process_pool(max(1, workers)) as pool:
@@ -167,4 +202,6 @@ def verify(
             rep.ttl_mismatch += part.ttl_mismatch
             rep.keys_different += part.keys_different
             rep.examples.extend(part.examples[: max(0, EXAMPLES - len(rep.examples))])
+    if target_keys:
+        _not_in_source(source, targets, sample, rng, rep)
     return rep

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import struct
 import subprocess
 import sys
 import threading
@@ -75,6 +76,8 @@ class WarmConfig:
     routing: Routing = field(default_factory=Routing)
     # PopulateConfig's accept_* flags by name (accept_oversize, accept_evictions, ...).
     accept: dict[str, bool] = field(default_factory=dict)
+    # Seconds between a data file's last write and its re-check on the source (PopulateConfig).
+    settle_seconds: float = 2.0
     data_file_size: str = "32M"
     resume: bool = False
     check: bool = True
@@ -254,10 +257,11 @@ class DumperRun:
 
 
 def _check_file(
-    path: Path, targets: list[Node], routing: Routing, limits: list[ItemLimit]
+    path: Path, targets: list[Node], routing: Routing, limits: list[ItemLimit], source: Node | None = None
 ) -> tuple[int, list[bytes]]:
     """(keys checked, keys missing) for one dump file's unexpired keys that fit their target node
-    (the populator never sends the others: it counts and names them) (runs in a pool process)."""
+    (the populator never sends the others: it counts and names them) (runs in a pool process). With
+    `source`, a key missing there that the source no longer holds as read is explained, not missing."""
     v = df.check_file(path)
     if not v.ok or v.data is None:
         raise WarmError(f"{path.name} no longer verifies: {v.reason}")
@@ -272,10 +276,24 @@ def _check_file(
             per_node[i].append(r.key)
     checked = 0
     gone: list[bytes] = []
+    stamps: dict[bytes, bytes] = {}
     for n, keys in zip(targets, per_node, strict=True):
         with MetaConnection(n.connect_host, n.port) as rd:
             gone += rd.missing(keys)
         checked += len(keys)
+    if source is not None and gone:
+        if v.header is not None and v.header.version == df.VERSION_3:
+            want = set(gone)
+            stamps = {
+                r.key: struct.pack("<Qqq", r.source_cas, r.source_exp, len(r.value))
+                for r in df.iter_records(v.data)
+                if r.key in want
+            }
+        explained = presence.explained_at_source(
+            source, gone, [stamps.get(k, presence.NO_STAMP) for k in gone]
+        )
+        checked -= len(explained)
+        gone = [k for k in gone if k not in explained]
     return checked, gone
 
 
@@ -286,15 +304,17 @@ def _check_one(
     limits: list[ItemLimit],
     probes: Path | None,
     sample_rate: float = 0.0,
+    source: Node | None = None,
 ) -> tuple[int, list[bytes], list[bytes]]:
     """One file's target check: the lookups its populate kept (presence.py), else a walk of the file
-    (no sample then). Returns (checked, missing, a sample of the keys present)."""
+    (no sample then). Returns (checked, missing, a sample of the keys present); a key the source no
+    longer holds as the dump read it is not missing (presence.explained_at_source)."""
     if (
         probes is not None
-        and (kept := presence.check_kept(probes, path.name, targets, sample_rate)) is not None
+        and (kept := presence.check_kept(probes, path.name, targets, sample_rate, source)) is not None
     ):
         return kept
-    return (*_check_file(path, targets, routing, limits), [])
+    return (*_check_file(path, targets, routing, limits, source), [])
 
 
 def probe_dir(cfg: WarmConfig) -> Path | None:
@@ -334,6 +354,7 @@ def check_target(
         limits=limits,
         probes=probe_dir(cfg),
         sample_rate=sample_rate(cfg, manifest.total_records),
+        source=resolve_nodes([cfg.source])[0],
     )
     res = CheckResult()
     for part in pool.map(check, [dump_dir / mf.name for mf in manifest.files]):
@@ -411,13 +432,15 @@ def populate_config(
         pool=pool,
         probe_dir=probe_dir(cfg),
         source=cfg.source,
+        settle_seconds=cfg.settle_seconds,
         **cfg.accept,  # type: ignore[arg-type]
     )
 
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
-    checked = preflight(cfg.source, cfg.targets, cfg.mode)
+    recheck = cfg.mode == "add" and not cfg.stream and not cfg.accept.get("accept_no_recheck")
+    checked = preflight(cfg.source, cfg.targets, cfg.mode, recheck)
     if cfg.plan:
         raise PlanOnly(plan_text(cfg, checked))
     for w in checked.warnings:

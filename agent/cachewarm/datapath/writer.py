@@ -1,7 +1,8 @@
-"""A data format writer (versions 1 and 2) for tests, fault injection and benchmarks: data files and a
-dump directory written the way the dumper writes them (docs/data-format.md sections 1-2, 5 and 7).
-The C++ dumper is the production writer; the golden vectors (tests/vectors/, tests/vectors/v2/) pin
-that both write the same bytes. Version 2 is the default, as the dumper's.
+"""A data format writer (versions 1, 2 and 3) for tests, fault injection and benchmarks: data files and a
+dump directory written the way the dumper writes them (docs/data-format.md sections 1-2, 5, 7 and 8).
+The C++ dumper is the production writer; the golden vectors (tests/vectors/, v2/, v3/) pin that both
+write the same bytes. Version 3 is the default, as the dumper's: a record's stamp is its Record's
+source_cas / source_exp.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from cachewarm.datapath.format import (
     TRAILER_LEN,
     TRAILER_MAGIC,
     VERSION_2,
+    VERSION_3,
     VERSIONS,
     DataFileName,
     FormatError,
@@ -57,10 +59,10 @@ def encode_file(
     dump_start_ms: int = 0,
     first_key_index: int = 0,
     misses: int = 0,
-    version: int = VERSION_2,
+    version: int = VERSION_3,
     source_clock_ms: int | None = None,
 ) -> bytes:
-    """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1).
+    """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1, version 3's 8.1).
     `source_clock_ms`: None = the header says nothing of the exptimes' clock (an older dumper's: they
     may be up to 1 s late); else section 2.1's source_clock_ms (0: they are exact on this host's clock)."""
     if not NODE_RE.fullmatch(node):
@@ -68,11 +70,12 @@ def encode_file(
     if version not in VERSIONS:
         raise FormatError(f"version {version} not in {VERSIONS}")
     node_b = node.encode("ascii")
-    if version == VERSION_2:
+    if version in (VERSION_2, VERSION_3):
         body, at = [], HEADER_FIXED + len(node_b)
         for r in records:
+            stamp = (r.source_cas, r.source_exp) if version == VERSION_3 else None
             try:
-                rec = v2.encode_record(bytes(r.key), r.flags, r.exptime, bytes(r.value), at)
+                rec = v2.encode_record(bytes(r.key), r.flags, r.exptime, bytes(r.value), at, stamp)
             except ValueError as e:
                 raise FormatError(str(e)) from e
             body.append(rec)
@@ -125,12 +128,12 @@ class PublishedFile:
 
 @dataclass
 class DirWriter:
-    """Writes a dump directory in format v1 the way the dumper does (atomic publish, DONE last)."""
+    """Writes a dump directory the way the dumper does (atomic publish, DONE last)."""
 
     out: Path
     node: str = "test_11211"
     dump_start_ms: int = 0
-    version: int = VERSION_2
+    version: int = VERSION_3
     # The header's source_clock_ms (encode_file): 0 = the records' exptimes are exact on this host's
     # clock (as the tests write them); None = say nothing, as an older dumper did.
     source_clock_ms: int | None = 0

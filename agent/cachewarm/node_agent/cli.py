@@ -505,6 +505,22 @@ def dump_cmd(
 )
 @_PLACEMENT_OPTION
 @click.option(
+    "--source",
+    "source",
+    default=None,
+    type=Matching(inputs.ENDPOINT),
+    help="The source memcached HOST:PORT: add mode re-checks every item it stores there once settled, "
+    "so that a delete, touch or increment it got during the warm is not undone (docs/reliability.md). "
+    "Add mode needs it, or --accept-no-recheck.",
+    show_default="none",
+)
+@click.option(
+    "--accept-no-recheck",
+    is_flag=True,
+    help="Add mode without --source: no re-check (a delete, touch or increment the source gets during "
+    "the warm may be undone); named in the summary.",
+)
+@click.option(
     "--from-s3",
     "from_s3",
     default=None,
@@ -524,6 +540,8 @@ def populate_cmd(
     state_dir: Path,
     source_timeout: float,
     mount_options: str,
+    source: str | None,
+    accept_no_recheck: bool,
     from_s3: str | None,
     s3_region: str | None,
 ) -> None:
@@ -533,7 +551,8 @@ def populate_cmd(
     Example (what the populate-agent SSM document runs):
       cachewarm agent populate --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
         --status-bucket my-status-bucket --device /dev/xvdf \\
-        --mount /mnt/cachewarm/users-v2-20261122 --to 10.0.1.21:11211,10.0.2.22:11211"""
+        --mount /mnt/cachewarm/users-v2-20261122 --to 10.0.1.21:11211,10.0.2.22:11211 \\
+        --source 10.0.1.7:11211"""
 
     def work(status: StatusPublisher, runner: CommandRunner, volume: Volume) -> None:
         volume.reader_options = mount_options
@@ -546,6 +565,8 @@ def populate_cmd(
             state_dir=state_dir,
             source_timeout_s=source_timeout,
             placement=placement,
+            source=source,
+            accept_no_recheck=accept_no_recheck,
         )
         if from_s3 is not None:
             from cachewarm.node_agent.identity import this_account
@@ -568,6 +589,11 @@ def populate_cmd(
         )
     if from_s3 is None and s3_region is not None:
         raise click.UsageError("--s3-region goes with --from-s3")
+    if mode == "add" and source is None and not accept_no_recheck:
+        raise click.UsageError(
+            "add mode re-checks every stored item on the source: give --source HOST:PORT, or "
+            "--accept-no-recheck to populate without the re-check"
+        )
     _run(flags, "populate", work)
 
 
@@ -689,7 +715,9 @@ def run_verify(
         (src,) = parse_nodes(source)
         targets = parse_nodes(to)
         routing = Routing(placement=placement_spec(placement, targets))
-        rep = verify(src, targets, sample, ttl_tolerance, routing)
+        # One source node of many: its targets hold the other nodes' keys too, so keys only the
+        # targets hold cannot be told from theirs here (`cachewarm verify` of a whole warm does).
+        rep = verify(src, targets, sample, ttl_tolerance, routing, target_keys=False)
     except (OSError, RuntimeError, ValueError, AgentError) as e:
         return VerifyResult(warm_id, node_id, now_ms(), error=f"{type(e).__name__}: {e}")
     return VerifyResult(

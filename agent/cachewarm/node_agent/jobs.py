@@ -262,6 +262,11 @@ class PopulateJob:
     source_timeout_s: float = 3600.0
     # Seconds between remounts while nothing new is visible (the populator's poll interval).
     poll_s: float = DEFAULT_READER_POLL_S
+    # The source memcached (HOST:PORT) add mode re-checks every stored item on (docs/reliability.md
+    # "Live traffic during the warm"); None: only with accept_no_recheck, named in the summary.
+    source: str | None = None
+    accept_no_recheck: bool = False
+    settle_seconds: float = 2.0
 
     @property
     def source_dir(self) -> Path:
@@ -282,6 +287,7 @@ def populate_config(
 ) -> PopulateConfig:
     """The populator's settings from the agent's job: one place for the volume and the S3 transport,
     which add only how files arrive (`transport`: a remounter, or should_abort/idle_timeout)."""
+    from cachewarm.datapath.ketama import parse_nodes
     from cachewarm.datapath.populate import PopulateConfig
 
     return PopulateConfig(
@@ -293,6 +299,9 @@ def populate_config(
         max_bytes_per_second=job.max_bytes_per_second,
         placement=placement,
         poll_interval=job.poll_s,
+        source=parse_nodes(job.source)[0] if job.source else None,
+        accept_no_recheck=job.accept_no_recheck,
+        settle_seconds=job.settle_seconds,
         **transport,
     )
 

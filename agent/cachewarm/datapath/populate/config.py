@@ -132,9 +132,18 @@ class PopulateConfig:
     # `warm`'s target check: each applied file's lookups, per destination, are kept here
     # (datapath/presence.py), so the check neither reads nor routes the files again. None: not kept.
     probe_dir: Path | None = None
-    # The memcached the dump was made from, when known (a warm): its clock, measured from this host,
-    # checks that this host's clock agrees with the dumper host's (hostclock.py).
+    # The memcached the dump was made from (a warm knows it; `populate --source`): its clock, measured
+    # from this host, checks that this host's clock agrees with the dumper host's (hostclock.py), and
+    # add mode re-checks every stored item on it (recheck.py). Add mode refuses to run without it
+    # unless accept_no_recheck.
     source: Node | None = None
+    # Seconds between a file's last write and its re-check (Δ): at least the largest delay between a
+    # client's write to one replica and to the other (docs/reliability.md "Live traffic").
+    settle_seconds: float = 2.0
+    # Run add mode without the re-check (no source given, a source or destination with CAS off, a
+    # destination without the binary protocol, files of a format without source stamps): a delete,
+    # touch or increment the source gets during the warm may then be undone. Named in the summary.
+    accept_no_recheck: bool = False
 
     @property
     def routing(self) -> Routing:
@@ -170,6 +179,13 @@ class WorkerParams:
     use_speedups: bool = True
     # PopulateConfig.probe_dir: where each applied file's lookups go for warm's target check.
     probe_dir: Path | None = None
+    # Add mode: how stored items are written and re-checked (the loop decides it at its preflight):
+    # "binary" = binary-protocol ADDs, their CAS kept for the re-check on `source`; "binary-unchecked" =
+    # binary ADDs, no re-check (accepted); "text" = text `add` (a destination without the binary
+    # protocol, accepted).
+    store: str = "binary"
+    source: Node | None = None
+    settle_seconds: float = 2.0
 
     @staticmethod
     def of(c: PopulateConfig) -> WorkerParams:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import tenacity
 
+from cachewarm.datapath.binproto import speaks_binary
 from cachewarm.datapath.encode import ItemLimit
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import (
@@ -57,6 +58,8 @@ class DestinationInfo:
     # `evictions on` (the default): a full memcached evicts; off (-M): it refuses stores.
     evictions_enabled: bool
     evictions: int
+    # It answers the binary protocol (add mode's ADDs: `-B auto`, the default; not `-B ascii`).
+    binary_protocol: bool = True
 
     @property
     def limit(self) -> ItemLimit:
@@ -77,6 +80,7 @@ def read_info(node: Node, timeout: float = PROBE_TIMEOUT_S) -> DestinationInfo:
         version = c.version()
     finally:
         c.close()
+    binary = speaks_binary(node.connect_host, node.port, timeout)
     try:
         return DestinationInfo(
             address=node.address,
@@ -87,9 +91,29 @@ def read_info(node: Node, timeout: float = PROBE_TIMEOUT_S) -> DestinationInfo:
             cas=settings.get("cas_enabled", "yes") == "yes",
             evictions_enabled=settings.get("evictions", "on") == "on",
             evictions=int(stats.get("evictions", "0")),
+            binary_protocol=binary,
         )
     except (KeyError, ValueError) as e:
         raise DestinationUnavailable(f"{node.address}: `stats settings` lacks item_size_max: {e}") from e
+
+
+def read_source(node: Node, timeout: float) -> tuple[tuple[int, int], bool]:
+    """The source's identity (pid, start time) and whether its CAS is on (`stats settings`
+    cas_enabled), retried while it is unavailable for `timeout`. Raises DestinationUnreachable."""
+    try:
+        for attempt in retry_while_unavailable(timeout).copy(stop=tenacity.stop_before_delay(timeout)):
+            with attempt:
+                c = MetaConnection(node.connect_host, node.port, PROBE_TIMEOUT_S)
+                try:
+                    ident = c.connect()
+                    settings = c.stats(b"settings")
+                finally:
+                    c.close()
+    except DestinationUnavailable as e:
+        raise DestinationUnreachable(
+            f"source {node.address} unavailable for {timeout:g}s: {reason(e)}"
+        ) from e
+    return (ident.pid, ident.started), settings.get("cas_enabled", "yes") == "yes"
 
 
 @dataclass
@@ -192,6 +216,12 @@ class DestinationProbe:
                 self.on_wait(address, reason(exc) if exc else "unavailable", state.seconds_since_start or 0.0)
 
         return tell
+
+    def without_cas(self) -> list[str]:
+        return [a for a, i in self.info.items() if not i.cas]
+
+    def without_binary(self) -> list[str]:
+        return [a for a, i in self.info.items() if not i.binary_protocol]
 
     def without_evictions(self) -> list[str]:
         return [a for a, i in self.info.items() if not i.evictions_enabled]

@@ -45,7 +45,13 @@ from cachewarm.datapath.populate.config import (
     PopulateSettingError,
     VolumeError,
 )
-from cachewarm.datapath.populate.destinations import DestinationProbe
+from cachewarm.datapath.populate.destinations import DestinationProbe, read_source
+from cachewarm.datapath.populate.recheck import (
+    SOURCE_RESTARTED,
+    RecheckJob,
+    RecheckOutcome,
+    recheck_file,
+)
 from cachewarm.datapath.populate.report import (
     OversizeReport,
     PopulateSummary,
@@ -58,6 +64,7 @@ from cachewarm.datapath.populate.worker import (
     DEST_ERROR,
     DEST_UNAVAILABLE,
     HOST_CLOCK,
+    NO_STAMPS,
     FileOutcome,
     apply_file,
 )
@@ -99,6 +106,14 @@ class Populator:
     _total: int | None = field(init=False, default=None)
     # Since when listing the source directory fails (a torn view of the shared volume), if it does.
     _list_failing_since: float | None = field(init=False, default=None)
+    # Add mode's store and re-check (_liveops_preflight): how items are written, why the re-check is
+    # off (None: on), the source's identity when the re-check is on.
+    _store: str = field(init=False, default="binary")
+    _recheck_off: str | None = field(init=False, default=None)
+    _source_ident: tuple[int, int] | None = field(init=False, default=None)
+    # Applied files waiting for their re-check (not consumed yet), and when each falls due (wall clock).
+    _awaiting: dict[str, FileOutcome] = field(init=False, default_factory=dict)
+    _due: dict[str, float] = field(init=False, default_factory=dict)
 
     def _totals(self) -> NodeCounts:
         t = NodeCounts()
@@ -216,6 +231,41 @@ class Populator:
                 "evictions", detail=f"destinations evicted items: {self._destinations.evictions_by_node()}"
             )
 
+    def _liveops_preflight(self) -> None:
+        """Add mode: can every stored item be re-checked (docs/reliability.md "Live traffic during the
+        warm")? It needs the source (its CAS on), the destinations' CAS and their binary protocol. If
+        not, the run is refused (exit 2) unless the user accepted running without the re-check."""
+        c = self.config
+        if c.mode != "add":
+            return
+        why: list[str] = []
+        if off := self._destinations.without_binary():
+            why.append(
+                f"destination(s) {', '.join(off)} do not speak memcached's binary protocol (-B ascii): "
+                "add mode stores with binary ADDs, whose answers carry each stored item's CAS"
+            )
+        if off := self._destinations.without_cas():
+            why.append(f"destination(s) {', '.join(off)} run with CAS off (memcached -C)")
+        if c.source is None:
+            why.append(
+                "no source memcached given (--source HOST:PORT): the re-check reads every stored item there"
+            )
+        else:
+            ident, cas = read_source(c.source, c.destination_timeout)
+            if not cas:
+                why.append(f"the source {c.source.address} runs with CAS off (memcached -C)")
+            self._source_ident = ident
+        if why and not c.accept_no_recheck:
+            raise PopulateSettingError(
+                "add mode re-checks every item it stores against the source, so that a delete, touch or "
+                f"increment the source gets during the warm is not undone; it cannot here: {'; '.join(why)}. "
+                "Fix that, or pass --accept-no-recheck to warm without the re-check"
+            )
+        self._recheck_off = "; ".join(why) or None
+        self._store = (
+            "text" if self._destinations.without_binary() else "binary-unchecked" if why else "binary"
+        )
+
     def _file_job(self, name: str, started_before: bool) -> FileJob:
         redo = self.state.redo.get(name) if name in self.state.consumed else None
         only = frozenset(i for i, n in enumerate(self.nodes) if n.address in redo) if redo else None
@@ -290,9 +340,10 @@ class Populator:
             self.nodes, c.destination_timeout, self.state.evictions_base, on_wait=self._waiting
         )
         self._probe_destinations()
+        self._liveops_preflight()
         self._source_clock = hostclock.measure_source(c.source) if c.source is not None else None
         self._save(force=True)
-        params = replace(c.worker_params(), nodes=tuple(self.nodes))
+        params = replace(c.worker_params(), nodes=tuple(self.nodes), store=self._store)
         bad_since: dict[str, float] = {}
         last_new = time.monotonic()
         seen_any: set[str] = set()
@@ -320,7 +371,7 @@ class Populator:
                     manifest = self._read_manifest(done_exists, bad_since)
                     if manifest is not None:
                         self._total = manifest.total_records
-                    busy = set(inflight.values())
+                    busy = set(inflight.values()) | set(self._awaiting)
                     now = time.monotonic()
                     todo = sorted(
                         (
@@ -330,6 +381,16 @@ class Populator:
                         ),
                         key=lambda n: names[n],
                     )
+                    # Re-checks that fell due: before new files (they hold files back from being consumed).
+                    for n in sorted(n for n, t in self._due.items() if t <= time.time()):
+                        del self._due[n]
+                        job = RecheckJob(n, self._awaiting[n].recheck, c.source, self._source_ident)  # type: ignore[arg-type]
+                        try:
+                            inflight[pool.submit(recheck_file, str(c.source_dir / n), params, job)] = n
+                        except BrokenExecutor as e:
+                            raise PopulateError(
+                                f"a worker process died before the re-check of {n}: {e}"
+                            ) from e
                     if self._reprobe or now - self._last_check >= c.destination_check_interval:
                         self._probe_destinations()
                     # Bounded queue so files are applied roughly in publish order.
@@ -346,7 +407,7 @@ class Populator:
                     if inflight:
                         finished, _ = wait(
                             set(inflight),
-                            timeout=None if quiesce else c.poll_interval,
+                            timeout=None if quiesce else self._wait_s(c.poll_interval),
                             return_when=ALL_COMPLETED if quiesce else FIRST_COMPLETED,
                         )
                         for fut in finished:
@@ -355,7 +416,9 @@ class Populator:
                                 out = fut.result()
                             except Exception as e:  # a worker died (OOM kill) or hit a bug
                                 raise PopulateError(f"worker failed on {name}: {e!r}") from e
-                            if self._handle(out, bad_since):
+                            if isinstance(out, RecheckOutcome):
+                                progressed = self._handle_recheck(out, bad_since) or progressed
+                            elif self._handle(out, bad_since):
                                 progressed = True
                             elif out.status != "ok":
                                 retry_at[name] = time.monotonic() + c.poll_interval
@@ -390,14 +453,20 @@ class Populator:
                     if not progressed:
                         if now - last_round_event >= c.progress_interval:
                             last_round_event = now
-                            self._emit("waiting", pending=len(todo) + len(inflight))
+                            self._emit("waiting", pending=len(todo) + len(inflight) + len(self._awaiting))
                         if not inflight:
-                            time.sleep(c.poll_interval)
+                            time.sleep(self._wait_s(c.poll_interval))
             except BaseException:
                 for f in inflight:
                     f.cancel()
                 self._save(force=True)
                 raise
+
+    def _wait_s(self, poll: float) -> float:
+        """How long the loop may wait: the poll interval, or less when a re-check falls due sooner."""
+        if not self._due:
+            return poll
+        return max(0.0, min(poll, min(self._due.values()) - time.time()))
 
     def _waiting(self, address: str, why: str, waited_s: float) -> None:
         left = max(0.0, self.config.destination_timeout - waited_s)
@@ -442,8 +511,39 @@ class Populator:
         return m
 
     def _handle(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
-        c = self.config
         self._check_clocks(out)
+        if out.status == "ok" and out.recheck and self._recheck_off is None:
+            # Consumed only once re-checked: a crash before that sends the file again (tagged).
+            self._awaiting[out.name] = out
+            self._due[out.name] = out.written_at + self.config.settle_seconds
+            return True
+        if out.status == NO_STAMPS:
+            raise PopulateSettingError(f"{out.name}: {out.reason}")
+        return self._consume(out, bad_since)
+
+    def _handle_recheck(self, rc: RecheckOutcome, bad_since: dict[str, float]) -> bool:
+        """A re-check came back: its counts join the file's, and the file is consumed."""
+        if rc.status == SOURCE_RESTARTED:
+            raise PopulateError(rc.reason)
+        if rc.status == DEST_UNAVAILABLE:
+            raise DestinationUnreachable(f"re-checking {rc.name}: {rc.reason}")
+        if rc.status != "ok":
+            raise PopulateError(rc.reason)
+        out = self._awaiting.pop(rc.name)
+        for addr, counts in rc.nodes.items():
+            node = out.nodes.setdefault(addr, NodeCounts())
+            for k, v in asdict(counts).items():
+                setattr(node, k, getattr(node, k) + v)
+            if counts.unsettled:
+                self._emit(
+                    "warning",
+                    detail=f"{rc.name}: {counts.unsettled} keys on {addr} kept changing while re-checked: "
+                    "left as they are (unsettled)",
+                )
+        return self._consume(out, bad_since)
+
+    def _consume(self, out: FileOutcome, bad_since: dict[str, float]) -> bool:
+        c = self.config
         if out.status == "ok":
             self._versions[out.name] = out.version
             dead = self._check_identities(out.identities)
@@ -493,6 +593,23 @@ class Populator:
             )
         return False
 
+    def _check_source_identity(self, manifest: df.Manifest) -> None:
+        """The re-checks compared the files with the source as the populate found it: the one DONE says
+        the dump read (its `clock`: pid and start time), or the CAS values meant nothing."""
+        clock = manifest.raw.get("clock")
+        if self._source_ident is None or not isinstance(clock, dict):
+            return
+        pid, started = clock.get("source_pid"), clock.get("source_started")
+        if not isinstance(pid, int) or not isinstance(started, int):
+            return
+        if not ServerIdentity(pid, started).same_as(ServerIdentity(*self._source_ident)):
+            where = self.config.source.address if self.config.source else "?"
+            raise PopulateError(
+                f"the source {where} is not the memcached the dump read (pid {pid}, started {started}; now "
+                f"pid {self._source_ident[0]}, started {self._source_ident[1]}): it restarted, or --source "
+                "names another; the re-check compared the dump with it. Warm again from the source as it is"
+            )
+
     def _finish(self, manifest: df.Manifest) -> PopulateSummary:
         c = self.config
         files = [self.state.consumed[f.name] for f in manifest.files]
@@ -501,6 +618,7 @@ class Populator:
                 f"DONE says data format version {manifest.version}, but {lying[0]} is version "
                 f"{self._versions[lying[0]]} ({len(lying)} files)"
             )
+        self._check_source_identity(manifest)
         for mf, cf in zip(manifest.files, files, strict=True):
             if cf.records != mf.records:
                 raise DumpDataError(f"{mf.name}: applied {cf.records} records, DONE says {mf.records}")
@@ -522,6 +640,9 @@ class Populator:
             elapsed_s=round(time.monotonic() - self._start, 3),
             restarts_detected=self.state.restarts_detected,
             oversize_report=self._report.finish(),
+            recheck="n/a" if c.mode != "add" else "off" if self._recheck_off else "on",
+            recheck_off=self._recheck_off,
+            settle_seconds=c.settle_seconds,
         )
         summary.already_complete = all(f.name in self._consumed_before for f in manifest.files)
         for why in judge(summary, c):

@@ -1,12 +1,14 @@
-"""What to send where, for a verified data format v2 file (docs/data-format.md section 7.3): one walk
-over its records that is also check 4, deciding per record — its destination (ketama), expired (not
-sent), too large for that destination (not sent), a binary-protocol record (sent another way), or a
-range of the file's bytes to send as it is (set mode: with `ME` sent as `MS`; add mode: the value
-after a text `add` line, because a failed `ms` unlinks the key's live value and a failed `add` does
-not), batched with `mn`.
+"""What to send where, for a verified data format v2 or v3 file (docs/data-format.md sections 7.3 and
+8.3): one walk over its records that is also check 4, deciding per record — its destination (ketama),
+expired (not sent), too large for that destination (not sent), or what goes on the wire: in add mode
+a binary-protocol ADD (its head and key generated, then the record's value bytes: a failed ADD never
+unlinks the key's live value, and its answer carries the new item's CAS for the re-check), in set
+mode a range of the file's bytes with `ME` sent as `MS`; batched (`mn`, or a binary NOOP).
 
-`plan` runs the C walk (_v2plan.c) when it is built, else `plan_py`, its twin here: the same pieces,
-counts and offsets, the same message for a bad record (tests/datapath/test_plan_v2.py).
+`plan` runs the C walk (_v2plan.c). `plan_py`, its twin here, plans set mode and text `add` (add mode
+on a destination without the binary protocol, accepted only) alike — the same pieces, counts and
+offsets, the same message for a bad record (tests/datapath/test_plan_v2.py); the binary ADD has one
+implementation, the C walk's (dumper-cpp/core).
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
 PIECE_MN = -1
 PIECE_S = -2
 PIECE_LINE = -3
+# What add or set mode sends (_v2plan.c; False / True still mean text add / set).
+PLAN_ADD_TEXT = 0
+PLAN_SET = 1
+PLAN_ADD_BINARY = 2
+# probe_stamps: per lookup, the record's source stamp and value length (-1: no stamp in the file).
+PROBE_STAMP = struct.Struct("<Qqq")
 _PAIR = struct.Struct("<qq")
 _OFFSET = struct.Struct("<q")
 
@@ -55,6 +63,7 @@ class NodePlan:
     # them as they are, without walking or routing the file again (datapath/presence.py).
     probes: bytes = b""
     probe_expiry: bytes = b""
+    probe_stamps: bytes = b""
 
     def order_offsets(self) -> list[int]:
         return [o for (o,) in _OFFSET.iter_unpack(self.order)]
@@ -88,7 +97,7 @@ def plan(
     end: int,
     now: int,
     budgets: tuple[int, ...],
-    set_mode: bool,
+    mode: int,
     batch_items: int,
     batch_bytes: int,
     ring: KetamaRing | Placer | None = None,
@@ -96,12 +105,16 @@ def plan(
     use_c: bool = True,
     offsets: tuple[int, ...] | None = None,
     probes: bool = False,
+    stamped: bool = False,
 ) -> Plan:
-    """The plan of `data[start:end]` (a verified v2 file's records). `offsets`: per destination, its
-    clock's offset from this host's in whole seconds (rounded down), None = all 0; each T goes out
-    moved onto its destination's clock (format_v2.dest_expiry). Raises format_v2.RecordError at the
-    first record section 7.2 forbids; nothing is planned then."""
-    if use_c and _speedups is not None:
+    """The plan of `data[start:end]` (a verified v2 file's records; `stamped`: v3's). `mode`: PLAN_*
+    (a bool: set mode or text add). `offsets`: per destination, its clock's offset from this host's in
+    whole seconds (rounded down), None = all 0; each T goes out moved onto its destination's clock
+    (format_v2.dest_expiry). Raises format_v2.RecordError at the first record the format forbids;
+    nothing is planned then."""
+    if mode == PLAN_ADD_BINARY and _speedups is None:
+        raise RuntimeError("add mode needs the populator's C extension (binary-protocol ADD): build it")
+    if (use_c or mode == PLAN_ADD_BINARY) and _speedups is not None:
         points, owners = ring_arrays(ring)
         flags = bytes(1 if only is None or i in only else 0 for i in range(len(budgets)))
         try:
@@ -111,7 +124,7 @@ def plan(
                 end,
                 now,
                 tuple(budgets),
-                set_mode,
+                int(mode),
                 batch_items,
                 batch_bytes,
                 points,
@@ -120,12 +133,25 @@ def plan(
                 flags,
                 offsets,
                 probes,
+                stamped,
             )
         except ValueError as e:
             raise v2.RecordError(str(e)) from e
         return Plan(records, [NodePlan(*t) for t in per_node])
     return plan_py(
-        data, start, end, now, budgets, set_mode, batch_items, batch_bytes, ring, only, offsets, probes
+        data,
+        start,
+        end,
+        now,
+        budgets,
+        bool(mode),
+        batch_items,
+        batch_bytes,
+        ring,
+        only,
+        offsets,
+        probes,
+        stamped,
     )
 
 
@@ -187,14 +213,16 @@ def plan_py(
     only: frozenset[int] | None = None,
     offsets: tuple[int, ...] | None = None,
     probes: bool = False,
+    stamped: bool = False,
 ) -> Plan:
-    """`plan` in Python (see the module doc)."""
+    """`plan` in Python for set mode (`set_mode`) and text `add` (see the module doc)."""
     nodes = [NodePlan() for _ in budgets]
     pieces = [_Pieces() for _ in budgets]
     lookups = [bytearray() for _ in budgets]
     lookup_expiry = [bytearray() for _ in budgets]
+    lookup_stamps = [bytearray() for _ in budgets]
     records = 0
-    for s in v2.spans(data, start, end):
+    for s in v2.spans(data, start, end, stamped):
         records += 1
         idx = ring.index_for(s.key) if ring is not None else 0
         if only is not None and idx not in only:
@@ -212,7 +240,7 @@ def plan_py(
             n.binary.append(s.offset)
             continue
         wire = s.end - s.offset
-        if set_mode and t != expiry:  # another T than the file's: the whole line generated
+        if set_mode and (t != expiry or stamped):  # another T (or a stamp first): the line generated
             tok, b = (s.key, b"") if is_plain_key(s.key) else (base64.b64encode(s.key), b" b")
             vlen = s.value_end - s.value_start
             line = b"ms %b %d%b T%d F%d MS q O%d\r\n" % (tok, vlen, b, t, s.flags, s.offset)
@@ -232,13 +260,16 @@ def plan_py(
             plain = is_plain_key(s.key)
             lookups[idx] += b"mg %b\r\n" % s.key if plain else b"mg %b b\r\n" % base64.b64encode(s.key)
             lookup_expiry[idx] += _OFFSET.pack(expiry)
+            lookup_stamps[idx] += PROBE_STAMP.pack(
+                s.source_cas, s.source_exp, s.value_end - s.value_start if stamped else -1
+            )
         n.items += 1
         p.batch_items += 1
         p.batch_bytes += wire
         if p.batch_items >= batch_items or p.batch_bytes >= batch_bytes:
             p.end_batch()
-    for n, p, q, qx in zip(nodes, pieces, lookups, lookup_expiry, strict=True):
+    for n, p, q, qx, qs in zip(nodes, pieces, lookups, lookup_expiry, lookup_stamps, strict=True):
         n.pieces = p.finish()
         n.lines, n.order = bytes(p.lines), bytes(p.order)
-        n.probes, n.probe_expiry = bytes(q), bytes(qx)
+        n.probes, n.probe_expiry, n.probe_stamps = bytes(q), bytes(qx), bytes(qs)
     return Plan(records, nodes)

@@ -90,6 +90,18 @@ class PopulateSummary:
     accepted: list[str] = field(default_factory=list)
     # Every file DONE lists had been applied by an earlier run (the state file): nothing was written.
     already_complete: bool = False
+    # The re-check (add mode; docs/reliability.md "Live traffic during the warm"): "on", "off" (the
+    # reason is in recheck_off and `accepted`) or "n/a" (set mode overwrites by definition), and its
+    # counts (NodeCounts).
+    recheck: str = "on"
+    recheck_off: str | None = None
+    settle_seconds: float = 0.0
+    rechecked: int = 0
+    changed_at_source: int = 0
+    deleted_stale: int = 0
+    client_overwrote: int = 0
+    unsettled: int = 0
+    cas_only: int = 0
 
     @property
     def ok(self) -> bool:
@@ -119,6 +131,9 @@ def summarize(
     elapsed_s: float,
     restarts_detected: int,
     oversize_report: str | None,
+    recheck: str = "on",
+    recheck_off: str | None = None,
+    settle_seconds: float = 0.0,
 ) -> PopulateSummary:
     """The summary of a run that consumed every file DONE lists (`incomplete` is `judge`'s)."""
     total = NodeCounts()
@@ -146,12 +161,22 @@ def summarize(
         evictions_by_node=probe.evictions_by_node(),
         dump_complete=manifest.complete,
         dump_incomplete_reason=manifest.incomplete_reason,
+        recheck=recheck,
+        recheck_off=recheck_off,
+        settle_seconds=settle_seconds,
+        rechecked=total.rechecked,
+        changed_at_source=total.changed_at_source,
+        deleted_stale=total.deleted_stale,
+        client_overwrote=total.client_overwrote,
+        unsettled=total.unsettled,
+        cas_only=total.cas_only,
         destinations={
             a: {
                 "version": i.version,
                 "item_size_max": i.item_size_max,
                 "cas": i.cas,
                 "evictions": i.evictions_enabled,
+                "binary_protocol": i.binary_protocol,
             }
             for a, i in probe.info.items()
         },
@@ -162,10 +187,12 @@ def summarize(
 OVERSIZE = "items too large for their destination were never sent"
 EVICTED = "the destinations evicted items during the populate"
 INCOMPLETE_DUMP = "the dump is incomplete (DONE says complete: false)"
+NO_RECHECK = "the re-check is off: a delete, touch or increment the source got during the warm may be undone"
 _FLAG = {
     OVERSIZE: "--accept-oversize",
     EVICTED: "--accept-evictions",
     INCOMPLETE_DUMP: "--accept-incomplete-dump",
+    NO_RECHECK: "--accept-no-recheck",
 }
 
 
@@ -173,6 +200,7 @@ class Acceptance(Protocol):
     accept_oversize: bool
     accept_evictions: bool
     accept_incomplete_dump: bool
+    accept_no_recheck: bool
 
 
 def judge(s: PopulateSummary, accept: Acceptance) -> list[str]:
@@ -195,6 +223,7 @@ def judge(s: PopulateSummary, accept: Acceptance) -> list[str]:
             accept.accept_incomplete_dump,
             f"{INCOMPLETE_DUMP}: {s.dump_incomplete_reason}",
         ),
+        (s.recheck == "off", accept.accept_no_recheck, f"{NO_RECHECK}: {s.recheck_off}"),
     ]
     for hit, accepted, why in checks:
         if hit:

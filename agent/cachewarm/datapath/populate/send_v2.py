@@ -8,6 +8,7 @@ reported (the file fails), not dropped with a retry."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 
 from cachewarm.datapath.meta import BatchCounts, DestinationUnavailable, MetaConnection
@@ -29,14 +30,20 @@ def send_planned(
     bytes_per_second: float | None,
     timeout: float,
     use_c: bool = True,
+    binary: Mapping[int, socket.socket] | None = None,
 ) -> dict[int, BatchCounts]:
     """Send each connection (by destination index) its share of the plan; returns what each answered.
-    Raises DestinationUnavailable when a connection breaks or stays silent for `timeout`."""
-    if use_c and _speedups is not None:
+    `binary`: the plan's binary ADDs (PLAN_ADD_BINARY) go on these sockets (one per destination, that
+    have sent nothing yet: memcached picks a connection's protocol by its first byte), in C; each
+    BatchCounts then has the CAS of every item stored. Raises DestinationUnavailable when a connection
+    breaks or stays silent for `timeout`."""
+    if binary is not None or (use_c and _speedups is not None):
+        if _speedups is None:
+            raise RuntimeError("binary-protocol ADDs need the populator's C extension: build it")
         idx = list(conns)
         fds = []
         for i in idx:
-            sock = conns[i].sock
+            sock = binary[i] if binary is not None else conns[i].sock
             assert sock is not None
             fds.append(sock.fileno())
         res = _speedups.send_v2(
@@ -49,14 +56,15 @@ def send_planned(
             float(items_per_second or 0),
             float(bytes_per_second or 0),
             timeout,
+            binary is not None,
         )
         out: dict[int, BatchCounts] = {}
         failures: dict[int, str] = {}
-        for i, (sent, not_stored, tags, errors, first_error, failure, at) in zip(idx, res, strict=True):
+        for i, (sent, not_stored, tags, errors, first_error, failure, at, cas) in zip(idx, res, strict=True):
             c = conns[i]
             if failure is not None:
                 failures[i] = f"{c.host}:{c.port}: {failure}"
-            out[i] = BatchCounts(sent, not_stored, errors, first_error, list(tags or []), at)
+            out[i] = BatchCounts(sent, not_stored, errors, first_error, list(tags or []), at, cas=cas)
         return _settle(out, failures)
     return send_py(conns, data, plan, items_per_second, bytes_per_second)
 

@@ -31,6 +31,15 @@ class NodeCounts:
     oversize: int = 0
     # Of stored + present + resent: written with the binary protocol (keys no meta command can name).
     binary: int = 0
+    # The re-check (recheck.py; add mode): items looked at on the source once settled; those the
+    # source had changed since the read; stale copies deleted; a client's later write kept; values
+    # that kept changing, left; keys compared by CAS only (no meta command names them).
+    rechecked: int = 0
+    changed_at_source: int = 0
+    deleted_stale: int = 0
+    client_overwrote: int = 0
+    unsettled: int = 0
+    cas_only: int = 0
 
     @property
     def items(self) -> int:

@@ -1,8 +1,9 @@
 """One pool worker's job: verify one data file and, only if every check passes, write all of its
-items to the destination(s), routed by ketama: pipelined quiet meta sets, and the binary protocol for
-the keys no meta command can name. Items too large for their destination are never sent (a store
-memcached cannot allocate deletes the key's live value, in add mode too): they come back named.
-Runs in a pool process: everything it gets and returns is picklable.
+items to the destination(s), routed by ketama: in add mode pipelined binary-protocol ADDs whose
+answers carry the CAS of each item stored (kept, with the file's source stamps, for the file's
+re-check: recheck.py), in set mode quiet meta sets. Items too large for their destination are never
+sent (a store memcached cannot allocate deletes the key's live value, in add mode too): they come
+back named. Runs in a pool process: everything it gets and returns is picklable.
 
 The file is mapped, not read (no copy into this process). A version 2 file (docs/data-format.md
 section 7) is sent as ranges of its own bytes (plan.py, send_v2.py); a version 1 file is encoded
@@ -15,6 +16,7 @@ import contextlib
 import math
 import mmap
 import os
+import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -32,7 +34,7 @@ from cachewarm.datapath.meta import (
 )
 from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import WorkerParams
-from cachewarm.datapath.populate.plan import plan
+from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, PLAN_ADD_TEXT, PLAN_SET, plan
 from cachewarm.datapath.populate.ratelimit import RateLimiter
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.populate.state import NodeCounts
@@ -43,6 +45,8 @@ DEST_ERROR = "dest_error"
 HOST_CLOCK = "host_clock"
 # The destination stayed unavailable (refused, reset, timed out) for the destination timeout.
 DEST_UNAVAILABLE = "dest_unavailable"
+# Add mode with the re-check on, and a file whose format carries no source stamps (version 1 or 2).
+NO_STAMPS = "no_stamps"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,11 @@ class FileOutcome:
     # Per destination address written to (all of them, or the job's only_nodes).
     nodes: dict[str, NodeCounts] = field(default_factory=dict)
     oversize: list[OversizeItem] = field(default_factory=list)
+    # For the file's re-check (add mode, format 3): per destination address, the stored items' record
+    # offsets (packed int64) and the CAS our ADD gave each (packed u64; 0: not ours for sure, a
+    # resend's EXISTS), and this host's wall clock after the last write.
+    recheck: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)
+    written_at: float = 0.0
 
 
 def _ours(conn: MetaConnection, data: bytes | memoryview, version: int, offsets: list[int]) -> int:
@@ -156,9 +165,10 @@ def _account(
     shares: dict[int, NodeShare],
     out: FileOutcome,
     shifts: tuple[int, ...],
+    inline_binary: bool = False,
 ) -> None:
-    """After the meta sets: the binary-protocol records, what became of every item per destination,
-    the file's status."""
+    """After the meta sets: the binary-protocol records (unless `inline_binary`: the binary ADDs
+    already carried them), what became of every item per destination, the file's status."""
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     nodes, data, version = params.nodes, verdict.data, verdict.header.version
     errors, first_error = 0, None
@@ -170,7 +180,7 @@ def _account(
             if t.first_error_at >= 0:
                 first_error += f" to the add of key {df.record_at(data, t.first_error_at, version).key!r}"
         exists, b_errors, b_first = ([], 0, None)
-        if share.long_keys and not t.errors:
+        if share.long_keys and not t.errors and not inline_binary:
             exists, b_errors, b_first = _write_binary(
                 addr,
                 nodes[i].connect_host,
@@ -188,7 +198,7 @@ def _account(
         not_stored = t.not_stored + len(exists)
         binary = len(share.long_keys)
         out.nodes[addr] = NodeCounts(
-            stored=t.sent + binary - not_stored - t.errors - b_errors,
+            stored=t.sent + (0 if inline_binary else binary) - not_stored - t.errors - b_errors,
             present=not_stored - resent,
             resent=resent,
             expired=share.expired,
@@ -263,8 +273,12 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
     nodes = params.nodes
     mine = [i for i in range(len(nodes)) if job.only_nodes is None or i in job.only_nodes]
     start, end = df.records_bounds(verdict.header, verdict.trailer)
+    version = verdict.header.version
+    stamped = version == df.VERSION_3
+    mode = PLAN_SET if params.mode == "set" else PLAN_ADD_TEXT if params.store == "text" else PLAN_ADD_BINARY
     # Connected first: each destination's clock offset (read at connect) goes into its items' T.
     conns = _connect(params, mine, out)
+    binary: dict[int, BinaryConnection] = {}
     shifts = expiry_shifts(verdict.header, job, conns, len(nodes))
     try:
         try:
@@ -274,7 +288,7 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 end,
                 int(time.time()),
                 job.budgets,
-                params.mode == "set",
+                mode,
                 params.batch_items,
                 params.batch_bytes,
                 params.routing.ring(nodes),
@@ -282,11 +296,19 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 params.use_speedups,
                 shifts,
                 probes=params.probe_dir is not None,
+                stamped=stamped,
             )
             df.check_record_count(verdict.header, verdict.trailer, p.records)
         except (v2.RecordError, df.CorruptRecord) as e:
             out.status, out.reason = df.Status.CORRUPT.value, str(e)
             return
+        if (
+            mode == PLAN_ADD_BINARY
+        ):  # a connection of their own: memcached picks the protocol by its first byte
+            for i in conns:
+                binary[i] = BinaryConnection(
+                    nodes[i].connect_host, nodes[i].port, params.socket_timeout
+                ).open()
         out.sent = True
         totals = send_planned(
             conns,
@@ -297,26 +319,62 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
             params.bytes_per_second,
             params.socket_timeout,
             params.use_speedups,
+            {i: b.sock for i, b in binary.items() if b.sock is not None} if binary else None,
         )
+        out.written_at = time.time()
         shares = {i: NodeShare(p.nodes[i].expired, p.nodes[i].oversize, p.nodes[i].binary) for i in conns}
-        _account(verdict, params, job, conns, totals, shares, out, shifts)
+        _account(verdict, params, job, conns, totals, shares, out, shifts, inline_binary=bool(binary))
+        if binary and stamped and params.store == "binary" and out.status == "ok":
+            for i in conns:
+                out.recheck[nodes[i].address] = _recheck_share(p.nodes[i].order, totals[i], job.tagged)
         if params.probe_dir is not None and out.status == "ok":
-            binary = {
-                i: [df.record_at(verdict.data, at, df.VERSION_2).key for at in p.nodes[i].binary]
-                for i in conns
+            keys = {
+                i: [df.record_at(verdict.data, at, version).key for at in p.nodes[i].binary] for i in conns
             }
             save_probes(
                 params.probe_dir,
                 out.name,
-                {nodes[i].address: (p.nodes[i].probes, p.nodes[i].probe_expiry, binary[i]) for i in conns},
+                {
+                    nodes[i].address: (
+                        p.nodes[i].probes,
+                        p.nodes[i].probe_expiry,
+                        keys[i],
+                        p.nodes[i].probe_stamps,
+                    )
+                    for i in conns
+                },
             )
     finally:
         for c in conns.values():
             c.close()
+        for b in binary.values():
+            b.close()
+
+
+_I64 = struct.Struct("<q")
+_U64 = struct.Struct("<Q")
+
+
+def _recheck_share(order: bytes, counts: BatchCounts, tagged: bool) -> tuple[bytes, bytes]:
+    """(record offsets, c_w) of the items one destination's re-check looks at: every item our ADD
+    stored (its CAS), and on a resend every EXISTS (c_w 0: it may be our own earlier write, or a
+    client's; the re-check compares its value with the source's when the source changed)."""
+    cas = counts.cas or b""
+    n = len(order) // _I64.size
+    if len(cas) != n * _U64.size:
+        raise AssertionError(f"{len(cas)} bytes of CAS for {n} items")
+    offs, ours = bytearray(), bytearray()
+    exists = set(counts.not_stored_tags) if tagged else set()
+    for k in range(n):
+        (c,) = _U64.unpack_from(cas, k * _U64.size)
+        if c or (tagged and _I64.unpack_from(order, k * _I64.size)[0] in exists):
+            offs += order[k * _I64.size : (k + 1) * _I64.size]
+            ours += cas[k * _U64.size : (k + 1) * _U64.size]
+    return bytes(offs), bytes(ours)
 
 
 @contextlib.contextmanager
-def _mapped(path: str) -> Iterator[memoryview]:
+def mapped(path: str) -> Iterator[memoryview]:
     """The file's bytes, mapped read-only (no copy); empty for an empty file."""
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -357,7 +415,7 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
         raise df.FormatError(f"{name}: not a data file name")
     with contextlib.ExitStack() as stack:
         try:
-            data = stack.enter_context(_mapped(path))
+            data = stack.enter_context(mapped(path))
         except OSError as e:
             # Vanished, or unreadable blocks on a ro,norecovery view: look again next round.
             out.status, out.reason = df.Status.INCOMPLETE.value, f"cannot read: {e}"
@@ -373,7 +431,15 @@ def apply_file(path: str, params: WorkerParams, job: FileJob) -> FileOutcome:
         if (why := hostclock.check(verdict.header, job.source_clock)) is not None:
             out.status, out.reason = HOST_CLOCK, why
             return out
-        write = write_records_v2 if verdict.header.version == df.VERSION_2 else write_records
+        if params.mode == "add" and params.store == "binary" and verdict.header.version != df.VERSION_3:
+            out.status = NO_STAMPS
+            out.reason = (
+                f"data format version {verdict.header.version} carries no source CAS: its items cannot be "
+                "re-checked, so a delete, touch or increment the source got during the warm could be undone. "
+                "Dump again with a current cachewarm-dump (format 3), or pass --accept-no-recheck"
+            )
+            return out
+        write = write_records_v2 if verdict.header.version in df.COMMAND_VERSIONS else write_records
         try:
             for attempt in retry_while_unavailable(params.destination_timeout):
                 with attempt:

@@ -1,0 +1,170 @@
+// The wire rules of core/cachewarm_core.h against the shared vectors in tests/vectors/core/ (the
+// populator's Python extension reads the same files: tests/datapath/test_core.py).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cachewarm_core.h"
+
+namespace {
+
+std::string FromHex(const std::string& h) {
+  if (h == "-") return "";
+  std::string o;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) o += char(std::stoi(h.substr(i, 2), nullptr, 16));
+  return o;
+}
+
+std::string ToHex(const void* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string o;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char c = static_cast<const unsigned char*>(p)[i];
+    o += d[c >> 4];
+    o += d[c & 15];
+  }
+  return o.empty() ? "-" : o;
+}
+
+// The vector file's cases: each line's fields (comments and blank lines left out).
+std::vector<std::vector<std::string>> Cases(const std::string& name) {
+  std::ifstream in(std::string(CACHEWARM_VECTORS_DIR) + "/core/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::vector<std::vector<std::string>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream f(line);
+    std::vector<std::string> fields;
+    for (std::string w; f >> w;) fields.push_back(w);
+    out.push_back(fields);
+  }
+  EXPECT_FALSE(out.empty()) << name;
+  return out;
+}
+
+const unsigned char* U(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+uint64_t N(const std::string& s) { return std::stoull(s); }
+int64_t I(const std::string& s) { return std::stoll(s); }
+
+}  // namespace
+
+TEST(Core, BinaryRequests) {
+  for (const auto& c : Cases("binary_request.txt")) {
+    if (c[0] == "key") {
+      unsigned char out[CW_BIN_HEADER];
+      cw_bin_key_request(out, uint8_t(N(c[1])), N(c[2]), uint32_t(N(c[3])));
+      EXPECT_EQ(ToHex(out, sizeof out), c[4]);
+      continue;
+    }
+    unsigned char out[CW_BIN_ADD_HEAD];
+    cw_bin_add_head(out, N(c[0]), uint32_t(N(c[1])), uint32_t(N(c[2])), uint32_t(N(c[3])), uint32_t(N(c[4])));
+    EXPECT_EQ(ToHex(out, sizeof out), c[5]) << c[0];
+  }
+}
+
+TEST(Core, BinaryReplies) {
+  for (const auto& c : Cases("binary_reply.txt")) {
+    const std::string b = FromHex(c[0]);
+    cw_bin_reply r;
+    const int res = cw_bin_reply_parse(U(b), b.size(), &r);
+    ASSERT_EQ(res, std::stoi(c[1])) << c[0];
+    if (res != 1) continue;
+    EXPECT_EQ(r.opcode, N(c[2]));
+    EXPECT_EQ(r.status, N(c[3]));
+    EXPECT_EQ(r.body_len, N(c[4]));
+    EXPECT_EQ(r.opaque, N(c[5]));
+    EXPECT_EQ(r.cas, N(c[6]));
+    EXPECT_EQ(cw_bin_add_outcome(r.status), std::stoi(c[7]));
+  }
+}
+
+TEST(Core, BinaryStatusTexts) {
+  for (const auto& c : Cases("binary_status.txt")) {
+    std::string got = cw_bin_status_text(uint16_t(N(c[0])));
+    for (char& ch : got)
+      if (ch == ' ') ch = '_';
+    EXPECT_EQ(got, c[1]) << c[0];
+  }
+}
+
+TEST(Core, KeyTokens) {
+  for (const auto& c : Cases("key_token.txt")) {
+    const std::string k = FromHex(c[0]);
+    char out[CW_MAX_KEY];
+    int kind = -1;
+    const size_t n = cw_key_token(out, U(k), k.size(), &kind);
+    EXPECT_EQ(kind, std::stoi(c[1])) << c[0];
+    EXPECT_EQ(ToHex(out, n), c[2]) << c[0];
+  }
+}
+
+TEST(Core, MetaLines) {
+  for (const auto& c : Cases("meta_lines.txt")) {
+    const std::string k = FromHex(c[1]);
+    char out[CW_MAX_META_LINE];
+    if (c[0] == "look") {
+      EXPECT_EQ(ToHex(out, cw_mg_look_line(out, U(k), k.size(), N(c[2]))), c[3]) << c[1];
+    } else {
+      EXPECT_EQ(ToHex(out, cw_md_cas_line(out, U(k), k.size(), N(c[2]), N(c[3]))), c[4]) << c[1];
+    }
+  }
+}
+
+TEST(Core, MetaReplies) {
+  for (const auto& c : Cases("meta_reply.txt")) {
+    const std::string line = FromHex(c[0]);
+    cw_meta_reply r;
+    const int res = cw_meta_reply_parse(line.data(), line.size(), &r);
+    ASSERT_EQ(res, std::stoi(c[1])) << line;
+    if (res != 0) continue;
+    EXPECT_EQ(std::string(r.code), c[2] == "-" ? "" : c[2]) << line;
+    auto check = [&](int has, auto value, const std::string& want) {
+      EXPECT_EQ(bool(has), want != "-") << line;
+      if (has && want != "-") {
+        EXPECT_EQ(std::to_string(value), want) << line;
+      }
+    };
+    check(r.has_cas, r.cas, c[3]);
+    check(r.has_ttl, r.ttl, c[4]);
+    check(r.has_size, r.size, c[5]);
+    check(r.has_opaque, r.opaque, c[6]);
+    check(r.has_flags, r.flags, c[7]);
+    EXPECT_EQ(r.value_len, N(c[8])) << line;
+  }
+}
+
+TEST(Core, SourceVerdicts) {
+  for (const auto& c : Cases("source_verdict.txt")) {
+    const cw_read r{N(c[0]), I(c[1]), I(c[2])};
+    const cw_source_now s{int(N(c[3])), N(c[4]), I(c[5]), I(c[6]), I(c[7])};
+    EXPECT_EQ(cw_source_verdict(&r, &s), std::stoi(c[8])) << c[0] << " " << c[1] << " -> " << c[4] << " " << c[5];
+  }
+}
+
+TEST(Core, DeleteOutcomes) {
+  for (const auto& c : Cases("md_outcome.txt")) {
+    if (c[0] == "-") {
+      EXPECT_EQ(cw_md_outcome(nullptr), std::stoi(c[1]));
+      continue;
+    }
+    const std::string line = FromHex(c[0]);
+    cw_meta_reply r;
+    ASSERT_EQ(cw_meta_reply_parse(line.data(), line.size(), &r), 0);
+    EXPECT_EQ(cw_md_outcome(&r), std::stoi(c[1])) << line;
+  }
+}
+
+TEST(Core, CompareVerdicts) {
+  for (const auto& c : Cases("compare.txt")) {
+    const std::string sv = FromHex(c[3]), dv = FromHex(c[8]);
+    const cw_item s{int(N(c[0])), 0, uint32_t(N(c[1])), I(c[2]), U(sv), sv.size()};
+    const cw_item d{int(N(c[4])), N(c[5]), uint32_t(N(c[6])), I(c[7]), U(dv), dv.size()};
+    EXPECT_EQ(cw_compare_verdict(&s, &d, N(c[9]), int(N(c[10])), int(N(c[11])), I(c[12])), std::stoi(c[13]))
+        << c[0] << " " << c[3] << " / " << c[8];
+  }
+}
