@@ -57,9 +57,11 @@ FLAG_PARAM = {
     "--s3-region": "s3Region",
     "--upload-rate": "uploadRate",
 }
-# Document parameters that are not passed to the agent: SSM's own run time limit, and the version
-# the document checks `cachewarm --version` against before it starts the agent (filled in by the stack).
-SSM_ONLY = {"executionTimeout", "agentVersion"}
+# Document parameters that are not passed to the agent as they are: SSM's own run time limit, the
+# version the document checks `cachewarm --version` against before it starts the agent (filled in by
+# the stack), and the populate document's recheckSource, which its script turns into `--source` or,
+# when it is `none`, `--accept-no-recheck` (test_the_populate_document_passes_the_recheck_source).
+SSM_ONLY = {"executionTimeout", "agentVersion", "recheckSource"}
 VERSION = "0.1.0"
 
 EBS_DEVICE = inputs.ebs_device_path("vol-0123456789abcdef0")
@@ -393,3 +395,17 @@ def test_a_document_cannot_mount_outside_its_root(path: str) -> None:
         assert not re.fullmatch(pattern, path), (name, path)
     assert not inputs.matches(inputs.MOUNT_DIR, path)
     assert not inputs.matches(inputs.AGENT_MOUNT, path) or ".." not in path
+
+
+def test_the_populate_document_passes_the_recheck_source() -> None:
+    """The source node the populator re-checks against reaches the agent as `--source`; `none` (a
+    populator in another region) as `--accept-no-recheck`, never a silent skip."""
+    script = "\n".join(document("populate")["mainSteps"][0]["inputs"]["runCommand"])
+    assert "SRC=(--accept-no-recheck)" in script
+    assert "if [ '{{ recheckSource }}' != 'none' ]; then SRC=(--source '{{ recheckSource }}'); fi" in script
+    assert script.rstrip().endswith('"${SRC[@]}"')
+    for value in ("10.0.1.7:11211", "ip-10-0-1-7.ec2.internal:11211"):
+        assert inputs.matches(inputs.RECHECK_SOURCE, value)
+        assert parse("populate", valid_argv("populate") + ["--source", value])["source"]
+    for bad in ("", "10.0.1.7", "x;id:1", "none "):
+        assert not inputs.matches(inputs.RECHECK_SOURCE, bad)

@@ -55,17 +55,9 @@ PATHS = ("files", "stream", "s3", "resume")
 # What each path does today (issue 34). When the mechanism lands, the lead deletes the path's entry:
 # its scenario then runs as a plain test and must pass (xfail strict: passing while listed fails too).
 TODAY: dict[str, str] = {
-    "files": "issue 34, files path: a copy read before a client's delete/touch/incr is written after it "
-    "(deleted keys alive, TTLs lengthened, counters behind); the target check counts the client's deletes "
-    "as missing (exit 8)",
     "stream": "issue 34, stream path: the target check counts keys the client touched to a short TTL "
     "(gone at the destination first) as missing (exit 8); an op between a key's read and its write is "
     "undone (a deleted key alive, a counter behind)",
-    "s3": "issue 34, S3 path: copies read before a client's delete/touch/incr are written after it "
-    "(deleted keys alive, TTLs lengthened, counters behind), and the warm says ok unless a delete lands "
-    "during its check",
-    "resume": "issue 34, files path killed and --resumed: copies read before a client's delete/touch/incr "
-    "are written after it; the target check counts the client's deletes as missing (exit 8)",
 }
 # The loaded host fails today as the idle one does; it adds clock noise (a memcached's clock slipping,
 # the populator's clock check): if a path still fails there for that once TODAY has lost its entry,

@@ -174,6 +174,8 @@ def agent_argv(path: Path) -> list[str]:
     line = line[AGENT_LINE.search(line).start() :]  # type: ignore[union-attr]
     # The volume path: --device as the controller sends it (DEV is empty only for device=none, S3).
     line = line.replace('"${DEV[@]}"', "--device '{{ device }}'")
+    # The re-check's source as the controller sends it (SRC is --accept-no-recheck only for none).
+    line = line.replace('"${SRC[@]}"', "--source 10.0.1.7:11211")
     values = {n: VALID.get(n, s.get("default", "")) for n, s in params(path)}
     line = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: values[m.group(1)], line)
     argv = [a for a in shlex.split(line) if a not in ("${RATE[@]}", "${BRATE[@]}", "${S3[@]}")]

@@ -29,6 +29,9 @@ ATTACH_DEVICE_NAME = r"^/dev/(sd[f-p]|xvd[f-p])$"
 # ---- memcached endpoints --------------------------------------------------------------------------
 ENDPOINT = r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}$"
 MAX_ENDPOINTS = 500
+# The source node's memcached a populator re-checks its copies against, or none (a populator in another
+# region cannot reach it: add mode then runs without the re-check, said in its summary).
+RECHECK_SOURCE = r"^(none|[A-Za-z0-9.-]{1,253}:[0-9]{1,5})$"
 ENDPOINT_LIST = r"^[A-Za-z0-9.-]{1,253}:[0-9]{1,5}(,[A-Za-z0-9.-]{1,253}:[0-9]{1,5}){0,499}$"
 
 # ---- devices and mounts ---------------------------------------------------------------------------
@@ -179,6 +182,7 @@ SSM_PARAMETERS: dict[str, str] = {
     "mode": MODE,
     "placement": PLACEMENT,
     "source": ENDPOINT,
+    "recheckSource": RECHECK_SOURCE,
     "sampleKeys": SAMPLE_KEYS,
     "agentVersion": VERSION,
     "port": PORT,

@@ -90,9 +90,13 @@ def agent_params(warm: Warm, deps: Deps, plan: WarmPlan, row: NodePlan, role: Co
             "order": inp.dumper.order,
             "crawlSleepUs": "server" if inp.dumper.crawl_sleep_us is None else str(inp.dumper.crawl_sleep_us),
         }
+    # Add mode re-checks each file against the source node; a populator in another region cannot
+    # reach it (security groups do not cross regions): it runs without, and its summary says so.
+    recheck = "none" if warm.populator_region else f"{row.private_ip}:{inp.source.memcached_port}"
     return {
         **common,
         "to": ",".join(plan.destination_endpoints),
+        "recheckSource": recheck,
         "mode": inp.populator.mode,
         "placement": inp.populator.placement,
         "maxItemsPerSecond": str(inp.populator.max_items_per_second),
