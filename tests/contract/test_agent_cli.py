@@ -406,6 +406,6 @@ def test_the_populate_document_passes_the_recheck_source() -> None:
     assert script.rstrip().endswith('"${SRC[@]}"')
     for value in ("10.0.1.7:11211", "ip-10-0-1-7.ec2.internal:11211"):
         assert inputs.matches(inputs.RECHECK_SOURCE, value)
-        assert parse("populate", valid_argv("populate") + ["--source", value])["source"]
+        assert parse("populate", [*valid_argv("populate"), "--source", value])["source"]
     for bad in ("", "10.0.1.7", "x;id:1", "none "):
         assert not inputs.matches(inputs.RECHECK_SOURCE, bad)
