@@ -18,7 +18,7 @@ this machine's view of the instance (machine.py):
   that host still runs on the mount: it retries, then fails, as the script does).
 
 What an instance sees differently is mapped: 127.0.0.1:<port> on a source node is its local
-memcached; a source node's private IP:<port> (verify's --source) is that node's local memcached;
+memcached; a source node's private IP:<port> (verify's and populate's --source) is that node's local memcached;
 `mount` is the volume's local directory (with the S3 transport's `device` none, a directory of the
 host's own); the populator's state directory is a temporary directory.
 Agents run in threads, so SIGTERM handling (main thread only) is left out and `cancel` stops nothing.
@@ -231,6 +231,12 @@ class LocalAgents:
             node = self.machine.at_ip(ip)
             mc = node.memcached if node else None
             p["source"] = mc.address if mc and port == str(NODE_PORT) else f"127.0.0.1:{REFUSED}"
+        if cmd.document == "populate-agent" and p.get("recheckSource", "none") != "none":
+            # The populator re-checks against its source node's private address: its stand-in memcached.
+            ip, port = p["recheckSource"].rsplit(":", 1)
+            node = self.machine.at_ip(ip)
+            mc = node.memcached if node else None
+            p["recheckSource"] = mc.address if mc and port == str(NODE_PORT) else f"127.0.0.1:{REFUSED}"
         if "to" in p:
             # The destination nodes' private addresses (what the controller resolved from their tags)
             # reach their stand-in memcacheds on this machine.
