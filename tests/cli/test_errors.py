@@ -162,6 +162,30 @@ def test_populate_bad_directory_is_a_usage_error(tmp_path: Path) -> None:
         assert r.returncode == ExitCode.USAGE and "--from" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_unusable_workdir_is_the_same_usage_error_with_and_without_plan(
+    memcached, dumper_bin: Path, tmp_path: Path
+) -> None:
+    src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
+    load(src, 10)
+    (tmp_path / "file").write_text("x")
+    workdir = tmp_path / "file" / "w"  # under a regular file: no one can create it (root included)
+    args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(workdir)]
+    for extra in (["--plan"], ["--dumper", str(dumper_bin)]):
+        r = run([*args, *extra])
+        assert r.returncode == ExitCode.USAGE, (extra, r.stderr)
+        assert one_error_line(r.stderr).startswith("error: cannot write the --workdir "), r.stderr
+
+
+def test_warm_into_several_targets_on_one_host_with_colliding_node_keys_is_a_usage_error(
+    tmp_path: Path,
+) -> None:
+    # EVCache's default node key has no port: three targets on one host collide on the ring.
+    targets = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
+    r = run(["warm", "--source", f"127.0.0.1:{free_port()}", "--target", targets, "--workdir", str(tmp_path)])
+    assert r.returncode == ExitCode.USAGE, r.stderr
+    assert "Traceback" not in r.stderr and "--node-key-format" in r.stderr and "collide" in r.stderr
+
+
 def test_an_invalid_done_is_a_data_error(memcached, tmp_path: Path) -> None:
     dst = memcached(memory_mb=16)
     dump = small_dump(tmp_path / "dump")

@@ -227,6 +227,8 @@ def check_routing(routing: Routing, nodes: list, param_hint: str = "--placement"
         routing.ring(nodes)
     except PlacementError as e:
         raise click.BadParameter(str(e), param_hint=param_hint) from e
+    except ValueError as e:  # EVCache's ring: node keys that collide (several nodes on one host)
+        raise click.BadParameter(str(e), param_hint="--node-key-format") from e
 
 
 WORKERS_HELP = "Populator worker processes, each writing one data file at a time."

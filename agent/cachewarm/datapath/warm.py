@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -442,6 +443,7 @@ def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | N
     recheck = cfg.mode == "add" and not cfg.stream and not cfg.accept.get("accept_no_recheck")
     checked = preflight(cfg.source, cfg.targets, cfg.mode, recheck)
     if cfg.plan:
+        writable_workdir(cfg)  # what the warm would refuse, the plan refuses alike (exit 2)
         raise PlanOnly(plan_text(cfg, checked))
     for w in checked.warnings:
         stream.write(f"warning: {w}\n")
@@ -526,6 +528,17 @@ def prepare_workdir(cfg: WarmConfig) -> None:
         probe.unlink()
     except OSError as e:  # the flag's value is the problem: exit 2, like a missing --from
         raise SettingError(f"cannot write the --workdir {e.filename or cfg.workdir}: {e.strerror}") from e
+
+
+def writable_workdir(cfg: WarmConfig) -> None:
+    """`--plan`'s look at the work directory, creating nothing: the warm could create and write it."""
+    where = cfg.workdir
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise SettingError(f"cannot write the --workdir {cfg.workdir}: {where} is not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise SettingError(f"cannot write the --workdir {where}: Permission denied")
 
 
 def _run_warm(cfg: WarmConfig, stream: IO[str], display: Display | None, pool: Executor) -> WarmSummary:
