@@ -1,6 +1,6 @@
 """The agent bundle's lock: `requirements.txt` naming every wheel of the bundle with its SHA-256, so
 install-agent.sh installs with `pip --no-index --require-hashes` — nothing from a package index on a
-production node, no dependency confusion, nothing the bundle did not carry (issue 26, Medium 4).
+production node, no dependency confusion, nothing the bundle did not carry.
 
 `make dist` runs `python -m cachewarm_infra.wheelhouse build/dist/agent` after collecting the wheels;
 the construct refuses at synth a bundle without a complete lock (`check_bundle`).

@@ -98,7 +98,7 @@ THREADS_MAX = 256  # the dumper's own limit (dumper-cpp options.cc)
 EXECUTION_TIMEOUT_MAX_S = 172_800
 EXECUTION_TIMEOUT = r"^([1-9][0-9]{0,4}|1[0-6][0-9]{4}|17[0-1][0-9]{3}|172[0-7][0-9]{2}|172800)$"
 
-# ---- S3 as the transport (issue 25; docs/transport-s3.md) -----------------------------------------
+# ---- S3 as the transport (docs/transport-s3.md) -------------------------------------------------------
 # `agent dump --to-s3 s3://BUCKET/PREFIX`: the node's objects go under PREFIX/<node-id>/. A segment may
 # hold `:` (an instance ARN's first half: the controller's prefixes name the instances, below).
 _S3_BUCKET = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"

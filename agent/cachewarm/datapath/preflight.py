@@ -1,6 +1,7 @@
 """Check before you cost: `cachewarm warm` reaches, identifies (`stats` pid and start time) and sizes
-the source and every target before the dumper starts (issue 27). A target that does not answer fails
-now (exit 6), not after the whole source is dumped; a target that *is* the source is refused (exit 2);
+the source and every target before the dumper starts, so nothing is dumped for a warm that cannot
+finish. A target that does not answer fails now (exit 6), not after the whole source is dumped; a
+target that *is* the source is refused (exit 2);
 an empty source and a target with a smaller item limit are named; in add mode, a source or target with
 CAS off or a target without the binary protocol is refused (exit 2) unless the user accepts a warm
 without the re-check (docs/reliability.md "Live traffic during the warm"). `--plan` prints what the

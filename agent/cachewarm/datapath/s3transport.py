@@ -1,4 +1,4 @@
-"""S3 as the transport between a dump and a populator in another region (issue 25, the local slice).
+"""S3 as the transport between a dump and a populator in another region: the local slice.
 
 Upload (`upload_dump`): every data file DONE lists goes up as a multipart upload, one part in memory at a
 time (`part_size`), its own bytes/s limit. Checks 1-2 of docs/data-format.md (header, trailer) are read

@@ -1,4 +1,4 @@
-"""The node agents with S3 as the transport (issue 25): `agent dump --to-s3`, `agent populate --from-s3`.
+"""The node agents with S3 as the transport: `agent dump --to-s3`, `agent populate --from-s3`.
 
 Source node: the dumper writes into `<mount>/dump` (the scratch volume if `--device` is given, else a
 plain directory on the node's own disk); every data file it publishes is uploaded as soon as it

@@ -15,7 +15,7 @@ from cachewarm.datapath.populate import PopulateConfig, PopulateSummary, Progres
 from cachewarm.testing.memcached import MemcachedServer
 
 # How much earlier than at its source an item may end at a destination, in seconds of this host's
-# wall clock (issue 21: never later, at most ~1 s earlier; docs/reliability.md "How a TTL is carried").
+# wall clock (never later, at most ~1 s earlier: docs/reliability.md "How a TTL is carried").
 EXPIRY_SLACK = 1.0
 # How far the tests' own reading of an expiry (expiries) may be off: each server's clock is measured
 # to a few ms.
@@ -25,7 +25,7 @@ READ_SLACK = 0.05
 @dataclass(frozen=True)
 class Slack:
     """How far a copy may end from its source's end, beyond READ_SLACK: at most `early` s before it,
-    `late` s after it; `why` names what widened it past issue 21's rule (ClockWatch)."""
+    `late` s after it; `why` names what widened it past the TTL rule (ClockWatch)."""
 
     early: float = EXPIRY_SLACK
     late: float = 0.0
@@ -34,14 +34,14 @@ class Slack:
 
 def expiry_within(src: float, dst: float, slack: Slack = Slack()) -> bool:
     """Whether an item that ends at `src` on its source (expiries; -1 = never) ending at `dst` on its
-    destination keeps issue 21's promise: never later, at most EXPIRY_SLACK earlier (or `slack`)."""
+    destination keeps the TTL rule: never later, at most EXPIRY_SLACK earlier (or `slack`)."""
     if src == -1 or dst == -1:
         return src == dst
     return src - slack.early - READ_SLACK <= dst <= src + slack.late + READ_SLACK
 
 
 def clock_slack(source_moved: float | None, destination_moved: float) -> Slack:
-    """Issue 21's slack widened by each server's clock move during a test (ClockWatch; seconds, > 0:
+    """The TTL rule's slack widened by each server's clock move during a test (ClockWatch; seconds, > 0:
     its clock went ahead, so its items now end that much sooner on the wall clock), in the direction
     each acts: a destination ahead ends copies earlier, a source ahead ends originals earlier (the
     copy later); a slip (< 0) the other way. Moves past READ_SLACK are named."""

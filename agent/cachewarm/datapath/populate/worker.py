@@ -8,7 +8,8 @@ back named. Runs in a pool process: everything it gets and returns is picklable.
 The file is mapped, not read (no copy into this process). A version 2 file (docs/data-format.md
 section 7) is sent as ranges of its own bytes (plan.py, send_v2.py); a version 1 file is encoded
 (encode.py). Once a file is consumed its pages are dropped from the page cache: nothing reads it again
-soon, and the dump's next files reuse that memory instead of growing the cache (measured, issue 15)."""
+soon, and the dump's next files reuse that memory instead of growing the cache
+(measured: docs/populator.md)."""
 
 from __future__ import annotations
 
