@@ -117,6 +117,7 @@ void DestConn::QueueMark() {
 void DestConn::TakeReplies(Replies* r) {
   r->not_stored += replies_.not_stored;
   r->tags.insert(r->tags.end(), replies_.tags.begin(), replies_.tags.end());
+  r->stored.insert(r->stored.end(), replies_.stored.begin(), replies_.stored.end());
   replies_ = Replies();
 }
 
@@ -254,6 +255,8 @@ Status DestConn::ParseBinary() {
     const uint32_t opaque = Be32(h + 12);
     if (op == binstore::kNoop) {
       marks_answered_++;
+    } else if (op == binstore::kAdd && status == 0) {
+      replies_.stored.emplace_back(opaque, (uint64_t(Be32(h + 16)) << 32) | Be32(h + 20));
     } else if (status == binstore::kKeyExists || status == binstore::kNotStored) {
       replies_.tags.push_back(opaque);
     } else if (status != 0 && error_.empty()) {
