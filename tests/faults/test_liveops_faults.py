@@ -54,11 +54,7 @@ PATHS = ("files", "stream", "s3", "resume")
 
 # What each path does today (issue 34). When the mechanism lands, the lead deletes the path's entry:
 # its scenario then runs as a plain test and must pass (xfail strict: passing while listed fails too).
-TODAY: dict[str, str] = {
-    "stream": "issue 34, stream path: the target check counts keys the client touched to a short TTL "
-    "(gone at the destination first) as missing (exit 8); an op between a key's read and its write is "
-    "undone (a deleted key alive, a counter behind)",
-}
+TODAY: dict[str, str] = {}
 # The loaded host fails today as the idle one does; it adds clock noise (a memcached's clock slipping,
 # the populator's clock check): if a path still fails there for that once TODAY has lost its entry,
 # name that bug in LOADED_ONLY.
