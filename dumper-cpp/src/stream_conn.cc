@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "cachewarm_core.h"
 #include "env.h"
 #include "net.h"
 
@@ -264,9 +265,10 @@ Status DestConn::ParseBinary() {
       const size_t have = std::min<size_t>(body, rfill_ - pos - binstore::kHeader);
       char code[8];
       std::snprintf(code, sizeof code, "%#06x", status);
-      error_ = "destination " + address_ + " answered binary-protocol status " + code + " '" +
-               std::string(h + binstore::kHeader, std::min<size_t>(have, 200)) +
-               "': stopped writing to it";
+      // Said as the text protocol says it (cw_bin_status_text), whichever protocol answered.
+      error_ = "destination " + address_ + " answered " + cw_bin_status_text(status) + " (binary-protocol status " +
+               code + " '" + std::string(h + binstore::kHeader, std::min<size_t>(have, 200)) +
+               "'): stopped writing to it";
     }
     pos += binstore::kHeader;
     skip_body_ = body;
