@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "codec.h"
+#include "coding.h"
 #include "json.h"
 #include "stream_sink.h"
 
@@ -18,6 +19,7 @@ namespace cachewarm {
 namespace {
 constexpr char kStreamMetaName[] = "STREAM";
 constexpr char kStreamedName[] = "STREAMED";
+constexpr char kStampsName[] = "STAMPS";
 constexpr char kSummaryName[] = "SUMMARY";
 constexpr char kPartSuffix[] = ".stream";
 // --resume: a destination's clock (its lower bound, ms) may differ from the one keys/STREAM kept by
@@ -260,6 +262,10 @@ void Stream::StartMonitor(WorkQueue* queue) {
     std::lock_guard<std::mutex> l(stop_mu_);
     stop_ = false;
   }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_ = queue;
+  }
   monitor_ = std::thread([this, queue] {
     const auto every = std::chrono::duration<double>(o_.stream.destination_check_interval_s);
     auto measured = std::chrono::steady_clock::now();
@@ -302,8 +308,34 @@ bool Stream::IsResend(uint64_t chunk, uint32_t part) {
 
 std::unique_ptr<PartWriter> Stream::NewSink() { return std::unique_ptr<PartWriter>(new StreamSink(this)); }
 
+void Stream::Fail(const Status& s) {
+  WorkQueue* q = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    q = queue_;
+  }
+  if (q) q->Fail(s);
+}
+
+Status Stream::RecordStamps(const RecheckPart& part) {
+  std::string out;
+  out.reserve(part.keys.size() + part.entries.size() * 25);
+  for (const RecheckEntry& e : part.entries) {
+    out.push_back(char(e.key_len));
+    out.append(part.keys, e.key_off, e.key_len);
+    char b[24];
+    EncodeFixed64(b, e.source_cas);
+    EncodeFixed64(b + 8, uint64_t(e.source_exp));
+    EncodeFixed64(b + 16, uint64_t(e.value_len));
+    out.append(b, sizeof b);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (!stamps_log_) CW_RETURN_IF_ERROR(env_->NewAppendableFile(o_.out + "/keys/" + kStampsName, &stamps_log_));
+  return stamps_log_->Append(out);
+}
+
 Status Stream::RecordPart(const PublishedFile& f, const std::vector<StreamCounts>& counts,
-                          const std::vector<OversizeItem>& oversize) {
+                          const std::vector<OversizeItem>& oversize, const RecheckCounts* recheck) {
   std::lock_guard<std::mutex> l(mu_);
   if (!oversize.empty()) {
     std::string lines;
@@ -333,10 +365,17 @@ Status Stream::RecordPart(const PublishedFile& f, const std::vector<StreamCounts
                   c.present, c.resent, c.expired, c.oversize, c.binary);
     line += b;
   }
+  if (recheck) {  // after the per-destination counts: a reader of an older line finds none
+    std::snprintf(b, sizeof b, " R %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+                  recheck->rechecked, recheck->changed_at_source, recheck->deleted_stale, recheck->client_overwrote,
+                  recheck->unsettled, recheck->cas_only);
+    line += b;
+  }
   if (!streamed_log_) CW_RETURN_IF_ERROR(env_->NewAppendableFile(o_.out + "/keys/" + kStreamedName, &streamed_log_));
   CW_RETURN_IF_ERROR(streamed_log_->Append(line + "\n"));
   CW_RETURN_IF_ERROR(streamed_log_->Sync());
   for (size_t i = 0; i < counts.size() && i < totals_.size(); i++) totals_[i].Add(counts[i]);
+  if (recheck) recheck_totals_.Add(*recheck);
   records_ += f.records;
   bytes_total_ += f.bytes;
   return Status::OK();
@@ -350,6 +389,7 @@ Status Stream::Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo)
   struct Part {
     PublishedFile f;
     std::vector<StreamCounts> counts;
+    RecheckCounts recheck;
   };
   std::map<std::string, Part> by_name;  // a later line for the same part wins
   size_t pos = 0;
@@ -378,6 +418,11 @@ Status Stream::Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo)
       rest += u;
       c.stored = v[0], c.present = v[1], c.resent = v[2], c.expired = v[3], c.oversize = v[4], c.binary = v[5];
       part.counts.push_back(c);
+    }
+    unsigned long long r[6];
+    if (std::sscanf(rest, " R %llu %llu %llu %llu %llu %llu", &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]) == 6) {
+      part.recheck.rechecked = r[0], part.recheck.changed_at_source = r[1], part.recheck.deleted_stale = r[2];
+      part.recheck.client_overwrote = r[3], part.recheck.unsettled = r[4], part.recheck.cas_only = r[5];
     }
     part.f.name = name;
     part.f.chunk = chunk;
@@ -417,6 +462,7 @@ Status Stream::Resume(Checkpoint* cp, Progress* p, std::vector<ChunkTask>* todo)
       p->misses += f.misses;
       p->bytes += f.bytes;
       for (size_t d = 0; d < eps_.size(); d++) totals_[d].Add(parts[i]->counts[d]);
+      recheck_totals_.Add(parts[i]->recheck);
       records_ += f.records;
       bytes_total_ += f.bytes;
     }
@@ -470,9 +516,16 @@ std::string Stream::SummaryBody(const Manifest& m) {
              ", \"evictions\": " + (infos_[i].evictions_enabled ? "true" : "false") + "}";
   }
   const bool has_report = t.oversize > 0;
-  // The stream has no re-check yet (docs/stream.md): it does not claim that a delete, touch or
-  // increment live traffic made during the warm is never undone (the file path's populator does).
-  const std::string recheck = o_.stream.set_mode ? "\"n/a\"" : "\"off\"";
+  // Add mode re-checks every stored item (stream_recheck.h); set mode overwrites by definition.
+  const RecheckCounts& r = recheck_totals_;
+  const std::string recheck =
+      o_.stream.set_mode ? "\"n/a\""
+                         : "\"on\", \"settle_seconds\": " + JsonDouble(o_.stream.settle_s) + ", \"rechecked\": " +
+                               std::to_string(r.rechecked) + ", \"changed_at_source\": " +
+                               std::to_string(r.changed_at_source) + ", \"deleted_stale\": " +
+                               std::to_string(r.deleted_stale) + ", \"client_overwrote\": " +
+                               std::to_string(r.client_overwrote) + ", \"unsettled\": " + std::to_string(r.unsettled) +
+                               ", \"cas_only\": " + std::to_string(r.cas_only);
   return "\"mode\": \"" + std::string(o_.stream.set_mode ? "set" : "add") + "\", \"recheck\": " + recheck +
          ", \"records\": " +
          std::to_string(records_) + ", \"stored\": " + std::to_string(t.stored) + ", \"already_present\": " +

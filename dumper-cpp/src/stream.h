@@ -38,6 +38,7 @@
 #include "rate_limiter.h"
 #include "server_clock.h"
 #include "status.h"
+#include "stream_recheck.h"
 #include "work_queue.h"
 
 namespace cachewarm {
@@ -111,8 +112,15 @@ class Stream {
   // A destination's identity now, against the one at the start: Server error if it restarted.
   Status CheckIdentity(size_t i);
   // A part every destination acknowledged: oversize lines, then its keys/STREAMED line (synced).
+  // `recheck`: the part's re-check counts (add mode), null in set mode.
   Status RecordPart(const PublishedFile& f, const std::vector<StreamCounts>& counts,
-                    const std::vector<OversizeItem>& oversize);
+                    const std::vector<OversizeItem>& oversize, const RecheckCounts* recheck = nullptr);
+  // A re-checked part's keys and source stamps, for the target check that follows the warm
+  // (keys/STAMPS: per record a u8 key length, the key, u64 source CAS, i64 source expiry, i64 value
+  // length, little-endian: the populator's stamp blobs; never synced: a hint, not a checkpoint).
+  Status RecordStamps(const RecheckPart& part);
+  // A failure off the workers' threads (a part's re-check): the dump is aborted with it.
+  void Fail(const Status& s);
 
  private:
   // One look at every destination; `retry`: keep trying an unreachable one for
@@ -145,6 +153,9 @@ class Stream {
   std::mutex mu_;
   std::map<uint64_t, uint32_t> resend_;  // chunk -> the first part a resumed run redoes
   std::vector<StreamCounts> totals_;
+  RecheckCounts recheck_totals_;
+  WorkQueue* queue_ = nullptr;  // StartMonitor's: Fail aborts it
+  std::unique_ptr<WritableFile> stamps_log_;
   uint64_t records_ = 0, bytes_total_ = 0;
   std::unique_ptr<WritableFile> streamed_log_, oversize_log_;
   uint64_t oversize_lines_ = 0;

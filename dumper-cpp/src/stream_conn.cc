@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "cachewarm_core.h"
 #include "env.h"
 #include "net.h"
 
@@ -117,6 +118,7 @@ void DestConn::QueueMark() {
 void DestConn::TakeReplies(Replies* r) {
   r->not_stored += replies_.not_stored;
   r->tags.insert(r->tags.end(), replies_.tags.begin(), replies_.tags.end());
+  r->stored.insert(r->stored.end(), replies_.stored.begin(), replies_.stored.end());
   replies_ = Replies();
 }
 
@@ -254,6 +256,8 @@ Status DestConn::ParseBinary() {
     const uint32_t opaque = Be32(h + 12);
     if (op == binstore::kNoop) {
       marks_answered_++;
+    } else if (op == binstore::kAdd && status == 0) {
+      replies_.stored.emplace_back(opaque, (uint64_t(Be32(h + 16)) << 32) | Be32(h + 20));
     } else if (status == binstore::kKeyExists || status == binstore::kNotStored) {
       replies_.tags.push_back(opaque);
     } else if (status != 0 && error_.empty()) {
@@ -261,9 +265,10 @@ Status DestConn::ParseBinary() {
       const size_t have = std::min<size_t>(body, rfill_ - pos - binstore::kHeader);
       char code[8];
       std::snprintf(code, sizeof code, "%#06x", status);
-      error_ = "destination " + address_ + " answered binary-protocol status " + code + " '" +
-               std::string(h + binstore::kHeader, std::min<size_t>(have, 200)) +
-               "': stopped writing to it";
+      // Said as the text protocol says it (cw_bin_status_text), whichever protocol answered.
+      error_ = "destination " + address_ + " answered " + cw_bin_status_text(status) + " (binary-protocol status " +
+               code + " '" + std::string(h + binstore::kHeader, std::min<size_t>(have, 200)) +
+               "'): stopped writing to it";
     }
     pos += binstore::kHeader;
     skip_body_ = body;

@@ -8,8 +8,9 @@
 //           text `add` writes (add mode: a failed `ms` unlinks the key's live value, a failed `add`
 //           does not): one reply per item, in order — STORED, NOT_STORED (its tag is the one
 //           ExpectAdd queued for it) or an error
-//   binary: ADDQ/SETQ writes (keys no meta command can name); replies only for refused stores
-//           (status 2 "exists" / 5 "not stored", with the request's opaque) and errors; NOOP marks
+//   binary: non-quiet ADDs (add mode: every key; status 0 answers the new item's CAS, kept per
+//           opaque), SETQ writes (set mode: keys no meta command can name); refused stores answer
+//           status 2 "exists" / 5 "not stored" with the request's opaque; errors; NOOP marks
 // A mark (`mn`, NOOP) answered means every write before it has been applied.
 #pragma once
 #include <sys/uio.h>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "status.h"
@@ -71,6 +73,8 @@ class DestConn {
   struct Replies {
     uint64_t not_stored = 0;            // NS / exists without a tag
     std::vector<uint64_t> tags;         // NS O<n> / the opaque of a refused binary store
+    // (opaque, CAS) of each binary ADD that stored its item: the CAS of our own write (c_w)
+    std::vector<std::pair<uint64_t, uint64_t>> stored;
   };
   void TakeReplies(Replies* r);
   uint64_t marks_sent() const { return marks_sent_; }
@@ -109,7 +113,7 @@ class DestConn {
 
 // Binary protocol constants for stores (memcached's protocol_binary.h; binary_get.h has the reads).
 namespace binstore {
-constexpr uint8_t kSetQ = 0x11, kAddQ = 0x12, kNoop = 0x0a;
+constexpr uint8_t kSetQ = 0x11, kAddQ = 0x12, kAdd = 0x02, kNoop = 0x0a;
 constexpr uint16_t kKeyExists = 0x0002, kNotStored = 0x0005;
 constexpr size_t kHeader = 24, kExtras = 8;
 // Header and extras of an ADDQ/SETQ whose key and value follow: dst[0..32).

@@ -16,7 +16,7 @@ namespace {
 enum {
   kTo = kStreamOptionFirst, kMode, kNodeKeyFormat, kKetamaReps, kHashDelimiter, kPlacement, kAcceptOversize,
   kAcceptEvictions, kAcceptIncompleteDump, kAcceptNoEvictions, kOversizeReport, kWriteItems, kWriteBytes,
-  kDestinationTimeout, kDestinationCheck
+  kDestinationTimeout, kDestinationCheck, kSettle
 };
 
 Status Number(const char* flag, const char* arg, double lo, double hi, double* out) {
@@ -47,6 +47,7 @@ const struct option kStreamLongOptions[] = {
     {"max-write-bytes-per-second", required_argument, nullptr, kWriteBytes},
     {"destination-timeout", required_argument, nullptr, kDestinationTimeout},
     {"destination-check-interval", required_argument, nullptr, kDestinationCheck},
+    {"settle-seconds", required_argument, nullptr, kSettle},
     {nullptr, 0, nullptr, 0},
 };
 
@@ -106,6 +107,8 @@ Status ParseStreamOption(int id, const char* a, StreamOptions* s) {
       return Number("destination-timeout", a, 0, 86400, &s->destination_timeout_s);
     case kDestinationCheck:
       return Number("destination-check-interval", a, 0.05, 3600, &s->destination_check_interval_s);
+    case kSettle:
+      return Number("settle-seconds", a, 0, 3600, &s->settle_s);
   }
   return Status::InvalidArgument("unknown stream option");
 }
@@ -152,6 +155,9 @@ checkpoints stay in --out for reconciliation and --resume):
                               how long a destination may stay unreachable, 0..86400 (default 120)
   --destination-check-interval SECONDS
                               between looks at evictions and restarts, 0.05..3600 (default 5)
+  --settle-seconds SECONDS    add mode: each part is re-checked on the source this long after its
+                              writes were acknowledged, 0..3600 (default 2; at least the largest gap
+                              between a client's writes to two replicas)
 Exit status with --to: 0 when DONE is written and the destinations hold every item (or every
 reason they do not was accepted); 1 otherwise (the summary, last on stdout, says why).
 )";

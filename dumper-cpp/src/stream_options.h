@@ -30,6 +30,7 @@ struct StreamOptions {
   uint64_t write_bytes_per_second = 0;  // 0 = unlimited
   double destination_timeout_s = 120;   // how long a destination may stay unreachable
   double destination_check_interval_s = 5;  // between looks at evictions and identities
+  double settle_s = 2;                  // add mode: a part's re-check waits this long (stream_recheck.h)
 };
 
 // The stream mode's default --crawl-buffer: its key lists go to a local directory, and every page of

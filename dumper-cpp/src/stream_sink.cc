@@ -8,11 +8,13 @@
 #include <thread>
 
 #include "binary_get.h"
+#include "cachewarm_core.h"
 #include "codec.h"
 #include "coding.h"
 #include "format.h"
 #include "meta_parser.h"
 #include "net.h"
+#include "record_v2.h"
 
 namespace cachewarm {
 
@@ -49,15 +51,26 @@ double MonotonicS() {
 
 StreamSink::StreamSink(Stream* stream)
     : s_(stream), add_(stream->add_mode()), arena_(new char[kArenaBytes]), hash_(XXH3_createState()) {
-  for (size_t i = 0; i < s_->destinations(); i++) d_.emplace_back(new Dest(s_->endpoint(i).address()));
+  std::vector<Endpoint> eps;
+  for (size_t i = 0; i < s_->destinations(); i++) {
+    d_.emplace_back(new Dest(s_->endpoint(i).address()));
+    eps.push_back(s_->endpoint(i));
+  }
+  const Options& o = s_->options();
+  if (add_)
+    rechecker_.reset(new StreamRecheck(o.host, o.port, eps, o.stream.settle_s, o.stream.destination_timeout_s,
+                                       [st = s_](const Status& e) { st->Fail(e); }));
 }
 
-StreamSink::~StreamSink() { XXH3_freeState(hash_); }
+StreamSink::~StreamSink() {
+  rechecker_.reset();  // its thread first: what it runs may use this sink's stream
+  XXH3_freeState(hash_);
+}
 
 uint64_t StreamSink::PlannedMemory(size_t destinations) {
   const uint64_t per_conn = (64 << 10) + 1024 * sizeof(struct iovec);
   return kArenaBytes + destinations * 2 * per_conn + kMaxTaggedRecords * (sizeof(Tagged) + kMaxKeyLen) +
-         kBinaryRecvBytes + (1 << 20);
+         kBinaryRecvBytes + (1 << 20) + StreamRecheck::PlannedMemory();
 }
 
 std::vector<DestConn*> StreamSink::Conns() {
@@ -79,13 +92,16 @@ void StreamSink::ResetPart() {
   records_ = bytes_ = 0;
   oversize_.clear();
   tags_.clear();
+  recheck_ = RecheckPart();
+  answered_.clear();
   for (auto& d : d_) {
     d->n = StreamCounts();
     d->sent = d->sent_bin = 0;
     d->crlf_owed = false;
   }
   st_ = kHeader;
-  hdr_have_ = key_have_ = 0;
+  hdr_have_ = key_have_ = line_have_ = 0;
+  tail_left_ = 0;
   value_left_ = 0;
   arena_used_ = 0;
   pending_items_ = pending_bytes_ = 0;
@@ -104,6 +120,7 @@ Status StreamSink::Open(uint64_t chunk, uint32_t part, uint64_t first_key_index)
 }
 
 void StreamSink::Abandon() {
+  if (rechecker_) rechecker_->Drain();  // the parts handed over are re-checked and recorded first
   open_ = false;
   ResetPart();
   for (auto& d : d_) {  // a connection may hold half a command (and iovecs into freed buffers)
@@ -113,8 +130,11 @@ void StreamSink::Abandon() {
 }
 
 uint64_t StreamSink::file_bytes() const {
-  // A resend part keeps each record's key until Finish: cut it at kMaxTaggedRecords.
-  return tagged_ && tags_.size() >= kMaxTaggedRecords ? UINT64_MAX / 2 : bytes_;
+  // A resend part keeps each record's key until Finish: cut it at kMaxTaggedRecords; the re-check
+  // keeps each stored record's key and stamp: cut it at StreamRecheck::kPartBytes.
+  if (tagged_ && tags_.size() >= kMaxTaggedRecords) return UINT64_MAX / 2;
+  if (recheck_.bytes() >= StreamRecheck::kPartBytes) return UINT64_MAX / 2;
+  return bytes_;
 }
 
 Status StreamSink::Reserve() {
@@ -165,28 +185,32 @@ Status StreamSink::StartRecord() {
   const uint64_t ttl = uint64_t(ttl_dest);
   const bool plain = IsPlainKey(key);
   if (!plain) Base64Encode(key, &b64_);
-  const uint64_t ord = tags_.size();
+  const bool meta_named = plain || b64_.size() <= kMaxKeyLen;
+  const uint64_t ord = add_ ? recheck_.entries.size() : tags_.size();
   CW_RETURN_IF_ERROR(Reserve());
   char* line = arena_.get() + arena_used_;
   char* p = line;
-  if (add_ && plain) {
-    // Not `ms ... ME`: memcached's ms unlinks the key's live value when it cannot allocate the new
-    // item (out of memory), in add mode too; the text add leaves it. Answered item by item, in order.
-    if (d.crlf_owed) p = Put(p, kCrlf, 2);
-    d.crlf_owed = false;
-    p = Put(p, "add ", 4);
-    p = Put(p, key_, key_len_);
-    *p++ = ' ';
-    p = PutU64(p, flags_);
-    *p++ = ' ';
-    p = PutU64(p, ttl);
-    *p++ = ' ';
-    p = PutU64(p, vlen_);
-    p = Put(p, kCrlf, 2);
-    d.meta.Queue(line, size_t(p - line));
-    d.meta.ExpectAdd(tagged_ ? ord : DestConn::kNoTag);
-    action_ = kSend;
-  } else if (!add_ && (plain || b64_.size() <= kMaxKeyLen)) {
+  binary_key_ = !plain;
+  if (add_) {
+    // A non-quiet binary ADD for every key: its answer carries our write's CAS (the re-check's c_w),
+    // and a failed one never unlinks the key's live value (`ms ... ME` does, on a failed allocation).
+    if (!d.bin.connected()) CW_RETURN_IF_ERROR(d.bin.Connect(s_->endpoint(dest_).connect_host(), s_->endpoint(dest_).port));
+    cw_bin_add_head(reinterpret_cast<unsigned char*>(p), key_len_, vlen_, flags_,
+                    uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)), uint32_t(ord));
+    p = Put(p + CW_BIN_ADD_HEAD, key_, key_len_);
+    d.bin.Queue(line, size_t(p - line));
+    action_ = kSendBinary;
+    RecheckEntry e;
+    e.source_cas = stamp_cas_;
+    e.source_exp = stamp_exp_;
+    e.value_len = int64_t(vlen_);
+    e.key_off = uint32_t(recheck_.keys.size());
+    e.key_len = uint8_t(key_len_);
+    e.dest = uint16_t(dest_);
+    recheck_.keys.append(key_, key_len_);
+    recheck_.entries.push_back(e);
+    answered_.push_back(0);
+  } else if (meta_named) {
     if (d.crlf_owed) p = Put(p, kCrlf, 2);  // the previous value's end rides with this line
     d.crlf_owed = false;
     p = Put(p, "ms ", 3);
@@ -207,10 +231,9 @@ Status StreamSink::StartRecord() {
     d.meta.Queue(line, size_t(p - line));
     action_ = kSend;
   } else {
-    // No meta command can name it (or, in add mode, no text `add`: a binary key): the binary
-    // protocol, on a connection of its own (ADDQ does not unlink on a failed allocation either).
+    // No meta command can name it: the binary protocol's SETQ, on a connection of its own.
     if (!d.bin.connected()) CW_RETURN_IF_ERROR(d.bin.Connect(s_->endpoint(dest_).connect_host(), s_->endpoint(dest_).port));
-    binstore::EncodeStore(p, add_, uint16_t(key_len_), vlen_, flags_, uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)),
+    binstore::EncodeStore(p, false, uint16_t(key_len_), vlen_, flags_, uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)),
                           uint32_t(ord));
     p = Put(p + binstore::kHeader + binstore::kExtras, key_, key_len_);
     d.bin.Queue(line, size_t(p - line));
@@ -220,7 +243,7 @@ Status StreamSink::StartRecord() {
   pending_items_++;
   pending_bytes_ += key_len_ + vlen_;
   if (tagged_) {
-    tags_.push_back(Tagged{uint32_t(dest_), flags_, vlen_, 0, key.ToString(), action_ == kSendBinary});
+    tags_.push_back(Tagged{uint32_t(dest_), flags_, vlen_, 0, key.ToString(), !meta_named});
     XXH3_64bits_reset(hash_);
   }
   return Status::OK();
@@ -241,9 +264,55 @@ void StreamSink::EndRecord() {
     d.sent++;
   } else {
     d.sent_bin++;
-    d.n.binary++;
+    if (binary_key_) d.n.binary++;  // keys with no text form (add mode sends every key as a binary ADD)
   }
   if (tagged_) tags_.back().hash = XXH3_64bits_digest(hash_);
+}
+
+// A v3 record's meta line (`ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>`, record_v2.h): the
+// key, the value's length, flags and exptime. The records come from this process's own receive stream.
+Status StreamSink::ParseLine() {
+  size_t n = line_have_;
+  if (n < 2 || line_[n - 2] != '\r' || line_[n - 1] != '\n') return Status::Corruption("a stream record's line without its end");
+  n -= 2;
+  std::vector<std::pair<size_t, size_t>> tok;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && line_[j] != ' ') j++;
+    tok.emplace_back(i, j - i);
+    i = j + 1;
+  }
+  auto num = [&](size_t t, size_t skip, uint64_t* out) {
+    if (t >= tok.size() || tok[t].second <= skip) return false;
+    uint64_t v = 0;
+    for (size_t i = tok[t].first + skip; i < tok[t].first + tok[t].second; i++) {
+      if (line_[i] < '0' || line_[i] > '9') return false;
+      v = v * 10 + uint64_t(line_[i] - '0');
+    }
+    *out = v;
+    return true;
+  };
+  if (tok.size() < 6 || tok[0].second != 2 || std::memcmp(line_, "ms", 2) != 0)
+    return Status::Corruption("a stream record that is not a meta add");
+  const bool b64 = tok[3].second == 1 && line_[tok[3].first] == 'b';
+  const size_t t = b64 ? 4 : 3;
+  uint64_t len = 0, expiry = 0, flags = 0;
+  if (!num(2, 0, &len) || !num(t, 1, &expiry) || !num(t + 1, 1, &flags) || len > 0xFFFFFFFFu || flags > 0xFFFFFFFFu)
+    return Status::Corruption("a malformed stream record line");
+  const char* k = line_ + tok[1].first;
+  if (b64) {
+    const long m = Base64DecodeInPlace(k, tok[1].second, key_);
+    if (m <= 0 || m > long(kMaxKeyLen)) return Status::Corruption("a stream record's base64 key is malformed");
+    key_len_ = size_t(m);
+  } else {
+    if (tok[1].second == 0 || tok[1].second > kMaxKeyLen) return Status::Corruption("a stream record's key is malformed");
+    std::memcpy(key_, k, tok[1].second);
+    key_len_ = tok[1].second;
+  }
+  vlen_ = uint32_t(len);
+  flags_ = uint32_t(flags);
+  exptime_ = ExptimeOf(int64_t(expiry));
+  return Status::OK();
 }
 
 Status StreamSink::AppendRaw(const struct iovec* iov, int iovcnt, uint64_t /*records*/) {
@@ -253,18 +322,50 @@ Status StreamSink::AppendRaw(const struct iovec* iov, int iovcnt, uint64_t /*rec
     const char* p = static_cast<const char*>(iov[i].iov_base);
     size_t len = iov[i].iov_len;
     while (len > 0) {
-      if (st_ == kHeader) {
-        const size_t take = std::min(kRecordHeaderSize - hdr_have_, len);
+      if (st_ == kHeader) {  // the source stamp (data-format section 8.1)
+        const size_t take = std::min(kSourceStampSize - hdr_have_, len);
         std::memcpy(hdr_ + hdr_have_, p, take);
         hdr_have_ += take, p += take, len -= take;
-        if (hdr_have_ < kRecordHeaderSize) continue;
+        if (hdr_have_ < kSourceStampSize) continue;
         hdr_have_ = 0;
-        vlen_ = DecodeFixed32(hdr_);
-        flags_ = DecodeFixed32(hdr_ + 4);
-        exptime_ = int64_t(DecodeFixed64(hdr_ + 8));
-        key_len_ = uint8_t(hdr_[16]);
-        if (key_len_ == 0) return Status::Corruption("a record without a key");
+        stamp_cas_ = DecodeFixed64(hdr_);
+        stamp_exp_ = int64_t(DecodeFixed64(hdr_ + 8));
+        line_have_ = 0;
+        st_ = kLine;
+      } else if (st_ == kLine) {  // a meta record's line up to its "\n", or a binary record's head
+        if (line_have_ == 0 && uint8_t(*p) == kBinaryMagic) {
+          st_ = kBinHead;
+          continue;
+        }
+        const char* nl = static_cast<const char*>(std::memchr(p, '\n', len));
+        const size_t take = nl ? size_t(nl - p) + 1 : len;
+        if (line_have_ + take > sizeof line_) return Status::Corruption("an overlong stream record line");
+        std::memcpy(line_ + line_have_, p, take);
+        line_have_ += take, p += take, len -= take;
+        if (!nl) continue;
+        CW_RETURN_IF_ERROR(ParseLine());
+        tail_left_ = 2;
+        CW_RETURN_IF_ERROR(StartRecord());
+        value_left_ = vlen_;
+        st_ = kValue;
+      } else if (st_ == kBinHead) {
+        const size_t take = std::min(kBinaryHeadV2 - line_have_, len);
+        std::memcpy(line_ + line_have_, p, take);
+        line_have_ += take, p += take, len -= take;
+        if (line_have_ < kBinaryHeadV2) continue;
+        const auto be32 = [&](size_t at) {
+          return (uint32_t(uint8_t(line_[at])) << 24) | (uint32_t(uint8_t(line_[at + 1])) << 16) |
+                 (uint32_t(uint8_t(line_[at + 2])) << 8) | uint32_t(uint8_t(line_[at + 3]));
+        };
+        key_len_ = (size_t(uint8_t(line_[2])) << 8) | uint8_t(line_[3]);
+        const uint32_t body = be32(8);
+        if (key_len_ == 0 || key_len_ > kMaxKeyLen || body < 8 + key_len_)
+          return Status::Corruption("a malformed binary stream record");
+        vlen_ = uint32_t(body - 8 - key_len_);
+        flags_ = be32(24);
+        exptime_ = ExptimeOf(int64_t(be32(28)));
         key_have_ = 0;
+        tail_left_ = 0;
         st_ = kKey;
       } else if (st_ == kKey) {
         const size_t take = std::min(key_len_ - key_have_, len);
@@ -274,20 +375,21 @@ Status StreamSink::AppendRaw(const struct iovec* iov, int iovcnt, uint64_t /*rec
         CW_RETURN_IF_ERROR(StartRecord());
         value_left_ = vlen_;
         st_ = kValue;
-        if (value_left_ == 0) {
-          EndRecord();
-          st_ = kHeader;
-        }
-      } else {
+      } else if (st_ == kValue) {
         const size_t take = size_t(std::min<uint64_t>(value_left_, len));
         Value(p, take);
         value_left_ -= take, p += take, len -= take;
-        if (value_left_ == 0) {
-          EndRecord();
-          st_ = kHeader;
-        }
         if (action_ != kSkip && (d_[dest_]->meta.queued_iovecs() > kMaxQueued || d_[dest_]->bin.queued_iovecs() > kMaxQueued))
           CW_RETURN_IF_ERROR(Flush());
+      } else {  // kTail: the meta record's "\r\n" after its value
+        const size_t take = std::min(tail_left_, len);
+        tail_left_ -= take, p += take, len -= take;
+      }
+      if (st_ == kValue && value_left_ == 0) {
+        EndRecord();
+        st_ = tail_left_ ? kTail : kHeader;
+      } else if (st_ == kTail && tail_left_ == 0) {
+        st_ = kHeader;
       }
     }
   }
@@ -402,7 +504,28 @@ Status StreamSink::CheckTagged(const std::vector<std::vector<uint64_t>>& tags) {
 
 Status StreamSink::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile* out,
                           const std::function<Status(const PublishedFile&)>& before_publish) {
+  return FinishPart(end_key_index, misses, before_publish, nullptr, out);
+}
+
+Status StreamSink::FinishThen(uint64_t end_key_index, uint64_t misses,
+                              std::function<Status(const PublishedFile&)> before_publish,
+                              std::function<void(const PublishedFile&)> after_publish) {
+  return FinishPart(end_key_index, misses, std::move(before_publish), std::move(after_publish), nullptr);
+}
+
+void StreamSink::WhenDurable(std::function<void()> fn) {
+  if (!rechecker_) {
+    fn();
+    return;
+  }
+  (void)rechecker_->Call(std::move(fn));  // not at all after a failure: the dump is then aborted
+}
+
+Status StreamSink::FinishPart(uint64_t end_key_index, uint64_t misses,
+                              std::function<Status(const PublishedFile&)> before_publish,
+                              std::function<void(const PublishedFile&)> after_publish, PublishedFile* out) {
   if (!open_) return Status::InvalidArgument("stream part not open");
+  if (rechecker_) CW_RETURN_IF_ERROR(rechecker_->error());
   CW_RETURN_IF_ERROR(Flush());
   if (st_ != kHeader) return Status::Corruption("a part ended inside a record");
   if (end_key_index < first_ || end_key_index - first_ != records_ + misses)
@@ -423,8 +546,16 @@ Status StreamSink::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile
     d.meta.TakeReplies(&r);
     d.bin.TakeReplies(&r);
     d.n.present += r.not_stored;
+    for (const auto& [ord, cas] : r.stored) {
+      if (ord >= recheck_.entries.size() || recheck_.entries[ord].dest != i || answered_[ord])
+        return Status::Protocol("destination " + d.meta.address() + " answered an ADD it was not sent");
+      recheck_.entries[ord].ours = cas;
+      answered_[ord] = 1;
+    }
+    for (uint64_t ord : r.tags)
+      if (add_ && ord < answered_.size()) answered_[ord] = 2;
     if (tagged_) tags[i] = std::move(r.tags);
-    else d.n.present += r.tags.size();  // a refused binary store (its opaque is not a tag)
+    else d.n.present += r.tags.size();  // a refused store (its opaque is not a tag)
   }
   if (tagged_) CW_RETURN_IF_ERROR(CheckTagged(tags));
   std::vector<StreamCounts> counts;
@@ -449,9 +580,32 @@ Status StreamSink::Finish(uint64_t end_key_index, uint64_t misses, PublishedFile
   f.bytes = bytes_;
   f.first_key_index = first_;
   f.end_key_index = end_key_index;
-  if (before_publish) CW_RETURN_IF_ERROR(before_publish(f));
-  CW_RETURN_IF_ERROR(s_->RecordPart(f, counts, oversize_));
   if (out) *out = f;
+  Stream* st = s_;
+  auto record = [st, f, counts, oversize = std::move(oversize_), before = std::move(before_publish),
+                 after = std::move(after_publish)](const RecheckPart* part, const RecheckCounts* n) -> Status {
+    if (part) CW_RETURN_IF_ERROR(st->RecordStamps(*part));
+    if (before) CW_RETURN_IF_ERROR(before(f));
+    CW_RETURN_IF_ERROR(st->RecordPart(f, counts, oversize, n));
+    if (after) after(f);
+    return Status::OK();
+  };
+  if (rechecker_) {
+    // Every ADD answered: the stored ones (c_w known) are re-checked; an EXISTS of a resend may be
+    // our own earlier write (c_w not known: compared); any other EXISTS kept a live value, which our
+    // write did not touch.
+    for (size_t k = 0; k < recheck_.entries.size(); k++) {
+      if (answered_[k] == 0)
+        return Status::Protocol("destination " + d_[recheck_.entries[k].dest]->meta.address() + " left an ADD unanswered");
+      recheck_.entries[k].recheck = answered_[k] == 1 || tagged_;
+    }
+    recheck_.acked_at = MonotonicS();
+    CW_RETURN_IF_ERROR(rechecker_->Push(std::move(recheck_), [record](const RecheckPart& part, const RecheckCounts& n) {
+      return record(&part, &n);
+    }));
+  } else {
+    CW_RETURN_IF_ERROR(record(nullptr, nullptr));
+  }
   open_ = false;
   recover_started_ = -1;
   ResetPart();

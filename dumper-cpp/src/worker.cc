@@ -42,8 +42,8 @@ constexpr uint64_t kTargetBatchBytes = 1ULL << 20;
 Worker::Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
                Progress* progress, Stream* stream)
     : o_(o), env_(env), checkpoint_(checkpoint), queue_(queue), limiter_(limiter), progress_(progress),
-      // The stream mode's sink reads version 1 records (the checkpoint gives a stream dump version 1).
-      format_(stream ? kFormatVersion : checkpoint->meta().format),
+      // The stream mode's sink reads version 3 records (their stamps are its re-check's).
+      format_(stream ? kFormatVersion3 : checkpoint->meta().format),
       stream_(o.buffer_size, o.min_ttl, format_),
       // Files: written, synced and published on a thread of their own (async_part_writer.h).
       writer_(stream ? stream->NewSink()

@@ -20,6 +20,7 @@ import contextlib
 import functools
 import json
 import re
+import struct
 import subprocess
 import threading
 import time
@@ -77,6 +78,8 @@ class StreamCommand:
     oversize_report: Path | None = None
     # Seconds a destination may refuse connections before the stream fails (None: the dumper's).
     destination_timeout: float | None = None
+    # Add mode: a part's re-check on the source waits this long after its writes (None: the dumper's).
+    settle_seconds: float | None = None
 
     def argv(self) -> list[str]:
         argv = self.dump.argv()
@@ -93,7 +96,7 @@ class StreamCommand:
             ]
             if self.routing.hash_delimiter is not None:
                 argv += ["--hash-delimiter", self.routing.hash_delimiter.decode()]
-        # The populator's own (the stream has no re-check: docs/stream.md) are not the dumper's flags.
+        # The populator's own (the dumper re-checks in add mode, always) are not the dumper's flags.
         argv += [
             f"--{name.replace('_', '-')}"
             for name, on in sorted(self.accept.items())
@@ -105,6 +108,8 @@ class StreamCommand:
             argv += ["--oversize-report", str(self.oversize_report)]
         if self.destination_timeout is not None:
             argv += ["--destination-timeout", f"{self.destination_timeout:g}"]
+        if self.settle_seconds is not None and self.mode == "add":
+            argv += ["--settle-seconds", f"{self.settle_seconds:g}"]
         return argv
 
 
@@ -245,6 +250,54 @@ def _check_list_py(
     return sum(len(k) for k in per_node), gone
 
 
+STAMPS = "STAMPS"
+_STAMP_SIZE = 24
+# Seconds a copy may end before its source (the expiry margin, the clocks' whole-second rounding).
+_COPY_ENDS_EARLIER = 3
+
+
+def _stamps(out: Path, keys: Iterable[bytes]) -> dict[bytes, bytes]:
+    """The source stamps (populator's packed <Qqq>) the stream's re-check kept for `keys`
+    (OUT/keys/STAMPS: u8 key length, key, stamp; a part sent twice: the later one)."""
+    want = set(keys)
+    path = out / "keys" / STAMPS
+    if not want or not path.exists():
+        return {}
+    data = path.read_bytes()
+    got: dict[bytes, bytes] = {}
+    i = 0
+    while i < len(data):
+        n = data[i]
+        end = i + 1 + n + _STAMP_SIZE
+        if n == 0 or end > len(data):
+            break  # a torn tail: the rest is unknown (those keys are judged by presence)
+        key = data[i + 1 : i + 1 + n]
+        if key in want:
+            got[key] = data[i + 1 + n : end]
+        i = end
+    return got
+
+
+def _unexplained(
+    source: Node, absent: list[bytes], stamps: Mapping[bytes, bytes], checked: int
+) -> tuple[list[bytes], int]:
+    """Of the keys a target misses, those the source does not explain (gone, rewritten, touched
+    shorter since the read, or ending within a copy's margin), and `checked` less the explained."""
+    # A copy ends up to EXPIRY_MARGIN + 1 s before its source (docs/populator.md "Expiry"): one
+    # whose source item ends that soon may be gone already, as the file check leaves out records
+    # that end by then (a key list's exp is the listing's; a touch may have shortened it since).
+    with MetaConnection(source.connect_host, source.port) as src:
+        source_now = int(src.stats()["time"])
+    ending = {
+        k
+        for k in absent
+        if k in stamps and -1 < struct.unpack_from("<Qqq", stamps[k])[1] <= source_now + _COPY_ENDS_EARLIER
+    }
+    rest = [k for k in absent if k not in ending]
+    explained = presence.explained_at_source(source, rest, [stamps.get(k, presence.NO_STAMP) for k in rest])
+    return [k for k in rest if k not in explained], checked - len(ending) - len(explained)
+
+
 def check_stream_target(
     out: Path,
     source: Node,
@@ -254,10 +307,15 @@ def check_stream_target(
     workers: int,
     sample: int = 0,
     pool: Executor | None = None,
+    settle: float = 0.0,
 ) -> tuple[int, int, list[bytes], list[bytes]]:
     """Look up every listed, unexpired key the stream did not skip on purpose on its target node; a
-    key missing there counts only if the source still holds it (else it was gone before it could
-    be sent: a miss of the dump). Returns (checked, missing, examples, about `sample` keys present)."""
+    key missing there counts only if the source still holds it as the dump read it (its stamp: not
+    deleted, rewritten or touched shorter since — the application's doing, or the re-check deleting a
+    copy that had gone stale; presence.explained_at_source). Returns (checked, missing, examples,
+    about `sample` keys present). Live traffic goes on meanwhile: a key still unexplained is looked at
+    again on both sides after `settle` seconds (a client's write reaches the two replicas up to that
+    far apart: the lookups of one key may straddle it)."""
     lists = sorted((out / "keys").glob("*.keys"))
     records = int(summary.get("records", 0))
     check = functools.partial(
@@ -279,10 +337,20 @@ def check_stream_target(
             absent += gone
             present += some
     if absent:
-        with MetaConnection(source.connect_host, source.port) as src:
-            gone_at_source = set(src.missing(absent))
-        absent = [k for k in absent if k not in gone_at_source]
-        checked -= len(gone_at_source)
+        stamps = _stamps(out, absent)
+        absent, checked = _unexplained(source, absent, stamps, checked)
+    if absent and settle > 0:
+        time.sleep(settle)
+        nodes = resolve_nodes(targets)
+        ring = routing.ring(nodes)
+        per_node: dict[int, list[bytes]] = {}
+        for k in absent:
+            per_node.setdefault(ring.index_for(k) if ring else 0, []).append(k)
+        still: list[bytes] = []
+        for i, keys in per_node.items():
+            with MetaConnection(nodes[i].connect_host, nodes[i].port) as rd:
+                still += rd.missing(keys)
+        absent, checked = _unexplained(source, still, stamps, checked)
     return checked, len(absent), absent[:5], present
 
 
@@ -318,6 +386,7 @@ def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
         accept=cfg.accept,
         max_write_items_per_second=max(1, round(target_rate)) if target_rate else None,
         destination_timeout=cfg.destination_timeout,
+        settle_seconds=cfg.settle_seconds,
     )
 
 
@@ -352,7 +421,15 @@ def run_stream_warm(
     checked = missing = sampled = different = 0
     if cfg.check:
         checked, missing, examples, sample = check_stream_target(
-            out, cfg.source, cfg.targets, cfg.routing, s, cfg.workers, cfg.check_sample, pool
+            out,
+            cfg.source,
+            cfg.targets,
+            cfg.routing,
+            s,
+            cfg.workers,
+            cfg.check_sample,
+            pool,
+            cfg.settle_seconds,
         )
         sampled, different = compare_sample(cfg, sample, stream, problems)
         if missing:
@@ -379,13 +456,8 @@ def run_stream_warm(
         populate_s=round(elapsed, 3),
         total_s=round(total, 3),
         mb_per_s=round(int(s["bytes"]) / 1e6 / elapsed, 1) if elapsed else 0.0,
-        # The stream writes with text `add` and has no re-check (docs/stream.md): it does not claim that
-        # a delete, touch or increment during the warm is never undone.
-        populate={
-            **s,
-            "recheck": "off",
-            "recheck_off": "the stream mode has no re-check yet (docs/stream.md)",
-        },
+        # Add mode: the dumper's re-check (docs/stream.md) — its counts are in the summary.
+        populate=dict(s),
         problems=problems,
         stream=True,
         sample_compared=sampled,

@@ -440,7 +440,7 @@ def populate_config(
 
 def run_warm(cfg: WarmConfig, stream: IO[str] = sys.stderr, display: Display | None = None) -> WarmSummary:
     """Run the warm; progress goes to `display` (default: the one `stream` calls for)."""
-    recheck = cfg.mode == "add" and not cfg.stream and not cfg.accept.get("accept_no_recheck")
+    recheck = cfg.mode == "add" and not cfg.accept.get("accept_no_recheck")
     checked = preflight(cfg.source, cfg.targets, cfg.mode, recheck)
     if cfg.plan:
         writable_workdir(cfg)  # what the warm would refuse, the plan refuses alike (exit 2)
