@@ -1,8 +1,8 @@
 /* hashkit: where each memcached client puts a key, written once in C (docs/placement.md).
  *
- * One small file per hash function behind one table (hashkit.c), the distributions (continuum.c:
- * ketama rings and modula tables; rendezvous and furc in placement.c) and a placement built from a
- * text description (placement.c) that Python writes (cachewarm.placement) and both the populator's C
+ * One small file per hash function behind one table (hashkit.c), the distributions (ketama rings,
+ * modula tables, rendezvous and furc) and a placement built from a text description (placement.c,
+ * placement.h) that Python writes (cachewarm.placement) and both the populator's C
  * extension and the C++ dumper parse, so the two data paths cannot drift apart.
  *
  * Every function reads its key as the real client does — including twemproxy's and libmemcached's
