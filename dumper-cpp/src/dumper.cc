@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "manifest.h"
+#include "same_host.h"
 #include "worker.h"
 
 namespace cachewarm {
@@ -80,8 +81,11 @@ Status Dumper::Prepare() {
   CW_RETURN_IF_ERROR(checkpoint_.CreateDirs());
   CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
   CW_RETURN_IF_ERROR(GetStats(&control_, &stats_before_));
-  // Every expiry the dump carries is read on the source's clock: measured once, to a few ms.
-  CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_));
+  // Every expiry the dump carries is read on the source's clock: measured to a few ms, and on this
+  // host bounded for good by its ceiling (server_clock.h).
+  source_same_host_ = SameHostServer(control_, stats_before_, &source_ceiling_why_);
+  CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_, source_same_host_));
+  if (source_same_host_ && !source_clock_.has_ceiling()) source_ceiling_why_ = "its clock did not tick while watched";
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
   // The stream mode: the destinations' preflight, before anything is written to them.
@@ -100,7 +104,7 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
     w->set_clock_keeper(&source_clocks_);
   }
   source_clocks_.Set(source_clock_);
-  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval);
+  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval, source_same_host_);
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);
@@ -259,6 +263,9 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.source_clock_known = true;
   m.source_clock_ms = source_clock_.MillisAtLeast();
   m.source_clock_lo_ms = int64_t(std::floor(source_clock_.lo * 1000.0));
+  m.source_clock_hi_ms = int64_t(std::ceil(source_clock_.hi * 1000.0));
+  m.source_ceiling = source_clock_.has_ceiling();
+  m.source_ceiling_why = source_clock_.has_ceiling() ? "" : source_ceiling_why_;
   m.source_pid = stats_before_.pid;
   m.source_started = stats_before_.started();
   const GuardSummary& g = guard_.summary();

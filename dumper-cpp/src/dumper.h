@@ -71,6 +71,8 @@ class Dumper {
   ServerStats stats_before_;
   ServerClock source_clock_;  // the source's clock against this host's (Prepare)
   ClockKeeper source_clocks_;  // and as re-measured while the workers run
+  bool source_same_host_ = false;    // the source runs on this host: its clock's ceiling is known
+  std::string source_ceiling_why_;   // else why not (DONE's clock.ceiling_unknown)
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
   SourceGuard guard_;
   std::unique_ptr<Stream> stream_;  // the stream mode (--to); null: data files

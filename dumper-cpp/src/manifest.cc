@@ -85,8 +85,11 @@ std::string RenderManifest(const Manifest& m) {
   if (!m.protection_json.empty()) o += "  \"source_protection\": " + m.protection_json + ",\n";
   if (m.source_clock_known)
     o += "  \"clock\": {\"source_clock_ms\": " + std::to_string(m.source_clock_ms) + ", \"source_clock_lo_ms\": " +
-         std::to_string(m.source_clock_lo_ms) + ", \"source_pid\": " + std::to_string(m.source_pid) +
-         ", \"source_started\": " + std::to_string(m.source_started) + "},\n";
+         std::to_string(m.source_clock_lo_ms) + ", \"source_clock_hi_ms\": " + std::to_string(m.source_clock_hi_ms) +
+         ", \"ceiling\": " + (m.source_ceiling ? "true" : "false") +
+         (m.source_ceiling ? std::string() : ", \"ceiling_unknown\": " + JsonQuote(m.source_ceiling_why)) +
+         ", \"source_pid\": " + std::to_string(m.source_pid) + ", \"source_started\": " +
+         std::to_string(m.source_started) + "},\n";
   o += m.extra;
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";

@@ -61,13 +61,22 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
     skipped_++;
     return Status::OK();
   }
-  // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
-  // Between now_ + t and now_high_ + t the listing's own expiry, if it is there, is the exact one
-  // (the same item, its TTL unchanged since); else the earliest (never later).
+  // On the source's clock: the listing's expiry when it agrees with the `mg t` (set_listed), else
+  // the floor + t (never later); then moved onto the records' clock.
   int64_t exptime = kNeverExpires;
   if (r.ttl != -1) {
-    const bool listed = listed_ != kNeverExpires && listed_ >= now_ + r.ttl && listed_ <= now_high_ + r.ttl;
-    exptime = ClampExptime(listed ? listed_ : now_ + r.ttl);
+    int64_t end = floor_ + r.ttl;
+    if (listed_ != kNeverExpires) {
+      const int64_t at = listed_ - r.ttl;
+      if (at >= floor_ && at <= most_) {
+        end = listed_;
+        floor_ = at;
+        agreed_++;
+      } else if (at > most_) {
+        above_++;
+      }
+    }
+    exptime = ClampExptime(end - ahead_);
   }
   listed_ = kNeverExpires;
   *key_len = klen;

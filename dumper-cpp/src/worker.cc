@@ -108,7 +108,7 @@ Status Worker::OnValue(const MetaResponse& r, Slice* key) {
   const uint32_t begin = k ? b.raw_end[k - 1] : 0;
   *key = Slice(b.raw.data() + begin, b.raw_end[k] - begin);
   const int64_t listed = lines_[r.opaque].exptime;
-  stream_.set_listed(listed > 0 ? listed - source_clock_.WholeAhead() : kNeverExpires);
+  stream_.set_listed(listed > 0 ? listed : kNeverExpires);
   return Status::OK();
 }
 
@@ -152,8 +152,14 @@ Status Worker::OnBatchEnd(uint64_t hits, uint64_t skipped) {
   const uint64_t m = (b.end - b.start) - got + skipped;
   const uint64_t end = b.end;
   inflight_.pop_front();
+  // Listings that put the source's time past its measured bound and none that agreed: its clock
+  // went ahead since it was measured (a whole-second jump; without the ceiling nothing bounds that):
+  // measure it again now. (With the ceiling, only TTLs shortened since the listing do that.)
+  uint64_t agreed = 0, above = 0;
+  stream_.TakeWindowCounts(&agreed, &above);
+  if (clocks_ && !source_clock_.has_ceiling() && agreed == 0 && above >= 3) clocks_->Poke();
   // The next batch's values count from its own send (the rest of this receive may hold them).
-  if (!inflight_.empty()) SetNow(inflight_.front().built_at);
+  if (!inflight_.empty()) SetWindow(inflight_.front().built_at);
   file_misses_ += m;
   progress_->misses += m;
   // Cut a new part at this batch boundary once the file is big enough.
@@ -366,10 +372,8 @@ Status Worker::DoChunk(const ChunkTask& t) {
         return Status::IOError(ErrnoMessage("connection to " + conn_.peer() + " lost mid-dump (killed or restarted?)", errno));
       if (r > 0) {
         last_rx = std::chrono::steady_clock::now();
-        // An `mg t` counts from the source's time when it ran: never before the oldest batch in
-        // flight was built. From that time, never later (a tick in between: 1 s earlier), on this
-        // host's clock rounded down (ServerClock).
-        SetNow(inflight_.empty() ? WallNow() : inflight_.front().built_at);
+        // An `mg t` counts from the source's time when it ran (SetWindow).
+        SetWindow(inflight_.empty() ? WallNow() : inflight_.front().built_at);
         CW_RETURN_IF_ERROR(stream_.Commit(size_t(r), this));
       }
     }

@@ -89,19 +89,25 @@ class Worker : public RecordSink {
   BinaryGetter binary_;
   const ListingCas* listing_cas_ = nullptr;
   ServerClock source_clock_;
-  const ClockKeeper* clocks_ = nullptr;
+  ClockKeeper* clocks_ = nullptr;
   // Opens the next part with the source's clock as it is now (every record of a part uses one clock).
   Status OpenPart(uint64_t first_key_index) {
     if (clocks_) set_source_clock(clocks_->Get());
     return writer_->Open(chunk_, part_, first_key_index);
   }
-  // The source's time when the batch built at this host's wall time `built` ran there: at the
-  // earliest (the build) and the latest (now, at its receipt), moved onto this host's clock rounded
-  // down (ServerClock): what an `mg t` of that batch is added to (ResponseStream::set_now).
-  void SetNow(double built) {
-    const int64_t ahead = source_clock_.WholeAhead();
-    stream_.set_now(source_clock_.TimeAtMost(built) - ahead,
-                    int64_t(std::floor(WallNow() + source_clock_.hi)) - ahead);
+  // The source's time when the `mg`s received now ran there (ResponseStream::set_window): at least
+  // what the server last showed (its `stats time` when measured, or the time a value's listing gave),
+  // at most its clock's ceiling now (or, on another host, its measured upper bound); moved onto this
+  // host's clock rounded down (ServerClock::WholeAhead).
+  // `built`: when the batch in flight was sent (a look at the clock ended after it proves nothing
+  // about that batch).
+  void SetWindow(double built) {
+    int64_t seen = source_clock_.seen;
+    if (clocks_) {
+      const ServerClock now = clocks_->Get();
+      if (now.seen_at <= built) seen = std::max(seen, now.seen);
+    }
+    stream_.set_window(seen, source_clock_.TimeAtLeast(WallNow()), source_clock_.WholeAhead());
   }
 
  public:
@@ -112,10 +118,10 @@ class Worker : public RecordSink {
   // data files' headers say by how much.
   void set_source_clock(const ServerClock& c) {
     source_clock_ = c;
-    writer_->SetSourceClockMs(c.MillisAtLeast());
+    writer_->SetSourceClock(c.MillisAtLeast(), HeaderClockFlags(c));
   }
   // Where each part takes the source's clock from when it opens (re-measured while the dump runs).
-  void set_clock_keeper(const ClockKeeper* k) { clocks_ = k; }
+  void set_clock_keeper(ClockKeeper* k) { clocks_ = k; }
 
  private:
   std::string keys_, send_, raw_, b64_;

@@ -45,7 +45,7 @@ from cachewarm.datapath.populate.config import (
     PopulateSettingError,
     VolumeError,
 )
-from cachewarm.datapath.populate.destinations import DestinationProbe
+from cachewarm.datapath.populate.destinations import CLOCK_REMEASURE_S, DestinationProbe
 from cachewarm.datapath.populate.report import (
     OversizeReport,
     PopulateSummary,
@@ -84,8 +84,10 @@ class Populator:
     # (address, server identity) -> its clock offset when first seen (_check_clocks).
     _clock_base: dict[tuple[str, tuple[int, int] | None], int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
-    # The source memcached's clock from this host (config.source, when reached): hostclock.check.
+    # The source memcached's clock from this host (config.source, when reached): hostclock.check and
+    # hostclock.shortening; looked at again every CLOCK_REMEASURE_S (when, on the monotonic clock).
     _source_clock: hostclock.SourceClock | None = field(init=False, default=None)
+    _source_measured: float = field(init=False, default=0.0)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
     _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
@@ -187,12 +189,24 @@ class Populator:
         parts = [f"{a} {lo:+.3f} s" for (a, _), lo in self._destinations.clock_items()]
         s = self._source_clock
         if s is not None:
-            parts.append(f"source {s.address} {s.clock.lo:+.3f} s")
+            parts.append(f"source {s.address} {s.clock.lo:+.3f} .. {s.clock.hi:+.3f} s")
         elif self.config.source is not None:
             parts.append(
                 f"source {self.config.source.address} not reached: the hosts' clocks are assumed to agree"
             )
         return "clocks against this host's: " + ", ".join(parts)
+
+    def _measure_source(self) -> None:
+        """The source's clock from this host, again once CLOCK_REMEASURE_S have passed: its timer may
+        have slipped or jumped since (files dumped before a jump are shortened by it)."""
+        source = self.config.source
+        if source is None:
+            return
+        now = time.monotonic()
+        if self._source_measured and now - self._source_measured < CLOCK_REMEASURE_S:
+            return
+        self._source_measured = now
+        self._source_clock = hostclock.measure_source(source, self._source_clock)
 
     def _probe_destinations(self) -> None:
         """Look at each destination (with backoff): did one restart, does each still evict, did one
@@ -290,7 +304,7 @@ class Populator:
             self.nodes, c.destination_timeout, self.state.evictions_base, on_wait=self._waiting
         )
         self._probe_destinations()
-        self._source_clock = hostclock.measure_source(c.source) if c.source is not None else None
+        self._measure_source()
         self._save(force=True)
         params = replace(c.worker_params(), nodes=tuple(self.nodes))
         bad_since: dict[str, float] = {}
@@ -332,6 +346,7 @@ class Populator:
                     )
                     if self._reprobe or now - self._last_check >= c.destination_check_interval:
                         self._probe_destinations()
+                    self._measure_source()
                     # Bounded queue so files are applied roughly in publish order.
                     room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
                     # Journaled with one fsync for all the files handed out this round.
