@@ -102,6 +102,7 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
     w->set_listing_cas(&listing_cas_);
     w->set_source_clock(source_clock_);
     w->set_clock_keeper(&source_clocks_);
+    w->set_crawling(&crawling_);
   }
   source_clocks_.Set(source_clock_);
   source_clocks_.Start(o_.host, o_.port, kSourceClockInterval, source_same_host_);
@@ -138,12 +139,16 @@ Status Dumper::CrawlPhase(double* crawl_s) {
   const auto tc = std::chrono::steady_clock::now();
   crawl_.set_expected_keys(uint64_t(std::max<int64_t>(0, stats_before_.curr_items)));
   crawl_.ResetStats();
+  crawling_ = true;
+  Status s;
   if (checkpoint_.KeyChunks().empty()) {
-    CW_RETURN_IF_ERROR(crawl_.First());
+    s = crawl_.First();
   } else {
     uint64_t n = 0;  // the first crawl was interrupted: list only what is not listed yet
-    CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
+    s = crawl_.Filtered(&n);
   }
+  crawling_ = false;
+  CW_RETURN_IF_ERROR(s);
   *crawl_s = Since(tc);
   crawl_chunks_ = checkpoint_.next_chunk();
   return checkpoint_.WriteCrawled(crawl_chunks_, progress_.keys_listed.load(), crawl_.by_hash(), *crawl_s,
@@ -177,7 +182,10 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
   while (!converged && (passes < kMaxReconcilePasses || extra_pass)) {
     extra_pass = false;
     n = 0;
-    CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
+    crawling_ = true;
+    Status s = crawl_.Filtered(&n);
+    crawling_ = false;
+    CW_RETURN_IF_ERROR(s);
     CW_RETURN_IF_ERROR(queue_.WaitDrained());
     CW_RETURN_IF_ERROR(SourceStats(&now));
     passes++;

@@ -62,9 +62,9 @@ std::string RenderManifest(const Manifest& m) {
        std::to_string(m.skipped_min_ttl) + ", \"undumped\": " + std::to_string(m.undumped) +
        ", \"undumped_report\": " + StringOrNull(m.undumped_report) +
        ", \"binary_protocol_records\": " + std::to_string(m.binary_records) +
-       // Each binary-protocol record's TTL is the listing's: a touch/gat between listing and fetch
-       // leaves its CAS alone and cannot be seen (worker.cc FetchBinary). Named so it is counted.
-       ", \"ttl_from_listing\": " + std::to_string(m.binary_records) +
+       // No record's TTL is the first listing's any more: a binary-protocol record's is read again
+       // after its fetch (reread.h), a touch/gat in between included. Kept for readers that look.
+       ", \"ttl_from_listing\": 0, \"ttl_reread\": " + std::to_string(m.binary_records) +
        ", \"duplicates_dropped\": " + std::to_string(m.duplicates) +
        ", \"reconcile_passes\": " + std::to_string(m.reconcile_passes) +
        ", \"reconcile_converged\": " + (m.reconcile_converged ? "true" : "false") +

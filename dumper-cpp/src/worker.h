@@ -5,9 +5,12 @@
 // (never from memcached's echo, which is raw for items stored through the binary protocol), and a
 // batch's misses are known by key and explained: expired (the listing's exp has passed) or gone. Keys no meta
 // command can name (187 bytes or more, no base64 form, and a space, '\n' or NUL: codec.h IsTextKey)
-// are fetched with the binary protocol (binary_get.h) at
-// the batch's end; a key that cannot be fetched at all is named in keys/UNDUMPED, never an abort.
+// are fetched with the binary protocol (binary_get.h) at the batch's end, their values kept in a
+// scratch file until the part ends, when their TTL is read again (reread.h) and they are written; a
+// key that cannot be fetched at all, or whose TTL cannot be read, is named in keys/UNDUMPED, never an
+// abort.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -40,6 +43,9 @@ class Worker : public RecordSink {
   // stream mode) records go to the destinations instead of data files.
   Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
          Progress* progress, Stream* stream = nullptr);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 
   // Dumps chunks from the queue until it is closed and empty; the first error fails the queue.
   void Run();
@@ -73,7 +79,13 @@ class Worker : public RecordSink {
   // opaque), or queues it for the binary protocol; keeps the raw key for the record.
   Status AppendGet(uint64_t i, Batch* b);
   Status FetchBinary(const Batch& b);
+  // The part's keys FetchBinary fetched: their TTL read again, then written (or named, or gone).
+  Status Reread();
+  Status Stash(const Slice& piece);
+  Status WriteDeferred(uint64_t i, uint32_t flags, uint32_t value_len, uint64_t at, int64_t exptime);
   void Undumped(uint64_t i, const std::string& why);
+  // Names key i in keys/UNDUMPED (and stderr) and counts it; Undumped also marks it in the batch.
+  void NameUndumped(uint64_t i, const std::string& why);
   Status FinishPart(uint64_t end);
 
   const Options& o_;
@@ -122,6 +134,8 @@ class Worker : public RecordSink {
   }
   // Where each part takes the source's clock from when it opens (re-measured while the dump runs).
   void set_clock_keeper(ClockKeeper* k) { clocks_ = k; }
+  // True while the dump's own crawl holds the source's crawler (a re-read waits for it to end).
+  void set_crawling(const std::atomic<bool>* c) { crawling_ = c; }
 
  private:
   std::string keys_, send_, raw_, b64_;
@@ -133,6 +147,17 @@ class Worker : public RecordSink {
   uint64_t batch_bytes_ = 0;
   uint64_t chunk_ = 0, nkeys_ = 0, file_misses_ = 0;
   uint32_t part_ = 0;
+  // FetchBinary's keys waiting for Reread: which key, its flags, value length, the CAS it was fetched
+  // with, and where its value is in the scratch file (stash_fd_, unlinked; in --spill-dir).
+  struct Deferred {
+    uint64_t index;
+    uint32_t flags, value_len;
+    uint64_t cas, at;
+  };
+  std::vector<Deferred> deferred_;
+  int stash_fd_ = -1;
+  uint64_t stash_bytes_ = 0;
+  const std::atomic<bool>* crawling_ = nullptr;
   PartStats part_stats_;       // the open part's explained misses
   std::string undumped_lines_;  // the open part's keys/UNDUMPED lines
 };
