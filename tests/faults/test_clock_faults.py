@@ -92,10 +92,17 @@ def _interrupted_warm(cmd: list[str], work: Path, warm_mode: str, t: Tally, tria
 
 
 def _judge(
-    t: Tally, trial: int, src: MemcachedServer, dst: MemcachedServer, keys: list[bytes], clocks: ClockWatch
+    t: Tally,
+    trial: int,
+    src: MemcachedServer,
+    dst: MemcachedServer,
+    keys: list[bytes],
+    clocks: ClockWatch,
+    before: list[float],
 ) -> None:
     """Every copy ends never after its source (READ_SLACK: the tests' reading), on both servers'
-    clocks as they stand now; at most the slack ClockWatch allows before it. Notes the moves."""
+    clocks as they stand now; at most the slack ClockWatch allows before it. How much before its
+    source each copy ends goes into `before`."""
     slack = clocks.slack(src, dst)
     src_end = expiries(src, keys, clocks.ahead(src))
     dst_end = expiries(dst, keys, clocks.ahead(dst))
@@ -113,6 +120,7 @@ def _judge(
                 t.corrupt += 1
                 t.note(f"trial {trial}: {k!r} never expires on one side only ({s}, {d})")
             continue
+        before.append(s - d)
         if d > s + READ_SLACK:
             t.corrupt += 1
             if t.corrupt < 4:
@@ -133,6 +141,7 @@ def test_skewed_clocks_no_copy_ends_after_its_source(
         f"clocks ±600 s (source, destination) → no copy ends after its source ({warm_mode}, "
         f"{'killed and --resumed' if resume else 'one go'})"
     )
+    early: list[float] = []
     for trial in range(trials()):
         role, shift = SKEWS[trial % len(SKEWS)]
         skewed = {"launcher": faketime(f"{shift:+d}s")}
@@ -159,11 +168,20 @@ def test_skewed_clocks_no_copy_ends_after_its_source(
                 why = r.stderr.strip()[-300:]
                 t.note(f"trial {trial} ({role} {shift:+d} s): warm exited {r.returncode}: {why}")
                 continue
-            _judge(t, trial, src, dst, [it.key for it in items], clocks)
+            _judge(t, trial, src, dst, [it.key for it in items], clocks, early)
         finally:
             src.stop()
             dst.stop()
+    _print_early(early)
     t.check()
+
+
+def _print_early(early: list[float]) -> None:
+    """How much before its source a copy ended, over every copy of every trial (seconds)."""
+    if early:
+        early.sort()
+        span = f"{early[0]:+.3f} .. {early[-1]:+.3f} s"
+        print(f"  copies end {span} before their source (median {early[len(early) // 2]:.3f} s)")
 
 
 def _stall_to(srv: MemcachedServer, phase: float) -> None:
@@ -188,6 +206,7 @@ def test_a_source_clock_jump_mid_warm_never_makes_a_copy_late(
 ) -> None:
     t = tally(f"the source's clock jumps 0.8 s ahead ({when}) → no copy ends after its source ({warm_mode})")
     moved: list[float] = []
+    early: list[float] = []
     for trial in range(trials()):
         src: MemcachedServer = memcached(memory_mb=64)
         dst: MemcachedServer = memcached(memory_mb=64)
@@ -214,7 +233,7 @@ def test_a_source_clock_jump_mid_warm_never_makes_a_copy_late(
             t.lost += len(items)
             t.note(f"trial {trial}: warm exited {r.returncode}: {r.stderr.strip()[-300:]}")
             continue
-        _judge(t, trial, src, dst, [it.key for it in items], clocks)
+        _judge(t, trial, src, dst, [it.key for it in items], clocks, early)
         moved.append(clocks.ahead(src) - before)
     if moved:
         jumped = sum(1 for m in moved if m > 0.5)
@@ -222,6 +241,7 @@ def test_a_source_clock_jump_mid_warm_never_makes_a_copy_late(
         print(f"  the source's clock moved {span} ({jumped} of {len(moved)} more than +0.5 s)")
         if jumped < len(moved):
             t.note(f"the source's clock jumped in {jumped} of {len(moved)} trials only: {moved}")
+    _print_early(early)
     t.check()
 
 
