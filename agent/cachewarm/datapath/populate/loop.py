@@ -26,7 +26,14 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, BrokenExecutor, Future, wait
+from concurrent.futures import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    BrokenExecutor,
+    Future,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
@@ -85,9 +92,12 @@ class Populator:
     _clock_base: dict[tuple[str, tuple[int, int] | None], int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
     # The source memcached's clock from this host (config.source, when reached): hostclock.check and
-    # hostclock.shortening; looked at again every CLOCK_REMEASURE_S (when, on the monotonic clock).
+    # hostclock.shortening; looked at again every CLOCK_REMEASURE_S (when, on the monotonic clock), on
+    # a thread of its own (a look waits up to a second for a tick: the loop goes on meanwhile).
     _source_clock: hostclock.SourceClock | None = field(init=False, default=None)
     _source_measured: float = field(init=False, default=0.0)
+    _source_look: Future[hostclock.SourceClock | None] | None = field(init=False, default=None)
+    _looks: ThreadPoolExecutor | None = field(init=False, default=None)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
     _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
@@ -197,16 +207,26 @@ class Populator:
         return "clocks against this host's: " + ", ".join(parts)
 
     def _measure_source(self) -> None:
-        """The source's clock from this host, again once CLOCK_REMEASURE_S have passed: its timer may
-        have slipped or jumped since (files dumped before a jump are shortened by it)."""
+        """The source's clock from this host: at once at the start, then again, in the background,
+        once CLOCK_REMEASURE_S have passed (its timer may have slipped or jumped since: files dumped
+        before a jump are shortened by it). A look's result is taken when it is done."""
         source = self.config.source
         if source is None:
             return
+        if self._source_look is not None:
+            if not self._source_look.done():
+                return
+            self._source_clock = self._source_look.result()
+            self._source_look = None
         now = time.monotonic()
-        if self._source_measured and now - self._source_measured < CLOCK_REMEASURE_S:
-            return
-        self._source_measured = now
-        self._source_clock = hostclock.measure_source(source, self._source_clock)
+        if not self._source_measured:
+            self._source_measured = now
+            self._source_clock = hostclock.measure_source(source)
+        elif now - self._source_measured >= CLOCK_REMEASURE_S:
+            self._source_measured = now
+            if self._looks is None:
+                self._looks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-clock")
+            self._source_look = self._looks.submit(hostclock.measure_source, source, self._source_clock)
 
     def _probe_destinations(self) -> None:
         """Look at each destination (with backoff): did one restart, does each still evict, did one
@@ -272,6 +292,13 @@ class Populator:
         return names, done
 
     def run(self) -> PopulateSummary:
+        try:
+            return self._run()
+        finally:
+            if self._looks is not None:
+                self._looks.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> PopulateSummary:
         c = self.config
         if not c.destinations:
             raise PopulateError("no destination given")
