@@ -241,12 +241,13 @@ TEST(WatchClock, ANeverTickingServerKeepsTheOneReadingBoundAndNoCeiling) {
 }
 
 TEST(WatchClock, TheCeilingBoundsTheClockWhateverItsTimerDoesLater) {
-  // Timers that slip 1-3 ms a second (the whole-second jump when the slip passes a second) and
-  // stalls of up to 2 s after the measurement: the server's time never passes the ceiling.
+  // Timers that slip 1-5 ms a second (the whole-second jump when the slip passes a second: most of
+  // these models make it within the 400 s) and stalls of up to 2 s after the measurement: the
+  // server's time never passes the ceiling.
   std::mt19937_64 rng(34);
   std::uniform_real_distribution<double> u(0, 1);
-  for (int i = 0; i < 40; ++i) {
-    MemcachedModel m{-1795000000.0 + u(rng), 1795000000 + int64_t(u(rng) * 100), 3.0 + u(rng), 1.001 + 0.002 * u(rng)};
+  for (int i = 0; i < 24; ++i) {
+    MemcachedModel m{-1795000000.0 + u(rng), 1795000000 + int64_t(u(rng) * 100), 3.0 + u(rng), 1.001 + 0.004 * u(rng)};
     const double w0 = 1795000050.0 + u(rng);
     ModelSource s{&m, w0};
     ServerClock c;
@@ -255,7 +256,7 @@ TEST(WatchClock, TheCeilingBoundsTheClockWhateverItsTimerDoesLater) {
     EXPECT_LE(c.lo, c.ceiling) << i;
     m.stall_from = s.t + m.o + 5 * u(rng);
     m.stall_to = m.stall_from + 2 * u(rng);
-    for (double w = s.t; w < s.t + 1500; w += 0.0137 + 0.3 * u(rng))
+    for (double w = s.t; w < s.t + 400; w += 0.0137 + 0.3 * u(rng))
       ASSERT_LE(m.Time(w), c.TimeAtLeast(w)) << i << " at " << w - s.t;
   }
 }
