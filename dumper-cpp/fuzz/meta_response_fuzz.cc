@@ -63,8 +63,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // reply and the expiry on the source's clock) instead of version 1's.
   ResponseStream stream(kBuffer, (mode & 0x80) ? 60 : 0,
                         (mode & 0x40) ? cachewarm::kFormatVersion3 : cachewarm::kFormatVersion);
-  stream.set_now(1800000000);
-  stream.set_source_now(1800000002);
+  stream.set_window(1800000002, 1800000002, 2);  // the source's clock 2 s ahead
   TouchingSink sink;
   size_t off = 0;
   uint32_t rng = mode * 2654435761u + 1;

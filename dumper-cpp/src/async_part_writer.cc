@@ -110,9 +110,9 @@ void AsyncPartWriter::WhenDurable(std::function<void()> fn) {
   if (!Push(std::move(op)).ok()) return;  // failed: the dump is aborted (on_error ran)
 }
 
-void AsyncPartWriter::SetSourceClockMs(int64_t ms) {
+void AsyncPartWriter::SetSourceClock(int64_t ms, uint16_t flags) {
   PartWriter* inner = inner_.get();
-  WhenDurable([inner, ms] { inner->SetSourceClockMs(ms); });
+  WhenDurable([inner, ms, flags] { inner->SetSourceClock(ms, flags); });
 }
 
 void AsyncPartWriter::Abandon() {

@@ -47,7 +47,7 @@ class AsyncPartWriter : public PartWriter {
   void WhenDurable(std::function<void()> fn) override;
   // Queued like the rest (the inner writer is the writer thread's): it applies to the parts opened
   // after it, as it would without the thread.
-  void SetSourceClockMs(int64_t ms) override;
+  void SetSourceClock(int64_t ms, uint16_t flags) override;
   // Waits until everything queued is done, then drops the open part (if any).
   void Abandon() override;
   uint64_t file_bytes() const override { return bytes_; }

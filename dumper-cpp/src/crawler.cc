@@ -43,19 +43,25 @@ bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v
 }
 }  // namespace
 
-void ListingCas::Put(const Slice& url_key, uint64_t cas) {
+void ListingCas::Put(const Slice& url_key, uint64_t cas, int64_t cls) {
   std::lock_guard<std::mutex> l(mu_);
-  m_.emplace(url_key.ToString(), cas);
+  m_.emplace(url_key.ToString(), std::make_pair(cas, cls));
 }
 
 uint64_t ListingCas::Get(const Slice& url_key) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = m_.find(url_key.ToString());
-  return it == m_.end() ? 0 : it->second;
+  return it == m_.end() ? 0 : it->second.first;
+}
+
+int64_t ListingCas::Class(const Slice& url_key) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = m_.find(url_key.ToString());
+  return it == m_.end() ? -1 : it->second.second;
 }
 
 bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la, bool* fetched,
-                       uint64_t* cas) {
+                       uint64_t* cas, int64_t* cls) {
   if (n < 5 || std::memcmp(p, "key=", 4) != 0) return false;
   size_t e = 4;
   while (e < n && p[e] != ' ') e++;
@@ -88,6 +94,7 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
     *cas = FieldInt(p, n, e, " cas=", &c) && c > 0 ? uint64_t(c) : 0;
   }
   if (fetched != nullptr) *fetched = FindField(p, n, e, " fetch=yes", 10) < n;
+  if (cls != nullptr && !FieldInt(p, n, e, " cls=", cls)) *cls = -1;
   return true;
 }
 
@@ -99,11 +106,12 @@ Status CrawlReader::Line(const char* p, size_t n) {
     int64_t exp, la;
     bool fetched;
     uint64_t cas = 0;
-    if (!ParseMetadumpLine(p, n, &key, &exp, &la, &fetched, cas_ ? &cas : nullptr))
+    int64_t cls = -1;
+    if (!ParseMetadumpLine(p, n, &key, &exp, &la, &fetched, cas_ ? &cas : nullptr, cas_ ? &cls : nullptr))
       return Status::Protocol("malformed metadump line");
     keys_++;
     // Only a URL-encoded key over 186 characters can be a binary key of 187..250 bytes.
-    if (cas_ && key.size() > 186 && std::memchr(key.data(), '%', key.size())) cas_->Put(key, cas);
+    if (cas_ && key.size() > 186 && std::memchr(key.data(), '%', key.size())) cas_->Put(key, cas, cls);
     return fn_(key, exp, la, fetched);
   }
   if (n > 0 && p[n - 1] == '\r') n--;

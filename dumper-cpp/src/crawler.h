@@ -16,20 +16,23 @@
 
 namespace cachewarm {
 
-// The listing's cas of every key that may need the binary protocol (a URL-encoded key longer than
-// 186 characters: only a binary key of 187..250 bytes does). Such a key's TTL can come only from the
-// listing (GETK returns none); the fetch's CAS equal to the listing's says the item is still the one
-// listed, another says it was rewritten in between (its TTL unknown: not copied, named). The first
-// listing of a key wins (its exp is the one kept). Thread-safe: the crawl puts, the workers get.
+// The listing's cas and slab class of every key that may need the binary protocol (a URL-encoded key
+// longer than 186 characters: only a binary key of 187..250 bytes does). Such a key's TTL cannot be
+// read with its value (GETK returns none): the fetch's CAS equal to the listing's says the item is
+// still the one listed, another says it was rewritten in between (not copied, named); its TTL is read
+// again by listing its class after the fetch (reread.h). The first listing of a key wins.
+// Thread-safe: the crawl puts, the workers get.
 class ListingCas {
  public:
-  void Put(const Slice& url_key, uint64_t cas);
+  void Put(const Slice& url_key, uint64_t cas, int64_t cls = -1);
   // 0 when the key was not listed by this run (a resumed dump's earlier crawl).
   uint64_t Get(const Slice& url_key) const;
+  // Its slab class (`cls=`); -1 when not known.
+  int64_t Class(const Slice& url_key) const;
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::string, uint64_t> m_;
+  std::unordered_map<std::string, std::pair<uint64_t, int64_t>> m_;
 };
 
 class CrawlReader {
@@ -74,8 +77,8 @@ class CrawlReader {
 
 // Parses one metadump line (without its "\n"); exposed for tests.
 // `la`, if given, receives the line's la= (-1 if absent), `fetched` whether it says fetch=yes.
-// `cas`, if given, receives its cas= (0 if absent).
+// `cas`, if given, receives its cas= (0 if absent); `cls` its cls= (-1 if absent).
 bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime, int64_t* la = nullptr,
-                       bool* fetched = nullptr, uint64_t* cas = nullptr);
+                       bool* fetched = nullptr, uint64_t* cas = nullptr, int64_t* cls = nullptr);
 
 }  // namespace cachewarm

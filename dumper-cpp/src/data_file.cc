@@ -114,7 +114,7 @@ Status DataFileWriter::Open(uint64_t chunk, uint32_t part, uint64_t first_key_in
   EncodeFixed64(&h[32], first_key_index);
   EncodeFixed16(&h[40], uint16_t(node_.size()));
   if (clock_known_) {
-    EncodeFixed16(&h[42], kHeaderClockKnown);
+    EncodeFixed16(&h[42], clock_flags_);
     EncodeFixed32(&h[44], uint32_t(source_clock_ms_));
   }
   std::memcpy(&h[kHeaderFixed], node_.data(), node_.size());

@@ -62,12 +62,14 @@ class DataFileWriter {
   DataFileWriter& operator=(const DataFileWriter&) = delete;
 
   Status Open(uint64_t chunk, uint32_t part, uint64_t first_key_index);
-  // The source's clock minus this host's, ms rounded up (ServerClock::MillisAtLeast), for the
-  // header of every file opened after this (section 2.1: the records' expiries are the source's on
-  // this host's clock, rounded down by the fraction it implies). Not set: the header says nothing.
-  void set_source_clock_ms(int64_t ms) {
+  // The source's clock minus this host's, ms rounded up (ServerClock::MillisAtLeast), and the rest
+  // of the header's clock_flags (HeaderClockFlags: ceiling, spread), for the header of every file
+  // opened after this (section 2.1: the records' expiries are the source's on this host's clock,
+  // rounded down by the fraction it implies). Not set: the header says nothing.
+  void set_source_clock(int64_t ms, uint16_t flags = 0) {
     clock_known_ = ms >= INT32_MIN && ms <= INT32_MAX;
     source_clock_ms_ = clock_known_ ? int32_t(ms) : 0;
+    clock_flags_ = clock_known_ ? uint16_t(flags | kHeaderClockKnown) : 0;
   }
   bool is_open() const { return file_ != nullptr; }
   // Raw record bytes (headers, keys, values, possibly pieces of one record); `records` is the
@@ -104,6 +106,7 @@ class DataFileWriter {
   uint16_t version_;
   bool clock_known_ = false;
   int32_t source_clock_ms_ = 0;
+  uint16_t clock_flags_ = 0;
 };
 
 struct DataRecord {

@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "manifest.h"
+#include "same_host.h"
 #include "worker.h"
 
 namespace cachewarm {
@@ -80,8 +81,11 @@ Status Dumper::Prepare() {
   CW_RETURN_IF_ERROR(checkpoint_.CreateDirs());
   CW_RETURN_IF_ERROR(control_.Connect(o_.host, o_.port, kConnectTimeoutMs));
   CW_RETURN_IF_ERROR(GetStats(&control_, &stats_before_));
-  // Every expiry the dump carries is read on the source's clock: measured once, to a few ms.
-  CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_));
+  // Every expiry the dump carries is read on the source's clock: measured to a few ms, and on this
+  // host bounded for good by its ceiling (server_clock.h).
+  source_same_host_ = SameHostServer(control_, stats_before_, &source_ceiling_why_);
+  CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_, source_same_host_));
+  if (source_same_host_ && !source_clock_.has_ceiling()) source_ceiling_why_ = "its clock did not tick while watched";
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
   // The stream mode: the destinations' preflight, before anything is written to them.
@@ -98,9 +102,10 @@ Status Dumper::DumpWithWorkers(const std::vector<ChunkTask>& todo, double* crawl
     w->set_listing_cas(&listing_cas_);
     w->set_source_clock(source_clock_);
     w->set_clock_keeper(&source_clocks_);
+    w->set_crawling(&crawling_);
   }
   source_clocks_.Set(source_clock_);
-  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval);
+  source_clocks_.Start(o_.host, o_.port, kSourceClockInterval, source_same_host_);
   for (int i = 0; i < o_.threads; i++) threads.emplace_back([w = workers[size_t(i)].get()] { w->Run(); });
   reporter_.Start(o_.progress_interval_s);
   if (stream_) stream_->StartMonitor(&queue_);
@@ -134,12 +139,16 @@ Status Dumper::CrawlPhase(double* crawl_s) {
   const auto tc = std::chrono::steady_clock::now();
   crawl_.set_expected_keys(uint64_t(std::max<int64_t>(0, stats_before_.curr_items)));
   crawl_.ResetStats();
+  crawling_ = true;
+  Status s;
   if (checkpoint_.KeyChunks().empty()) {
-    CW_RETURN_IF_ERROR(crawl_.First());
+    s = crawl_.First();
   } else {
     uint64_t n = 0;  // the first crawl was interrupted: list only what is not listed yet
-    CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
+    s = crawl_.Filtered(&n);
   }
+  crawling_ = false;
+  CW_RETURN_IF_ERROR(s);
   *crawl_s = Since(tc);
   crawl_chunks_ = checkpoint_.next_chunk();
   return checkpoint_.WriteCrawled(crawl_chunks_, progress_.keys_listed.load(), crawl_.by_hash(), *crawl_s,
@@ -173,7 +182,10 @@ Status Dumper::ReconcilePhase(double* reconcile_s) {
   while (!converged && (passes < kMaxReconcilePasses || extra_pass)) {
     extra_pass = false;
     n = 0;
-    CW_RETURN_IF_ERROR(crawl_.Filtered(&n));
+    crawling_ = true;
+    Status s = crawl_.Filtered(&n);
+    crawling_ = false;
+    CW_RETURN_IF_ERROR(s);
     CW_RETURN_IF_ERROR(queue_.WaitDrained());
     CW_RETURN_IF_ERROR(SourceStats(&now));
     passes++;
@@ -259,6 +271,9 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.source_clock_known = true;
   m.source_clock_ms = source_clock_.MillisAtLeast();
   m.source_clock_lo_ms = int64_t(std::floor(source_clock_.lo * 1000.0));
+  m.source_clock_hi_ms = int64_t(std::ceil(source_clock_.hi * 1000.0));
+  m.source_ceiling = source_clock_.has_ceiling();
+  m.source_ceiling_why = source_clock_.has_ceiling() ? "" : source_ceiling_why_;
   m.source_pid = stats_before_.pid;
   m.source_started = stats_before_.started();
   const GuardSummary& g = guard_.summary();

@@ -7,6 +7,7 @@
 //   checkpoint.h  keys/META, keys/CRAWLED, keys/RECONCILED, the published files (resume, manifest)
 //   progress.h    the progress counters and their JSON lines
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,10 @@ class Dumper {
   ServerStats stats_before_;
   ServerClock source_clock_;  // the source's clock against this host's (Prepare)
   ClockKeeper source_clocks_;  // and as re-measured while the workers run
+  // True while one of the dump's crawls holds the source's crawler (a worker's re-read waits).
+  std::atomic<bool> crawling_{false};
+  bool source_same_host_ = false;    // the source runs on this host: its clock's ceiling is known
+  std::string source_ceiling_why_;   // else why not (DONE's clock.ceiling_unknown)
   uint64_t crawl_chunks_ = 0;  // chunks [0, crawl_chunks_) came from the first crawl
   SourceGuard guard_;
   std::unique_ptr<Stream> stream_;  // the stream mode (--to); null: data files

@@ -29,6 +29,12 @@ constexpr size_t kHeaderFixed = 48;
 // source's expiry on the dumper host's clock rounded DOWN, by ceil(ms / 1000) - ms / 1000 seconds
 // (section 2.1). Clear (files of an older dumper): an exptime may be up to 1 s late.
 constexpr uint16_t kHeaderClockKnown = 1;
+// Bit 1: source_clock_ms is the ceiling of the source's clock (server_clock.h: it can never be ahead
+// of it), not only its measured upper bound. Bits 2..15: the measurement's spread (its upper minus its
+// lower bound), ms rounded up, at most kHeaderClockSpreadMax; 0 in files of an older dumper (not known).
+constexpr uint16_t kHeaderClockCeiling = 2;
+constexpr int kHeaderClockSpreadShift = 2;
+constexpr int64_t kHeaderClockSpreadMax = 16383;
 constexpr size_t kTrailerSize = 40;
 constexpr size_t kRecordHeaderSize = 20;
 constexpr size_t kMaxKeyLen = 250;

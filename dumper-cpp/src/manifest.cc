@@ -62,9 +62,9 @@ std::string RenderManifest(const Manifest& m) {
        std::to_string(m.skipped_min_ttl) + ", \"undumped\": " + std::to_string(m.undumped) +
        ", \"undumped_report\": " + StringOrNull(m.undumped_report) +
        ", \"binary_protocol_records\": " + std::to_string(m.binary_records) +
-       // Each binary-protocol record's TTL is the listing's: a touch/gat between listing and fetch
-       // leaves its CAS alone and cannot be seen (worker.cc FetchBinary). Named so it is counted.
-       ", \"ttl_from_listing\": " + std::to_string(m.binary_records) +
+       // No record's TTL is the first listing's any more: a binary-protocol record's is read again
+       // after its fetch (reread.h), a touch/gat in between included. Kept for readers that look.
+       ", \"ttl_from_listing\": 0, \"ttl_reread\": " + std::to_string(m.binary_records) +
        ", \"duplicates_dropped\": " + std::to_string(m.duplicates) +
        ", \"reconcile_passes\": " + std::to_string(m.reconcile_passes) +
        ", \"reconcile_converged\": " + (m.reconcile_converged ? "true" : "false") +
@@ -85,8 +85,11 @@ std::string RenderManifest(const Manifest& m) {
   if (!m.protection_json.empty()) o += "  \"source_protection\": " + m.protection_json + ",\n";
   if (m.source_clock_known)
     o += "  \"clock\": {\"source_clock_ms\": " + std::to_string(m.source_clock_ms) + ", \"source_clock_lo_ms\": " +
-         std::to_string(m.source_clock_lo_ms) + ", \"source_pid\": " + std::to_string(m.source_pid) +
-         ", \"source_started\": " + std::to_string(m.source_started) + "},\n";
+         std::to_string(m.source_clock_lo_ms) + ", \"source_clock_hi_ms\": " + std::to_string(m.source_clock_hi_ms) +
+         ", \"ceiling\": " + (m.source_ceiling ? "true" : "false") +
+         (m.source_ceiling ? std::string() : ", \"ceiling_unknown\": " + JsonQuote(m.source_ceiling_why)) +
+         ", \"source_pid\": " + std::to_string(m.source_pid) + ", \"source_started\": " +
+         std::to_string(m.source_started) + "},\n";
   o += m.extra;
   o += "  \"timings\": {\"crawl_s\": " + JsonDouble(m.crawl_s) + ", \"reconcile_s\": " + JsonDouble(m.reconcile_s) +
        ", \"total_s\": " + JsonDouble(m.total_s) + "}\n}\n";

@@ -57,6 +57,11 @@ struct Manifest {
   // section 5). source_clock_known = false: not rendered.
   bool source_clock_known = false;
   int64_t source_clock_ms = 0, source_clock_lo_ms = 0, source_pid = 0, source_started = 0;
+  // The measured upper bound (source_clock_ms is the ceiling when source_ceiling), and why the
+  // ceiling is not known when it is not.
+  int64_t source_clock_hi_ms = 0;
+  bool source_ceiling = false;
+  std::string source_ceiling_why;
 
   // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".
   std::string format = "cachewarm-dump";

@@ -43,8 +43,9 @@ class PartWriter {
   virtual void WhenDurable(std::function<void()> fn) { fn(); }
   // Drops the open part (error paths; at a worker's end, after what is queued is done).
   virtual void Abandon() = 0;
-  // The source's clock against this host's, ms (DataFileWriter::set_source_clock_ms); files only.
-  virtual void SetSourceClockMs(int64_t /*ms*/) {}
+  // The source's clock against this host's, ms, and the header's clock_flags
+  // (DataFileWriter::set_source_clock); files only.
+  virtual void SetSourceClock(int64_t /*ms*/, uint16_t /*flags*/) {}
   // Record bytes in the open part (the worker starts a new part at a batch boundary past
   // --data-file-size).
   virtual uint64_t file_bytes() const = 0;
@@ -70,7 +71,7 @@ class FilePartWriter : public PartWriter {
     return w_.Finish(end_key_index, misses, out, before_publish);
   }
   void Abandon() override { w_.Abandon(); }
-  void SetSourceClockMs(int64_t ms) override { w_.set_source_clock_ms(ms); }
+  void SetSourceClock(int64_t ms, uint16_t flags) override { w_.set_source_clock(ms, flags); }
   uint64_t file_bytes() const override { return w_.file_bytes(); }
 
  private:

@@ -61,17 +61,28 @@ Status ResponseStream::StartRecord(const MetaResponse& r, char* line, Slice* key
     skipped_++;
     return Status::OK();
   }
-  // A remaining TTL of 0 means "expires within the second": keep it as now (still > 0).
-  // Between now_ + t and now_high_ + t the listing's own expiry, if it is there, is the exact one
-  // (the same item, its TTL unchanged since); else the earliest (never later).
+  // On the source's clock: the listing's expiry when it agrees with the `mg t` (set_listed), else
+  // the floor + t (never later); then moved onto the records' clock.
   int64_t exptime = kNeverExpires;
-  const bool listed = r.ttl != -1 && listed_ != kNeverExpires && listed_ >= now_ + r.ttl && listed_ <= now_high_ + r.ttl;
-  if (r.ttl != -1) exptime = ClampExptime(listed ? listed_ : now_ + r.ttl);
   // Version 3's stamp: the same expiry on the source's own clock (what the record's was moved from).
   SourceStamp stamp;
   stamp.cas = r.has_cas ? r.cas : 0;
-  if (r.ttl != -1) stamp.exp = listed ? listed_source_ : source_now_ + r.ttl;
-  listed_ = listed_source_ = kNeverExpires;
+  if (r.ttl != -1) {
+    int64_t end = floor_ + r.ttl;
+    if (listed_ != kNeverExpires) {
+      const int64_t at = listed_ - r.ttl;
+      if (at >= floor_ && at <= most_) {
+        end = listed_;
+        floor_ = at;
+        agreed_++;
+      } else if (at > most_) {
+        above_++;
+      }
+    }
+    stamp.exp = end;
+    exptime = ClampExptime(end - ahead_);
+  }
+  listed_ = kNeverExpires;
   *key_len = klen;
   if (IsCommandFormat(format_)) {
     CW_RETURN_IF_ERROR(CheckRecordV2(*key_io, exptime));

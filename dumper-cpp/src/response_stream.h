@@ -16,6 +16,7 @@
 #pragma once
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,27 +53,36 @@ class ResponseStream {
   ResponseStream(const ResponseStream&) = delete;
   ResponseStream& operator=(const ResponseStream&) = delete;
 
-  // Unix time (seconds) used to turn mg's remaining TTL into an absolute exptime: the earliest the
-  // `mg` can have run (never later), and the latest (now_high, at the receipt), both on the clock
-  // the records use. Equal unless the source's clock may have ticked in between.
-  void set_now(int64_t now, int64_t now_high) {
-    now_ = now;
-    now_high_ = now_high;
+  // The source's time (its `stats time`, unix seconds on its clock) when the next values' `mg` ran:
+  // at least `floor` (a time the server has already shown: its clock never goes back) and at most
+  // `most` (the ceiling of its clock at the receipt, or its measured upper bound). An `mg t` counts
+  // from that time; `ahead` moves a source time onto the records' clock, never later
+  // (ServerClock::WholeAhead). The floor only rises: a value whose listing agrees raises it.
+  void set_window(int64_t floor, int64_t most, int64_t ahead) {
+    floor_ = std::max(floor_, floor);
+    most_ = most;
+    ahead_ = ahead;
   }
-  void set_now(int64_t now) { set_now(now, now); }
-  // Version 3's stamp: the source's own time (its `stats time`) at the earliest the `mg` can have run
-  // (ServerClock::TimeAtMost of the batch's build): an `mg t` plus it is the item's expiry on the
-  // source's clock, never later. Kept apart from set_now's, which are on the records' (this host's)
-  // clock moved by the source clock of the part open when they were set.
-  void set_source_now(int64_t t) { source_now_ = t; }
-  // The next value's expiry as the listing gave it, on the records' clock (kNeverExpires: none):
-  // when the `mg t` agrees with it within [now, now_high], it is the exact one (RecordSink::OnValue
-  // sets it for each value).
-  void set_listed(int64_t exptime) { set_listed(exptime, exptime); }
-  // The same, and the listing's own exp on the source's clock (version 3's stamp when it is the one).
-  void set_listed(int64_t exptime, int64_t source_exp) {
-    listed_ = exptime;
-    listed_source_ = source_exp;
+  // Tests: the source's clock is the records' and stands at `now`.
+  void set_now(int64_t now) {
+    floor_ = now;
+    set_window(now, now, 0);
+  }
+  // The next value's expiry as the listing gave it, on the source's clock (kNeverExpires: none),
+  // set by RecordSink::OnValue for each value. An unchanged item's `mg t` is exactly its listed
+  // expiry less the server's time: listed - t within [floor, most] is that time (the listing's
+  // expiry is then the exact one, and the floor rises to it); outside it the TTL changed since the
+  // listing (a touch): the expiry counts from the floor, never later.
+  void set_listed(int64_t exptime) { listed_ = exptime; }
+  // The floor as the values so far raised it.
+  int64_t floor() const { return floor_; }
+  // Values since the last TakeWindowCounts whose listing agreed, and those whose listing put the
+  // server's time past `most` (a TTL shortened since the listing, or a clock ahead of the one
+  // measured: when no listing agrees, the clock is measured again).
+  void TakeWindowCounts(uint64_t* agreed, uint64_t* above) {
+    *agreed = agreed_;
+    *above = above_;
+    agreed_ = above_ = 0;
   }
   char* WritePtr() { return cur_ + filled_; }
   size_t WritableBytes() const { return cap_ - filled_; }
@@ -95,9 +105,9 @@ class ResponseStream {
 
   size_t cap_;
   int64_t min_ttl_;
-  int64_t now_ = 0, now_high_ = 0;
-  int64_t listed_ = kNeverExpires, listed_source_ = kNeverExpires;
-  int64_t source_now_ = 0;
+  int64_t floor_ = 0, most_ = 0, ahead_ = 0;
+  int64_t listed_ = kNeverExpires;
+  uint64_t agreed_ = 0, above_ = 0;
   std::unique_ptr<char[]> buf_[2];
   char* cur_;
   int cur_idx_ = 0;

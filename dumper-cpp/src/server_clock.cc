@@ -10,39 +10,60 @@ double WallNow() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+double MonoNow() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void SleepSeconds(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
 Status WatchClock(const ClockSource& src, ServerClock* out) {
   int64_t first = 0;
   double a0 = src.wall();
+  double m0 = src.mono();
   CW_RETURN_IF_ERROR(src.read(&first));
   const double b0 = src.wall();
   // One reading: the server read `first` somewhere in [a0, b0], so beta in [first - b0, first + 1 - a0).
   ServerClock best{double(first) - b0, double(first) + 1 - a0};
+  bool ticked = false;
   double deadline = b0 + kClockWatchS;
   const double limit = b0 + kClockPatienceS;
   int64_t last = first;
   while (src.wall() < deadline) {
     src.sleep(0.002);
     const double a = src.wall();
+    const double m = src.mono();
     int64_t now = 0;
     CW_RETURN_IF_ERROR(src.read(&now));
     const double b = src.wall();
+    const double mb = src.mono();
     if (now != last) {
-      // It ticked to `now` after the reading that began at a0 and by the one that ended at b.
-      const ServerClock tick{double(now) - b, double(now) - a0};
-      if (tick.hi - tick.lo < best.hi - best.lo) best = tick;
-      if (best.hi - best.lo <= kClockTightS) break;
+      // It ticked to `now` after the reading that began at a0 and by the one that ended at b. On the
+      // monotonic clock that was in [m0, mb], and memcached's time then became floor(that) + K: K is
+      // now - floor(m0) or, when the two straddle a whole second, one less (the larger is kept: a
+      // ceiling too high is never wrong). Its ceiling against the wall clock: K + (mono - wall).
+      ServerClock tick{double(now) - b, double(now) - a0};
+      tick.ceiling = double(now - int64_t(std::floor(m0))) + (mb - b);
+      if (!ticked || tick.hi - tick.lo < best.hi - best.lo) best = tick;
+      ticked = true;
+      if (best.hi - best.lo <= kClockTightS) {
+        last = now;
+        break;
+      }
       deadline = std::min(b + kClockWatchS, limit);
+    } else if (!ticked) {
+      deadline = limit;  // no tick yet: a held-up main thread; watch on
     }
     a0 = a;
+    m0 = m;
     last = now;
   }
+  best.seen = last;
+  best.seen_at = src.wall();
   *out = best;
   return Status::OK();
 }
 
-Status MeasureClock(Conn* c, ServerClock* out) {
+Status MeasureClock(Conn* c, ServerClock* out, bool same_host) {
   ClockSource src;
   src.read = [c](int64_t* t) {
     ServerStats s;
@@ -50,27 +71,40 @@ Status MeasureClock(Conn* c, ServerClock* out) {
     *t = s.time;
     return Status::OK();
   };
-  return WatchClock(src, out);
+  CW_RETURN_IF_ERROR(WatchClock(src, out));
+  if (!same_host) out->ceiling = std::nan("");
+  return Status::OK();
 }
 
 }  // namespace cachewarm
 
 namespace cachewarm {
 
-void ClockKeeper::Start(const std::string& host, int port, double interval_s) {
+void ClockKeeper::Start(const std::string& host, int port, double interval_s, bool same_host) {
   Stop();
   stop_ = false;
-  thread_ = std::thread([this, host, port, interval_s] {
+  thread_ = std::thread([this, host, port, interval_s, same_host] {
     std::unique_lock<std::mutex> l(mu_);
-    while (!cv_.wait_for(l, std::chrono::duration<double>(interval_s), [this] { return stop_; })) {
+    for (;;) {
+      cv_.wait_for(l, std::chrono::duration<double>(interval_s), [this] { return stop_ || poked_; });
+      if (stop_) break;
+      poked_ = false;
       l.unlock();
       Conn c;
       ServerClock fresh;
-      const bool ok = c.Connect(host, port, 5000).ok() && MeasureClock(&c, &fresh).ok();
+      const bool ok = c.Connect(host, port, 5000).ok() && MeasureClock(&c, &fresh, same_host).ok();
       l.lock();
       if (ok) clock_ = fresh;
     }
   });
+}
+
+void ClockKeeper::Poke() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    poked_ = true;
+  }
+  cv_.notify_all();
 }
 
 void ClockKeeper::Stop() {

@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <functional>
 
+#include <algorithm>
+
+#include "format.h"
 #include "net.h"
 #include "status.h"
 
@@ -20,26 +23,59 @@ namespace cachewarm {
 struct ServerClock {
   // beta in [lo, hi] (seconds): the server's clock minus this host's wall clock.
   double lo = 0, hi = 0;
+  // The server's clock can never be ahead of this (seconds against this host's wall clock): its
+  // ceiling. memcached's time is floor(its monotonic clock at its last tick) + an integer fixed at its
+  // start, so it is never ahead of floor(monotonic now) + that integer, whatever its timer does later
+  // (slips, stalls, the whole-second jump when a slip passes a second). Known only for a server on this
+  // host (the same monotonic clock: SameHostServer); NaN otherwise.
+  double ceiling = std::nan("");
+  // The server's `stats time` at the last reading, which ended at this host's wall time seen_at: it
+  // is never less at any later moment.
+  int64_t seen = 0;
+  double seen_at = 0;
+  bool has_ceiling() const { return !std::isnan(ceiling); }
+  // What a server time is moved by to become one on this host's clock that is never later: the
+  // ceiling when known (never later, whatever the server's clock does next), else hi (never later
+  // while its clock stays as measured).
+  double Ahead() const { return has_ceiling() && ceiling > hi ? ceiling : hi; }
   // The server's `stats time` at this host's wall time w, never more than the true one.
   int64_t TimeAtMost(double w) const { return int64_t(std::floor(w + lo)); }
+  // The server's `stats time` at this host's wall time w, never less than the true one (the ceiling
+  // when known: hi holds only while the clock stays as measured).
+  int64_t TimeAtLeast(double w) const { return int64_t(std::floor(w + Ahead())); }
   // Whole seconds a server time is moved back to become one on this host's clock that is never
-  // later: ceil(hi). The records carry hi in ms (header source_clock_ms): their reader recovers the
-  // fraction this rounding dropped (ceil(hi) - hi) and gives it back.
+  // later: ceil(Ahead()). The records carry Ahead() in ms (header source_clock_ms): their reader
+  // recovers the fraction this rounding dropped and gives it back.
   int64_t WholeAhead() const { return int64_t(std::ceil(double(MillisAtLeast()) / 1000.0)); }
-  // hi in whole ms, rounded up (what the data file header and the DONE manifest record).
-  int64_t MillisAtLeast() const { return int64_t(std::ceil(hi * 1000.0)); }
+  // Ahead() in whole ms, rounded up (what the data file header and the DONE manifest record).
+  int64_t MillisAtLeast() const { return int64_t(std::ceil(Ahead() * 1000.0)); }
   // The fraction of a second the records' expiries were rounded down by (0 <= f < 1).
   double DroppedFraction() const { return double(WholeAhead()) - double(MillisAtLeast()) / 1000.0; }
+  // hi - lo in whole ms, rounded up (the header's spread: how far the measurement could be off; a
+  // nanosecond of float noise is not a millisecond more).
+  int64_t SpreadMillis() const { return int64_t(std::ceil((hi - lo) * 1000.0 - 1e-6)); }
 };
+
+// The data file header's clock_flags for records moved by c (format.h): known, ceiling, spread.
+inline uint16_t HeaderClockFlags(const ServerClock& c) {
+  const int64_t spread = std::min<int64_t>(std::max<int64_t>(c.SpreadMillis(), 1), kHeaderClockSpreadMax);
+  return uint16_t(kHeaderClockKnown | (c.has_ceiling() ? kHeaderClockCeiling : 0) |
+                  uint16_t(spread << kHeaderClockSpreadShift));
+}
 
 // This host's wall clock, seconds.
 double WallNow();
+// This host's monotonic clock (CLOCK_MONOTONIC, the one memcached counts on), seconds.
+double MonoNow();
 // Sleeps this thread for s seconds.
 void SleepSeconds(double s);
 
 // How long to watch for a tick; a tick bounded wider than kClockTightS (this host descheduled us
 // between the readings around it) is watched again at the next ticks, for up to kClockPatienceS in
 // all, and the tightest bound is kept: a wide bound is never wrong, but copies are that much shorter.
+// A clock that does not tick within kClockWatchS (its main thread held up: a loaded host, a stall) is
+// watched on, up to kClockPatienceS: a stalled server's one reading says little about where its clock
+// goes once it resumes.
 constexpr double kClockWatchS = 1.2;
 constexpr double kClockTightS = 0.02;
 constexpr double kClockPatienceS = 3.6;
@@ -48,15 +84,20 @@ constexpr double kClockPatienceS = 3.6;
 struct ClockSource {
   std::function<Status(int64_t*)> read;  // the server's `stats time`
   std::function<double()> wall = WallNow;
+  std::function<double()> mono = MonoNow;
   std::function<void(double)> sleep = SleepSeconds;
 };
 
 // Reads the server's time until it ticks and bounds beta by the readings around the tick (see the
-// constants above). A server whose clock does not tick within kClockWatchS gets the one-reading
-// bound (a second wide). The populator's twin: watch_clock in agent/cachewarm/datapath/meta.py.
+// constants above). A server whose clock does not tick within kClockPatienceS gets the one-reading
+// bound (a second wide). The tick's moment on the monotonic clock also gives the server's ceiling
+// (out->ceiling, meaningful only for a server on this host: MeasureClock keeps it only then). The
+// populator's twin (lo and hi): watch_clock in agent/cachewarm/datapath/meta.py; both read the shared
+// vectors in tests/vectors/clock_watch.txt.
 Status WatchClock(const ClockSource& src, ServerClock* out);
-// WatchClock over `stats time` on c.
-Status MeasureClock(Conn* c, ServerClock* out);
+// WatchClock over `stats time` on c; `same_host`: the server runs on this host (SameHostServer), so its
+// ceiling is kept.
+Status MeasureClock(Conn* c, ServerClock* out, bool same_host = false);
 
 }  // namespace cachewarm
 
@@ -85,8 +126,11 @@ class ClockKeeper {
     std::lock_guard<std::mutex> l(mu_);
     return clock_;
   }
-  // Starts re-measuring host:port; a failed look keeps the last clock (the dump notices a lost source).
-  void Start(const std::string& host, int port, double interval_s);
+  // Starts re-measuring host:port (`same_host`: MeasureClock); a failed look keeps the last clock (the
+  // dump notices a lost source).
+  void Start(const std::string& host, int port, double interval_s, bool same_host = false);
+  // Asks for a look now (a batch saw the source's clock ahead of the one measured).
+  void Poke();
   void Stop();
 
  private:
@@ -94,6 +138,7 @@ class ClockKeeper {
   std::condition_variable cv_;
   ServerClock clock_;
   bool stop_ = false;
+  bool poked_ = false;
   std::thread thread_;
 };
 

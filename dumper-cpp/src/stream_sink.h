@@ -49,7 +49,9 @@ class StreamSink : public PartWriter {
   bool Recover(Status* s, ChunkTask* again) override;
   // The source's clock the records were written with (data-format section 2.1): the fraction their
   // exptimes were rounded down by.
-  void SetSourceClockMs(int64_t ms) override { dropped_ = std::ceil(double(ms) / 1000.0) - double(ms) / 1000.0; }
+  void SetSourceClock(int64_t ms, uint16_t /*flags*/) override {
+    dropped_ = std::ceil(double(ms) / 1000.0) - double(ms) / 1000.0;
+  }
 
   // Bytes one sink allocates up front for `destinations` (the memory plan).
   static uint64_t PlannedMemory(size_t destinations);
@@ -62,7 +64,7 @@ class StreamSink : public PartWriter {
                     std::function<void(const PublishedFile&)> after_publish) override;
 
  private:
-  double dropped_ = 0;  // SetSourceClockMs: the fraction the records' exptimes were rounded down by
+  double dropped_ = 0;  // SetSourceClock: the fraction the records' exptimes were rounded down by
   struct Dest {
     Dest(const std::string& address) : meta(address, DestConn::kMeta), bin(address, DestConn::kBinary) {}
     DestConn meta, bin;

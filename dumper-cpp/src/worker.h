@@ -5,9 +5,12 @@
 // (never from memcached's echo, which is raw for items stored through the binary protocol), and a
 // batch's misses are known by key and explained: expired (the listing's exp has passed) or gone. Keys no meta
 // command can name (187 bytes or more, no base64 form, and a space, '\n' or NUL: codec.h IsTextKey)
-// are fetched with the binary protocol (binary_get.h) at
-// the batch's end; a key that cannot be fetched at all is named in keys/UNDUMPED, never an abort.
+// are fetched with the binary protocol (binary_get.h) at the batch's end, their values kept in a
+// scratch file until the part ends, when their TTL is read again (reread.h) and they are written; a
+// key that cannot be fetched at all, or whose TTL cannot be read, is named in keys/UNDUMPED, never an
+// abort.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -40,6 +43,9 @@ class Worker : public RecordSink {
   // stream mode) records go to the destinations instead of data files.
   Worker(const Options& o, Env* env, Checkpoint* checkpoint, WorkQueue* queue, RateLimiter* limiter,
          Progress* progress, Stream* stream = nullptr);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
 
   // Dumps chunks from the queue until it is closed and empty; the first error fails the queue.
   void Run();
@@ -73,7 +79,14 @@ class Worker : public RecordSink {
   // opaque), or queues it for the binary protocol; keeps the raw key for the record.
   Status AppendGet(uint64_t i, Batch* b);
   Status FetchBinary(const Batch& b);
+  // The part's keys FetchBinary fetched: their TTL read again, then written (or named, or gone).
+  Status Reread();
+  Status Stash(const Slice& piece);
+  Status WriteDeferred(uint64_t i, uint32_t flags, uint32_t value_len, uint64_t at, int64_t exptime,
+                       const SourceStamp& stamp);
   void Undumped(uint64_t i, const std::string& why);
+  // Names key i in keys/UNDUMPED (and stderr) and counts it; Undumped also marks it in the batch.
+  void NameUndumped(uint64_t i, const std::string& why);
   Status FinishPart(uint64_t end);
 
   const Options& o_;
@@ -89,20 +102,25 @@ class Worker : public RecordSink {
   BinaryGetter binary_;
   const ListingCas* listing_cas_ = nullptr;
   ServerClock source_clock_;
-  const ClockKeeper* clocks_ = nullptr;
+  ClockKeeper* clocks_ = nullptr;
   // Opens the next part with the source's clock as it is now (every record of a part uses one clock).
   Status OpenPart(uint64_t first_key_index) {
     if (clocks_) set_source_clock(clocks_->Get());
     return writer_->Open(chunk_, part_, first_key_index);
   }
-  // The source's time when the batch built at this host's wall time `built` ran there: at the
-  // earliest (the build) and the latest (now, at its receipt), moved onto this host's clock rounded
-  // down (ServerClock): what an `mg t` of that batch is added to (ResponseStream::set_now).
-  void SetNow(double built) {
-    const int64_t ahead = source_clock_.WholeAhead();
-    stream_.set_now(source_clock_.TimeAtMost(built) - ahead,
-                    int64_t(std::floor(WallNow() + source_clock_.hi)) - ahead);
-    stream_.set_source_now(source_clock_.TimeAtMost(built));
+  // The source's time when the `mg`s received now ran there (ResponseStream::set_window): at least
+  // what the server last showed (its `stats time` when measured, or the time a value's listing gave),
+  // at most its clock's ceiling now (or, on another host, its measured upper bound); moved onto this
+  // host's clock rounded down (ServerClock::WholeAhead).
+  // `built`: when the batch in flight was sent (a look at the clock ended after it proves nothing
+  // about that batch).
+  void SetWindow(double built) {
+    int64_t seen = source_clock_.seen;
+    if (clocks_) {
+      const ServerClock now = clocks_->Get();
+      if (now.seen_at <= built) seen = std::max(seen, now.seen);
+    }
+    stream_.set_window(seen, source_clock_.TimeAtLeast(WallNow()), source_clock_.WholeAhead());
   }
 
  public:
@@ -113,10 +131,12 @@ class Worker : public RecordSink {
   // data files' headers say by how much.
   void set_source_clock(const ServerClock& c) {
     source_clock_ = c;
-    writer_->SetSourceClockMs(c.MillisAtLeast());
+    writer_->SetSourceClock(c.MillisAtLeast(), HeaderClockFlags(c));
   }
   // Where each part takes the source's clock from when it opens (re-measured while the dump runs).
-  void set_clock_keeper(const ClockKeeper* k) { clocks_ = k; }
+  void set_clock_keeper(ClockKeeper* k) { clocks_ = k; }
+  // True while the dump's own crawl holds the source's crawler (a re-read waits for it to end).
+  void set_crawling(const std::atomic<bool>* c) { crawling_ = c; }
 
  private:
   std::string keys_, send_, raw_, b64_;
@@ -128,6 +148,17 @@ class Worker : public RecordSink {
   uint64_t batch_bytes_ = 0;
   uint64_t chunk_ = 0, nkeys_ = 0, file_misses_ = 0;
   uint32_t part_ = 0;
+  // FetchBinary's keys waiting for Reread: which key, its flags, value length, the CAS it was fetched
+  // with, and where its value is in the scratch file (stash_fd_, unlinked; in --spill-dir).
+  struct Deferred {
+    uint64_t index;
+    uint32_t flags, value_len;
+    uint64_t cas, at;
+  };
+  std::vector<Deferred> deferred_;
+  int stash_fd_ = -1;
+  uint64_t stash_bytes_ = 0;
+  const std::atomic<bool>* crawling_ = nullptr;
   PartStats part_stats_;       // the open part's explained misses
   std::string undumped_lines_;  // the open part's keys/UNDUMPED lines
 };

@@ -69,15 +69,15 @@ TEST_P(AsyncPartWriterClock, ClockSetBeforeOpenLandsInThatPartsHeader) {
   auto keep = [&](const PublishedFile& pf) { published.push_back(pf); };
   const std::string big(20000, 'v');  // many short writes queued ahead of the next part
 
-  w->SetSourceClockMs(-412);
+  w->SetSourceClock(-412, 0);
   ASSERT_TRUE(w->Open(0, 0, 0).ok());
   ASSERT_TRUE(AppendRecord(w.get(), version, "k0", big).ok());
   ASSERT_TRUE(w->FinishThen(1, 0, nullptr, keep).ok());
 
-  w->SetSourceClockMs(1500);  // before part 1 opens, with part 0 still queued
+  w->SetSourceClock(1500, 0);  // before part 1 opens, with part 0 still queued
   ASSERT_TRUE(w->Open(0, 1, 1).ok());
   ASSERT_TRUE(AppendRecord(w.get(), version, "k1", big).ok());
-  w->SetSourceClockMs(-2000000);  // while part 1 is open: for the parts opened after it
+  w->SetSourceClock(-2000000, 0);  // while part 1 is open: for the parts opened after it
   ASSERT_TRUE(AppendRecord(w.get(), version, "k2", "x").ok());
   ASSERT_TRUE(w->FinishThen(3, 0, nullptr, keep).ok());
 
@@ -85,7 +85,7 @@ TEST_P(AsyncPartWriterClock, ClockSetBeforeOpenLandsInThatPartsHeader) {
   ASSERT_TRUE(AppendRecord(w.get(), version, "k3", "y").ok());
   ASSERT_TRUE(w->FinishThen(4, 0, nullptr, keep).ok());
 
-  w->SetSourceClockMs(int64_t(INT32_MAX) + 1);  // no 32-bit form: the header says "not known"
+  w->SetSourceClock(int64_t(INT32_MAX) + 1, 0);  // no 32-bit form: the header says "not known"
   ASSERT_TRUE(w->Open(0, 3, 4).ok());
   ASSERT_TRUE(w->FinishThen(4, 0, nullptr, keep).ok());
   w->Abandon();  // waits for everything queued

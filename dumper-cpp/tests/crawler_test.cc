@@ -308,11 +308,16 @@ TEST(Crawler, ListingCasOfLongEncodedKeysFirstListingWins) {
   r.set_listing_cas(&c);
   std::string longkey;
   for (int i = 0; i < 70; i++) longkey += "%00";
-  const std::string in = "key=" + longkey + " exp=-1 la=1 cas=7 fetch=no\nkey=plain exp=-1 la=1 cas=8\nkey=" +
-                         longkey + " exp=-1 la=1 cas=9 fetch=no\nEND\r\n";
+  const std::string in = "key=" + longkey + " exp=-1 la=1 cas=7 fetch=no cls=12 size=300\n" +
+                         "key=plain exp=-1 la=1 cas=8\nkey=" + longkey + " exp=-1 la=1 cas=9 fetch=no cls=13\nEND\r\n";
   ASSERT_TRUE(r.Feed(in.data(), in.size()).ok());
   EXPECT_EQ(c.Get(Slice(longkey)), 7u);  // the first listing's (its exp is the one kept)
+  EXPECT_EQ(c.Class(Slice(longkey)), 12);  // and its slab class: what a re-read of its TTL lists
   EXPECT_EQ(c.Get(Slice("plain")), 0u);
+  EXPECT_EQ(c.Class(Slice("plain")), -1);
+  int64_t cls = 0;
+  ASSERT_TRUE(ParseMetadumpLine(nocas.data(), nocas.size(), &key, &exp, nullptr, nullptr, &cas, &cls));
+  EXPECT_EQ(cls, -1);
 }
 
 }  // namespace

@@ -278,9 +278,10 @@ TEST(Codec, Base64AndUrl) {
 }
 
 
-// Issue 21: an `mg t` counts from the source's time when the mg ran, somewhere between the batch's
-// send and its receipt (set_now's two bounds). The listing's exp (set_listed, per value) inside that
-// window is the exact one; outside it (the TTL changed since the listing: a touch) the earliest.
+// An `mg t` counts from the source's time when the mg ran, at least the window's floor (a time the
+// server already showed) and at most its top (its clock's ceiling at the receipt). The listing's exp
+// (set_listed, per value) that puts that time inside the window is the exact one; outside it (the TTL
+// changed since the listing: a touch) the floor's, never later.
 class ListingSink : public CaptureSink {
  public:
   Status OnValue(const MetaResponse&, Slice*) override {
@@ -305,13 +306,53 @@ TEST(ResponseStream, TheListingsExpWhenTheFetchAgreesElseTheEarliest) {
   };
   for (const Case& c : cases) {
     ResponseStream rs(8192, 0);
-    rs.set_now(1000, 1001);
+    rs.set_window(1000, 1001, 0);
     ListingSink sink;
     sink.rs = &rs;
     sink.listed = c.listed;
     ASSERT_TRUE(Feed(&rs, wire, &sink, [&] { return wire.size(); }).ok());
     EXPECT_EQ(sink.bytes, Expected(recs, c.want_now, 0)) << "listed " << c.listed;
   }
+}
+
+// A value whose listing agrees gives the server's time exactly: the floor rises to it, and a later
+// value whose TTL changed since its listing (a touch) counts from there, not from the older floor.
+// The floor never falls; values are on the source's clock and moved by `ahead` onto the records'.
+TEST(ResponseStream, AnAgreeingListingRaisesTheFloorForTheTouchedKeysAfterIt) {
+  const std::vector<Rec> recs = {{"a", 1, 50, "v"}, {"b", 2, 30, "w"}, {"c", 3, 40, "x"}};
+  std::string wire;
+  for (const Rec& r : recs) wire += Respond(r);
+  wire += "MN\r\n";
+  class Listings : public CaptureSink {
+   public:
+    Status OnValue(const MetaResponse&, Slice*) override {
+      rs->set_listed(listed[n++]);
+      return Status::OK();
+    }
+    ResponseStream* rs = nullptr;
+    std::vector<int64_t> listed;
+    size_t n = 0;
+  };
+  ResponseStream rs(8192, 0);
+  rs.set_window(1000, 1002, 2);  // the server showed 1000; its ceiling now is 1002; records 2 s back
+  Listings sink;
+  sink.rs = &rs;
+  // a: unchanged, read at 1001 (exact: 1051); b: touched (its listing says 5000); c: listed with no
+  // expiry, touched to 40 s since.
+  sink.listed = {1051, 5000, kNeverExpires};
+  ASSERT_TRUE(Feed(&rs, wire, &sink, [&] { return wire.size(); }).ok());
+  EXPECT_EQ(rs.floor(), 1001);
+  std::vector<Rec> want = recs;
+  want[0].ttl = 1051 - 2;
+  want[1].ttl = 1001 + 30 - 2;
+  want[2].ttl = 1001 + 40 - 2;
+  EXPECT_EQ(sink.bytes, Expected(want, 0, 0));
+  uint64_t agreed = 0, above = 0;
+  rs.TakeWindowCounts(&agreed, &above);
+  EXPECT_EQ(agreed, 1u);
+  EXPECT_EQ(above, 1u);  // b's listing puts the time at 4970: past the ceiling
+  rs.set_window(990, 1003, 2);  // an older look at the clock never lowers the floor
+  EXPECT_EQ(rs.floor(), 1001);
 }
 
 }  // namespace

@@ -306,8 +306,7 @@ TEST(RecordV3, StampsFromTheResponsesAtEverySplit) {
   const int64_t ahead = 3;  // the source's clock is ~3 s ahead of this host's
   for (size_t cut = 1; cut <= wire.size(); cut += 11) {
     ResponseStream rs(8192, 0, kFormatVersion3);
-    rs.set_now(kNow);
-    rs.set_source_now(kNow + ahead);
+    rs.set_window(kNow + ahead, kNow + ahead, ahead);  // the source's time, moved back by `ahead`
     NamingSink sink(base, keys);
     size_t pos = 0, calls = 0;
     while (pos < wire.size()) {
@@ -339,23 +338,23 @@ TEST(RecordV3, StampsFromTheResponsesAtEverySplit) {
   }
 }
 
-// The stamp's expiry is on the source's clock whatever the records' clock was moved by: the listing's
-// own exp when it is the one, else the source's time at the batch's build plus `mg t` — never from the
-// records' expiry plus an offset (a part opened between the two with a re-measured source clock would
-// move it a second: copies deleted as touched when nothing touched them).
+// The stamp's expiry is the record's on the source's own clock: one expiry (the listing's own exp when
+// the `mg t` agrees with it, else the window's floor plus `mg t`), stamped as it is and moved back by
+// the whole seconds the source is ahead for the record. Both follow the same clock rule.
 TEST(RecordV3, StampsAreOnTheSourcesClock) {
   ResponseStream rs(8192, 0, kFormatVersion3);
-  rs.set_now(kNow);
-  rs.set_source_now(kNow + 5);  // the source's time (its clock 5 s ahead)
-  const std::string wire = "VA 1 f0 t100 c7 kl\r\nx\r\nVA 1 f0 t100 c8 km\r\ny\r\nMN\r\n";
-  // The first value's listing agrees with its `mg t` on the records' clock: its own exp is stamped.
+  // The source's clock 5 s ahead (its time between kNow + 5 and kNow + 6 when the values ran).
+  rs.set_window(kNow + 5, kNow + 6, 5);
+  const std::string wire = "VA 1 f0 t100 c7 kl\r\nx\r\nVA 1 f0 t90 c8 km\r\ny\r\nMN\r\n";
+  // The first value's listing agrees with its `mg t` (the server's time kNow + 6): its own exp is
+  // stamped, and the window's floor rises to kNow + 6.
   class Listing : public FileSink {
    public:
     Listing() : FileSink(58) {}
     ResponseStream* rs = nullptr;
     int n = 0;
     Status OnValue(const MetaResponse&, Slice*) override {
-      if (n++ == 0) rs->set_listed(kNow + 100, kNow + 106);
+      if (n++ == 0) rs->set_listed(kNow + 106);
       return Status::OK();
     }
   } listing;
@@ -367,10 +366,11 @@ TEST(RecordV3, StampsAreOnTheSourcesClock) {
   size_t next = 0, end = 0;
   ASSERT_TRUE(ParseRecordV3(file.data(), 58, file.size(), &a, &next).ok());
   ASSERT_TRUE(ParseRecordV3(file.data(), next, file.size(), &b, &end).ok());
-  EXPECT_EQ(a.exptime, kNow + 100);
   EXPECT_EQ(a.stamp.exp, kNow + 106);  // the listing's, on the source's clock
-  EXPECT_EQ(b.exptime, kNow + 100);
-  EXPECT_EQ(b.stamp.exp, kNow + 105);  // the source's time plus mg t
+  EXPECT_EQ(a.exptime, kNow + 101);
+  EXPECT_EQ(b.stamp.exp, kNow + 96);  // the raised floor plus mg t
+  EXPECT_EQ(b.exptime, kNow + 91);
+  EXPECT_EQ(rs.floor(), kNow + 6);
 }
 
 TEST(RecordV3, DataFilesRoundTripAndBadStampsAreCorrupt) {

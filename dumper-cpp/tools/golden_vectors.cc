@@ -1,5 +1,6 @@
 #include "golden_vectors.h"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,6 +21,11 @@ struct VecFile {
   uint64_t first_key_index;
   uint64_t misses;
   std::vector<DataRecord> records;
+  // The header's source clock (data-format section 2.1): none (an older dumper's), a measured upper
+  // bound with its spread, or the ceiling of the source's clock.
+  bool clock = false;
+  int64_t clock_ms = 0;
+  uint16_t clock_flags = 0;
 };
 
 std::string HexOf(const std::string& s) {
@@ -47,6 +53,14 @@ std::vector<VecFile> Files(uint16_t version) {
   v.push_back({0, 1, 6, 0, {{"part1-key", 2, kNeverExpires, "second part"}}});
   // chunk 1, part 0: every listed key was gone (3 misses): an empty file with 0 records.
   v.push_back({1, 0, 0, 3, {}});
+  // Part 0's expiries moved by a measured bound (1.5 s ahead, 4 ms spread), part 1's by the source
+  // clock's ceiling (0.412 s behind, measured to 3 ms); chunk 1 says nothing (an older dumper).
+  v[0].clock = true;
+  v[0].clock_ms = 1500;
+  v[0].clock_flags = uint16_t(4 << kHeaderClockSpreadShift);
+  v[1].clock = true;
+  v[1].clock_ms = -412;
+  v[1].clock_flags = uint16_t(kHeaderClockCeiling | (3 << kHeaderClockSpreadShift));
   if (IsCommandFormat(version)) {
     // Versions 2 and 3: a key no meta command can name (a binary record), between two meta records.
     std::string long_key(200, '\0');
@@ -55,13 +69,17 @@ std::vector<VecFile> Files(uint16_t version) {
     v[1].records.push_back({"after-binary", 0, kNeverExpires, "x"});
   }
   if (version == kFormatVersion3) {
-    // Each record's source stamp: a CAS (one not known: 0) and the expiry on a source clock 3 s ahead.
+    // Each record's source stamp: a CAS (one not known: 0) and the expiry on the source's clock, the
+    // record's moved back by the whole seconds its file's clock puts the source ahead (3 s in a file
+    // that says nothing).
     uint64_t cas = 1000;
-    for (VecFile& f : v)
+    for (VecFile& f : v) {
+      const int64_t ahead = f.clock ? int64_t(std::ceil(double(f.clock_ms) / 1000.0)) : 3;
       for (DataRecord& r : f.records) {
         r.source_cas = r.key == "tricky" ? 0 : cas++;
-        r.source_exp = r.exptime == kNeverExpires ? kNeverExpires : r.exptime + 3;
+        r.source_exp = r.exptime == kNeverExpires ? kNeverExpires : r.exptime + ahead;
       }
+    }
   }
   return v;
 }
@@ -94,6 +112,7 @@ Status WriteGoldenVectors(Env* env, const std::string& dir, uint16_t version) {
   bool first_file = true;
   for (const VecFile& vf : Files(version)) {
     DataFileWriter w(env, dir, kNode, kDumpStartMs, version);
+    if (vf.clock) w.set_source_clock(vf.clock_ms, vf.clock_flags);
     CW_RETURN_IF_ERROR(w.Open(vf.chunk, vf.part, vf.first_key_index));
     for (const DataRecord& r : vf.records)
       CW_RETURN_IF_ERROR(w.AddRecord(r.key, r.flags, r.exptime, r.value, SourceStamp{r.source_cas, r.source_exp}));
@@ -108,7 +127,9 @@ Status WriteGoldenVectors(Env* env, const std::string& dir, uint16_t version) {
           ", \"xxh3\": \"" + Hex16(pf.xxh3) + "\", \"header_len\": " + std::to_string(kHeaderFixed + m.node.size()) +
           ", \"first_key_index\": " + std::to_string(pf.first_key_index) +
           ", \"end_key_index\": " + std::to_string(pf.end_key_index) + ", \"misses\": " + std::to_string(pf.misses) +
-          ", \"record_count\": " + std::to_string(pf.records) + ",\n     \"records\": [";
+          ", \"record_count\": " + std::to_string(pf.records) +
+          ", \"clock_flags\": " + std::to_string(vf.clock ? (vf.clock_flags | kHeaderClockKnown) : 0) +
+          ", \"source_clock_ms\": " + std::to_string(vf.clock_ms) + ",\n     \"records\": [";
     for (size_t i = 0; i < vf.records.size(); i++) {
       const DataRecord& r = vf.records[i];
       js += i ? ",\n       " : "\n       ";

@@ -39,3 +39,12 @@ def test_records_on_this_hosts_clock_have_no_source_move() -> None:
     s = clock_slack(None, 0.5)
     assert s.early == pytest.approx(EXPIRY_SLACK + 0.5) and s.late == 0.0
     assert "source" not in s.why
+
+
+def test_a_source_on_this_host_is_held_to_its_ceiling() -> None:
+    """Copies moved by the source's ceiling: its clock's moves excuse nothing, and the copy may end
+    earlier by how far below the ceiling the source's clock stands now."""
+    s = clock_slack(0.99, 0.0, source_headroom=0.4)
+    assert s.late == 0.0 and s.early == pytest.approx(EXPIRY_SLACK + 0.4)
+    assert "source" not in s.why
+    assert expiry_within(100.0, 98.7, s) and not expiry_within(100.0, 100.06, s)

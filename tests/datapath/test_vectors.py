@@ -56,6 +56,17 @@ def test_reader_matches_vectors(version: int, f: dict[str, Any]) -> None:
         for r in df.iter_records(v.data)
     ]
     assert got == expected_records(f)
+    # The source's clock (section 2.1): none, a measured bound and its spread, or the ceiling.
+    h = v.header
+    assert (h.clock_flags, h.source_clock_ms) == (f["clock_flags"], f["source_clock_ms"])
+    if f["clock_flags"] == 0:
+        assert (h.expiry_fraction, h.clock_ceiling, h.source_clock_spread_ms) == (None, False, None)
+    else:
+        assert h.expiry_fraction == pytest.approx(
+            -(-f["source_clock_ms"] // 1000) - f["source_clock_ms"] / 1000
+        )
+        assert h.clock_ceiling == bool(f["clock_flags"] & df.CLOCK_CEILING)
+        assert h.source_clock_spread_ms == f["clock_flags"] >> df.CLOCK_SPREAD_SHIFT
 
 
 @pytest.mark.parametrize(("version", "f"), FILES, ids=lambda x: x if isinstance(x, int) else x["name"])
@@ -70,6 +81,8 @@ def test_writer_reproduces_vectors(version: int, f: dict[str, Any]) -> None:
         first_key_index=f["first_key_index"],
         misses=f["misses"],
         version=version,
+        source_clock_ms=f["source_clock_ms"] if f["clock_flags"] else None,
+        clock_flags=f["clock_flags"],
     )
     assert data == (SETS[version] / f["name"]).read_bytes()
     assert df.name_for(spec["node"], f["chunk"], f["part"], data).name == f["name"]

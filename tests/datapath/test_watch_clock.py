@@ -1,5 +1,7 @@
-"""watch_clock against a scripted server clock: its bound always holds the true offset, and a tick
-bounded wide (this host descheduled between the readings around it) is watched again — no timing."""
+"""watch_clock against a scripted server clock: its bound always holds the true offset, a tick
+bounded wide (this host descheduled between the readings around it) is watched again, a stalled
+server is watched until it ticks — no timing. The shared vectors (tests/vectors/clock_watch.txt) pin
+the rule for both watches: this one and the dumper's WatchClock (server_clock_test.cc reads them)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from cachewarm.datapath.meta import CLOCK_PATIENCE_S, CLOCK_TIGHT_S, CLOCK_WATCH_S, watch_clock
@@ -75,7 +78,85 @@ def test_a_clock_that_never_ticks_keeps_the_one_reading_bound() -> None:
     s = ScriptedServer(beta=-0.4, t=1_000_000.5, cost=quiet, stopped_at=1_000_000)
     lo, hi, took = s.watch()
     assert hi - lo == pytest.approx(1.0, abs=0.002)
-    assert CLOCK_WATCH_S <= took <= CLOCK_WATCH_S + 0.01
+    assert CLOCK_PATIENCE_S <= took <= CLOCK_PATIENCE_S + 0.01
+
+
+def test_a_stalled_server_is_watched_until_it_ticks() -> None:
+    """No tick within CLOCK_WATCH_S (its main thread held up for 2 s): watched on, the tick after it
+    resumes bounds its clock — where it now ticks, not where it stood."""
+    m = VectorServer(
+        beta=-0.4123, t=1_000_000.5, before=0.0005, after=0.0005, stall=(1_000_000.4, 1_000_002.7)
+    )
+    c = watch_clock(m.read, m.wall, m.sleep)
+    assert c.hi - c.lo <= 0.01
+    assert c.lo <= m.beta_after <= c.hi
+    assert m.t - 1_000_000.5 > CLOCK_WATCH_S
+
+
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "clock_watch.txt"
+
+
+@dataclass
+class VectorServer:
+    """The shared vectors' server (tests/vectors/clock_watch.txt; server_clock_test.cc has the same):
+    `stats time` is floor(w + beta) at wall time w; a reading costs `before` until the server reads
+    its clock and `after` until the answer is in (`slow_after` instead while w < slow_until); during
+    `stall` (wall times) its clock stands still, and after it the clock ticks where the main thread
+    resumed (floor(w + beta_after), beta_after = beta moved to the stall's end)."""
+
+    beta: float
+    t: float
+    before: float
+    after: float
+    slow_until: float = 0.0
+    slow_after: float = 0.0
+    stall: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def beta_after(self) -> float:
+        # Ticking from the moment it resumed: its second turns at the stall's end (mod 1).
+        end = self.stall[1]
+        return self.beta - ((end + self.beta) % 1.0) if end else self.beta
+
+    def time(self, w: float) -> int:
+        s0, s1 = self.stall
+        if s1 and s0 <= w < s1:
+            return math.floor(s0 + self.beta)
+        return math.floor(w + (self.beta_after if s1 and w >= s1 else self.beta))
+
+    def wall(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.t += s
+
+    def read(self) -> int:
+        slow = self.t < self.slow_until
+        self.t += self.before
+        now = self.time(self.t)
+        self.t += self.slow_after if slow else self.after
+        return now
+
+
+def vector_rows() -> list[tuple[VectorServer, float, float]]:
+    """(server, lo, hi) of each line: beta t before after slow_until slow_after stall_from stall_to lo hi."""
+    rows = []
+    for line in VECTORS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        f = [float(x) for x in line.split()]
+        rows.append((VectorServer(f[0], f[1], f[2], f[3], f[4], f[5], (f[6], f[7])), f[8], f[9]))
+    return rows
+
+
+def test_the_shared_vectors() -> None:
+    rows = vector_rows()
+    assert len(rows) >= 10
+    for m, lo, hi in rows:
+        c = watch_clock(m.read, m.wall, m.sleep)
+        assert (c.lo, c.hi) == (pytest.approx(lo, abs=1e-6), pytest.approx(hi, abs=1e-6)), m
+        truth = m.beta_after if m.stall[1] and m.t >= m.stall[1] else m.beta
+        assert c.lo <= truth <= c.hi or c.hi - c.lo > 0.99, m
 
 
 @pytest.mark.parametrize("seed", range(20))

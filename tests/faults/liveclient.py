@@ -105,33 +105,62 @@ def main(plan_path: str, log_path: str) -> int:
         plan = json.load(f)
     tail_from = float(plan["tail_from"])
     conns = {role: Conn(addr) for role, addr in plan["servers"].items()}
-    # (at, seq, event index, role): each event's two halves, the second `gap` after the first.
-    due: list[tuple[float, int, int, str]] = []
-    for i, ev in enumerate(plan["events"]):
-        other = "dst" if ev["first"] == "src" else "src"
-        heapq.heappush(due, (ev["at"], 2 * i, i, ev["first"]))
-        heapq.heappush(due, (ev["at"] + ev["gap"], 2 * i + 1, i, other))
+    # Each event's first half by the timetable (at, event index); its second half `gap` after the
+    # first half actually went out (due on the monotonic clock, event index, role): a half that the
+    # steering would hold back (an op straddling `tail_from` waits for `end`) must not leave the
+    # replicas that far apart — the skew a replicated client has is its own, not the warm's length.
+    firsts: list[tuple[float, int]] = [(ev["at"], i) for i, ev in enumerate(plan["events"])]
+    heapq.heapify(firsts)
+    seconds: list[tuple[float, int, str]] = []
     steer = Steering()
     print("ready", flush=True)
     lead = time.monotonic() + 1.0  # events at -1 <= at < 0 count from here
     log = []
-    while due:
-        at, _, i, role = heapq.heappop(due)
-        while True:
-            if at < 0:
-                when = lead + at
-            elif at < tail_from:
-                go = steer.wait_for("go")
-                when = go + at if "end" not in steer.seen else 0.0
-            else:
-                when = steer.wait_for("end") + at - tail_from
-            if when <= time.monotonic():
-                break
-            steer.sleep(when - time.monotonic())
+
+    def when(at: float) -> float | None:
+        """When an event's first half is due (monotonic), None while the steering has not said."""
+        if at < 0:
+            return lead + at
+        if at < tail_from:
+            if "go" not in steer.seen:
+                return None
+            return steer.seen["go"] + at if "end" not in steer.seen else 0.0
+        return steer.seen["end"] + at - tail_from if "end" in steer.seen else None
+
+    def send(i: int, role: str) -> None:
         ev = plan["events"][i]
         sent = time.time()
         reply = conns[role].ask(command(ev["op"], ev["key"], ev["arg"]))
         log.append({"event": i, "role": role, "sent": sent, "reply": reply})
+
+    while firsts or seconds:
+        first_due = when(firsts[0][0]) if firsts else None
+        second_due = seconds[0][0] if seconds else None
+        due = min((d for d in (first_due, second_due) if d is not None), default=None)
+        now = time.monotonic()
+        if due is None:
+            steer.wait_for("end" if "go" in steer.seen else "go")
+            continue
+        if due > now:
+            steer.sleep(due - now)
+            continue
+        if second_due is not None and second_due <= now:
+            _, i, role = heapq.heappop(seconds)
+            send(i, role)
+            continue
+        _, i = heapq.heappop(firsts)
+        ev = plan["events"][i]
+        # A key's ops keep their order on both replicas: a pending second half of the same key
+        # (a burst when the populate ends) goes out before the key's next op.
+        for j, (_, k, r) in enumerate(seconds):
+            if plan["events"][k]["key"] == ev["key"]:
+                seconds.pop(j)
+                heapq.heapify(seconds)
+                send(k, r)
+                break
+        send(i, ev["first"])
+        other = "dst" if ev["first"] == "src" else "src"
+        heapq.heappush(seconds, (time.monotonic() + ev["gap"], i, other))
     with open(log_path, "w") as f:
         for entry in log:
             f.write(json.dumps(entry) + "\n")

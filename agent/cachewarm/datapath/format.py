@@ -59,6 +59,12 @@ HEADER = struct.Struct("<8sHHIQQQHHi")
 # host's clock rounded DOWN by `Header.expiry_fraction` seconds (never late). Clear: an exptime may be
 # up to 1 s late (the populator then sends it EXPIRY_MARGIN earlier).
 CLOCK_KNOWN = 1
+# clock_flags bit 1: source_clock_ms is the ceiling of the source's clock (it can never be ahead of
+# it), not only its measured upper bound. Bits 2..15: the measurement's spread (upper minus lower
+# bound), ms rounded up, at most CLOCK_SPREAD_MAX; 0 in files of an older dumper (not known).
+CLOCK_CEILING = 2
+CLOCK_SPREAD_SHIFT = 2
+CLOCK_SPREAD_MAX = 16383
 # magic, record_count, records_bytes, end_key_index, misses
 TRAILER = struct.Struct("<8sQQQQ")
 # value_len, flags, exptime, key_len (3 reserved bytes: zero when packed, skipped when read). The C
@@ -140,6 +146,18 @@ class Header:
         if not self.clock_flags & CLOCK_KNOWN:
             return None
         return math.ceil(self.source_clock_ms / 1000) - self.source_clock_ms / 1000
+
+    @property
+    def clock_ceiling(self) -> bool:
+        """source_clock_ms is the ceiling of the source's clock (its clock can never be ahead of it)."""
+        return bool(self.clock_flags & CLOCK_KNOWN and self.clock_flags & CLOCK_CEILING)
+
+    @property
+    def source_clock_spread_ms(self) -> int | None:
+        """How far the dumper's measurement of the source's clock could be off (its upper less its
+        lower bound), ms; None when the header does not say (an older dumper's file)."""
+        spread = self.clock_flags >> CLOCK_SPREAD_SHIFT
+        return spread if self.clock_flags & CLOCK_KNOWN and spread else None
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,9 @@ CLOCK_WATCH_S = 1.2
 # A tick bounded more loosely than this (the host descheduled us between the two readings around
 # it: 2-3 ms apart on a quiet host, tens of ms or more on a loaded one) is watched again at the next
 # tick, for up to CLOCK_PATIENCE_S in all; the tightest bound seen is kept. A wide bound is never
-# wrong, but its lower end goes into every T sent (copies that much shorter).
+# wrong, but its lower end goes into every T sent (copies that much shorter). A clock that does not
+# tick within CLOCK_WATCH_S (its main thread held up: a loaded host, a stall) is watched on, up to
+# CLOCK_PATIENCE_S: a stalled server's one reading says little about where its clock goes next.
 CLOCK_TIGHT_S = 0.02
 CLOCK_PATIENCE_S = 3.6
 
@@ -97,12 +99,14 @@ def watch_clock(
     """A server's clock against this host's, from `read()` (its `stats time`): read until it ticks
     and bound beta by the readings around the tick. A tick bounded wider than CLOCK_TIGHT_S is
     watched again at the next ticks (up to CLOCK_PATIENCE_S); the tightest bound is kept. A clock that
-    does not tick within CLOCK_WATCH_S keeps the one-reading bound (a second wide, never wrong).
-    The dumper's twin: WatchClock in dumper-cpp/src/server_clock.cc."""
+    does not tick within CLOCK_PATIENCE_S keeps the one-reading bound (a second wide).
+    The dumper's twin: WatchClock in dumper-cpp/src/server_clock.cc (both read the shared vectors in
+    tests/vectors/clock_watch.txt)."""
     a0 = wall()
     first = last = read()
     b0 = wall()
     best = ServerClock(first - b0, first + 1 - a0)
+    ticked = False
     deadline, limit = b0 + CLOCK_WATCH_S, b0 + CLOCK_PATIENCE_S
     while wall() < deadline:
         sleep(0.002)
@@ -111,11 +115,14 @@ def watch_clock(
         b = wall()
         if now != last:  # it ticked after the reading that began at a0, by the one that ended at b
             tick = ServerClock(now - b, now - a0)
-            if tick.hi - tick.lo < best.hi - best.lo:
+            if not ticked or tick.hi - tick.lo < best.hi - best.lo:
                 best = tick
+            ticked = True
             if best.hi - best.lo <= CLOCK_TIGHT_S:
                 return best
             deadline = min(b + CLOCK_WATCH_S, limit)
+        elif not ticked:
+            deadline = limit  # no tick yet: a held-up main thread; watch on
         a0, last = a, now
     return best
 

@@ -61,10 +61,12 @@ def encode_file(
     misses: int = 0,
     version: int = VERSION_3,
     source_clock_ms: int | None = None,
+    clock_flags: int = 0,
 ) -> bytes:
     """The bytes of one data file (sections 2.1-2.3; version 2's records: section 7.1, version 3's 8.1).
     `source_clock_ms`: None = the header says nothing of the exptimes' clock (an older dumper's: they
-    may be up to 1 s late); else section 2.1's source_clock_ms (0: they are exact on this host's clock)."""
+    may be up to 1 s late); else section 2.1's source_clock_ms (0: they are exact on this host's clock)
+    with `clock_flags`' other bits (CLOCK_CEILING, the spread)."""
     if not NODE_RE.fullmatch(node):
         raise FormatError(f"node id {node!r} must match [A-Za-z0-9_.]{{1,64}}")
     if version not in VERSIONS:
@@ -92,7 +94,7 @@ def encode_file(
         chunk,
         first_key_index,
         len(node_b),
-        0 if source_clock_ms is None else CLOCK_KNOWN,
+        0 if source_clock_ms is None else CLOCK_KNOWN | clock_flags,
         source_clock_ms or 0,
     )
     end_key_index = first_key_index + len(body) + misses
@@ -137,6 +139,8 @@ class DirWriter:
     # The header's source_clock_ms (encode_file): 0 = the records' exptimes are exact on this host's
     # clock (as the tests write them); None = say nothing, as an older dumper did.
     source_clock_ms: int | None = 0
+    # The header's other clock_flags bits (encode_file).
+    clock_flags: int = 0
     published: list[PublishedFile] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -154,6 +158,7 @@ class DirWriter:
             misses=misses,
             version=self.version,
             source_clock_ms=self.source_clock_ms,
+            clock_flags=self.clock_flags,
         )
         return name_for(self.node, chunk, part, data).name, data
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -40,12 +41,22 @@ def expiry_within(src: float, dst: float, slack: Slack = Slack()) -> bool:
     return src - slack.early - READ_SLACK <= dst <= src + slack.late + READ_SLACK
 
 
-def clock_slack(source_moved: float | None, destination_moved: float) -> Slack:
+def clock_slack(
+    source_moved: float | None, destination_moved: float, source_headroom: float | None = None
+) -> Slack:
     """The TTL rule's slack widened by each server's clock move during a test (ClockWatch; seconds, > 0:
     its clock went ahead, so its items now end that much sooner on the wall clock), in the direction
     each acts: a destination ahead ends copies earlier, a source ahead ends originals earlier (the
-    copy later); a slip (< 0) the other way. Moves past READ_SLACK are named."""
+    copy later); a slip (< 0) the other way. Moves past READ_SLACK are named.
+
+    `source_headroom`: the source's clock was on this host, so the dumper moved every expiry by its
+    ceiling (docs/reliability.md "How a TTL is carried"), and this is how far below it the source's
+    clock stands now (seconds): copies end that much earlier, and a move of the source's clock widens
+    nothing — no copy may end after its source, whatever the source's clock did."""
     early, late, why = EXPIRY_SLACK, 0.0, []
+    if source_headroom is not None:
+        early += max(0.0, source_headroom)
+        source_moved = None
     for role, moved in (("source", source_moved), ("destination", destination_moved)):
         if moved is None:
             continue
@@ -74,6 +85,7 @@ class ClockWatch:
     def __init__(self, *servers: MemcachedServer) -> None:
         self._before: dict[int, float] = {}
         self._after: dict[int, float] = {}
+        self._ceiling: dict[int, float | None] = {}
         self._thread = threading.Thread(target=lambda: self._before.update(clock_aheads(*servers)))
         self._thread.start()
 
@@ -86,11 +98,14 @@ class ClockWatch:
         `destination`, measuring each clock again (`ahead` then gives it, for `expiries`)."""
         self.join()
         servers = [s for s in (source, destination) if s is not None]
-        self._after = clock_aheads(*servers)
+        after = clock_aheads(*servers, ceilings=self._ceiling)
+        self._after = after
         for srv in servers:
             assert srv.port in self._before, f"{srv.address}: its clock was not measured before the warm"
         moved = {srv.port: self._after[srv.port] - self._before[srv.port] for srv in servers}
-        return clock_slack(None if source is None else moved[source.port], moved[destination.port])
+        ceiling = None if source is None else self._ceiling.get(source.port)
+        headroom = None if source is None or ceiling is None else ceiling - after[source.port]
+        return clock_slack(None if source is None else moved[source.port], moved[destination.port], headroom)
 
     def ahead(self, srv: MemcachedServer) -> float:
         """`srv`'s clock against this host's as `slack` last measured it."""
@@ -117,10 +132,41 @@ def clock_ahead(srv: MemcachedServer) -> float:
     return (clock.lo + clock.hi) / 2
 
 
-def clock_aheads(*servers: MemcachedServer) -> dict[int, float]:
-    """clock_ahead of each server by port, measured at once (each waits up to a second for a tick)."""
+def clock_and_ceiling(srv: MemcachedServer) -> tuple[float, float | None]:
+    """The server's clock against this host's (as clock_ahead) and its ceiling, or None when no tick
+    was bounded within 20 ms. A test's own look (the dumper's is WatchClock, server_clock.h): memcached's
+    time is floor(the monotonic clock at its tick) + an integer fixed at its start, so a tick seen
+    between two readings gives that integer, and the ceiling = it + (monotonic - wall). A server of
+    this host only (the same monotonic clock)."""
+    with MetaConnection(srv.host, srv.port) as r:
+        a, ma = time.time(), time.monotonic()
+        last = int(r.stats()["time"])
+        deadline = ma + 3.6
+        while time.monotonic() < deadline:
+            time.sleep(0.002)
+            a1, m1 = time.time(), time.monotonic()
+            now = int(r.stats()["time"])
+            b, mb = time.time(), time.monotonic()
+            if now != last and b - a <= 0.02:
+                return now - (a + b) / 2, now - math.floor(ma) + (mb - b)
+            a, ma, last = a1, m1, now
+    return clock_ahead(srv), None
+
+
+def clock_aheads(
+    *servers: MemcachedServer, ceilings: dict[int, float | None] | None = None
+) -> dict[int, float]:
+    """clock_ahead of each server by port, measured at once (each waits up to a second for a tick);
+    with `ceilings`, each server's ceiling (clock_and_ceiling) goes there."""
     out: dict[int, float] = {}
-    threads = [threading.Thread(target=lambda s=s: out.__setitem__(s.port, clock_ahead(s))) for s in servers]
+
+    def look(s: MemcachedServer) -> None:
+        if ceilings is None:
+            out[s.port] = clock_ahead(s)
+        else:
+            out[s.port], ceilings[s.port] = clock_and_ceiling(s)
+
+    threads = [threading.Thread(target=look, args=(s,)) for s in servers]
     for t in threads:
         t.start()
     for t in threads:

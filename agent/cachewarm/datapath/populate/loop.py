@@ -26,7 +26,14 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, BrokenExecutor, Future, wait
+from concurrent.futures import (
+    ALL_COMPLETED,
+    FIRST_COMPLETED,
+    BrokenExecutor,
+    Future,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
@@ -45,7 +52,11 @@ from cachewarm.datapath.populate.config import (
     PopulateSettingError,
     VolumeError,
 )
-from cachewarm.datapath.populate.destinations import DestinationProbe, read_source
+from cachewarm.datapath.populate.destinations import (
+    CLOCK_REMEASURE_S,
+    DestinationProbe,
+    read_source,
+)
 from cachewarm.datapath.populate.recheck import (
     SOURCE_RESTARTED,
     RecheckJob,
@@ -91,8 +102,13 @@ class Populator:
     # (address, server identity) -> its clock offset when first seen (_check_clocks).
     _clock_base: dict[tuple[str, tuple[int, int] | None], int] = field(init=False, default_factory=dict)
     _destinations: DestinationProbe = field(init=False)
-    # The source memcached's clock from this host (config.source, when reached): hostclock.check.
+    # The source memcached's clock from this host (config.source, when reached): hostclock.check and
+    # hostclock.shortening; looked at again every CLOCK_REMEASURE_S (when, on the monotonic clock), on
+    # a thread of its own (a look waits up to a second for a tick: the loop goes on meanwhile).
     _source_clock: hostclock.SourceClock | None = field(init=False, default=None)
+    _source_measured: float = field(init=False, default=0.0)
+    _source_look: Future[hostclock.SourceClock | None] | None = field(init=False, default=None)
+    _looks: ThreadPoolExecutor | None = field(init=False, default=None)
     _journal: StartedJournal = field(init=False)
     _report: OversizeReport = field(init=False)
     _names: dict[str, df.DataFileName | None] = field(init=False, default_factory=dict)
@@ -202,12 +218,34 @@ class Populator:
         parts = [f"{a} {lo:+.3f} s" for (a, _), lo in self._destinations.clock_items()]
         s = self._source_clock
         if s is not None:
-            parts.append(f"source {s.address} {s.clock.lo:+.3f} s")
+            parts.append(f"source {s.address} {s.clock.lo:+.3f} .. {s.clock.hi:+.3f} s")
         elif self.config.source is not None:
             parts.append(
                 f"source {self.config.source.address} not reached: the hosts' clocks are assumed to agree"
             )
         return "clocks against this host's: " + ", ".join(parts)
+
+    def _measure_source(self) -> None:
+        """The source's clock from this host: at once at the start, then again, in the background,
+        once CLOCK_REMEASURE_S have passed (its timer may have slipped or jumped since: files dumped
+        before a jump are shortened by it). A look's result is taken when it is done."""
+        source = self.config.source
+        if source is None:
+            return
+        if self._source_look is not None:
+            if not self._source_look.done():
+                return
+            self._source_clock = self._source_look.result()
+            self._source_look = None
+        now = time.monotonic()
+        if not self._source_measured:
+            self._source_measured = now
+            self._source_clock = hostclock.measure_source(source)
+        elif now - self._source_measured >= CLOCK_REMEASURE_S:
+            self._source_measured = now
+            if self._looks is None:
+                self._looks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-clock")
+            self._source_look = self._looks.submit(hostclock.measure_source, source, self._source_clock)
 
     def _probe_destinations(self) -> None:
         """Look at each destination (with backoff): did one restart, does each still evict, did one
@@ -308,6 +346,13 @@ class Populator:
         return names, done
 
     def run(self) -> PopulateSummary:
+        try:
+            return self._run()
+        finally:
+            if self._looks is not None:
+                self._looks.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> PopulateSummary:
         c = self.config
         if not c.destinations:
             raise PopulateError("no destination given")
@@ -341,7 +386,7 @@ class Populator:
         )
         self._probe_destinations()
         self._liveops_preflight()
-        self._source_clock = hostclock.measure_source(c.source) if c.source is not None else None
+        self._measure_source()
         self._save(force=True)
         params = replace(c.worker_params(), nodes=tuple(self.nodes), store=self._store)
         bad_since: dict[str, float] = {}
@@ -393,6 +438,7 @@ class Populator:
                             ) from e
                     if self._reprobe or now - self._last_check >= c.destination_check_interval:
                         self._probe_destinations()
+                    self._measure_source()
                     # Bounded queue so files are applied roughly in publish order.
                     room = len(todo) if quiesce else max(0, 2 * c.workers - len(inflight))
                     # Journaled with one fsync for all the files handed out this round.

@@ -130,8 +130,12 @@ def expiry_shifts(
     """Per node: what is added to a record's exptime less EXPIRY_MARGIN (the encoders' T) to give
     the T its destination ends the item at: never after the source did, at most ~1 s before
     (docs/reliability.md "How a TTL is carried"). The clock is the loop's measurement (to a few ms)
-    unless this connection's own reading says it moved since (then the lower of the two bounds)."""
+    unless this connection's own reading says it moved since (then the lower of the two bounds); the
+    source's clock seen from this host ahead of the file's brings every expiry forward by that much
+    (hostclock.shortening)."""
     frac = header.expiry_fraction
+    if frac is not None:
+        frac -= hostclock.shortening(header, job.source_clock)
     out = []
     for i in range(n):
         c = conns.get(i)
