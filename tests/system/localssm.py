@@ -18,8 +18,8 @@ this machine's view of the instance (machine.py):
   that host still runs on the mount: it retries, then fails, as the script does).
 
 What an instance sees differently is mapped: 127.0.0.1:<port> on a source node is its local
-memcached; a source node's private IP:<port> (verify's and populate's --source) is that node's local memcached;
-`mount` is the volume's local directory (with the S3 transport's `device` none, a directory of the
+memcached; a source node's private IP:<port> (verify's and populate's --source) is that node's local
+memcached; `mount` is the volume's local directory (with the S3 transport's `device` none, a directory of the
 host's own); the populator's state directory is a temporary directory.
 Agents run in threads, so SIGTERM handling (main thread only) is left out and `cancel` stops nothing.
 """
