@@ -56,14 +56,10 @@ PATHS = ("files", "stream", "s3", "resume")
 # its scenario then runs as a plain test and must pass (xfail strict: passing while listed fails too).
 TODAY: dict[str, str] = {}
 # Paths whose mechanism landed but which still fail now and then (not strict: they pass most trials).
-RESIDUAL = (
-    "issue 34, residuals measured 2026-11-29 (3 trials a release): now and then untouched keys missing "
-    "on the destination (files 8, S3 122-210, resume 128; the re-check deletes good copies whose stamp "
-    "ends after the source's item on a quiet source), a deleted key alive (S3, resume; stream on 1.6.18 "
-    "when the client's source write lags its destination write by 5 s), a key touched longer ending "
-    "10 s after the source's (files)"
-)
-FLAKY: dict[str, str] = {p: RESIDUAL for p in ("files", "stream", "s3", "resume")}
+FLAKY: dict[str, str] = {
+    "stream": "issue 34, stream residual measured 2026-11-29 (FAULT_TRIALS=3, 1.6.18): one trial of "
+    "three exits 8 on one key its target check counts missing",
+}
 # The loaded host fails today as the idle one does; it adds clock noise (a memcached's clock slipping,
 # the populator's clock check): if a path still fails there for that once TODAY has lost its entry,
 # name that bug in LOADED_ONLY.
