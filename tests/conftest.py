@@ -97,6 +97,7 @@ def _fault_variant(item: pytest.Item) -> str | None:
     return f"{item.nodeid.split('[')[0]}{others}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (_xdist_groups)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Stream variants only on STREAM_VERSIONS (unless CACHEWARM_STREAM_VERSIONS=all); each fault
     scenario variant (tests/faults) on one of its releases, picked by hashing the variant, so the
@@ -128,6 +129,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # The long tests first (marked slow; the fault scenarios, 20-60 s each), so that none is left
+        # running alone at the end.
+        faults = REPO / "tests" / "faults"
+        items.sort(
+            key=lambda item: (
+                item.get_closest_marker("slow") is None,
+                not Path(str(item.path)).is_relative_to(faults),
+            )
+        )
+    _xdist_groups(items)
+
+
+# Under pytest-xdist (`make test-py`: `-n N --dist loadgroup`) each test may run in any worker, except
+# these groups, each kept on one worker: the tests of one module sharing a module-scoped fixture (a moto
+# world, a server loaded once: built once, not once per worker), the tests of one expensive session
+# fixture (a CDK synth: seconds of CPU each), and the loop-device tests (they attach and detach devices
+# another worker could be given).
+SESSION_GROUPS = {"synth": "cdk-synth", "cli_single": "cdk-cli", "cli_two_regions": "cdk-cli"}
+DIR_GROUPS = {"volume": "loop-devices"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    rel = Path(str(item.path)).relative_to(REPO / "tests").parts
+    if rel and rel[0] in DIR_GROUPS:
+        return DIR_GROUPS[rel[0]]
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    sessions = sorted({SESSION_GROUPS[n] for n in defs if n in SESSION_GROUPS})
+    if sessions:
+        return "+".join(sessions)
+    if any(d[-1].scope == "module" for d in defs.values()):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+def _xdist_groups(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

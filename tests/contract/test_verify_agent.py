@@ -4,56 +4,33 @@ judges (`cachewarm.contract.status.VerifyResult`)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from cachewarm.node_agent.cli import agent_group
+from cachewarm.testing.memcached import MemcachedServer, free_port
 from click.testing import CliRunner
 from moto import mock_aws
 
 BUCKET = "cachewarm-status-verify"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def memcacheds() -> Iterator[tuple[str, str]]:
-    binary = shutil.which("memcached")
-    if binary is None:
+    if shutil.which("memcached") is None:
         pytest.skip("memcached is not installed here")
-    procs, addrs = [], []
-    for _ in range(2):
-        port = free_port()
-        argv = [binary, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-m", "64"]
-        if os.geteuid() == 0:  # memcached refuses to run as root without -u
-            argv += ["-u", "root"]
-        procs.append(subprocess.Popen(argv))
-        addrs.append(f"127.0.0.1:{port}")
+    servers = [MemcachedServer(memory_mb=64) for _ in range(2)]
     try:
-        for addr in addrs:
-            host, port = addr.split(":")
-            for _ in range(100):
-                try:
-                    socket.create_connection((host, int(port)), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-        yield addrs[0], addrs[1]
+        for srv in servers:
+            srv.start()
+        yield servers[0].address, servers[1].address
     finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+        for srv in servers:
+            srv.stop()
 
 
 def store(addr: str, items: dict[str, bytes]) -> None:

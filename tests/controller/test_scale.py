@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from cachewarm_controller.history import worst_case_events
 from cachewarm_controller.model import parse_input
 
@@ -18,6 +19,7 @@ HOURS = 9
 INTERVAL_S = 120
 
 
+@pytest.mark.slow  # ~1 min of CPU
 def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> None:
     ec2 = FakeEc2(world.subnets, world.deps.settings.vpc_id)
     world.deps.ec2 = ec2

@@ -6,9 +6,11 @@ file, written there as Markdown (`make faults` puts it in build/faults.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,21 @@ _ROWS = pytest.StashKey[list[Tally]]()
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_ROWS] = []
+
+
+# Under pytest-xdist the scenarios run in worker processes: each worker hands its rows to the
+# controller (plain data: execnet carries no objects), which prints the one table.
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        rows = session.config.stash.get(_ROWS, [])
+        out["fault_rows"] = [(isinstance(r, LiveTally), dataclasses.asdict(r)) for r in rows]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    rows = getattr(node, "workeroutput", {}).get("fault_rows", [])
+    node.config.stash[_ROWS].extend((LiveTally if live else Tally)(**r) for live, r in rows)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import hashlib
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -76,13 +75,12 @@ DUMPER = tarball({"cachewarm-dump": b"#!/bin/sh\necho cachewarm-dump stand-in\n"
 def s3_server() -> Iterator[str]:
     from moto.server import ThreadedMotoServer
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    # Port 0: the server binds a free port itself (a port picked first could be taken meanwhile).
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
     finally:
         server.stop()
 

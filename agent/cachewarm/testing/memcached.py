@@ -58,6 +58,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """The port was taken by another process between free_port() and memcached's bind."""
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 @dataclass
 class MemcachedServer:
     """A memcached process this code started; `stop()` (or the context manager) ends it."""
@@ -82,9 +94,21 @@ class MemcachedServer:
         if self.proc is not None and self.proc.poll() is None:
             # A second start would leak the first process (and its memory) when stop() ends the second.
             raise RuntimeError(f"memcached on port {self.port} is already started")
-        binary = self.binary or memcached_binary()
-        if self.port == 0:
+        if self.port != 0:
+            return self._start_once()
+        # A port from free_port() is free only until someone binds it: another test process (several
+        # suites, or pytest-xdist workers, share this host) may take it first. Then try another.
+        for attempt in range(5):
             self.port = free_port()
+            try:
+                return self._start_once()
+            except PortTaken:
+                if attempt == 4:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> MemcachedServer:
+        binary = self.binary or memcached_binary()
         args = [
             *self.launcher,
             binary,
@@ -115,16 +139,27 @@ class MemcachedServer:
                 if self.proc.poll() is not None:
                     errors.seek(0)
                     err = errors.read().decode(errors="replace")
+                    self.proc = None
+                    if "Address already in use" in err:
+                        raise PortTaken(f"memcached could not listen on port {self.port}: {err}")
                     raise RuntimeError(f"memcached exited at start (port {self.port}): {err}")
                 try:
                     with socket.create_connection((self.host, self.port), timeout=0.2) as s:
                         s.sendall(b"version\r\n")
                         if s.recv(64).startswith(b"VERSION"):
-                            return self
+                            break
                 except OSError:
                     time.sleep(0.02)
-        self.stop()
-        raise RuntimeError(f"memcached did not answer on port {self.port}")
+            else:
+                self.stop()
+                raise RuntimeError(f"memcached did not answer on port {self.port}")
+        # The server that answered may be another process's that took the port first (ours then exits
+        # at bind): the answering server must be ours (or, under a launcher, our process's child).
+        pid = int(self.stats().get("pid", "0"))
+        if pid != self.proc.pid and _parent_pid(pid) != self.proc.pid:
+            self.kill()
+            raise PortTaken(f"port {self.port} answered from another process (pid {pid})")
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
