@@ -139,7 +139,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 not Path(str(item.path)).is_relative_to(faults),
             )
         )
-    _xdist_groups(items)
+    if config.pluginmanager.hasplugin("xdist"):
+        _xdist_groups(items)
 
 
 # Under pytest-xdist (`make test-py`: `-n N --dist loadgroup`) each test may run in any worker, except
