@@ -131,18 +131,6 @@ enum {
 };
 int cw_source_verdict(const cw_read *r, const cw_source_now *s);
 
-/* After cw_source_verdict said UNCHANGED, the destination's item now (`mg <key> c`: present, cas)
- * against our write's CAS `ours` (0 = not known: a resend's EXISTS). A client's op that reached the
- * source before the read and the destination after our write is in the source's item and was applied
- * to our copy again (an increment twice); a later write that is on both is equal on both: compare the
- * two values (cw_compare_verdict). Only where a write can follow the read within a client's replica
- * skew (the stream mode) does this case arise. */
-enum {
-  CW_DEST_OK = 0,     /* still ours, or gone (a client's delete), or nothing to compare against */
-  CW_DEST_COMPARE = 1 /* another CAS than ours: compare with the source */
-};
-int cw_dest_verdict(uint64_t ours, int present, uint64_t cas);
-
 /* What the reply to `md <key> C<c_w> q` (our own write's CAS) says: */
 enum {
   CW_MD_DELETED = 0, /* no reply: our stale copy is gone */

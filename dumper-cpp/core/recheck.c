@@ -22,11 +22,6 @@ int cw_source_verdict(const cw_read *r, const cw_source_now *s) {
   return CW_SOURCE_UNSURE;
 }
 
-int cw_dest_verdict(uint64_t ours, int present, uint64_t cas) {
-  if (ours == 0 || !present) return CW_DEST_OK;
-  return cas == ours ? CW_DEST_OK : CW_DEST_COMPARE;
-}
-
 int cw_md_outcome(const cw_meta_reply *reply) {
   if (reply == NULL) return CW_MD_DELETED;
   if (strcmp(reply->code, "HD") == 0) return CW_MD_DELETED;

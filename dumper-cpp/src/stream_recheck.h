@@ -5,7 +5,7 @@
 // changed it since the dumper read it, our copy is deleted from its destination only while it is
 // still ours (`md <key> C<c_w> q`); a destination that holds a client's value instead is compared
 // with the source and deleted (guarded by its CAS) only when, after the settle delay, it still
-// differs on the same CAS. The decisions are dumper-cpp/core's (cw_source_verdict, cw_dest_verdict,
+// differs on the same CAS. The decisions are dumper-cpp/core's (cw_source_verdict,
 // cw_md_outcome, cw_compare_verdict), shared with the populator; this file is only the network work.
 //
 // A sink hands each finished part over (its keys and stamps, in fixed memory: the sink cuts a part

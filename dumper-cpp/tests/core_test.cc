@@ -159,11 +159,6 @@ TEST(Core, DeleteOutcomes) {
   }
 }
 
-TEST(Core, DestVerdicts) {
-  for (const auto& c : Cases("dest_verdict.txt"))
-    EXPECT_EQ(cw_dest_verdict(N(c[0]), int(N(c[1])), N(c[2])), std::stoi(c[3])) << c[0] << " " << c[2];
-}
-
 TEST(Core, CompareVerdicts) {
   for (const auto& c : Cases("compare.txt")) {
     const std::string sv = FromHex(c[3]), dv = FromHex(c[8]);

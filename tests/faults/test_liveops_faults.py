@@ -57,8 +57,10 @@ PATHS = ("files", "stream", "s3", "resume")
 TODAY: dict[str, str] = {}
 # Paths whose mechanism landed but which still fail now and then (not strict: they pass most trials).
 FLAKY: dict[str, str] = {
-    "stream": "issue 34, stream residual measured 2026-11-29 (FAULT_TRIALS=3, 1.6.18): one trial of "
-    "three exits 8 on one key its target check counts missing",
+    "stream": "issue 34, stream residuals: an increment that reaches the source before the read and our "
+    "copy after the write is applied twice (counters ahead; a client's own value on the destination is "
+    "never deleted to mend it); 2026-11-29, FAULT_TRIALS=3, 1.6.18: one trial of three exits 8 on one "
+    "key its target check counts missing",
 }
 # The loaded host fails today as the idle one does; it adds clock noise (a memcached's clock slipping,
 # the populator's clock check): if a path still fails there for that once TODAY has lost its entry,
