@@ -1,4 +1,4 @@
-// A memcached's clock against this host's wall clock, to a few milliseconds (issue 21).
+// A memcached's clock against this host's wall clock, to a few milliseconds.
 //
 // memcached's `stats time` is `process_started + current_time`: a whole second that advances on a
 // 1-s timer, behind the wall clock by up to ~2 s depending on when the process started. As a model:

@@ -56,7 +56,7 @@ MAX_EXPIRY = 2**31 - 1
 # Seconds sent before a record's exptime. The dumper records exptime as its wall clock plus the
 # remaining TTL `mg t` reports, in whole seconds, from a server whose clock ticks once a second behind
 # the wall clock: up to 1 s later than the source's own expiry. One second less keeps the
-# destination's expiry in [source's - 2 s, source's] (issue 12), never after it.
+# destination's expiry in [source's - 2 s, source's], never after it.
 EXPIRY_MARGIN = 1
 # The C loop copies each value into its batch once; above this average record size the Python
 # loop's zero-copy pieces are as fast (measured, 200k x 10 KB: 67-73k items/s vs 68-77k) and copy

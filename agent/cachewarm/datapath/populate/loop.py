@@ -1,4 +1,4 @@
-"""The populator loop (issue 3): take complete, verified data files and write their items to the
+"""The populator loop: take complete, verified data files and write their items to the
 destination memcached(s), without ever overwriting a fresher value (add mode by default).
 
 Loop: list the directory, skip temp names and consumed files, hand the rest to a pool of worker
