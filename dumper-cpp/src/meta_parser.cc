@@ -151,7 +151,20 @@ ParseResult ParseMetaHeader(const char* data, size_t n, MetaResponse* r, std::st
     r->type = MetaResponse::kNoop;
     return ParseResult::kOk;
   }
-  if (is("SERVER_ERROR")) {
+  if (is("STAT")) {
+    r->type = MetaResponse::kStat;
+    static constexpr char kTime[] = "STAT time ";
+    constexpr size_t n = sizeof kTime - 1;
+    if (end > n && std::memcmp(data, kTime, n) == 0) {
+      if (!ParseI64(data + n, end - n, &r->time) || r->time <= 0) {
+        *err = "bad server time in: " + Printable(data, end);
+        return ParseResult::kBad;
+      }
+      r->has_time = true;
+    }
+  } else if (is("END")) {
+    r->type = MetaResponse::kEnd;
+  } else if (is("SERVER_ERROR")) {
     r->type = MetaResponse::kServerError;
   } else if (is("CLIENT_ERROR")) {
     r->type = MetaResponse::kClientError;

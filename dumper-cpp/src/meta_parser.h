@@ -1,4 +1,5 @@
-// Parses one meta-protocol response *header line* (`VA <len> <flags>*`, `HD`, `EN`, `MN`, errors).
+// Parses one meta-protocol response *header line* (`VA <len> <flags>*`, `HD`, `EN`, `MN`, errors), or
+// a line of a `stats` reply (`STAT <name> <value>`, `END`: a worker's look at the source's clock).
 // Values are never scanned: the caller skips exactly `value_len` + 2 bytes after a VA line, so a
 // value containing "VALUE ...\r\n" or "EN\r\n" cannot confuse it. Only the header line is searched
 // for its "\r\n", and only within kMaxHeaderLine bytes.
@@ -14,7 +15,7 @@ namespace cachewarm {
 constexpr size_t kMaxHeaderLine = 4096;
 
 struct MetaResponse {
-  enum Type { kValue, kHit, kMiss, kNoop, kServerError, kClientError, kError, kOther };
+  enum Type { kValue, kHit, kMiss, kNoop, kServerError, kClientError, kError, kStat, kEnd, kOther };
   Type type = kOther;
   size_t header_len = 0;  // bytes of the header line including "\r\n"
   uint32_t value_len = 0;  // VA only
@@ -30,6 +31,8 @@ struct MetaResponse {
   uint64_t cas = 0;
   bool has_opaque = false;  // `O<number>`: the dumper's key index, echoed
   uint64_t opaque = 0;
+  bool has_time = false;  // `STAT time <t>`: the server's clock (unix seconds) when it answered
+  int64_t time = 0;
   std::string message;  // error text, or the unexpected line
 };
 

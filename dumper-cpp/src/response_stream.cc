@@ -219,6 +219,15 @@ Status ResponseStream::Commit(size_t n, RecordSink* sink) {
       case MetaResponse::kMiss:
         pos_ += r.header_len;
         break;
+      case MetaResponse::kStat:
+        // A look at the source's clock (`stats`) ahead of `mg`s on the same connection: memcached
+        // answers in order, so every value after it was read no earlier than the time it shows.
+        pos_ += r.header_len;
+        if (r.has_time) floor_ = std::max(floor_, r.time);
+        break;
+      case MetaResponse::kEnd:
+        pos_ += r.header_len;
+        break;
       case MetaResponse::kServerError:
         return Status::Server("memcached answered: " + r.message);
       case MetaResponse::kClientError:

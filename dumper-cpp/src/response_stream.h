@@ -4,6 +4,9 @@
 // memcached echoes a key raw when the item was stored through the binary protocol, and such a key
 // may hold "\r\n" or spaces, which would break the response's framing.
 //
+// A `stats` reply in the stream (STAT lines, END) writes nothing: its `time` raises the floor the
+// next values' `mg t` count from (set_window).
+//
 // Two fixed buffers of `buffer_size` bytes are allocated up front. Bytes are received into the
 // current buffer; each complete VA response becomes three iovecs (a 20-byte record header from a
 // preallocated array, the key and the value, both pointing into the buffer) handed to the sink in
@@ -57,7 +60,9 @@ class ResponseStream {
   // at least `floor` (a time the server has already shown: its clock never goes back) and at most
   // `most` (the ceiling of its clock at the receipt, or its measured upper bound). An `mg t` counts
   // from that time; `ahead` moves a source time onto the records' clock, never later
-  // (ServerClock::WholeAhead). The floor only rises: a value whose listing agrees raises it.
+  // (ServerClock::WholeAhead). The floor only rises: a value whose listing agrees raises it, and so
+  // does a `stats` reply's time (the worker asks for one ahead of a batch about once a second, so the
+  // floor stays fresh when no listing has an expiry to agree with).
   void set_window(int64_t floor, int64_t most, int64_t ahead) {
     floor_ = std::max(floor_, floor);
     most_ = most;

@@ -109,9 +109,10 @@ class Worker : public RecordSink {
     return writer_->Open(chunk_, part_, first_key_index);
   }
   // The source's time when the `mg`s received now ran there (ResponseStream::set_window): at least
-  // what the server last showed (its `stats time` when measured, or the time a value's listing gave),
-  // at most its clock's ceiling now (or, on another host, its measured upper bound); moved onto this
-  // host's clock rounded down (ServerClock::WholeAhead).
+  // what the server last showed (its `stats time` when measured, the time a value's listing gave, or
+  // that of the `stats` a batch begins with about once a second, read in the stream), at most its
+  // clock's ceiling now (or, on another host, its measured upper bound); moved onto this host's clock
+  // rounded down (ServerClock::WholeAhead).
   // `built`: when the batch in flight was sent (a look at the clock ended after it proves nothing
   // about that batch).
   void SetWindow(double built) {
@@ -146,6 +147,9 @@ class Worker : public RecordSink {
   int batch_;
   int adaptive_batch_ = 0;  // set from batch_ in the constructor, then from the values' sizes
   uint64_t batch_bytes_ = 0;
+  // When a batch last began with a `stats` (this host's wall clock): the look at the source's clock
+  // that keeps the floor of a touched key's `mg t` fresh (ResponseStream::set_window).
+  double clock_look_at_ = 0;
   uint64_t chunk_ = 0, nkeys_ = 0, file_misses_ = 0;
   uint32_t part_ = 0;
   // FetchBinary's keys waiting for Reread: which key, its flags, value length, the CAS it was fetched

@@ -52,6 +52,25 @@ TEST(MetaParser, OtherResponses) {
   EXPECT_EQ(r.type, MetaResponse::kOther);
 }
 
+// A worker's look at the source's clock: a `stats` reply's lines; only its time is read.
+TEST(MetaParser, StatsReplyLines) {
+  MetaResponse r;
+  std::string err;
+  ASSERT_EQ(P("STAT time 1795961393\r\n", &r, &err), ParseResult::kOk) << err;
+  EXPECT_EQ(r.type, MetaResponse::kStat);
+  EXPECT_TRUE(r.has_time);
+  EXPECT_EQ(r.time, 1795961393);
+  ASSERT_EQ(P("STAT uptime 12\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kStat);
+  EXPECT_FALSE(r.has_time);
+  ASSERT_EQ(P("STAT time_in_listen_disabled_us 0\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_FALSE(r.has_time);
+  ASSERT_EQ(P("END\r\n", &r, &err), ParseResult::kOk);
+  EXPECT_EQ(r.type, MetaResponse::kEnd);
+  for (const char* bad : {"STAT time x\r\n", "STAT time -5\r\n", "STAT time 0\r\n", "STAT time 99999999999999999999\r\n"})
+    EXPECT_EQ(P(bad, &r, &err), ParseResult::kBad) << bad;
+}
+
 TEST(MetaParser, IncompleteAndBadLines) {
   MetaResponse r;
   std::string err;
@@ -353,6 +372,29 @@ TEST(ResponseStream, AnAgreeingListingRaisesTheFloorForTheTouchedKeysAfterIt) {
   EXPECT_EQ(above, 1u);  // b's listing puts the time at 4970: past the ceiling
   rs.set_window(990, 1003, 2);  // an older look at the clock never lowers the floor
   EXPECT_EQ(rs.floor(), 1001);
+}
+
+// No listing agrees (the keys never expire, or were touched): only the `stats` the worker sends ahead
+// of a batch keeps the floor fresh. Its reply writes nothing, and the values after it count their
+// `mg t` from the time it shows; a reply showing an older time never lowers the floor.
+TEST(ResponseStream, AStatsReplyRaisesTheFloorForTheValuesAfterIt) {
+  const std::vector<Rec> recs = {{"a", 1, 30, "v"}, {"b", 2, -1, "w"}};
+  const std::string stats = "STAT pid 7\r\nSTAT uptime 99\r\nSTAT time 1008\r\nSTAT version 1.6.45\r\nEND\r\n";
+  const std::string wire = stats + Respond(recs[0]) + Respond(recs[1]) + "MN\r\n" +
+                           "STAT time 1004\r\nEND\r\n" + Respond(recs[0]) + "MN\r\n";
+  for (size_t piece : {size_t(1), size_t(7), wire.size()}) {
+    ResponseStream rs(8192, 0);
+    rs.set_window(1000, 1010, 2);  // the server showed 1000 when measured; records 2 s back
+    CaptureSink sink;
+    ASSERT_TRUE(Feed(&rs, wire, &sink, [&] { return piece; }).ok());
+    EXPECT_EQ(rs.floor(), 1008);
+    EXPECT_TRUE(rs.AtBoundary());
+    std::vector<Rec> want = {recs[0], recs[1], recs[0]};
+    want[0].ttl = want[2].ttl = 1008 + 30 - 2;
+    EXPECT_EQ(sink.bytes, Expected(want, 0, 0)) << "pieces of " << piece;
+    ASSERT_EQ(sink.batches.size(), 2u);
+    EXPECT_EQ(sink.batches[0].first, 2u);  // the reply is no value of the batch
+  }
 }
 
 }  // namespace
