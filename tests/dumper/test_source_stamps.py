@@ -23,6 +23,15 @@ from tests.faults.test_clock_faults import _stall_to
 ITEMS = 3000
 
 
+def _started_until_first_file(cmd: list[str], out: Path) -> subprocess.Popen[str]:
+    """The dumper, once its first data file is published (the listing done, the fetch under way)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(out.glob("*.cwd")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return proc
+
+
 def test_stamps_are_the_sources_own_expiry_when_its_clock_moves_back_mid_dump(
     memcached: Any, dumper_bin: Path, tmp_path: Path
 ) -> None:
@@ -31,10 +40,7 @@ def test_stamps_are_the_sources_own_expiry_when_its_clock_moves_back_mid_dump(
     _stall_to(src, 0.15)  # its clock near its ceiling when the dump measures it
     out = tmp_path / "dump"
     cmd = dump_cmd(dumper_bin, src, out, "--max-items-per-second", "1000", "--data-file-size", "64k")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not list(out.glob("*.cwd")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = _started_until_first_file(cmd, out)
     _stall_to(src, 0.95)  # 0.8 s back against that measurement, the rest of the dump
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-500:]
@@ -66,10 +72,7 @@ def test_a_key_touched_among_keys_that_never_expire_is_stamped_within_two_second
     load(src, [Item(b"filler:%d" % i, b"v" * 50, 0, 0) for i in range(ITEMS)])
     out = tmp_path / "dump"
     cmd = dump_cmd(dumper_bin, src, out, "--max-items-per-second", "375", "--data-file-size", "16k")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not list(out.glob("*.cwd")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    proc = _started_until_first_file(cmd, out)
     touched_at = time.monotonic()
     with socket.create_connection((src.host, src.port), timeout=10) as s:
         s.sendall(b"touch touched 60\r\n")
