@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from cachewarm.cli import main
-from cachewarm.contract.status import NodeStatus, Progress
+from cachewarm.contract.status import NodeStatus, Progress, instance_arn, status_key
 from cachewarm.operator.aws import Clients
 from cachewarm.operator.view import NodeView, WarmView, render, watch_loop
 from click.testing import CliRunner
@@ -19,7 +19,20 @@ from moto import mock_aws
 
 BUCKET = "cachewarm-status-test"
 ROLE = "arn:aws:iam::123456789012:role/sfn"
-PASS = json.dumps({"StartAt": "Validate", "States": {"Validate": {"Type": "Pass", "End": True}}})
+ACCOUNT = "123456789012"
+# The planned nodes: source instance i-0xxx, its populator i-1xxx (PlanWarm's `$.plan`, which is all the
+# operator CLI trusts to say whose status object counts).
+NODES = ("i-0aaa", "i-0bbb", "i-0ccc", "i-0ddd")
+PLAN = {"warm_id": "warm-1", "nodes": [{"node_id": n, "populator_id": "i-1" + n[3:]} for n in NODES]}
+PASS = json.dumps(
+    {
+        "StartAt": "Validate",
+        "States": {
+            "Validate": {"Type": "Pass", "Next": "Plan"},
+            "Plan": {"Type": "Pass", "Result": PLAN, "ResultPath": "$.plan", "End": True},
+        },
+    }
+)
 
 
 @pytest.fixture
@@ -60,8 +73,15 @@ def put_status(
         "error": extra.pop("error", None),
         "attempt": 1,
     }
-    key = f"warms/{warm_id}/{role}/{node}.json"
-    clients.get("s3").put_object(Bucket=BUCKET, Key=key, Body=json.dumps(body).encode())
+    clients.get("s3").put_object(
+        Bucket=BUCKET, Key=status_object(role, node, warm_id), Body=json.dumps(body).encode()
+    )
+
+
+def status_object(role: str, node: str, warm_id: str = "warm-1", writer: str | None = None) -> str:
+    """The key the node's expected writer (the node for `dump`, its populator for `populate`) writes."""
+    writer = writer or (node if role == "dump" else "i-1" + node[3:])
+    return status_key("warms", warm_id, role, node, instance_arn("us-east-1", ACCOUNT, writer))
 
 
 def invoke(clients: Clients, *args: str) -> Any:
@@ -112,19 +132,65 @@ def test_status_shows_each_node(aws: Clients, tmp_path: Path) -> None:
     put_status(aws, "dump", "i-0bbb", "running", 400, keys=2000)
     put_status(aws, "populate", "i-0bbb", "running", 500)
     put_status(aws, "dump", "i-0ccc", "failed", 10, error="the dumper failed: SERVER_ERROR")
-    aws.get("s3").put_object(Bucket=BUCKET, Key="warms/warm-1/populate/i-0ddd.json", Body=b"{torn")
+    torn = status_object("populate", "i-0ddd")
+    aws.get("s3").put_object(Bucket=BUCKET, Key=torn, Body=b"{torn")
     aws.get("s3").put_object(Bucket=BUCKET, Key="warms/warm-1/controller/plan.json", Body=b"{}")
     res = invoke(aws, "status", arn)
     assert res.exit_code == 0, res.output
     out = res.output
-    assert "warm warm-1: SUCCEEDED" in out and "1/3 nodes done" in out and "1,500 items populated" in out
+    assert "warm warm-1: SUCCEEDED" in out and "1/4 nodes done" in out and "1,500 items populated" in out
     lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.startswith("i-0")}
     assert "done" in lines["i-0aaa"] and "100.0%" in lines["i-0aaa"]
     assert "populating" in lines["i-0bbb"] and " 25.0%" in lines["i-0bbb"]  # 500 of 2000 keys listed
     assert "dump failed" in lines["i-0ccc"]
     assert "dump (attempt 1): the dumper failed: SERVER_ERROR" in out
-    assert "unreadable status object: warms/warm-1/populate/i-0ddd.json" in out
+    assert f"unreadable status object: {torn}" in out
+    assert "waiting" in lines["i-0ddd"]
     assert "entered Validate" in out
+
+
+def test_status_trusts_only_the_planned_writers_objects(aws: Clients, tmp_path: Path) -> None:
+    """Anyone who may write under the status prefix (one node's credentials) can name any node in an
+    object's key and body; the CLI shows only what each planned node's own writer wrote, as the
+    controller reads it, and never lists (a flood of objects costs it nothing)."""
+    sm = machine(aws)
+    arn = invoke(aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, MINIMAL)))
+    arn = arn.output.split()[-1]
+    put_status(aws, "populate", "i-0aaa", "running", 10)
+    forged = {"warm_id": "warm-1", "node_id": "i-0aaa", "role": "populate", "state": "done",
+              "heartbeat_ms": 1, "progress": {"items": 10**9, "bytes": 1, "files": 1, "keys_listed": 1},
+              "error": None, "attempt": 1}  # fmt: skip
+    s3 = aws.get("s3")
+    # i-0bbb's populator claims to be i-0aaa's, and names a node nobody planned.
+    s3.put_object(
+        Bucket=BUCKET, Key=status_object("populate", "i-0aaa", writer="i-1bbb"), Body=json.dumps(forged)
+    )
+    s3.put_object(Bucket=BUCKET, Key=status_object("populate", "i-0zzz"), Body=json.dumps(forged))
+    # The expected key of i-0bbb, written by its writer, but its body names another node.
+    s3.put_object(Bucket=BUCKET, Key=status_object("populate", "i-0bbb"), Body=json.dumps(forged))
+    for i in range(300):
+        s3.put_object(Bucket=BUCKET, Key=f"warms/warm-1/populate/x{i}/y.json", Body=b"{}")
+    res = invoke(aws, "status", arn, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    nodes = {n["node_id"]: n for n in doc["nodes"]}
+    assert sorted(nodes) == list(NODES) and doc["planned"] is True
+    assert nodes["i-0aaa"]["state"] == "populating" and nodes["i-0aaa"]["populated"] == 10
+    assert nodes["i-0bbb"]["state"] == "waiting" and doc["nodes_done"] == 0
+    assert doc["unreadable"] == [status_object("populate", "i-0bbb")]
+
+
+def test_status_before_the_plan_shows_no_node(aws: Clients, tmp_path: Path) -> None:
+    sm = machine(
+        aws,
+        definition=json.dumps({"StartAt": "Validate", "States": {"Validate": {"Type": "Pass", "End": True}}}),
+    )
+    arn = invoke(aws, "start", "--state-machine", sm, "--input", str(write_input(tmp_path, MINIMAL)))
+    arn = arn.output.split()[-1]
+    put_status(aws, "dump", "i-0aaa", "done", 10)
+    res = invoke(aws, "status", arn)
+    assert res.exit_code == 0, res.output
+    assert "no plan yet" in res.output and "i-0aaa" not in res.output
 
 
 def test_status_without_bucket_tag_names_the_fix(aws: Clients, tmp_path: Path) -> None:

@@ -16,7 +16,14 @@ from botocore.exceptions import ClientError
 
 from cachewarm.contract import tags, warm_ids
 from cachewarm.contract.inputs import DEFAULT_STATUS_PREFIX
-from cachewarm.contract.status import ROLES, NodeStatus, StatusFormatError, role_prefix, warm_prefix
+from cachewarm.contract.status import (
+    ROLES,
+    NodeStatus,
+    StatusFormatError,
+    instance_arn,
+    status_key,
+    warm_prefix,
+)
 from cachewarm.exitcodes import CliError, ExitCode
 from cachewarm.operator.view import NodeView, WarmView
 
@@ -126,23 +133,85 @@ def status_location(
     return bucket, prefix, str(warm_id)
 
 
-def read_agent_statuses(s3: Any, bucket: str, prefix: str, warm_id: str) -> tuple[list[NodeView], list[str]]:
-    """Every node's status objects, by node id; and the keys of objects that are not status objects."""
-    by_node: dict[str, dict[str, NodeStatus]] = {}
+# (role, node id) -> the ARN of the instance whose status object counts.
+Writers = dict[tuple[str, str], str]
+
+
+def plan_writers(sfn: Any, execution_arn: str) -> Writers | None:
+    """Whose status objects count, from the newest plan in the execution's own history (the state
+    data `$.plan` PlanWarm made): a source node writes its `dump` object, its populator the `populate`
+    one — as the controller reads them. None before the plan exists. Only the execution's history is
+    trusted here: anyone who can write under the status prefix can name any node in an object's key or
+    body."""
+    parts = execution_arn.split(":")
+    if len(parts) < 5:
+        return None
+    region, account = parts[3], parts[4]
+    kwargs: dict[str, Any] = {"executionArn": execution_arn, "reverseOrder": True, "maxResults": 100}
+    while True:
+        resp = sfn.get_execution_history(**kwargs)
+        # Newest first within a page (some emulators ignore reverseOrder: sort by the event id).
+        for ev in sorted(resp.get("events", []), key=lambda e: int(e.get("id", 0)), reverse=True):
+            details = ev.get("stateExitedEventDetails") or ev.get("executionSucceededEventDetails")
+            if not details or (details.get("outputDetails") or {}).get("truncated"):
+                continue
+            plan = _plan_of(details.get("output"))
+            if plan is not None:
+                return _writers(plan, region, account)
+        token = resp.get("nextToken")
+        if not token:
+            return None
+        kwargs["nextToken"] = token
+
+
+def _plan_of(output: object) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(output) if isinstance(output, str) else None
+    except ValueError:
+        return None
+    plan = doc.get("plan") if isinstance(doc, dict) else None
+    return plan if isinstance(plan, dict) and isinstance(plan.get("nodes"), list) else None
+
+
+def _writers(plan: dict[str, Any], region: str, account: str) -> Writers:
+    populator_region = plan.get("populator_region") or region
+    out: Writers = {}
+    for n in plan["nodes"]:
+        if not isinstance(n, dict) or not isinstance(n.get("node_id"), str):
+            continue
+        out[("dump", n["node_id"])] = instance_arn(region, account, n["node_id"])
+        if isinstance(n.get("populator_id"), str) and n["populator_id"]:
+            out[("populate", n["node_id"])] = instance_arn(populator_region, account, n["populator_id"])
+    return out
+
+
+def read_agent_statuses(
+    s3: Any, bucket: str, prefix: str, warm_id: str, writers: Writers
+) -> tuple[list[NodeView], list[str]]:
+    """Every planned node's status objects, each read by its exact key (its expected writer's ARN):
+    nothing is listed, so objects other principals put under the prefix are neither read nor counted.
+    Also the keys of expected objects that are no status object of that node and role."""
+    by_node: dict[str, dict[str, NodeStatus]] = {node: {} for _, node in writers}
     unreadable: list[str] = []
-    for role in ROLES:
-        pages = s3.get_paginator("list_objects_v2").paginate(
-            Bucket=bucket, Prefix=role_prefix(prefix, warm_id, role)
-        )
-        for page in pages:
-            for obj in page.get("Contents", []):
-                key = obj["Key"]
-                try:
-                    st = NodeStatus.from_json(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-                except StatusFormatError:
-                    unreadable.append(key)
-                    continue
-                by_node.setdefault(st.node_id, {})[role] = st
+    for (role, node), arn in sorted(writers.items()):
+        if role not in ROLES:
+            continue
+        key = status_key(prefix, warm_id, role, node, arn)
+        try:
+            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                continue
+            raise
+        try:
+            st = NodeStatus.from_json(body)
+        except StatusFormatError:
+            unreadable.append(key)
+            continue
+        if (st.role, st.node_id) != (role, node):
+            unreadable.append(key)
+            continue
+        by_node[node][role] = st
     nodes = [NodeView(n, roles.get("dump"), roles.get("populate")) for n, roles in sorted(by_node.items())]
     return nodes, unreadable
 
@@ -175,8 +244,9 @@ def load_view(
     except ClientError as e:
         raise OperatorError(f"cannot describe {execution_arn}: {e}") from e
     bucket_name, prefix, warm_id = status_location(sfn, ex, bucket, autoscaling)
+    writers = plan_writers(sfn, execution_arn)
     try:
-        nodes, unreadable = read_agent_statuses(s3, bucket_name, prefix, warm_id)
+        nodes, unreadable = read_agent_statuses(s3, bucket_name, prefix, warm_id, writers or {})
     except ClientError as e:
         raise OperatorError(f"cannot read s3://{bucket_name}/{warm_prefix(prefix, warm_id)}: {e}") from e
     events, error = recent_events(sfn, execution_arn)
@@ -192,6 +262,7 @@ def load_view(
         events=events,
         error=error,
         unreadable=unreadable,
+        planned=writers is not None,
     )
 
 

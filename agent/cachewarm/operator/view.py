@@ -61,6 +61,8 @@ class WarmView:
     events: list[str] = field(default_factory=list)
     error: str | None = None
     unreadable: list[str] = field(default_factory=list)
+    # False until the execution has a plan: before it no node's objects are known to be whose.
+    planned: bool = True
 
     @property
     def running(self) -> bool:
@@ -113,6 +115,7 @@ def view_dict(view: WarmView) -> dict[str, Any]:
         "error": view.error,
         "events": view.events,
         "unreadable": view.unreadable,
+        "planned": view.planned,
     }
 
 
@@ -150,6 +153,8 @@ def render(view: WarmView, now_ms: int | None = None) -> str:
     ]
     if view.error:
         out.append(f"error: {view.error}")
+    if not view.planned:
+        out.append("no plan yet: nodes are shown once the warm has planned them")
     if view.nodes:
         out.append(f"{'node':<22} {'state':<16} {'dumped':>14} {'populated':>14} {'':>6}  heartbeat")
     for n in view.nodes:
