@@ -11,7 +11,7 @@ DUMPER := $(BUILD)/release/cachewarm-dump
 # populator's C loop), and what only the tests add (GoogleTest for the dumper's unit tests; xfsprogs:
 # the shared-volume tests on loop devices; nutcracker and python3-pylibmc: the real clients
 # tests/placement reads warmed keys back through; faketime: destinations whose clock disagrees).
-APT_RUN := memcached cmake g++ make libxxhash-dev libssl-dev python3-dev
+APT_RUN := memcached cmake g++ make libxxhash-dev python3-dev
 APT_DEV := $(APT_RUN) libgtest-dev googletest clang xfsprogs nutcracker python3-pylibmc faketime
 # Stamps keep re-runs fast; they live in build/ (ignored by git).
 STAMPS := $(BUILD)/.stamps

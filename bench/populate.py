@@ -36,8 +36,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateConfig, populate
 from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
 from cachewarm.stdio import survive_closed_outputs

@@ -44,8 +44,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 from cachewarm.contract.status import StatusLocation
 from cachewarm.datapath.dumper import DumperCommand, SourceProtection
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateConfig, populate
 from cachewarm.datapath.warm import find_dumper
 from cachewarm.node_agent.jobs import (

@@ -30,6 +30,18 @@ bool UrlDecode(const Slice& in, std::string* out) {
   return true;
 }
 
+std::string HexEncode(const Slice& in) {
+  static const char d[] = "0123456789abcdef";
+  std::string o;
+  o.reserve(2 * in.size());
+  for (size_t i = 0; i < in.size(); i++) {
+    const unsigned char c = uint8_t(in[i]);
+    o += d[c >> 4];
+    o += d[c & 15];
+  }
+  return o;
+}
+
 std::string UrlEncode(const Slice& in) {
   static const char* hex = "0123456789ABCDEF";
   std::string o;

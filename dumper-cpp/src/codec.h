@@ -25,5 +25,7 @@ void Base64Encode(const Slice& in, std::string* out);
 // Decodes standard base64 (with padding) into dst (which may alias src: output is never longer than
 // input). Returns the decoded length, or -1 if the input is malformed.
 long Base64DecodeInPlace(const char* src, size_t n, char* dst);
+// Lower-case hex, two digits a byte (hashkit descriptions, the stream's routing record).
+std::string HexEncode(const Slice& in);
 
 }  // namespace cachewarm

@@ -23,7 +23,7 @@ bool IsIpLiteral(const std::string& h) {
   return inet_pton(AF_INET, h.c_str(), buf) == 1 || inet_pton(AF_INET6, h.c_str(), buf) == 1;
 }
 
-// A DNS name (RFC 1123 labels) or an IP address, as ketama.py's valid_host.
+// A DNS name (RFC 1123 labels) or an IP address, as nodes.py's valid_host.
 bool ValidHost(const std::string& h) {
   if (h.empty() || h.size() > 253) return false;
   if (IsIpLiteral(h)) return true;
@@ -176,6 +176,42 @@ int64_t DestExpiry(int64_t expiry, int64_t offset) {
   if (expiry == 0) return 0;
   const int64_t t = std::min<int64_t>(expiry + offset, 2147483647);
   return t > 30 * 24 * 3600 ? t : -1;
+}
+
+Status FormatNodeKey(const std::string& format, const std::string& host, const std::string& ip, int port,
+                     std::string* out) {
+  const Status bad = Status::InvalidArgument("bad node-key format '" + format + "': use {host}, {ip} and {port}");
+  out->clear();
+  for (size_t i = 0; i < format.size();) {
+    const char c = format[i];
+    if (c == '{' && i + 1 < format.size() && format[i + 1] == '{') {
+      *out += '{';
+      i += 2;
+    } else if (c == '}' && i + 1 < format.size() && format[i + 1] == '}') {
+      *out += '}';
+      i += 2;
+    } else if (c == '{') {
+      const size_t e = format.find('}', i);
+      if (e == std::string::npos) return bad;
+      const std::string field = format.substr(i + 1, e - i - 1);
+      if (field == "host") {
+        *out += host;
+      } else if (field == "ip") {
+        *out += ip.empty() ? host : ip;
+      } else if (field == "port") {
+        *out += std::to_string(port);
+      } else {
+        return bad;
+      }
+      i = e + 1;
+    } else if (c == '}') {
+      return bad;
+    } else {
+      *out += c;
+      i++;
+    }
+  }
+  return Status::OK();
 }
 
 }  // namespace cachewarm

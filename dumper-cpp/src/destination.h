@@ -23,7 +23,7 @@ struct Endpoint {
   std::string host;  // as given
   int port = 0;
   std::string ip;    // what `host` resolved to (the node key's {ip}; where we connect)
-  std::string address() const;  // HOST:PORT as given (ketama.py's Node.address: no brackets)
+  std::string address() const;  // HOST:PORT as given (nodes.py's Node.address: no brackets)
   const std::string& connect_host() const { return ip.empty() ? host : ip; }
 };
 
@@ -32,6 +32,13 @@ Status ParseEndpoints(const std::string& spec, std::vector<Endpoint>* out);
 // Sets e->ip: the host itself if it is an IP address, else its first IPv4 address, else its first
 // IPv6 one (Java's, and so the EVCache client's, preference).
 Status ResolveEndpoint(Endpoint* e);
+
+// EVCache's node key: the host name as given, "/", the address it resolves to, ":11211" whatever
+// the port. {host}, {ip}, {port} are replaced; "{{" and "}}" stand for braces (Python's str.format).
+constexpr char kEvcacheNodeKey[] = "{host}/{ip}:11211";
+// The node key `format` gives a node; InvalidArgument for any other field or a lone brace.
+Status FormatNodeKey(const std::string& format, const std::string& host, const std::string& ip, int port,
+                     std::string* out);
 
 // memcached's item size rule (items.c item_size_ok; the same in 1.6.18 .. 1.6.45).
 constexpr uint64_t kItemHeader = 48, kItemKeyNul = 1, kItemValueCrlf = 2, kItemFlagsSuffix = 4, kItemCas = 8;

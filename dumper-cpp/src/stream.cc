@@ -35,16 +35,6 @@ constexpr char kOversize[] = "items too large for their destination were never s
 constexpr char kEvicted[] = "the destinations evicted items during the populate";
 constexpr char kIncompleteDump[] = "the dump is incomplete (DONE says complete: false)";
 
-std::string Hex(const std::string& s) {
-  static const char d[] = "0123456789abcdef";
-  std::string o;
-  for (unsigned char c : s) {
-    o += d[c >> 4];
-    o += d[c & 15];
-  }
-  return o;
-}
-
 bool IsPrintableKey(const std::string& k) { return !k.empty() && IsPlainKey(k); }
 
 std::string Line(const std::string& text) {
@@ -84,15 +74,15 @@ std::string Stream::Routing() const {
   std::string r = std::string("mode=") + (o_.stream.set_mode ? "set" : "add") + " nodes=";
   for (size_t i = 0; i < eps_.size(); i++) r += (i ? "," : "") + eps_[i].address();
   if (!o_.stream.placement.empty()) {
-    r += " placement=" + Hex(o_.stream.placement);
+    r += " placement=" + HexEncode(o_.stream.placement);
   } else if (eps_.size() > 1) {
     r += " keys=";
     for (size_t i = 0; i < eps_.size(); i++) {
       std::string k;
       FormatNodeKey(o_.stream.node_key_format, eps_[i].host, eps_[i].ip, eps_[i].port, &k);
-      r += (i ? "," : "") + Hex(k);
+      r += (i ? "," : "") + HexEncode(k);
     }
-    r += " reps=" + std::to_string(o_.stream.ketama_reps) + " delimiter=" + Hex(o_.stream.hash_delimiter);
+    r += " reps=" + std::to_string(o_.stream.ketama_reps) + " delimiter=" + HexEncode(o_.stream.hash_delimiter);
   }
   return r;
 }
@@ -113,8 +103,8 @@ Status Stream::Open() {
       keys.emplace_back();
       CW_RETURN_IF_ERROR(FormatNodeKey(o_.stream.node_key_format, e.host, e.ip, e.port, &keys.back()));
     }
-    ring_.reset(new KetamaRing);
-    CW_RETURN_IF_ERROR(ring_->Build(keys, o_.stream.ketama_reps, o_.stream.hash_delimiter));
+    placement_.reset(new Placement);
+    CW_RETURN_IF_ERROR(placement_->ParseEvcache(keys, o_.stream.ketama_reps, o_.stream.hash_delimiter));
   }
   totals_.assign(eps_.size(), StreamCounts());
   evictions_.assign(eps_.size(), 0);

@@ -1,7 +1,7 @@
 // The stream mode (`cachewarm-dump --to`): the dump's fetched items go straight to the destination
 // node(s) — no data files. This is what the workers' sinks (stream_sink.h) share:
 //   - the destinations: resolved once, the preflight (destination.h: version, item size, evictions
-//     on/off), the ketama ring (ketama.h) when there are several;
+//     on/off), EVCache's ketama ring (placement.h, hashkit) when there are several;
 //   - the checkpoint of what every destination acknowledged: keys/STREAMED, one line per part (a key
 //     range of a chunk, like a data file) with its per-destination counts, synced; keys/STREAM, the
 //     routing and each destination's identity (pid, start time) and eviction count at the start.
@@ -29,7 +29,6 @@
 #include "destination.h"
 #include "env.h"
 #include "format.h"  // kExpiryMargin
-#include "ketama.h"
 #include "placement.h"
 #include "manifest.h"
 #include "options.h"
@@ -100,7 +99,7 @@ class Stream {
   // and every reconnect check that the clock has not moved since (NewOffset).
   double clock_low(size_t i) const { return lows_[i].load(std::memory_order_relaxed); }
   size_t Route(const Slice& key) const {
-    return placement_ ? placement_->Index(key) : ring_ ? ring_->Index(key) : 0;
+    return placement_ ? placement_->Index(key) : 0;
   }
   bool add_mode() const { return !o_.stream.set_mode; }
   // Whether the part may hold items an earlier run sent: a resumed chunk's parts from where it
@@ -146,8 +145,8 @@ class Stream {
   // expire that many seconds off, so the stream stops naming the node and both offsets.
   Status NewOffset(size_t i, int64_t offset);
   std::vector<std::pair<int64_t, uint64_t>> evictions_base_;  // (pid, evictions) at the first run's start
-  std::unique_ptr<KetamaRing> ring_;
-  std::unique_ptr<Placement> placement_;  // --placement-description: another client's, instead of ring_
+  // EVCache's ring or --placement-description's (another client's); none for one destination
+  std::unique_ptr<Placement> placement_;
   RateLimiter items_, bytes_;
 
   std::mutex mu_;

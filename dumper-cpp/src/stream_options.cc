@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "destination.h"
-#include "ketama.h"
 #include "placement.h"
 #include "options.h"
 #include "stream_sink.h"

@@ -17,7 +17,7 @@ struct Options;
 struct StreamOptions {
   std::string to;                     // destinations; empty: the file mode
   bool set_mode = false;              // --mode set (`MS`, SETQ): overwrite live values
-  std::string node_key_format = "{host}/{ip}:11211";  // ketama.h kEvcacheNodeKey
+  std::string node_key_format = "{host}/{ip}:11211";  // destination.h kEvcacheNodeKey
   int ketama_reps = 160;              // EVCache's bucket.size
   std::string hash_delimiter;         // EVCache's hash.on.partial.key; empty: the whole key
   std::string placement;              // a hashkit description (placement.h); empty: EVCache's ketama

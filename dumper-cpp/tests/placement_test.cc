@@ -1,22 +1,25 @@
 // hashkit as the stream mode links it (placement.h): the same published vectors the Python tests
-// pin (tests/placement/test_hashkit.py), so a build that compiled hashkit differently (flags, char
-// signedness, float evaluation) fails here too.
+// pin (tests/placement/test_hashkit.py; EVCache's ring: the vector files both suites read), so a
+// build that compiled hashkit differently (flags, char signedness, float evaluation) fails here too.
 #include "placement.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "../hashkit/hashkit.h"
+#include "codec.h"
 
 namespace cachewarm {
 namespace {
 
-std::string Hex(const std::string& s) {
-  static const char d[] = "0123456789abcdef";
+std::string FromHex(const std::string& h) {
   std::string out;
-  for (unsigned char c : s) out += {d[c >> 4], d[c & 15]};
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out += char(std::strtol(h.substr(i, 2).c_str(), nullptr, 16));
   return out;
 }
 
@@ -57,22 +60,52 @@ TEST(Hashkit, WeightedKetamaGives156PointsAt25Nodes) {
   EXPECT_EQ(cw_libmemcached_weighted_points(1, 25, 25, 160), 156u);
 }
 
-TEST(Placement, SpymemcachedPublicVectors) {
-  std::string d = "dist ketama\nhash md5\npoints md5x4\ncollision last\n";
-  for (int i = 0; i < 4; i++) d += "node " + Hex("127.0.0.1:" + std::to_string(10000 + i)) + " 160\n";
-  Placement p;
-  ASSERT_TRUE(p.Parse(d).ok());
-  EXPECT_EQ(p.nodes(), 4u);
-  EXPECT_EQ(p.Index("dustin"), 0u);
-  EXPECT_EQ(p.Index("noelani"), 2u);
-  EXPECT_EQ(p.Index("7QHNPFVC"), 1u);
-  EXPECT_EQ(p.Index("N6H4245M"), 1u);
+// EVCache's ring as the stream builds it, over a shared vector file (tests/placement/ reads the same):
+// `ring <reps> <delimiter hex or -> <node key>...` then `<key hex> <node index>` lines.
+void CheckRingVectors(const std::string& name, size_t min_rings, size_t min_keys) {
+  std::ifstream f(std::string(CACHEWARM_VECTORS_DIR) + "/" + name);
+  ASSERT_TRUE(f) << name;
+  Placement ring;
+  size_t rings = 0, keys = 0;
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string first;
+    in >> first;
+    if (first == "ring") {
+      int reps;
+      std::string delim;
+      in >> reps >> delim;
+      std::vector<std::string> nodes;
+      for (std::string n; in >> n;) nodes.push_back(n);
+      ASSERT_TRUE(ring.ParseEvcache(nodes, reps, delim == "-" ? "" : FromHex(delim)).ok()) << line;
+      rings++;
+      continue;
+    }
+    size_t want;
+    in >> want;
+    EXPECT_EQ(ring.Index(FromHex(first)), want) << name << ": " << line;
+    keys++;
+  }
+  EXPECT_GE(rings, min_rings) << name;
+  EXPECT_GE(keys, min_keys) << name;
+}
+
+TEST(EvcacheRing, SpymemcachedPublicVectors) { CheckRingVectors("spymemcached_ketama.txt", 2, 10); }
+
+TEST(EvcacheRing, NodeKeysDelimitersAndReps) { CheckRingVectors("ketama.txt", 3, 300); }
+
+TEST(EvcacheRing, RefusesNodeKeysThatCollide) {
+  Placement ring;
+  const Status s = ring.ParseEvcache({"h/h:11211", "h/h:11211"}, 160, "");
+  EXPECT_NE(s.ToString().find("node keys collide"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(ring.ParseEvcache({"a"}, 10, "").ok());  // not a multiple of 4
 }
 
 TEST(Placement, DestinationsAndTransforms) {
   // mcrouter Crc32 over two servers listed in reverse destination order, a hash stop and a salt
   Placement p;
-  ASSERT_TRUE(p.Parse("dist modula\nhash crc32_mcrouter\nhash-stop\nsalt " + Hex("s") + "\nnode 61 1 1\nnode 62 1 0\n").ok());
+  ASSERT_TRUE(p.Parse("dist modula\nhash crc32_mcrouter\nhash-stop\nsalt " + HexEncode("s") + "\nnode 61 1 1\nnode 62 1 0\n").ok());
   EXPECT_EQ(p.max_dest(), 1u);
   const uint32_t slot = Hash(CW_HASH_CRC32_MCROUTER, "keys") % 2;
   EXPECT_EQ(p.Index("key|#|anything"), slot == 0 ? 1u : 0u);

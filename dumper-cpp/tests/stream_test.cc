@@ -1,5 +1,5 @@
-// The stream mode's pieces that must agree with the Python populator bit for bit (ketama routing,
-// the item size rule: shared vector tables in tests/vectors/), its flag and address parsing, the
+// The stream mode's pieces that must agree with the Python populator bit for bit (node keys, the
+// item size rule: a shared vector table in tests/vectors/), its flag and address parsing, the
 // destination preflight against a scripted server, and the reply parsing of DestConn.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
@@ -15,19 +15,12 @@
 #include <vector>
 
 #include "destination.h"
-#include "ketama.h"
 #include "net.h"
 #include "stream_conn.h"
 #include "testutil.h"
 
 namespace cachewarm {
 namespace {
-
-std::string FromHex(const std::string& h) {
-  std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out += char(std::strtol(h.substr(i, 2).c_str(), nullptr, 16));
-  return out;
-}
 
 std::vector<std::string> Lines(const std::string& path) {
   std::ifstream f(path);
@@ -37,59 +30,7 @@ std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
-TEST(Ketama, SpymemcachedPublicVectors) {
-  struct Case {
-    int nodes;
-    const char* key;
-    size_t want;
-  } cases[] = {{4, "dustin", 0},   {4, "noelani", 2}, {4, "some other key", 0}, {4, "7QHNPFVC", 1},
-               {4, "N6H4245M", 1}, {5, "36", 2},      {5, "10037", 3},          {5, "22051", 1},
-               {5, "49044", 4},    {5, "some other key", 4}};
-  for (const Case& c : cases) {
-    std::vector<std::string> keys;
-    for (int i = 0; i < c.nodes; i++) keys.push_back("127.0.0.1:" + std::to_string(10000 + i));
-    KetamaRing ring;
-    ASSERT_TRUE(ring.Build(keys, 160).ok());
-    EXPECT_EQ(ring.Index(c.key), c.want) << c.key;
-  }
-}
-
-TEST(Ketama, VectorsWrittenByThePythonRing) {
-  const std::vector<std::string> lines = Lines(std::string(CACHEWARM_VECTORS_DIR) + "/ketama.txt");
-  ASSERT_GT(lines.size(), 100u);
-  KetamaRing ring;
-  int rings = 0, keys = 0;
-  for (const std::string& line : lines) {
-    std::istringstream in(line);
-    std::string first;
-    in >> first;
-    if (first == "ring") {
-      int reps;
-      std::string delim;
-      in >> reps >> delim;
-      std::vector<std::string> nodes;
-      for (std::string n; in >> n;) nodes.push_back(n);
-      ASSERT_TRUE(ring.Build(nodes, reps, delim == "-" ? "" : FromHex(delim)).ok()) << line;
-      rings++;
-      continue;
-    }
-    size_t want;
-    in >> want;
-    EXPECT_EQ(ring.Index(FromHex(first)), want) << line;
-    keys++;
-  }
-  EXPECT_GE(rings, 3);
-  EXPECT_GE(keys, 300);
-}
-
-TEST(Ketama, RefusesWhatPythonRefuses) {
-  KetamaRing ring;
-  EXPECT_FALSE(ring.Build({"h/h:11211", "h/h:11211"}, 160).ok());  // node keys collide
-  EXPECT_FALSE(ring.Build({"a"}, 10).ok());                        // not a multiple of 4
-  EXPECT_FALSE(ring.Build({}, 160).ok());
-}
-
-TEST(Ketama, NodeKeyFormat) {
+TEST(Destination, NodeKeyFormat) {
   std::string k;
   ASSERT_TRUE(FormatNodeKey(kEvcacheNodeKey, "cache-1", "10.0.0.7", 6379, &k).ok());
   EXPECT_EQ(k, "cache-1/10.0.0.7:11211");  // EVCache: the port is always written 11211
@@ -122,7 +63,7 @@ TEST(Endpoints, ParseLikeThePythonCli) {
   ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[1].host, "cache-1.example.com");
   EXPECT_EQ(e[2].host, "::1");
-  EXPECT_EQ(e[2].address(), "::1:11311");  // as ketama.py's Node.address
+  EXPECT_EQ(e[2].address(), "::1:11311");  // as nodes.py's Node.address
   for (const char* bad : {"host", "h:0", "h:65536", "h:x", ":1", "x;y:1", "a..b:1", "-x:1", "h:1,h:1", ""})
     EXPECT_FALSE(ParseEndpoints(bad, &e).ok()) << bad;
   Endpoint lit{"127.0.0.1", 1, ""};

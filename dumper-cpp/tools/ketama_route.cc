@@ -1,6 +1,7 @@
 // ketama_route --reps N [--delimiter HEX] NODEKEY...: reads keys as hex, one a line, on stdin and
-// prints each key's node index (the position of its NODEKEY), one a line. Test-only: pytest
-// compares it with the Python ring on generated keys (tests/datapath/test_stream_routing.py).
+// prints each key's node index (the position of its NODEKEY) on EVCache's ring as the stream mode
+// builds it, one a line. Test-only: pytest compares it with the populator's routing and the ketama
+// oracle on generated keys (tests/datapath/test_stream_routing.py).
 // ketama_route --placement-file PATH: the same with the stream mode's Placement (a hashkit
 // description), compared with the populator's in tests/placement/test_stream_placement.py.
 #include <cstdio>
@@ -11,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "ketama.h"
 #include "placement.h"
 
 namespace {
@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
     std::fputs(out.c_str(), stdout);
     return 0;
   }
-  cachewarm::KetamaRing ring;
-  cachewarm::Status s = ring.Build(nodes, reps, delimiter);
+  cachewarm::Placement ring;
+  cachewarm::Status s = ring.ParseEvcache(nodes, reps, delimiter);
   if (!s.ok()) {
     std::fprintf(stderr, "ketama_route: %s\n", s.ToString().c_str());
     return 2;

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cachewarm.datapath.ketama import Node, parse_nodes
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node, parse_nodes
 from cachewarm.datapath.stream import StreamCommand
 from cachewarm.datapath.warm import WarmConfig, dumper_command
 from cachewarm.exitcodes import ExitCode

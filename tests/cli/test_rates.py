@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from cachewarm.cli import main
 from cachewarm.datapath import warm as warm_mod
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.warm import WarmConfig, dumper_command, populate_config
 from click.testing import CliRunner
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath.binproto import BinaryConnection, store_request
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.ketama import Routing
 from cachewarm.datapath.populate import PopulateError, populate
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.verify import verify
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.populating import ClockWatch, config, expiry_within, fetch, listed_expiries, node

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath.encode import MAX_RELATIVE_TTL
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer, free_port

@@ -16,7 +16,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath import presence
 from cachewarm.datapath.encode import UNLIMITED, is_plain_key
-from cachewarm.datapath.ketama import KetamaRing, Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.populate import plan as planmod
 from cachewarm.datapath.populate.plan import (
@@ -29,7 +29,10 @@ from cachewarm.datapath.populate.plan import (
     plan,
     plan_py,
 )
+from cachewarm.datapath.routing import evcache_ring
 from cachewarm.datapath.writer import encode_file
+
+from tests.ketama_oracle import KetamaRing
 
 NOW = 1_800_000_000
 
@@ -141,10 +144,11 @@ def test_every_destination_gets_its_keys_and_only_nodes_are_kept(scheme: str | N
     for delim in (None, b":") if scheme is None else (None,):
         # EVCache's ring, or another client's placement (the C walk routes with hashkit's Placement)
         ring = (
-            KetamaRing(nodes, hash_delimiter=delim)
+            evcache_ring(nodes, hash_delimiter=delim)
             if scheme is None
             else PlacementSpec.parse(scheme).placer(nodes)
         )
+        expect = KetamaRing(nodes, hash_delimiter=delim) if scheme is None else ring  # the oracle
         p = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring)
         for i, n in enumerate(p.nodes):
             keys = [
@@ -152,10 +156,10 @@ def test_every_destination_gets_its_keys_and_only_nodes_are_kept(scheme: str | N
                 for s in v2.spans(data, start, end)
                 if not s.binary and is_plain_key(s.key) and (s.exptime == -1 or s.exptime - 1 > NOW)
             ]
-            want = [k for k in keys if ring.index_for(k) == i]
+            want = [k for k in keys if expect.index_for(k) == i]
             got = [df.record_at(data, at, 2).key for at in n.order_offsets()]
             assert got == want
-            assert all(ring.index_for(df.record_at(data, at, 2).key) == i for at in n.binary)
+            assert all(expect.index_for(df.record_at(data, at, 2).key) == i for at in n.binary)
         only = _both(data, start, end, budgets=(UNLIMITED,) * 3, ring=ring, only=frozenset({1}))
         assert only.nodes[1] == p.nodes[1] and only.nodes[0].items == only.nodes[2].items == 0
         assert only.records == p.records
@@ -301,7 +305,7 @@ def test_probes_name_exactly_the_items_sent_as_text_alike(set_mode: bool) -> Non
     recs = _records(random.Random(11), 1500)
     data, start, end = _file(recs)
     nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 4)]
-    ring = KetamaRing(nodes)
+    ring = evcache_ring(nodes)
     p = _both(data, start, end, budgets=(1004,) * 3, set_mode=set_mode, ring=ring, probes=True)
     for i, n in enumerate(p.nodes):
         lines = n.probes.split(b"\r\n")[:-1]
@@ -367,7 +371,7 @@ def test_v3_binary_add_plan_is_an_add_per_item_named_by_its_index() -> None:
     recs = _stamped(_records(rng, 600), rng)
     data, start, end = _file(recs, df.VERSION_3)
     nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 3)]
-    ring = KetamaRing(nodes)
+    ring = evcache_ring(nodes)
     p = plan(
         data,
         start,

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath.encode import EXPIRY_MARGIN, MAX_RELATIVE_TTL, ttl_token
 from cachewarm.datapath.format import Record, parse_name
-from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.populate import PopulateError, PopulateIncomplete, PopulateState, populate
 from cachewarm.datapath.remount import CommandRemounter
 from cachewarm.datapath.writer import DirWriter, PublishedFile
 from cachewarm.testing.populating import Background, config, fetch, node, records
+
+from tests.ketama_oracle import KetamaRing
 
 MONTH = MAX_RELATIVE_TTL
 CLI = [sys.executable, "-c", "from cachewarm.cli import run; run()"]

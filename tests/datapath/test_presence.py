@@ -16,16 +16,17 @@ import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
 from cachewarm.datapath.encode import FileJob
-from cachewarm.datapath.ketama import KetamaRing, Node, Routing
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import WorkerParams
-from cachewarm.datapath.populate.plan import ring_arrays
 from cachewarm.datapath.populate.worker import apply_file
+from cachewarm.datapath.routing import Routing, evcache_ring
 from cachewarm.datapath.stream import _check_list
 from cachewarm.datapath.warm import WarmConfig, compare_sample
 from cachewarm.datapath.writer import encode_file
 
 from tests.datapath.test_warm import put
+from tests.ketama_oracle import KetamaRing
 
 try:
     from cachewarm.datapath import _speedups
@@ -97,15 +98,15 @@ def test_kept_lookups_count_expired_misses_as_explained(memcached, tmp_path: Pat
 @pytest.mark.parametrize("delimiter", [None, b":"])
 def test_key_lists_route_as_the_ring(delimiter: bytes | None) -> None:
     nodes = [Node(f"10.0.0.{i}", 11211) for i in range(1, 5)]
-    ring = KetamaRing(nodes, hash_delimiter=delimiter)
+    ring = KetamaRing(nodes, hash_delimiter=delimiter)  # the oracle
     now = 1_800_000_000
     keys = [b"user:%d:x%d" % (i % 97, i) for i in range(3000)] + [b"sp ace", b"\x00\xffbin", b"\xfe" * 200]
     exps = [-1, now + 10, now, now - 1]
     data = b"".join(
         urllib.parse.quote_from_bytes(k).encode() + b" %d\n" % exps[i % 4] for i, k in enumerate(keys)
     )
-    points, owners = ring_arrays(ring)
-    shares = _speedups.probe_keys(data, now, len(nodes), points, owners, delimiter)
+    placement = evcache_ring(nodes, hash_delimiter=delimiter).c_placement
+    shares = _speedups.probe_keys(data, now, len(nodes), placement)
     want: list[list[bytes]] = [[] for _ in nodes]
     want_bin: list[list[bytes]] = [[] for _ in nodes]
     for i, k in enumerate(keys):
@@ -115,7 +116,7 @@ def test_key_lists_route_as_the_ring(delimiter: bytes | None) -> None:
         got = [presence.probe_key(x) for x in lookups.split(b"\r\n")[:-1]]
         assert got == w and binary == wb and len(expiry) == 8 * len(w)
     with pytest.raises(ValueError, match="key list line 2"):
-        _speedups.probe_keys(b"a 1\nnoexptime\n", now, 1, None, None, None)
+        _speedups.probe_keys(b"a 1\nnoexptime\n", now, 1, None)
 
 
 @needs_c

@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node, Routing, resolve
+from cachewarm.datapath.nodes import Node, resolve
 from cachewarm.datapath.populate import PopulateError, PopulateState, populate
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY, Routing
 from cachewarm.datapath.verify import verify
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import Background, config, fetch, node, records
 
 from tests.conftest import DEFAULT_VERSION
+from tests.ketama_oracle import KetamaRing
 
 CLI = [sys.executable, "-c", "from cachewarm.cli import main; main()"]
 # Where keys go is decided on our side: one release is enough (a restart, below, runs on all).

@@ -17,15 +17,18 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import UNLIMITED
-from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateIncomplete, populate
 from cachewarm.datapath.populate import send_v2 as sendmod
 from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, plan
 from cachewarm.datapath.populate.send_v2 import send_planned
+from cachewarm.datapath.routing import evcache_ring
 from cachewarm.datapath.writer import DirWriter, encode_file
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import config, fetch
+
+from tests.ketama_oracle import KetamaRing
 
 if sendmod._speedups is None:
     if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
@@ -65,7 +68,7 @@ def _send(
     v = df.check_bytes(df.name_for("n1", 0, 0, data), data)
     assert v.header is not None and v.trailer is not None
     nodes = [Node(s.host, s.port) for s in servers]
-    ring = KetamaRing(nodes, "{host}:{port}") if len(nodes) > 1 else None
+    ring = evcache_ring(nodes, "{host}:{port}") if len(nodes) > 1 else None
     mode = PLAN_ADD_BINARY if binary else set_mode
     p = plan(data, *df.records_bounds(v.header, v.trailer), int(time.time()), (UNLIMITED,) * len(nodes),
              mode, batch_items, 1 << 20, ring, stamped=binary)  # fmt: skip

@@ -16,8 +16,9 @@ import pytest
 from cachewarm.datapath import encode
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import UNLIMITED, EncodeStats, FileJob, Mode, encode_sets, encode_sets_c
-from cachewarm.datapath.ketama import Node, Routing
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import WorkerParams, worker
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.writer import encode_file as _encode_file
 from cachewarm.testing.memcached import MemcachedServer
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.ketama import Node, Routing
+from cachewarm.datapath.nodes import Node
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.verify import verify
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch
@@ -86,7 +87,7 @@ def test_evcache_node_keys_route_like_the_client(
     dumper_bin: Path, memcached_binary: str, tmp_path: Path
 ) -> None:
     """Three nodes on three loopback addresses: EVCache's default node key `{host}/{ip}:11211` tells
-    them apart; verify (datapath/ketama.py) finds every key on the node the stream wrote it to."""
+    them apart; verify (datapath/routing.py) finds every key on the node the stream wrote it to."""
     src = MemcachedServer(memory_mb=32, binary=memcached_binary).start()
     dsts = [
         MemcachedServer(memory_mb=32, host=f"127.0.0.{i}", binary=memcached_binary).start() for i in (2, 3, 4)

@@ -1,11 +1,12 @@
 """The stream mode's C++ decisions against the Python populator's, which they must reproduce exactly:
 
-- ketama routing (dumper-cpp/src/ketama.cc vs datapath/ketama.py) on generated key sets — printable
-  and binary keys, EVCache's and spymemcached's node keys, other reps, a hash delimiter — through
-  the `ketama_route` tool;
-- the shared vector tables the C++ unit tests read (tests/vectors/ketama.txt, item_size.txt): each
-  must be what the Python implementation says today. `python3 -m tests.datapath.test_stream_routing`
-  rewrites them.
+- EVCache's ring as the dumper builds it (placement.cc: node keys into a hashkit description) vs the
+  populator's (datapath/routing.py) and the oracle (tests/ketama_oracle.py) on generated key sets —
+  printable and binary keys, EVCache's and spymemcached's node keys, other reps, a hash delimiter —
+  through the `ketama_route` tool;
+- the shared vector tables both suites read (tests/vectors/ketama.txt, written by the oracle;
+  item_size.txt): each must be what the Python side says today.
+  `python3 -m tests.datapath.test_stream_routing` rewrites them.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, SPY_NODE_KEY, KetamaRing, Node, resolve_nodes
+from cachewarm.datapath.nodes import Node, resolve_nodes
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY, evcache_ring
 
 from tests.conftest import VECTORS
+from tests.ketama_oracle import SPY_NODE_KEY, KetamaRing
 
 KETAMA_VECTORS = VECTORS / "ketama.txt"
 ITEM_SIZE_VECTORS = VECTORS / "item_size.txt"
@@ -75,8 +78,12 @@ def ketama_tool(dumper_bin: Path) -> Path:
 @pytest.mark.parametrize("ring_no", range(len(RINGS)))
 def test_cpp_routes_every_key_like_python(ketama_tool: Path, ring_no: int) -> None:
     ring = ring_of(*RINGS[ring_no])
+    fmt, nodes, reps, delim = RINGS[ring_no]
+    populator = evcache_ring(resolve_nodes(nodes), fmt, reps, delim)
     keys = generated_keys(20_000, seed=ring_no)
-    assert route_cpp(ketama_tool, ring, keys) == [ring.index_for(k) for k in keys]
+    want = [ring.index_for(k) for k in keys]
+    assert route_cpp(ketama_tool, ring, keys) == want
+    assert [populator.index_for(k) for k in keys] == want
 
 
 # ---- the vector tables the C++ unit tests read ---------------------------------------------------
@@ -84,8 +91,8 @@ def test_cpp_routes_every_key_like_python(ketama_tool: Path, ring_no: int) -> No
 
 def ketama_vectors() -> str:
     lines = [
-        "# ketama routing vectors: tests/datapath/test_stream_routing.py writes them (datapath/ketama.py);",
-        "# dumper-cpp/tests/stream_test.cc checks ketama.cc against them).",
+        "# EVCache ring vectors: tests/datapath/test_stream_routing.py writes them (tests/ketama_oracle.py);",
+        "# dumper-cpp/tests/placement_test.cc and tests/placement/test_evcache_ring.py read them.",
         "# ring <reps> <delimiter hex, or -> <node key>... ; then <key hex> <node index> lines.",
     ]
     for i, (fmt, nodes, reps, delim) in enumerate(RINGS):

@@ -838,7 +838,7 @@ def test_a_long_key_touched_between_listing_and_fetch_keeps_the_touch(
 POPULATE_UNDER_FAKETIME = """
 import sys
 from pathlib import Path
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateConfig, PopulateError, populate
 dump, state, dst, src = sys.argv[1:5]
 def node(a):

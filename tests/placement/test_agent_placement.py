@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from cachewarm.contract import inputs
-from cachewarm.datapath.ketama import parse_nodes
+from cachewarm.datapath.nodes import parse_nodes
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import placement_spec
 from cachewarm.node_agent.stream import StreamJob

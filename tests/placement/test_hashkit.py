@@ -1,7 +1,7 @@
 """hashkit (the C placement core) against published vectors and independent implementations:
 mcrouter's own test values (FACTS.md), zlib, hashlib, mmh3 and pymemcache's murmur3, pymemcache's
-RendezvousHash, spymemcached's KetamaNodeLocatorTest vectors, cachewarm's EVCache ring. The C
-clients themselves (pylibmc, nutcracker) are in test_libmemcached.py and test_twemproxy.py."""
+RendezvousHash, spymemcached's KetamaNodeLocatorTest vectors (EVCache's ring: test_evcache_ring.py).
+The C clients themselves (pylibmc, nutcracker) are in test_libmemcached.py and test_twemproxy.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import zlib
 import mmh3
 import pytest
 from cachewarm.datapath import _speedups
-from cachewarm.datapath.ketama import KetamaRing, Node, parse_nodes
+from cachewarm.datapath.nodes import Node, parse_nodes
 from cachewarm.datapath.placement import PlacementError, PlacementSpec
-from cachewarm.datapath.placement.spec import Description, NodeEntry, Placer
 from pymemcache.client.murmur3 import murmur3_32
 from pymemcache.client.rendezvous import RendezvousHash
 
+from tests.conftest import VECTORS
+from tests.ketama_oracle import read_ring_vectors
 from tests.placement.keys import corpus
 
 KEYS = corpus()
@@ -105,43 +106,6 @@ def test_weighted_ketama_gives_156_points_for_some_pool_sizes() -> None:
     assert {p for p in pts.values()} == {156, 160}
 
 
-def _evcache_like(nodes: list[Node], fmt: str) -> Placer:
-    ring = KetamaRing(nodes, fmt)
-    entries = tuple(NodeEntry(ring.node_key(n), 160, i) for i, n in enumerate(nodes))
-    return Placer(
-        nodes, "evcache", Description("ketama", entries, hash="md5", points="md5x4", collision="last")
-    )
-
-
-def test_spymemcached_published_vectors_through_hashkit() -> None:
-    four = [Node("127.0.0.1", 10000 + i) for i in range(4)]
-    p = _evcache_like(four, "{host}:{port}")
-    assert [p.index_for(k) for k in (b"dustin", b"noelani", b"some other key", b"7QHNPFVC", b"N6H4245M")] == [
-        0,
-        2,
-        0,
-        1,
-        1,
-    ]
-    five = [Node("127.0.0.1", 10000 + i) for i in range(5)]
-    p = _evcache_like(five, "{host}:{port}")
-    assert [p.index_for(k) for k in (b"36", b"10037", b"22051", b"49044", b"some other key")] == [
-        2,
-        3,
-        1,
-        4,
-        4,
-    ]
-
-
-@pytest.mark.parametrize("n", [3, 25])
-def test_hashkit_ketama_equals_the_evcache_ring(n: int) -> None:
-    nodes = [Node(f"127.0.0.{2 + i}", 11211, f"127.0.0.{2 + i}") for i in range(n)]
-    ring = KetamaRing(nodes)
-    p = _evcache_like(nodes, ring.node_key_format)
-    assert [p.index_for(k) for k in KEYS] == [ring.index_for(k) for k in KEYS]
-
-
 @pytest.mark.parametrize("n", [3, 25])
 @pytest.mark.parametrize("keys", ["str", "bytes"])
 def test_pymemcache_rendezvous(n: int, keys: str) -> None:
@@ -216,25 +180,12 @@ def _is_utf8(k: bytes) -> bool:
 
 
 def test_spymemcached_scheme_reproduces_the_published_vectors() -> None:
-    four = [Node("127.0.0.1", 10000 + i) for i in range(4)]
-    p = PlacementSpec.parse("spymemcached").placer(four)
-    assert p.description.nodes[0].name == "127.0.0.1:10000"  # an IP literal: ip:port
-    assert [p.index_for(k) for k in (b"dustin", b"noelani", b"some other key", b"7QHNPFVC", b"N6H4245M")] == [
-        0,
-        2,
-        0,
-        1,
-        1,
-    ]
-    five = [Node("127.0.0.1", 10000 + i) for i in range(5)]
-    p = PlacementSpec.parse("spymemcached").placer(five)
-    assert [p.index_for(k) for k in (b"36", b"10037", b"22051", b"49044", b"some other key")] == [
-        2,
-        3,
-        1,
-        4,
-        4,
-    ]
+    """The scheme's node keys for IP literals are `ip:port`, as in spymemcached's own test."""
+    for r in read_ring_vectors(VECTORS / "spymemcached_ketama.txt"):
+        nodes = [Node(k.rpartition(":")[0], int(k.rpartition(":")[2])) for k in r.node_keys]
+        p = PlacementSpec.parse("spymemcached").placer(nodes)
+        assert [e.name for e in p.description.nodes] == r.node_keys
+        assert [p.index_for(k) for k, _ in r.keys] == [want for _, want in r.keys]
 
 
 def test_spymemcached_node_key_formats_and_weights() -> None:

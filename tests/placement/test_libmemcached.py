@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.placement.spec import LIBMEMCACHED_HASHES
 

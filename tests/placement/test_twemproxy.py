@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementError, PlacementSpec
 from cachewarm.datapath.placement.spec import Placer
 from cachewarm.datapath.placement.twemproxy import HASHES

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 from cachewarm.datapath import _speedups
-from cachewarm.datapath.ketama import KetamaRing, Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from pymemcache.client.hash import HashClient
 
 from tests.conftest import DEFAULT_VERSION
+from tests.ketama_oracle import KetamaRing
 from tests.placement.conftest import DEBIAN_PYTHON
 from tests.placement.keys import corpus
 from tests.placement.proxies import get_many, nutcracker, set_many

@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 from cachewarm import __version__
 from cachewarm.contract.replicas import parse_pairs
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
 from cachewarm.datapath.meta import list_keys
+from cachewarm.datapath.nodes import Node
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm_controller.steps.common import Deps
 
 from tests.controller.support import World
 from tests.dumper.dumputil import Item, load
 from tests.faults.harness import fetch_all
+from tests.ketama_oracle import KetamaRing
 from tests.system.localssm import STEMS, LocalAgents, agent_patches
 from tests.system.machine import Machine
 

@@ -20,13 +20,15 @@ from typing import Any
 import pytest
 from cachewarm.contract.replicas import parse_pairs
 from cachewarm.contract.status import instance_arn
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
+from cachewarm.datapath.nodes import Node
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY
 from cachewarm_controller import transport
 from cachewarm_controller.steps.common import Deps
 
 from tests.controller.support import ACCOUNT, REGION, World
 from tests.dumper.dumputil import load
 from tests.faults.s3proxy import Faults, s3_proxy
+from tests.ketama_oracle import KetamaRing
 from tests.system.localssm import LocalAgents, agent_patches
 from tests.system.machine import Machine
 from tests.system.test_system import ITEMS_PER_SOURCE, WAIT_S, _all_items, _items, _volume_of, system

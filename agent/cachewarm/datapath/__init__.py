@@ -5,7 +5,9 @@
 - `encode.py`      records -> meta-protocol set commands (plain vs base64 keys, TTLs over 30 days);
                    `_speedups.c` is its C twin and takes its constants from it
 - `meta.py`        the meta-protocol client (pipelined writes and reads, key listing)
-- `ketama.py`      EVCache's key -> node mapping
+- `nodes.py`       a memcached node as named (`HOST[:PORT]`), parsed and resolved
+- `routing.py`     how keys spread over several destinations: EVCache's ring or `--placement`, both
+                   hashkit descriptions the C extension routes with (`placement/`)
 - `dumper.py`      `cachewarm-dump` from Python: its command line and progress lines
 - `populate/`      the populator: `config`, `worker` (one file), `state` (consumed files), `loop`
 - `pool.py`        the process pools the populator, `warm` and `verify` use

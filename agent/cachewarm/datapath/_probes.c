@@ -2,9 +2,8 @@
  * lines `<URL-encoded key> <exptime or -1>`), routing each unexpired key to its destination and writing
  * its lookup there, so that no key is decoded, hashed or formatted in Python (datapath/presence.py).
  *
- * probe_keys(data, now, n_nodes, ring_points, ring_owners, delimiter)
- *   ring_points / ring_owners / delimiter: as plan_v2's (_v2plan.c): a Placement, or a ketama ring,
- *   or None for one destination.
+ * probe_keys(data, now, n_nodes, placement)
+ *   placement: as plan_v2's (_v2plan.c): a Placement, or None for one destination.
  *   -> [(probes, expiry, binary) per destination]: probes `mg <key>\r\n` (`mg <base64> b\r\n` for a
  *   key with other bytes than 0x21..0x7E), expiry each one's exptime as packed int64 (0 = never),
  *   binary the keys no meta command can name (187..250 bytes: the binary protocol looks them up).
@@ -18,8 +17,6 @@
 
 #include "_v2record.h"
 
-uint32_t ketama_owner(const unsigned char *points, const unsigned char *owners, size_t n_points,
-                      const void *delim, size_t delim_len, const unsigned char *key, size_t key_len);
 struct cw_placement;
 const struct cw_placement *placement_of(PyObject *o);
 long cw_place(const struct cw_placement *p, const unsigned char *key, size_t len);
@@ -72,25 +69,20 @@ typedef struct {
 
 static PyObject *probe_keys(PyObject *self, PyObject *args) {
   (void)self;
-  Py_buffer view, points = {0}, owners = {0}, delim = {0};
+  Py_buffer view;
   long long now;
   Py_ssize_t n_nodes;
-  PyObject *points_o, *owners_o, *delim_o;
-  if (!PyArg_ParseTuple(args, "y*LnOOO", &view, &now, &n_nodes, &points_o, &owners_o, &delim_o)) return NULL;
+  PyObject *placement_o;
+  if (!PyArg_ParseTuple(args, "y*LnO", &view, &now, &n_nodes, &placement_o)) return NULL;
   PyObject *result = NULL;
   Share *sh = NULL;
-  const struct cw_placement *placement = placement_of(points_o);
+  const struct cw_placement *placement = placement_of(placement_o);
   if (n_nodes < 1) {
     PyErr_SetString(PyExc_ValueError, "n_nodes: at least one destination");
     goto done;
   }
-  if ((points_o != Py_None && !placement && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
-      (owners_o != Py_None && PyObject_GetBuffer(owners_o, &owners, PyBUF_SIMPLE) < 0) ||
-      (delim_o != Py_None && PyObject_GetBuffer(delim_o, &delim, PyBUF_SIMPLE) < 0))
-    goto done;
-  const size_t n_points = (size_t)points.len / 4;
-  if (points.buf && (owners.len != points.len || n_points == 0)) {
-    PyErr_SetString(PyExc_ValueError, "ring: points and owners differ in length");
+  if (placement_o != Py_None && !placement) {
+    PyErr_SetString(PyExc_TypeError, "placement: a Placement or None");
     goto done;
   }
   sh = PyMem_Calloc((size_t)n_nodes, sizeof *sh);
@@ -134,12 +126,7 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
       PyErr_Format(PyExc_ValueError, "key list line %ld: a key of %zu bytes", line_no, klen);
       goto done;
     }
-    Py_ssize_t idx = 0;
-    if (placement) {
-      idx = (Py_ssize_t)cw_place(placement, key, klen);
-    } else if (points.buf) {
-      idx = (Py_ssize_t)ketama_owner(points.buf, owners.buf, n_points, delim.buf, (size_t)delim.len, key, klen);
-    }
+    const Py_ssize_t idx = placement ? (Py_ssize_t)cw_place(placement, key, klen) : 0;
     if (idx < 0 || idx >= n_nodes) {
       PyErr_Format(PyExc_ValueError, "key list line %ld: no destination for its key", line_no);
       goto done;
@@ -191,9 +178,6 @@ done:
     }
     PyMem_Free(sh);
   }
-  if (points.buf) PyBuffer_Release(&points);
-  if (owners.buf) PyBuffer_Release(&owners);
-  if (delim.buf) PyBuffer_Release(&delim);
   PyBuffer_Release(&view);
   return result;
 }

@@ -3,15 +3,14 @@
  * no per-item Python. Its Python twin is populate/plan.py (plan_py); tests/datapath/test_plan_v2.py
  * checks that both give the same plan and reject the same records with the same message.
  *
- * plan_v2(data, start, end, now, budgets, mode, batch_items, batch_bytes, ring_points, ring_owners,
- *         delimiter, only, offsets[, probes[, stamped]])
+ * plan_v2(data, start, end, now, budgets, mode, batch_items, batch_bytes, placement, only, offsets
+ *         [, probes[, stamped]])
  *   data: the verified file's bytes; start/end: its records; now: the clock for expiry;
  *   budgets: per destination, the most key + value (+4 when flags != 0) bytes an item may have;
  *   mode: PLAN_ADD_BINARY (add mode: every item a binary-protocol ADD), PLAN_SET (each `ME` sent as
  *   `MS`) or PLAN_ADD_TEXT (add mode without the binary protocol: text `add`, accepted only);
- *   ring_points / ring_owners: a Placement (_placement.c; owners None), or the ketama ring (sorted
- *   little-endian u32 points and the u32 destination index owning each) or None for one destination;
- *   delimiter: hash only the key's part before it (bytes, or None); only: bytes with one flag per
+ *   placement: a Placement (_placement.c: EVCache's ring or another client's), or None for one
+ *   destination; only: bytes with one flag per
  *   destination (0: skip its records) or None; offsets: per destination, its clock's offset from this
  *   host's in whole seconds (rounded down: its `stats time` minus ours), or None (all 0). Each T goes
  *   out moved onto its destination's clock (v2_dest_expiry): memcached converts an absolute T with its
@@ -46,7 +45,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../../dumper-cpp/hashkit/hashkit.h" /* cw_hash_md5: ketama's key hash, the one md5 */
 #include "_v2record.h"
 #include "cachewarm_core.h"
 
@@ -117,35 +115,15 @@ struct cw_placement;
 const struct cw_placement *placement_of(PyObject *o);
 long cw_place(const struct cw_placement *p, const unsigned char *key, size_t len);
 
-/* The destination index owning `key` on a ketama ring (sorted little-endian u32 points, the u32
- * owner of each): the first point >= md5's hash of the key (of its part before `delim`, when given
- * and found, as ketama.index_for), wrapping. Shared with _probes.c. */
-uint32_t ketama_owner(const unsigned char *points, const unsigned char *owners, size_t n_points,
-                      const void *delim, size_t delim_len, const unsigned char *key, size_t key_len) {
-  size_t hl = key_len;
-  if (delim) {
-    const unsigned char *cut = memmem(key, key_len, delim, delim_len);
-    if (cut) hl = (size_t)(cut - key);
-  }
-  const uint32_t h = cw_hash_md5(key, hl);
-  size_t lo = 0, hi = n_points;
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (v2_le32(points + 4 * mid) < h) lo = mid + 1;
-    else hi = mid;
-  }
-  return v2_le32(owners + 4 * (lo == n_points ? 0 : lo));
-}
-
 static PyObject *plan_v2(PyObject *self, PyObject *args) {
   (void)self;
-  Py_buffer view, points = {0}, owners = {0}, delim = {0}, only = {0};
+  Py_buffer view, only = {0};
   Py_ssize_t pos, end, batch_items, batch_bytes;
   long long now;
   int mode, want_probes = 0, stamped = 0;
-  PyObject *budgets, *points_o, *owners_o, *delim_o, *only_o, *offsets_o;
-  if (!PyArg_ParseTuple(args, "y*nnLOinnOOOOO|pp", &view, &pos, &end, &now, &budgets, &mode, &batch_items,
-                        &batch_bytes, &points_o, &owners_o, &delim_o, &only_o, &offsets_o, &want_probes, &stamped))
+  PyObject *budgets, *placement_o, *only_o, *offsets_o;
+  if (!PyArg_ParseTuple(args, "y*nnLOinnOOO|pp", &view, &pos, &end, &now, &budgets, &mode, &batch_items,
+                        &batch_bytes, &placement_o, &only_o, &offsets_o, &want_probes, &stamped))
     return NULL;
   const int set_mode = mode == PLAN_SET, binary_add = mode == PLAN_ADD_BINARY;
   if (mode < PLAN_ADD_TEXT || mode > PLAN_ADD_BINARY) {
@@ -162,18 +140,12 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_TypeError, "budgets: a non-empty tuple");
     goto done;
   }
-  /* ring_points may be a Placement (any scheme; ring_owners and delimiter None) */
-  const struct cw_placement *placement = placement_of(points_o);
-  if ((points_o != Py_None && !placement && PyObject_GetBuffer(points_o, &points, PyBUF_SIMPLE) < 0) ||
-      (owners_o != Py_None && PyObject_GetBuffer(owners_o, &owners, PyBUF_SIMPLE) < 0) ||
-      (delim_o != Py_None && PyObject_GetBuffer(delim_o, &delim, PyBUF_SIMPLE) < 0) ||
-      (only_o != Py_None && PyObject_GetBuffer(only_o, &only, PyBUF_SIMPLE) < 0))
-    goto done;
-  const size_t n_points = (size_t)points.len / 4;
-  if (points.buf && (owners.len != points.len || n_points == 0)) {
-    PyErr_SetString(PyExc_ValueError, "ring: points and owners differ in length");
+  const struct cw_placement *placement = placement_of(placement_o);
+  if (placement_o != Py_None && !placement) {
+    PyErr_SetString(PyExc_TypeError, "placement: a Placement or None");
     goto done;
   }
+  if (only_o != Py_None && PyObject_GetBuffer(only_o, &only, PyBUF_SIMPLE) < 0) goto done;
   if (only.buf && only.len != n_nodes) {
     PyErr_SetString(PyExc_ValueError, "only: one flag per destination");
     goto done;
@@ -220,12 +192,6 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
       idx = (Py_ssize_t)cw_place(placement, r.key, r.key_len);
       if (idx < 0 || idx >= n_nodes) {
         PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: the placement cannot place its key", records - 1, at);
-        goto done;
-      }
-    } else if (points.buf) {
-      idx = (Py_ssize_t)ketama_owner(points.buf, owners.buf, n_points, delim.buf, (size_t)delim.len, r.key, r.key_len);
-      if (idx >= n_nodes) {
-        PyErr_SetString(PyExc_ValueError, "ring: an owner out of range");
         goto done;
       }
     }
@@ -341,25 +307,12 @@ done:
   }
   PyMem_Free(budget);
   PyMem_Free(offset);
-  if (points.buf) PyBuffer_Release(&points);
-  if (owners.buf) PyBuffer_Release(&owners);
-  if (delim.buf) PyBuffer_Release(&delim);
   if (only.buf) PyBuffer_Release(&only);
   PyBuffer_Release(&view);
   return result;
 }
 
-static PyObject *ketama_hash(PyObject *self, PyObject *args) {
-  (void)self;
-  Py_buffer key;
-  if (!PyArg_ParseTuple(args, "y*", &key)) return NULL;
-  const uint32_t h = cw_hash_md5(key.buf, (size_t)key.len);
-  PyBuffer_Release(&key);
-  return PyLong_FromUnsignedLong(h);
-}
-
 PyMethodDef kV2PlanMethods[] = {
     {"plan_v2", plan_v2, METH_VARARGS, "Check 4 of a v2 file and what to send where (see _v2plan.c)."},
-    {"ketama_hash", ketama_hash, METH_VARARGS, "The first little-endian u32 of md5(key)."},
     {NULL, NULL, 0, NULL},
 };

@@ -11,7 +11,8 @@ from typing import Any, ClassVar, NoReturn
 
 import click
 
-from cachewarm.datapath.ketama import DEFAULT_PORT, EVCACHE_NODE_KEY, Node, Routing, parse_nodes
+from cachewarm.datapath.nodes import DEFAULT_PORT, Node, parse_nodes
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY, Routing
 from cachewarm.exitcodes import ExitCode, code_of
 
 

@@ -40,7 +40,7 @@ from cachewarm.datapath.cli_options import (
     target_option,
     unreachable,
 )
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import (
     PopulateConfig,
     PopulateError,

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.placement import Placer
 
 if TYPE_CHECKING:
@@ -219,7 +218,7 @@ def encode_sets(
     verdict: df.Verdict,
     params: EncodeParams,
     job: FileJob,
-    ring: KetamaRing | Placer | None,
+    ring: Placer | None,
     stats: EncodeStats,
 ) -> Iterator[tuple[int, list[bytes | memoryview], int, list[int] | None]]:
     """Yield (node index, `ms ... q` / `add` batch as pieces (values are views into the file), item
@@ -364,7 +363,7 @@ def encode_file(
     verdict: df.Verdict,
     params: EncodeParams,
     job: FileJob,
-    ring: KetamaRing | Placer | None,
+    ring: Placer | None,
     stats: EncodeStats,
 ) -> Iterable[Batch]:
     """The batches of a verified file, by the cheapest way that never lets a bad file be partly

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cachewarm.datapath.binproto import speaks_binary
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection, ServerIdentity
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.destinations import reason
 from cachewarm.datapath.warm_errors import SettingError, Unreachable
 

@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node
 
 try:
     from cachewarm.datapath import _speedups

@@ -34,12 +34,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
-from cachewarm.datapath.ketama import KetamaRing, Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.placement import Placer
-from cachewarm.datapath.populate.plan import ring_arrays
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
+from cachewarm.datapath.routing import Routing
 
 try:
     from cachewarm.datapath import _speedups
@@ -213,14 +213,8 @@ def _check_list(
     ring = routing.ring(targets)
     if _speedups is None:  # pragma: no cover - exercised where no C compiler was available
         return (*_check_list_py(path, targets, ring, excluded, now), [])
-    points, owners = ring_arrays(ring)
     shares = _speedups.probe_keys(
-        path.read_bytes(),
-        now,
-        len(targets),
-        points,
-        owners,
-        ring.hash_delimiter if ring is not None else None,
+        path.read_bytes(), now, len(targets), ring.c_placement if ring is not None else None
     )
     checked, gone, sample = 0, [], []
     for n, (lookups, expiry, binary) in zip(targets, shares, strict=True):
@@ -236,7 +230,7 @@ def _check_list(
 
 
 def _check_list_py(
-    path: Path, targets: list[Node], ring: KetamaRing | Placer | None, excluded: frozenset[bytes], now: int
+    path: Path, targets: list[Node], ring: Placer | None, excluded: frozenset[bytes], now: int
 ) -> tuple[int, list[bytes]]:
     per_node: list[list[bytes]] = [[] for _ in targets]
     for key in _listed(path, now):

@@ -13,11 +13,12 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
-from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import key_text
 from cachewarm.datapath.meta import Item, MetaConnection, list_keys
+from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.report import event_time
+from cachewarm.datapath.routing import Routing
 
 # Examples of differences a report keeps (the counts are complete).
 EXAMPLES = 10

@@ -30,9 +30,9 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, terminate_child
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.pool import started_pool
 from cachewarm.datapath.populate import (
     Mode,
@@ -45,6 +45,7 @@ from cachewarm.datapath.populate import (
 from cachewarm.datapath.populate.report import event_time
 from cachewarm.datapath.preflight import plan_text, preflight
 from cachewarm.datapath.progress import Display, JsonDisplay, make_display, plural, speed_line
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, SettingError, WarmError
 
 if TYPE_CHECKING:

@@ -689,7 +689,7 @@ def stream_cmd(
 def _data_path_verify() -> tuple[Callable[..., Any], Callable[[str], list[Any]]]:
     """`cachewarm verify`'s comparison and node parser (imported late: the other agent commands
     do not need them)."""
-    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.nodes import parse_nodes
     from cachewarm.datapath.verify import verify
 
     return verify, parse_nodes
@@ -709,7 +709,7 @@ def run_verify(
     the result's `error` (the controller reports it), never an exception."""
     try:
         verify, parse_nodes = _data_path_verify()
-        from cachewarm.datapath.ketama import Routing
+        from cachewarm.datapath.routing import Routing
         from cachewarm.node_agent.jobs import placement_spec
 
         (src,) = parse_nodes(source)

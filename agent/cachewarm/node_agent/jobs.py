@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from cachewarm.datapath import dumper as dumper_cli
 from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementError, PlacementSpec
 from cachewarm.exitcodes import code_of
 from cachewarm.node_agent.errors import AgentError, ExitCode
@@ -287,7 +287,7 @@ def populate_config(
 ) -> PopulateConfig:
     """The populator's settings from the agent's job: one place for the volume and the S3 transport,
     which add only how files arrive (`transport`: a remounter, or should_abort/idle_timeout)."""
-    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.nodes import parse_nodes
     from cachewarm.datapath.populate import PopulateConfig
 
     return PopulateConfig(
@@ -313,7 +313,7 @@ def run_populate(
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> Any:
     """Mount read-only, wait for the dump directory, run the populator loop to DONE."""
-    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.nodes import parse_nodes
     from cachewarm.datapath.populate import PopulateError, populate
     from cachewarm.datapath.remount import CommandRemounter
 

@@ -194,7 +194,7 @@ def run_populate_from_s3(
     client: Any = None,
 ) -> Any:
     """Download the node's objects into `<mount>/dump` while the populator loop applies them."""
-    from cachewarm.datapath.ketama import parse_nodes
+    from cachewarm.datapath.nodes import parse_nodes
     from cachewarm.datapath.populate import PopulateError, populate
     from cachewarm.exitcodes import code_of
 

@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from cachewarm.contract.status import StatusLocation
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, SourceProtection, dumper_node_id
-from cachewarm.datapath.ketama import Routing, parse_nodes
+from cachewarm.datapath.nodes import parse_nodes
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.stream import StreamCommand, failure_message, parse_summary
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import AWS_PROTECTION, DEFAULT_STATE_DIR, placement_spec, progress_of

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement.spec import Description, NodeEntry, PlacementError
 from cachewarm.datapath.placement.twemproxy import _match
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cachewarm.datapath.ketama import Node, resolve
+from cachewarm.datapath.nodes import Node, resolve
 
 # scheme -> (allowed options, what the user must give)
 SCHEMES: dict[str, tuple[frozenset[str], str]] = {
@@ -73,6 +73,7 @@ class Description:
     hash_stop: bool = False
     tag: bytes = b""
     salt: bytes = b""
+    delimiter: bytes = b""  # EVCache's hash.on.partial.key
     keyform: str | None = None
     weights: tuple[float, ...] = ()  # wch3
 
@@ -94,6 +95,8 @@ class Description:
             lines.append(f"tag {self.tag.hex()}")
         if self.salt:
             lines.append(f"salt {self.salt.hex()}")
+        if self.delimiter:
+            lines.append(f"delimiter {self.delimiter.hex()}")
         if self.weights:  # repr: the shortest text that reads back as the same double
             lines.append("weights " + ",".join(repr(float(w)) for w in self.weights))
         lines += [f"node {n.name.encode().hex()} {n.count} {n.dest}" for n in self.nodes]
@@ -107,8 +110,9 @@ def _speedups():  # type: ignore[no-untyped-def]
         _speedups = None
     if _speedups is None or not hasattr(_speedups, "Placement"):
         raise PlacementError(
-            "--placement needs cachewarm's C extension (hashkit), which this installation lacks: "
-            "reinstall with a C compiler and Python headers (python3-dev)"
+            "routing keys over several destinations (and --placement) needs cachewarm's C extension "
+            "(hashkit), which this installation lacks: reinstall with a C compiler and Python headers "
+            "(python3-dev)"
         )
     return _speedups
 
@@ -126,12 +130,11 @@ def node_name(host: str, port: int) -> str:
 @dataclass
 class Placer:
     """A scheme resolved for a destination list: `index_for(key)` is the index in `nodes` of the
-    node the client looks on. Duck-compatible with ketama.KetamaRing where the data paths route."""
+    node the client looks on."""
 
     nodes: Sequence[Node]
     scheme: str
     description: Description
-    hash_delimiter: bytes | None = None  # (KetamaRing's field; the description carries the transforms)
     _c: object = field(init=False, repr=False)
     _place: Callable[[bytes], int] = field(init=False, repr=False)
 
@@ -342,4 +345,12 @@ def _spymemcached(spec: PlacementSpec, nodes: Sequence[Node]) -> Description:
     )
     if len({e.name for e in entries}) != len(entries):
         raise PlacementError(f"spymemcached: node keys collide ({[e.name for e in entries]})")
-    return Description("ketama", entries, hash="md5", points="md5x4", collision="last")
+    return md5_ketama([e.name for e in entries], [e.count for e in entries])
+
+
+def md5_ketama(names: Sequence[str], counts: Sequence[int], delimiter: bytes = b"") -> Description:
+    """spymemcached's ketama (EVCache's ring): md5 of "<name>-<i>", 4 points per digest, `counts[i]`
+    points for node i, a later node wins a shared point (TreeMap.put), the key hashed with md5 (its
+    part before `delimiter`, when given)."""
+    entries = tuple(NodeEntry(n, c, i) for i, (n, c) in enumerate(zip(names, counts, strict=True)))
+    return Description("ketama", entries, hash="md5", points="md5x4", collision="last", delimiter=delimiter)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cachewarm.datapath.ketama import Node
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement.spec import (
     Description,
     NodeEntry,

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from cachewarm.datapath.encode import Mode
-from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, Node, Routing
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.remount import NoopRemounter, Remounter
+from cachewarm.datapath.routing import EVCACHE_NODE_KEY, Routing
 from cachewarm.exitcodes import ExitCode
 
 

@@ -16,13 +16,13 @@ import tenacity
 
 from cachewarm.datapath.binproto import speaks_binary
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import (
     DestinationUnavailable,
     MetaConnection,
     ServerClock,
     retry_while_unavailable,
 )
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import DestinationUnreachable
 
 # The meta protocol (every write of ours) is memcached 1.6's.

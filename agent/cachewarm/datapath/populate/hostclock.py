@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, ServerClock
+from cachewarm.datapath.nodes import Node
 
 # The two hosts' clocks may disagree by this much before a populate is refused (what they disagree by
 # within it, the shortening takes back).

@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import FileJob
-from cachewarm.datapath.ketama import Node, resolve_nodes
 from cachewarm.datapath.meta import ServerIdentity
+from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import (

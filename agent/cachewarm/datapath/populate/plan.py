@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import base64
 import struct
-import sys
-from array import array
 from dataclasses import dataclass, field
 
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.encode import is_plain_key
-from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.placement import Placer
 
 try:
@@ -79,18 +76,6 @@ def pieces_of(pieces: bytes) -> list[tuple[int, int]]:
     return [_PAIR.unpack_from(pieces, i) for i in range(0, len(pieces), _PAIR.size)]
 
 
-def ring_arrays(ring: KetamaRing | Placer | None) -> tuple[object, bytes | None]:
-    if ring is None:
-        return None, None
-    if isinstance(ring, Placer):  # plan_v2 routes with the extension's Placement itself
-        return ring.c_placement, None
-    points, owners = array("I", ring.points), array("I", ring.owners)
-    if sys.byteorder != "little":  # pragma: no cover
-        points.byteswap()
-        owners.byteswap()
-    return points.tobytes(), owners.tobytes()
-
-
 def plan(
     data: bytes | memoryview,
     start: int,
@@ -100,7 +85,7 @@ def plan(
     mode: int,
     batch_items: int,
     batch_bytes: int,
-    ring: KetamaRing | Placer | None = None,
+    ring: Placer | None = None,
     only: frozenset[int] | None = None,
     use_c: bool = True,
     offsets: tuple[int, ...] | None = None,
@@ -115,7 +100,6 @@ def plan(
     if mode == PLAN_ADD_BINARY and _speedups is None:
         raise RuntimeError("add mode needs the populator's C extension (binary-protocol ADD): build it")
     if (use_c or mode == PLAN_ADD_BINARY) and _speedups is not None:
-        points, owners = ring_arrays(ring)
         flags = bytes(1 if only is None or i in only else 0 for i in range(len(budgets)))
         try:
             records, per_node = _speedups.plan_v2(
@@ -127,9 +111,7 @@ def plan(
                 int(mode),
                 batch_items,
                 batch_bytes,
-                points,
-                owners,
-                ring.hash_delimiter if ring is not None else None,
+                ring.c_placement if ring is not None else None,
                 flags,
                 offsets,
                 probes,
@@ -209,7 +191,7 @@ def plan_py(
     set_mode: bool,
     batch_items: int,
     batch_bytes: int,
-    ring: KetamaRing | Placer | None = None,
+    ring: Placer | None = None,
     only: frozenset[int] | None = None,
     offsets: tuple[int, ...] | None = None,
     probes: bool = False,

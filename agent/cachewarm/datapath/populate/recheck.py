@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, fields
 from cachewarm.datapath import format as df
 from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, BinaryConnection
 from cachewarm.datapath.encode import meta_expressible
-from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import (
     DestinationUnavailable,
     Item,
@@ -32,6 +31,7 @@ from cachewarm.datapath.meta import (
     ServerIdentity,
     retry_while_unavailable,
 )
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import WorkerParams
 
 try:
