@@ -17,12 +17,14 @@ class Matching(click.ParamType):
 
     name = "text"
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, expected: str | None = None) -> None:
         self.pattern = pattern
+        self.expected = expected  # what the pattern allows, in words (else the error shows the pattern)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str) or not inputs.matches(self.pattern, value):
-            self.fail(f"{value!r} does not match {self.pattern}", param, ctx)
+            wanted = f"is not {self.expected}" if self.expected else f"does not match {self.pattern}"
+            self.fail(f"{value!r} {wanted}", param, ctx)
         return value
 
 
@@ -32,7 +34,7 @@ class MatchingInt(Matching):
     name = "integer"
 
     def __init__(self, pattern: str, lo: int, hi: int | None = None) -> None:
-        super().__init__(pattern)
+        super().__init__(pattern, f"a whole number {lo}..{hi}" if hi is not None else None)
         self.lo, self.hi = lo, hi
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:

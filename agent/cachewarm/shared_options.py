@@ -4,7 +4,8 @@ default and help each, declared here once (tests/cli/test_shared_options.py hold
 The source's protection is one vocabulary everywhere, the one the dump agent's SSM document speaks:
 `--adaptive on|off|RATIO`, `--crawl-sleep-us N|server`, `--order recency|crawl`. The adaptive guard is
 on by default wherever a dump reads a source: a warm by hand reads a production source as often as the
-controller does, and on an idle source the guard's probes stay under its threshold (it costs nothing).
+controller does. Its cost is where the source shares the dump's cores (a local source): there it backs
+off from the harm the dump does to it, as it would on a production node.
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ ADAPTIVE_HELP = (
     "Protect the source's live clients: on, the dumper probes the source's latency and backs off its "
     f"rate, batch size and crawl pace while it is above {inputs.DEFAULT_ADAPTIVE_TARGET}x its latency "
     f"before the dump; RATIO ({inputs.ADAPTIVE_TARGET_MIN}..{inputs.ADAPTIVE_TARGET_MAX:g}, e.g. 1.2): on, "
-    "backing off above RATIO x instead; off: only the fixed limits."
+    "backing off above RATIO x instead; off: only the fixed limits. With the source on this machine (a "
+    "local test) it slows the warm several times: the dump's own CPU slows the source; --adaptive off there."
 )
 # Without a value (`--adaptive` alone, as the flag once was) it means on.
 adaptive_option: Decorator = click.option(
     "--adaptive",
-    type=Matching(inputs.ADAPTIVE),
+    type=Matching(
+        inputs.ADAPTIVE,
+        f"on, off or a ratio {inputs.ADAPTIVE_TARGET_MIN}..{inputs.ADAPTIVE_TARGET_MAX:g} (2 decimals)",
+    ),
     default=inputs.DEFAULT_ADAPTIVE,
     is_flag=False,
     flag_value="on",
@@ -69,7 +74,7 @@ order_option: Decorator = click.option(
 )
 crawl_sleep_option: Decorator = click.option(
     "--crawl-sleep-us",
-    type=Matching(inputs.CRAWL_SLEEP),
+    type=Matching(inputs.CRAWL_SLEEP, f"server or microseconds 0..{inputs.CRAWL_SLEEP_MAX}"),
     default=inputs.DEFAULT_CRAWL_SLEEP,
     metavar="N|server",
     show_default=True,

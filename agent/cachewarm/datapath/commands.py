@@ -29,10 +29,11 @@ from cachewarm.datapath.cli_options import (
     destination_timeout_option,
     fail,
     interrupted,
-    mode_option,
+    legacy_protection_options,
     nodes,
     one_node,
     os_error,
+    protection_of,
     routing_of,
     routing_options,
     settle_option,
@@ -52,6 +53,7 @@ from cachewarm.datapath.populate import (
 from cachewarm.datapath.progress import JsonDisplay, make_display, populate_summary_text
 from cachewarm.datapath.remount import DEFAULT_MOUNT_CMD, DEFAULT_UMOUNT_CMD, CommandRemounter, NoopRemounter
 from cachewarm.exitcodes import ExitCode, epilog
+from cachewarm.shared_options import mode_option, protection_options, threads_option, ttl_tolerance_option
 
 E = ExitCode
 
@@ -277,13 +279,7 @@ def _s3_transport(
     type=click.Path(file_okay=False, path_type=Path),
     help="Directory for the dump's data files and the populator's state (empty, or use --resume).",
 )
-@click.option(
-    "--threads",
-    type=click.IntRange(1, 256),
-    default=2,
-    show_default=True,
-    help="Dumper threads (connections to the source), 1..256.",
-)
+@threads_option
 @mode_option
 @click.option(
     "--workers",
@@ -329,38 +325,8 @@ def _s3_transport(
     help="Bytes/s the populator writes to the target; k, M, G suffixes (powers of 1024); 0 = unlimited.",
     show_default="unlimited",
 )
-@click.option(
-    "--adaptive/--no-adaptive",
-    default=False,
-    show_default=True,
-    help="Protect the source's live clients: the dumper probes the source's latency and backs off its "
-    "rate, batch size and crawl pace while it is above 1.5x its latency before the dump (on AWS the "
-    "node agent turns this on).",
-)
-@click.option(
-    "--adaptive-target",
-    type=click.FloatRange(1.05, 100.0),
-    default=None,
-    help="With --adaptive: back off while the source's latency is above this many times its latency "
-    "before the dump.",
-    show_default="1.5",
-)
-@click.option(
-    "--source-crawl-sleep-us",
-    type=click.IntRange(0, 1_000_000),
-    default=None,
-    help="Pace the source's own crawl: memcached's `lru_crawler sleep` (microseconds per 1000 items "
-    "listed) while the dump runs, restored afterwards; with --adaptive the floor it backs off from.",
-    show_default="the server's setting",
-)
-@click.option(
-    "--order",
-    type=click.Choice(["recency", "crawl"]),
-    default="recency",
-    show_default=True,
-    help="recency: the most recently used items first (the listing ends before the first fetch); "
-    "crawl: in the crawl's order, fetching while it lists.",
-)
+@protection_options
+@legacy_protection_options
 @routing_options
 @accept_options
 @click.option(
@@ -445,7 +411,7 @@ def warm_cmd(
     source: Node,
     target: list,  # type: ignore[type-arg]
     workdir: Path,
-    threads: int,
+    threads: int | None,
     mode: str,
     workers: int,
     max_items_per_second: int | None,
@@ -453,10 +419,12 @@ def warm_cmd(
     target_max_items_per_second: int | None,
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
-    adaptive: bool,
+    adaptive: str,
+    order: str,
+    crawl_sleep_us: str,
+    no_adaptive: bool,
     adaptive_target: float | None,
     source_crawl_sleep_us: int | None,
-    order: str,
     data_file_size: str,
     resume: bool,
     check: bool,
@@ -491,12 +459,20 @@ def warm_cmd(
     Example:
       cachewarm warm --source 10.0.1.5 --target 10.0.2.5:11211 --workdir /var/tmp/cw \\
         --source-max-items-per-second 50000"""
-    from cachewarm.datapath.dumper import SourceProtection
     from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
     from cachewarm.datapath.warm_errors import DumpExists, PlanOnly, WarmError
 
     routing = routing_of(options)
     check_routing(routing, target)
+    protection = protection_of(
+        source_max_bytes_per_second,
+        adaptive,
+        order,
+        crawl_sleep_us,
+        no_adaptive,
+        adaptive_target,
+        source_crawl_sleep_us,
+    )
     s3 = _s3_transport(via_s3, s3_endpoint_url, s3_max_bytes_per_second, s3_part_size, stream)
     try:
         cfg = WarmConfig(
@@ -504,20 +480,14 @@ def warm_cmd(
             targets=target,
             workdir=workdir,
             dumper=find_dumper(dumper),
-            threads=threads,
+            **({} if threads is None else {"threads": threads}),  # None: the dumper's own
             mode=mode,  # type: ignore[arg-type]
             workers=workers,
             max_items_per_second=max_items_per_second,
             source_max_items_per_second=source_max_items_per_second,
             target_max_items_per_second=target_max_items_per_second,
             target_max_bytes_per_second=target_max_bytes_per_second,
-            source_protection=SourceProtection(
-                max_bytes_per_second=source_max_bytes_per_second,
-                adaptive=adaptive,
-                adaptive_target=adaptive_target,
-                crawl_sleep_us=source_crawl_sleep_us,
-                order=order,
-            ),
+            source_protection=protection,
             destination_timeout=destination_timeout,
             settle_seconds=settle_seconds,
             routing=routing,
@@ -578,13 +548,7 @@ def warm_cmd(
     help="Compare N random source keys.",
     show_default="every key",
 )
-@click.option(
-    "--ttl-tolerance",
-    type=click.IntRange(min=0),
-    default=5,
-    show_default=True,
-    help="Seconds a target item's remaining TTL may differ from the source's.",
-)
+@ttl_tolerance_option
 @routing_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 def verify_cmd(
