@@ -85,16 +85,19 @@ def test_the_dump_document_defaults_to_what_the_clis_do() -> None:
         assert params[param]["allowedPattern"] == inputs.SSM_PARAMETERS[param]
 
 
+def protection(adaptive: str = "on", order: str = "recency", sleep: str = "server", **former: Any) -> Any:
+    flags = {"no_adaptive": False, "adaptive_target": None, "source_crawl_sleep_us": None} | former
+    return protection_of(None, {"adaptive": adaptive, "order": order, "crawl_sleep_us": sleep, **flags})
+
+
 def test_the_adaptive_guard_is_on_unless_turned_off() -> None:
     assert {opt.default for opt in holders("--adaptive").values()} == {"on"}
-    assert protection_of(None, "on", "recency", "server", False, None, None).adaptive
-    assert not protection_of(None, "off", "recency", "server", False, None, None).adaptive
+    assert protection().adaptive
+    assert not protection("off").adaptive
     # The former spellings give what the shared ones do.
-    assert protection_of(None, "on", "recency", "server", True, None, None) == protection_of(
-        None, "off", "recency", "server", False, None, None
-    )
-    assert protection_of(None, "on", "crawl", "server", False, 2.5, 300) == protection_of(
-        None, "2.5", "crawl", "300", False, None, None
+    assert protection(no_adaptive=True) == protection("off")
+    assert protection(order="crawl", adaptive_target=2.5, source_crawl_sleep_us=300) == protection(
+        "2.5", "crawl", "300"
     )
 
 

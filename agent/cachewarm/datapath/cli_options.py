@@ -228,20 +228,15 @@ def legacy_protection_options(f):  # type: ignore[no-untyped-def]
     )(f)
 
 
-def protection_of(
-    max_bytes_per_second: int | None,
-    adaptive: str,
-    order: str,
-    crawl_sleep_us: str,
-    no_adaptive: bool,
-    adaptive_target: float | None,
-    source_crawl_sleep_us: int | None,
-) -> SourceProtection:
-    """The shared protection flags, with what the former spellings (legacy_protection_options) say."""
+def protection_of(max_bytes_per_second: int | None, flags: dict[str, Any]) -> SourceProtection:
+    """The shared protection flags (shared_options.protection_options) with what the former spellings
+    (legacy_protection_options) say, from a command's keyword arguments."""
+    adaptive, no_adaptive, adaptive_target = flags["adaptive"], flags["no_adaptive"], flags["adaptive_target"]
+    source_crawl_sleep_us = flags["source_crawl_sleep_us"]
     if no_adaptive and (adaptive_target is not None or adaptive != "on"):
         raise click.UsageError("--no-adaptive is --adaptive off: give one of them")
     protection = source_protection(
-        max_bytes_per_second, "off" if no_adaptive else adaptive, order, crawl_sleep_us
+        max_bytes_per_second, "off" if no_adaptive else adaptive, flags["order"], flags["crawl_sleep_us"]
     )
     if adaptive_target is not None:
         if not protection.adaptive:

@@ -419,12 +419,6 @@ def warm_cmd(
     target_max_items_per_second: int | None,
     source_max_bytes_per_second: int | None,
     target_max_bytes_per_second: int | None,
-    adaptive: str,
-    order: str,
-    crawl_sleep_us: str,
-    no_adaptive: bool,
-    adaptive_target: float | None,
-    source_crawl_sleep_us: int | None,
     data_file_size: str,
     resume: bool,
     check: bool,
@@ -464,15 +458,7 @@ def warm_cmd(
 
     routing = routing_of(options)
     check_routing(routing, target)
-    protection = protection_of(
-        source_max_bytes_per_second,
-        adaptive,
-        order,
-        crawl_sleep_us,
-        no_adaptive,
-        adaptive_target,
-        source_crawl_sleep_us,
-    )
+    protection = protection_of(source_max_bytes_per_second, options)
     s3 = _s3_transport(via_s3, s3_endpoint_url, s3_max_bytes_per_second, s3_part_size, stream)
     try:
         cfg = WarmConfig(

@@ -52,7 +52,7 @@ from cachewarm.node_agent.options import (
 )
 from cachewarm.node_agent.runner import CommandRunner
 from cachewarm.node_agent.status import StatusPublisher
-from cachewarm.node_agent.verify_job import verify_and_write
+from cachewarm.node_agent.verify_job import now_ms, run_verify, write_result
 from cachewarm.node_agent.volume import READER_MOUNT_OPTIONS, reader_mount_options
 from cachewarm.shared_options import mode_option, threads_option, ttl_tolerance_option
 
@@ -411,7 +411,10 @@ def verify_cmd(
       cachewarm agent verify --warm-id users-v2-20261122 --node-id i-0123456789abcdef0 \\
         --status-bucket my-status-bucket --source 10.0.0.5:11211 \\
         --to 10.0.1.21:11211,10.0.2.22:11211 --sample 10000"""
-    result = verify_and_write(
-        warm_id, node_id, source, to, sample, ttl_tolerance, placement, status_bucket, status_prefix, region
+    result = write_result(
+        lambda: run_verify(warm_id, node_id, source, to, sample, ttl_tolerance, now_ms, placement),
+        status_bucket,
+        status_prefix,
+        region,
     )
     click.echo(result.to_json())

@@ -63,17 +63,12 @@ def run_verify(
     )
 
 
-def verify_and_write(
-    warm_id: str,
-    node_id: str,
-    source: str,
-    to: str,
-    sample: int,
-    ttl_tolerance: int,
-    placement: str,
-    status_bucket: str,
-    status_prefix: str,
-    region: str | None,
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def write_result(
+    compare: Callable[[], VerifyResult], status_bucket: str, status_prefix: str, region: str | None
 ) -> VerifyResult:
     """Compare, then write the result to `<prefix>/<warm-id>/verify/<node-id>/<this instance's ARN>.json`
     in the status bucket; exit 4 if it cannot be written (the controller then reports a missing result)."""
@@ -87,10 +82,8 @@ def verify_and_write(
     except AgentError as e:
         log(str(e))
         sys.exit(int(e.code))
-    result = run_verify(
-        warm_id, node_id, source, to, sample, ttl_tolerance, lambda: int(time.time() * 1000), placement
-    )
-    key = verify_key(status_prefix, warm_id, node_id, writer)
+    result = compare()
+    key = verify_key(status_prefix, result.warm_id, result.node_id, writer)
     try:
         boto3.client("s3", region_name=region).put_object(
             Bucket=status_bucket,
@@ -103,7 +96,7 @@ def verify_and_write(
         log(f"cannot write s3://{status_bucket}/{key}: {e}")
         sys.exit(int(ExitCode.STATUS))
     log(
-        f"verify {node_id}: {result.checked} keys compared, {result.differences} differ"
+        f"verify {result.node_id}: {result.checked} keys compared, {result.differences} differ"
         + (f", error: {result.error}" if result.error else "")
     )
     return result
