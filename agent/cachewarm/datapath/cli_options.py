@@ -1,6 +1,7 @@
-"""The options and error handling the data path's commands share (`datapath/commands.py`): how keys
-are routed, what a user may accept, the help texts of options several commands have, and the one-line
-errors with the exit code of their kind (cachewarm/exitcodes.py)."""
+"""The options and error handling the data path's commands share (`datapath/commands.py`,
+`warm_command.py`): how keys are routed, what a user may accept, the help texts of options several
+commands have, and the one-line errors with the exit code of their kind (cachewarm/exitcodes.py). The
+options `cachewarm agent` takes too are in cachewarm/shared_options.py."""
 
 from __future__ import annotations
 
