@@ -4,8 +4,9 @@ default and help each, declared here once (tests/cli/test_shared_options.py hold
 The source's protection is one vocabulary everywhere, the one the dump agent's SSM document speaks:
 `--adaptive on|off|RATIO`, `--crawl-sleep-us N|server`, `--order recency|crawl`. The adaptive guard is
 on by default wherever a dump reads a source: a warm by hand reads a production source as often as the
-controller does. Its cost is where the source shares the dump's cores (a local source): there it backs
-off from the harm the dump does to it, as it would on a production node.
+controller does. A `cachewarm warm` whose source and targets are all loopback addresses (a lab warm, the
+demo, the tests) leaves it off unless asked: the source's latency there measures the warm's own
+populator and destination on the same cores, not harm to anyone's clients.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ ADAPTIVE_HELP = (
     "Protect the source's live clients: on, the dumper probes the source's latency and backs off its "
     f"rate, batch size and crawl pace while it is above {inputs.DEFAULT_ADAPTIVE_TARGET}x its latency "
     f"before the dump; RATIO ({inputs.ADAPTIVE_TARGET_MIN}..{inputs.ADAPTIVE_TARGET_MAX:g}, e.g. 1.2): on, "
-    "backing off above RATIO x instead; off: only the fixed limits. With the source on this machine (a "
-    "local test) it slows the warm several times: the dump's own CPU slows the source; --adaptive off there."
+    "backing off above RATIO x instead; off: only the fixed limits. `cachewarm warm` between memcacheds "
+    "all on this machine (loopback) leaves it off unless given: it would measure the warm's own processes."
 )
 # Without a value (`--adaptive` alone, as the flag once was) it means on.
 adaptive_option: Decorator = click.option(

@@ -120,3 +120,34 @@ def test_bad_protection_flags_are_one_usage_error(flags: list[str], named: str, 
     errors = [ln for ln in r.stderr.splitlines() if ln.lower().startswith("error:")]
     assert len(errors) == 1 and named in errors[0] and "Traceback" not in r.stderr, r.stderr
     assert "^(" not in errors[0], "the error says what is allowed in words, not as the pattern"
+
+
+@pytest.mark.parametrize(
+    ("source", "flags", "guarded"),
+    [
+        ("127.0.0.1:1", [], False),  # a lab warm: the guard would measure our own processes
+        ("localhost:1", [], False),
+        ("127.0.0.1:1", ["--adaptive", "on"], True),
+        ("127.0.0.1:1", ["--adaptive", "2"], True),
+        ("10.1.2.3:11211", [], True),  # a source elsewhere may have live clients
+        ("10.1.2.3:11211", ["--adaptive", "off"], False),
+    ],
+)
+def test_warm_guards_a_source_unless_every_memcached_is_on_this_machine(
+    source: str, flags: list[str], guarded: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cachewarm.cli import main
+    from cachewarm.datapath import warm
+    from click.testing import CliRunner
+
+    seen: list[Any] = []
+
+    def run_warm(cfg: Any, display: Any) -> Any:
+        seen.append(cfg.source_protection)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(warm, "run_warm", run_warm)
+    args = ["warm", "--source", source, "--target", "127.0.0.1:2", "--workdir", str(tmp_path), *flags]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0 and len(seen) == 1, res.output
+    assert seen[0].adaptive is guarded

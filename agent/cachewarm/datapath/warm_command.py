@@ -7,11 +7,14 @@ Its epilog lists its exit codes (cachewarm/exitcodes.py, docs/exit-codes.md); a 
 
 from __future__ import annotations
 
+import ipaddress
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from cachewarm.datapath.cli_options import (
     BYTE_RATE,
@@ -260,6 +263,11 @@ def warm_cmd(
     routing = routing_of(options)
     check_routing(routing, target)
     protection = protection_of(source_max_bytes_per_second, options)
+    if _guard_by_default(options) and _all_on_this_machine([source, *target]):
+        # The guard reads the source's latency as the harm the dump does to its clients; with the
+        # source and every target on this machine it would read the warm's own processes (populator,
+        # destination) competing for the same cores, and slow a lab warm several times.
+        protection = replace(protection, adaptive=False)
     s3 = _s3_transport(via_s3, s3_endpoint_url, s3_max_bytes_per_second, s3_part_size, stream)
     try:
         cfg = WarmConfig(
@@ -310,3 +318,25 @@ def warm_cmd(
         for problem in summary.problems:
             click.echo(f"error: {problem}", err=True)
         sys.exit(int(ExitCode.INCOMPLETE))
+
+
+def _guard_by_default(options: dict[str, Any]) -> bool:
+    """The adaptive guard is on only because nothing on the command line said otherwise."""
+    ctx = click.get_current_context()
+    return (
+        ctx.get_parameter_source("adaptive") is ParameterSource.DEFAULT
+        and not options["no_adaptive"]
+        and options["adaptive_target"] is None
+    )
+
+
+def _all_on_this_machine(nodes: list[Node]) -> bool:
+    """Every node is a loopback address (or `localhost`): a warm between local memcacheds."""
+
+    def loopback(host: str) -> bool:
+        try:
+            return ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            return host == "localhost"
+
+    return all(loopback(n.host) for n in nodes)
