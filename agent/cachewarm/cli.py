@@ -26,7 +26,8 @@ def run() -> None:
 
 
 # Each area adds one line below: `main.add_command(<its click command or group>)`.
-from cachewarm.datapath.commands import demo_cmd, populate_cmd, verify_cmd, warm_cmd  # noqa: E402
+from cachewarm.datapath.commands import demo_cmd, populate_cmd, verify_cmd  # noqa: E402
+from cachewarm.datapath.warm_command import warm_cmd  # noqa: E402
 
 main.add_command(populate_cmd)
 main.add_command(warm_cmd)

@@ -114,10 +114,19 @@ def test_warm_hands_each_limit_to_its_side(
     assert pcfg.max_items_per_second == target
 
 
+@pytest.mark.parametrize(
+    "protection",
+    [
+        ["--adaptive", "1.25", "--crawl-sleep-us", "300", "--order", "crawl"],
+        # The former spellings, still read.
+        ["--adaptive", "--adaptive-target", "1.25", "--source-crawl-sleep-us", "300", "--order", "crawl"],
+    ],
+    ids=["shared", "former"],
+)
 def test_the_source_protection_reaches_the_dumper_and_bytes_the_populator(
-    memcached, dumper_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    memcached, dumper_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protection: list[str]
 ) -> None:
-    """Issue 16: bytes/s on both sides, the adaptive guard, the crawl's pace and the order."""
+    """Bytes/s on both sides, the adaptive guard, the crawl's pace and the order."""
     src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
     load(src, 500)
     dumper, log = recording_dumper(dumper_bin, tmp_path)
@@ -125,8 +134,7 @@ def test_the_source_protection_reaches_the_dumper_and_bytes_the_populator(
     real_populate = warm_mod.populate
     monkeypatch.setattr(warm_mod, "populate", lambda cfg, p=None: seen.append(cfg) or real_populate(cfg, p))
     args = ["warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
-    flags = ["--source-max-bytes-per-second", "64M", "--target-max-bytes-per-second", "32M", "--adaptive"]
-    flags += ["--adaptive-target", "1.25", "--source-crawl-sleep-us", "300", "--order", "crawl"]
+    flags = ["--source-max-bytes-per-second", "64M", "--target-max-bytes-per-second", "32M", *protection]
     res = CliRunner().invoke(main, [*args, "--dumper", str(dumper), "--json", *flags])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.splitlines()[-1])["items_dumped"] == 500

@@ -74,7 +74,7 @@ def test_the_real_dumper_accepts_the_argv_and_its_lines_parse(
 def test_the_agents_adaptive_flag_becomes_the_dumpers_guard_and_threshold() -> None:
     """`agent dump|stream --adaptive on|off|RATIO` (the dump document's one parameter) reaches
     cachewarm-dump as --adaptive [--adaptive-target RATIO]; the other protection flags ride along."""
-    from cachewarm.node_agent.cli import protection_fields
+    from cachewarm.node_agent.options import protection_fields
 
     def argv(adaptive: str, sleep: str = "server") -> list[str]:
         prot = protection_fields(None, adaptive, "recency", sleep)["protection"]

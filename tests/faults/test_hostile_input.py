@@ -157,8 +157,8 @@ def test_cli_rejects_hostile_flags(tmp_path: Path, tally) -> None:
 
 # Python's `$` also matches before a trailing newline: the agent's checks must use fullmatch.
 def test_agent_flags_reject_a_trailing_newline(tmp_path: Path) -> None:
+    from cachewarm.cli_types import Matching
     from cachewarm.contract import inputs
-    from cachewarm.node_agent.cli import Matching
 
     for pattern, good in [
         (inputs.WARM_ID, "w-1"),

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from cachewarm.contract.status import Progress
 from cachewarm.datapath.dumper import DumperProgress
-from cachewarm.node_agent.cli import execute
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
     DumpJob,
@@ -24,6 +23,7 @@ from cachewarm.node_agent.jobs import (
     run_dump,
     run_populate,
 )
+from cachewarm.node_agent.lifecycle import execute
 from cachewarm.node_agent.runner import CommandResult, SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
 from cachewarm.node_agent.volume import Volume

@@ -12,9 +12,10 @@ import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath.s3transport import GuardSignal, S3Location, S3Uploader, make_client
 from cachewarm.datapath.writer import DirWriter
-from cachewarm.node_agent.cli import agent_group, execute
+from cachewarm.node_agent.cli import agent_group
 from cachewarm.node_agent.errors import ExitCode
 from cachewarm.node_agent.jobs import DumpJob, PopulateJob
+from cachewarm.node_agent.lifecycle import execute
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.s3 import (
     S3Options,

@@ -6,8 +6,8 @@ from typing import Any
 
 import boto3
 from cachewarm.contract.status import Progress
-from cachewarm.node_agent.cli import execute
 from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.lifecycle import execute
 from cachewarm.node_agent.status import StatusPublisher
 from moto import mock_aws
 

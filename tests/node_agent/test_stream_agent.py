@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cachewarm.node_agent.cli import agent_group, execute
+from cachewarm.node_agent.cli import agent_group
 from cachewarm.node_agent.errors import AgentError, ExitCode
+from cachewarm.node_agent.lifecycle import execute
 from cachewarm.node_agent.runner import SubprocessRunner
 from cachewarm.node_agent.status import StatusPublisher
 from cachewarm.node_agent.stream import StreamJob, run_stream

@@ -344,11 +344,11 @@ class LocalAgents:
 @contextlib.contextmanager
 def agent_patches(monkeypatch: Any, machine: Machine) -> Any:
     """Point the real node-agent code at this machine (see machine.py for each stand-in)."""
-    from cachewarm.node_agent import cli as agent_cli
+    from cachewarm.node_agent import lifecycle
     from cachewarm.node_agent.errors import AgentError, ExitCode
     from cachewarm.node_agent.volume import Volume
 
-    monkeypatch.setattr(agent_cli, "_sigterm_raises", contextlib.nullcontext)
+    monkeypatch.setattr(lifecycle, "sigterm_raises", contextlib.nullcontext)
     # Each agent writes its status objects under its own instance's ARN (what IMDS would give it).
     from cachewarm.contract.status import instance_arn
     from cachewarm.node_agent import identity
@@ -360,7 +360,7 @@ def agent_patches(monkeypatch: Any, machine: Machine) -> Any:
     )
     # The agent builds its runner in the thread running its command: on that command's host.
     monkeypatch.setattr(
-        agent_cli, "SubprocessRunner", lambda: LocalVolumeRunner(machine, machine.current.host)
+        lifecycle, "SubprocessRunner", lambda: LocalVolumeRunner(machine, machine.current.host)
     )
 
     def wait_for_device(self: Volume, timeout_s: float) -> None:

@@ -1,19 +1,24 @@
-"""The options and error handling the data path's commands share (`datapath/commands.py`): how keys
-are routed, what a user may accept, the help texts of options several commands have, and the one-line
-errors with the exit code of their kind (cachewarm/exitcodes.py)."""
+"""The options and error handling the data path's commands share (`datapath/commands.py`,
+`warm_command.py`): how keys are routed, what a user may accept, the help texts of options several
+commands have, and the one-line errors with the exit code of their kind (cachewarm/exitcodes.py). The
+options `cachewarm agent` takes too are in cachewarm/shared_options.py."""
 
 from __future__ import annotations
 
 import shlex
 import socket
 import sys
+from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 
 import click
 
+from cachewarm.contract.inputs import ADAPTIVE_TARGET_MAX, ADAPTIVE_TARGET_MIN, CRAWL_SLEEP_MAX
+from cachewarm.datapath.dumper import SourceProtection
 from cachewarm.datapath.nodes import DEFAULT_PORT, Node, parse_nodes
 from cachewarm.datapath.routing import EVCACHE_NODE_KEY, Routing
 from cachewarm.exitcodes import ExitCode, code_of
+from cachewarm.shared_options import source_protection
 
 
 def fail(e: BaseException, code: ExitCode | None = None) -> NoReturn:
@@ -83,15 +88,6 @@ class Rate(click.ParamType):
 
 # Every items/s flag of the data path takes this (one number type; 0 = unlimited, like the dumper).
 RATE = Rate()
-
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice(["add", "set"]),
-    default="add",
-    show_default=True,
-    help="add: never replace a value already in the target (live traffic wins); set: overwrite.",
-)
 
 
 def _placement(ctx: click.Context, param: click.Parameter, value: str | None) -> object:
@@ -212,6 +208,45 @@ class ByteRate(click.ParamType):
 
 
 BYTE_RATE = ByteRate()
+
+
+def legacy_protection_options(f):  # type: ignore[no-untyped-def]
+    """`cachewarm warm`'s former spellings of the source's protection, still read (hidden): the guard
+    was a switch with its threshold apart, the crawl's pace named for the source."""
+    f = click.option("--no-adaptive", is_flag=True, hidden=True, help="Former spelling of --adaptive off.")(f)
+    f = click.option(
+        "--adaptive-target",
+        type=click.FloatRange(ADAPTIVE_TARGET_MIN, ADAPTIVE_TARGET_MAX),
+        default=None,
+        hidden=True,
+        help="Former spelling of --adaptive RATIO.",
+    )(f)
+    return click.option(
+        "--source-crawl-sleep-us",
+        type=click.IntRange(0, CRAWL_SLEEP_MAX),
+        default=None,
+        hidden=True,
+        help="Former spelling of --crawl-sleep-us.",
+    )(f)
+
+
+def protection_of(max_bytes_per_second: int | None, flags: dict[str, Any]) -> SourceProtection:
+    """The shared protection flags (shared_options.protection_options) with what the former spellings
+    (legacy_protection_options) say, from a command's keyword arguments."""
+    adaptive, no_adaptive, adaptive_target = flags["adaptive"], flags["no_adaptive"], flags["adaptive_target"]
+    source_crawl_sleep_us = flags["source_crawl_sleep_us"]
+    if no_adaptive and (adaptive_target is not None or adaptive != "on"):
+        raise click.UsageError("--no-adaptive is --adaptive off: give one of them")
+    protection = source_protection(
+        max_bytes_per_second, "off" if no_adaptive else adaptive, flags["order"], flags["crawl_sleep_us"]
+    )
+    if adaptive_target is not None:
+        if not protection.adaptive:
+            raise click.UsageError("--adaptive-target goes with the adaptive guard on: --adaptive RATIO")
+        protection = replace(protection, adaptive_target=adaptive_target)
+    if source_crawl_sleep_us is not None:
+        protection = replace(protection, crawl_sleep_us=source_crawl_sleep_us)
+    return protection
 
 
 def routing_of(tuning: dict[str, Any]) -> Routing:
