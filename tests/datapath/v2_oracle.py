@@ -53,55 +53,56 @@ def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0, stamped: 
 
 
 def _command_at(data: bytes | memoryview, pos: int, end: int, n: int, o_expect: int) -> Span:
-    """A version 2 record at `pos` whose meta line's O names `o_expect`."""
+    """A version 2 record at `pos` whose meta line's O names `o_expect`, the record's offset (a version 3
+    record's stamp's): the one messages name."""
     if pos >= end:
-        raise _bad(n, pos, "no record")
+        raise _bad(n, o_expect, "no record")
     first = data[pos]
     if first == BINARY_MAGIC:
         if end - pos < BINARY_HEAD_LEN:
-            raise _bad(n, pos, "binary record runs past the records")
+            raise _bad(n, o_expect, "binary record runs past the records")
         _, op, klen, elen, dtype, vb, body, opaque, cas, flags, expiry = BINARY_HEAD.unpack_from(data, pos)
         if op != OP_ADDQ or elen != 8 or dtype or vb or opaque or cas:
-            raise _bad(n, pos, "not an ADDQ request")
+            raise _bad(n, o_expect, "not an ADDQ request")
         if not MAX_BASE64_KEY < klen <= MAX_KEY_LEN or body < 8 + klen:
-            raise _bad(n, pos, "bad binary key length")
+            raise _bad(n, o_expect, "bad binary key length")
         nxt = pos + BINARY_HEAD_LEN + body - 8
         if nxt > end:
-            raise _bad(n, pos, "binary record runs past the records")
+            raise _bad(n, o_expect, "binary record runs past the records")
         if not valid_expiry(expiry):
-            raise _bad(n, pos, "bad expiration")
+            raise _bad(n, o_expect, "bad expiration")
         kstart = pos + BINARY_HEAD_LEN
         key = bytes(data[kstart : kstart + klen])
         if is_plain_key(key):
-            raise _bad(n, pos, "a printable key in a binary record")
+            raise _bad(n, o_expect, "a printable key in a binary record")
         return Span(pos, key, flags, exptime_of(expiry), kstart + klen, nxt, nxt, True)
     if first != 0x6D:  # "m"
-        raise _bad(n, pos, "neither a meta set nor a binary record")
+        raise _bad(n, o_expect, "neither a meta set nor a binary record")
     # A line is at most ~340 bytes: match on a bounded slice (re needs no more).
     m = _LINE.match(data[pos : min(end, pos + 400)])
     if m is None:
-        raise _bad(n, pos, "not a meta set line")
+        raise _bad(n, o_expect, "not a meta set line")
     tok, vlen_s, b, t_s, f_s, o_s = m.groups()
     vlen, expiry, flags, offset = int(vlen_s), int(t_s), int(f_s), int(o_s)
     if vlen > U32_MAX:
-        raise _bad(n, pos, "bad value length")
+        raise _bad(n, o_expect, "bad value length")
     if not valid_expiry(expiry):
-        raise _bad(n, pos, "bad T")
+        raise _bad(n, o_expect, "bad T")
     if flags > U32_MAX:
-        raise _bad(n, pos, "bad F")
+        raise _bad(n, o_expect, "bad F")
     if offset != o_expect:
-        raise _bad(n, pos, "O is not the record's offset")
+        raise _bad(n, o_expect, "O is not the record's offset")
     vstart = pos + m.end()
     vend = vstart + vlen
     if vend + 2 > end or data[vend] != 0x0D or data[vend + 1] != 0x0A:
-        raise _bad(n, pos, "value not followed by \\r\\n within the records")
+        raise _bad(n, o_expect, "value not followed by \\r\\n within the records")
     if b:
         try:
             key = base64.b64decode(tok, validate=True)
         except ValueError:
-            raise _bad(n, pos, "bad base64 key") from None
+            raise _bad(n, o_expect, "bad base64 key") from None
         if not 1 <= len(key) <= MAX_BASE64_KEY or is_plain_key(key) or base64.b64encode(key) != tok:
-            raise _bad(n, pos, "bad base64 key")
+            raise _bad(n, o_expect, "bad base64 key")
     else:
         key = tok
     # The E of " ME q O...": the line ends with it, the O token and \r\n.

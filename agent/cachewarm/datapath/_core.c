@@ -236,6 +236,26 @@ static PyObject *record_meta_line(PyObject *self, PyObject *args) {
   return PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
 }
 
+static PyObject *record_binary_head(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t key_len;
+  unsigned long value_len, flags, expiry;
+  if (!PyArg_ParseTuple(args, "nkkk", &key_len, &value_len, &flags, &expiry)) return NULL;
+  unsigned char out[CW_BIN_ADD_HEAD];
+  cw_record_binary_head(out, (size_t)key_len, (uint32_t)value_len, (uint32_t)flags, (uint32_t)expiry);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+static PyObject *record_stamp(PyObject *self, PyObject *args) {
+  (void)self;
+  unsigned long long cas;
+  long long exp;
+  if (!PyArg_ParseTuple(args, "KL", &cas, &exp)) return NULL;
+  unsigned char out[CW_RECORD_STAMP];
+  cw_record_stamp(out, cas, exp);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
 /* The 24-byte cw_read at `at` of a buffer -> (source_cas, source_exp, value_len). */
 static PyObject *read_stamp(PyObject *self, PyObject *args) {
   (void)self;
@@ -271,6 +291,8 @@ static PyObject *pack_read_stamp(PyObject *self, PyObject *args) {
 PyMethodDef kCoreMethods[] = {
     {"record_parse", record_parse, METH_VARARGS, "cw_record_parse"},
     {"core_record_meta_line", record_meta_line, METH_VARARGS, "cw_record_meta_line"},
+    {"core_record_binary_head", record_binary_head, METH_VARARGS, "cw_record_binary_head"},
+    {"core_record_stamp", record_stamp, METH_VARARGS, "cw_record_stamp"},
     {"read_stamp", read_stamp, METH_VARARGS, "cw_read_unpack"},
     {"pack_read_stamp", pack_read_stamp, METH_VARARGS, "cw_read_pack"},
     {"core_bin_add_head", bin_add_head, METH_VARARGS, "cw_bin_add_head"},
