@@ -72,7 +72,7 @@ def dest_expiry(expiry: int, offset: int) -> int:
     `stats time` minus ours, rounded down): memcached converts an absolute T with its own idea of the
     time, so the T moves onto that clock. 0 stays 0 (never); above MAX_EXPIRY it is clamped (only
     shortens); -1 when it would not be an absolute time there (not sent: expired). The C twin is
-    _v2record.h's v2_dest_expiry."""
+    _v2plan.h's v2_dest_expiry."""
     if expiry == 0:
         return 0
     t = min(expiry + offset, MAX_EXPIRY)
