@@ -7,17 +7,16 @@
 
 #include "cachewarm_core.h"
 
-static uint32_t be32(const unsigned char *p) {
+static inline uint32_t be32(const unsigned char *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-static uint64_t le64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
+static inline uint64_t le64(const unsigned char *p) {
+  return (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24 | (uint64_t)p[4] << 32 |
+         (uint64_t)p[5] << 40 | (uint64_t)p[6] << 48 | (uint64_t)p[7] << 56;
 }
 
-static int plain(const unsigned char *k, size_t n) {
+static inline int plain(const unsigned char *k, size_t n) {
   if (n < 1 || n > CW_MAX_KEY) return 0;
   for (size_t i = 0; i < n; i++)
     if (k[i] < 0x21 || k[i] > 0x7e) return 0;
@@ -68,7 +67,7 @@ void cw_record_stamp(unsigned char *out, uint64_t source_cas, int64_t source_exp
 
 /* A decimal of 1..20 digits without leading zeros at p[*i..end), saturating at UINT64_MAX (the
  * callers' range checks then fail). */
-static int number(const unsigned char *p, size_t *i, size_t end, uint64_t *v) {
+static inline int number(const unsigned char *p, size_t *i, size_t end, uint64_t *v) {
   size_t j = *i;
   if (j >= end || p[j] < '0' || p[j] > '9') return -1;
   if (p[j] == '0' && j + 1 < end && p[j + 1] >= '0' && p[j + 1] <= '9') return -1;
@@ -83,7 +82,7 @@ static int number(const unsigned char *p, size_t *i, size_t end, uint64_t *v) {
   return 0;
 }
 
-static int lit(const unsigned char *p, size_t *i, size_t end, const char *s, size_t n) {
+static inline int lit(const unsigned char *p, size_t *i, size_t end, const char *s, size_t n) {
   if (end - *i < n || memcmp(p + *i, s, n) != 0) return -1;
   *i += n;
   return 0;
@@ -97,7 +96,7 @@ static int lit(const unsigned char *p, size_t *i, size_t end, const char *s, siz
   } while (0)
 
 /* The command at pos whose meta line's O must be o_expect. */
-static int command(const unsigned char *p, size_t pos, size_t end, size_t o_expect, cw_record *r,
+static inline int command(const unsigned char *p, size_t pos, size_t end, size_t o_expect, cw_record *r,
                    unsigned char *keybuf, char *why) {
   if (pos >= end) BAD("no record");
   if (p[pos] == CW_BIN_REQUEST) {
