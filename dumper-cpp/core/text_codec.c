@@ -44,7 +44,7 @@ static int b64val(unsigned char c) {
 }
 
 long cw_base64_decode(const char *src, size_t n, unsigned char *out) {
-  if (n == 0 || n % 4) return -1;
+  if (n % 4) return -1;
   const unsigned char *s = (const unsigned char *)src;
   size_t o = 0;
   for (size_t i = 0; i < n; i += 4) {

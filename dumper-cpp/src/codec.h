@@ -23,7 +23,7 @@ bool IsPlainKey(const Slice& key);
 bool IsTextKey(const Slice& key);
 void Base64Encode(const Slice& in, std::string* out);
 // Decodes canonical standard base64 (with padding, zero pad bits) into dst (which may alias src: output
-// is never longer than input). Returns the decoded length, or -1 if the input is malformed or empty.
+// is never longer than input). Returns the decoded length, or -1 if the input is malformed.
 long Base64DecodeInPlace(const char* src, size_t n, char* dst);
 
 }  // namespace cachewarm
