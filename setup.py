@@ -28,7 +28,7 @@ setup(
             include_dirs=["dumper-cpp/core"],
             extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"],
             depends=[
-                "agent/cachewarm/datapath/_v2record.h",
+                "agent/cachewarm/datapath/_v2plan.h",
                 "dumper-cpp/hashkit/hashkit.h",
                 "dumper-cpp/hashkit/placement.h",
                 "dumper-cpp/core/cachewarm_core.h",

@@ -26,11 +26,16 @@ static void header(unsigned char *out, uint8_t opcode, size_t key_len, uint8_t e
   /* vbucket, data type and CAS 0: a non-zero CAS would make the ADD a compare-and-swap */
 }
 
-void cw_bin_add_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiration,
-                     uint32_t opaque) {
-  header(out, CW_BIN_OP_ADD, key_len, 8, (uint32_t)(8 + key_len + value_len), opaque);
+void cw_bin_store_head(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t value_len, uint32_t flags,
+                       uint32_t expiration, uint32_t opaque) {
+  header(out, opcode, key_len, 8, (uint32_t)(8 + key_len + value_len), opaque);
   put32(out + 24, flags);
   put32(out + 28, expiration);
+}
+
+void cw_bin_add_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiration,
+                     uint32_t opaque) {
+  cw_bin_store_head(out, CW_BIN_OP_ADD, key_len, value_len, flags, expiration, opaque);
 }
 
 void cw_bin_key_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque) {

@@ -5,9 +5,12 @@
  *                     requests (GETK, NOOP)
  *   binary_reply.c    a binary response's header (status, opaque, CAS)
  *   key_token.c       how a meta command names a key (plain, base64 + `b`, raw, or not at all)
+ *   text_codec.c      decimal numbers and base64 on a command line
+ *   record_v2.c       data format v2/v3 records: the writer's encoding and check 4's reader
  *   meta_lines.c      the re-check's meta commands: `mg <key> c t s q O<n>` (a look without the
  *                     value), `md <key> C<cas> q O<n>` (a CAS-guarded delete), and their replies
  *   recheck.c         the re-check's decisions (docs/reliability.md "Live traffic during the warm")
+ *   read_stamp.c      what the dumper read of an item (cw_read) as the re-check receives it: 24 bytes
  *
  * tests/vectors/core/ pins every function; dumper-cpp/tests/core_test.cc and
  * tests/datapath/test_core.py read the same files. */
@@ -33,6 +36,7 @@ extern "C" {
 #define CW_BIN_OP_NOOP 0x0a
 #define CW_BIN_OP_GETK 0x0c
 #define CW_BIN_OP_GETKQ 0x0d
+#define CW_BIN_OP_ADDQ 0x12
 /* Response statuses the populator tells apart; any other is an error that fails the file. */
 #define CW_BIN_OK 0x0000
 #define CW_BIN_NOT_FOUND 0x0001
@@ -44,6 +48,9 @@ extern "C" {
  * fails, and echoes `opaque`. expiration: 0 = never, else memcached's (absolute above 30 days). */
 void cw_bin_add_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiration,
                      uint32_t opaque);
+/* The same head for another store opcode (ADDQ: a data file's binary record, with opaque 0). */
+void cw_bin_store_head(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t value_len, uint32_t flags,
+                       uint32_t expiration, uint32_t opaque);
 /* A 24-byte request header with a key of key_len bytes and nothing else (GETK, GETKQ; NOOP: 0). */
 void cw_bin_key_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque);
 
@@ -67,6 +74,16 @@ int cw_bin_add_outcome(uint16_t status);
 /* A failed status as the text protocol says it ("SERVER_ERROR out of memory", ...; "SERVER_ERROR" for
  * one it has no words for), so a failure reads the same whichever protocol answered it. */
 const char *cw_bin_status_text(uint16_t status);
+
+/* ---- text on a command line (text_codec.c) ---------------------------------------------------- */
+
+/* Writes v in decimal (no leading zeros, at most 20 characters); returns the length. */
+size_t cw_put_u64(char *out, uint64_t v);
+/* Standard base64 with `=` padding of s[0..n) (4 * ceil(n / 3) characters); returns the length. */
+size_t cw_base64_encode(char *out, const unsigned char *s, size_t n);
+/* Decodes canonical base64 (padded, zero pad bits: what cw_base64_encode writes) into out, which may
+ * alias src (the output is never longer than the input); returns the length, or -1 if malformed. */
+long cw_base64_decode(const char *src, size_t n, unsigned char *out);
 
 /* ---- meta commands ----------------------------------------------------------------------------- */
 
@@ -103,6 +120,56 @@ typedef struct {
 /* Parses one reply line; 0 = parsed, -1 = malformed (a bad number). Unknown flags are ignored. */
 int cw_meta_reply_parse(const char *line, size_t n, cw_meta_reply *out);
 
+/* ---- data files: v2 and v3 records (docs/data-format.md sections 7 and 8; record_v2.c) ------------ */
+
+/* The longest key a base64 key token (at most 250 characters) carries. */
+#define CW_MAX_BASE64_KEY 186
+/* memcached reads a T above 30 days as an absolute unix time, and parses it as a signed 32-bit number. */
+#define CW_MAX_RELATIVE_TTL 2592000
+#define CW_MAX_EXPIRY 2147483647
+/* Version 3's source stamp in front of each record: source_cas u64, source_exp i64 (little-endian). */
+#define CW_RECORD_STAMP 16
+/* A meta record's line is at most ~340 bytes: the reader looks no further for its end. */
+#define CW_RECORD_MAX_LINE 400
+/* The room a reader's message needs. */
+#define CW_RECORD_WHY 96
+
+/* A record's T: 0 (never expires), or an absolute time memcached reads as one. */
+int cw_record_valid_expiry(int64_t t);
+/* Writes a meta record's line (everything before its value; at most 352 bytes) for a key a meta
+ * command names plainly or as base64 (1..186 bytes); 0 for any other key (a binary record). `expiry`:
+ * its T; `offset`: the record's first byte in the file (version 3: its stamp's). */
+size_t cw_record_meta_line(char *out, const unsigned char *key, size_t n, uint32_t value_len, uint32_t flags,
+                           uint32_t expiry, uint64_t offset);
+/* A binary record's 32-byte head (ADDQ, opaque 0); the key and the value follow. */
+void cw_record_binary_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiry);
+/* Version 3's 16-byte stamp. */
+void cw_record_stamp(unsigned char *out, uint64_t source_cas, int64_t source_exp);
+
+/* One record as read: positions are offsets into the data. */
+typedef struct {
+  const unsigned char *key; /* the raw key: in the data, or in the caller's keybuf (base64 decoded) */
+  size_t key_len;
+  uint64_t value_len;
+  uint32_t flags;
+  int64_t expiry;  /* T: 0 = never, else absolute */
+  size_t value_at; /* the value's first byte */
+  size_t next;     /* the next record's offset */
+  size_t mode_at;  /* meta records: the E of ME (set mode sends an S there) */
+  int binary;      /* a binary-protocol record */
+  int b64;         /* meta records: the key is base64 on the line (` b`) */
+  const unsigned char *tok; /* meta records: the key token on the line */
+  size_t tok_len;
+  uint64_t source_cas; /* version 3: the stamp; 0 and CW_NEVER in version 2 */
+  int64_t source_exp;
+} cw_record;
+
+/* Parses and checks the record at p[pos..end) exactly as check 4 says (section 7.2; `stamped`: a
+ * version 3 record, section 8.2); keybuf: CW_MAX_KEY bytes for a base64 key. 0, or -1 with the
+ * problem in why (CW_RECORD_WHY bytes). */
+int cw_record_parse(const unsigned char *p, size_t pos, size_t end, int stamped, cw_record *r, unsigned char *keybuf,
+                    char *why);
+
 /* ---- the re-check (docs/reliability.md) -------------------------------------------------------- */
 
 #define CW_NEVER (-1)
@@ -130,6 +197,11 @@ enum {
   CW_SOURCE_UNSURE = 2     /* its expiry straddles the read's across a tick of its clock: look again */
 };
 int cw_source_verdict(const cw_read *r, const cw_source_now *s);
+/* A cw_read as the populator's probes and the stream's keys/STAMPS hold it: source_cas u64,
+ * source_exp i64, value_len i64 (-1: not known), little-endian. */
+#define CW_READ_STAMP 24
+void cw_read_pack(unsigned char *out, const cw_read *r);
+void cw_read_unpack(const unsigned char *p, cw_read *out);
 
 /* What the reply to `md <key> C<c_w> q` (our own write's CAS) says: */
 enum {

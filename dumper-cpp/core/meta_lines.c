@@ -4,17 +4,6 @@
 
 #include "cachewarm_core.h"
 
-static size_t put_u64(char *d, uint64_t v) {
-  char tmp[20];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++) d[i] = tmp[n - 1 - i];
-  return n;
-}
-
 static size_t put(char *d, const char *s) {
   const size_t n = strlen(s);
   memcpy(d, s, n);
@@ -36,7 +25,7 @@ size_t cw_mg_look_line(char *out, const unsigned char *key, size_t n, uint64_t o
   size_t o = command(out, "mg ", key, n);
   if (o == 0) return 0;
   o += put(out + o, " c t s q O");
-  o += put_u64(out + o, opaque);
+  o += cw_put_u64(out + o, opaque);
   o += put(out + o, "\r\n");
   return o;
 }
@@ -45,9 +34,9 @@ size_t cw_md_cas_line(char *out, const unsigned char *key, size_t n, uint64_t ca
   size_t o = command(out, "md ", key, n);
   if (o == 0) return 0;
   o += put(out + o, " C");
-  o += put_u64(out + o, cas);
+  o += cw_put_u64(out + o, cas);
   o += put(out + o, " q O");
-  o += put_u64(out + o, opaque);
+  o += cw_put_u64(out + o, opaque);
   o += put(out + o, "\r\n");
   return o;
 }

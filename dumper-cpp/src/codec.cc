@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstdint>
 
+#include "cachewarm_core.h"
+
 namespace cachewarm {
 
 static int HexVal(char c) {
@@ -74,57 +76,15 @@ bool IsTextKey(const Slice& key) {
   return true;
 }
 
-static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
+// Base64 is core/text_codec.c's (one table, shared with the populator).
 void Base64Encode(const Slice& in, std::string* out) {
-  out->clear();
-  size_t i = 0;
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(in.data());
-  for (; i + 2 < in.size(); i += 3) {
-    uint32_t v = (uint32_t(p[i]) << 16) | (uint32_t(p[i + 1]) << 8) | p[i + 2];
-    out->push_back(kB64[v >> 18]);
-    out->push_back(kB64[(v >> 12) & 63]);
-    out->push_back(kB64[(v >> 6) & 63]);
-    out->push_back(kB64[v & 63]);
-  }
-  if (i < in.size()) {
-    uint32_t v = uint32_t(p[i]) << 16;
-    if (i + 1 < in.size()) v |= uint32_t(p[i + 1]) << 8;
-    out->push_back(kB64[v >> 18]);
-    out->push_back(kB64[(v >> 12) & 63]);
-    out->push_back(i + 1 < in.size() ? kB64[(v >> 6) & 63] : '=');
-    out->push_back('=');
-  }
-}
-
-static int B64Val(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
+  out->resize((in.size() + 2) / 3 * 4);
+  if (!out->empty())
+    cw_base64_encode(&(*out)[0], reinterpret_cast<const unsigned char*>(in.data()), in.size());
 }
 
 long Base64DecodeInPlace(const char* src, size_t n, char* dst) {
-  if (n % 4 != 0) return -1;
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 4) {
-    int a = B64Val(src[i]), b = B64Val(src[i + 1]);
-    if (a < 0 || b < 0) return -1;
-    const bool last = i + 4 == n;
-    const bool pad2 = last && src[i + 2] == '=' && src[i + 3] == '=';
-    const bool pad1 = last && !pad2 && src[i + 3] == '=';
-    int c = pad2 ? 0 : B64Val(src[i + 2]);
-    int d = (pad1 || pad2) ? 0 : B64Val(src[i + 3]);
-    if (c < 0 || d < 0) return -1;
-    uint32_t v = (uint32_t(a) << 18) | (uint32_t(b) << 12) | (uint32_t(c) << 6) | uint32_t(d);
-    // Writing at most 3 bytes at o <= i never overtakes the unread input at i + 4.
-    dst[o++] = char(v >> 16);
-    if (!pad2) dst[o++] = char((v >> 8) & 0xff);
-    if (!pad1 && !pad2) dst[o++] = char(v & 0xff);
-  }
-  return long(o);
+  return cw_base64_decode(src, n, reinterpret_cast<unsigned char*>(dst));
 }
 
 }  // namespace cachewarm

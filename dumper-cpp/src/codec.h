@@ -22,8 +22,8 @@ bool IsPlainKey(const Slice& key);
 // a key of 187..250 bytes that has no base64 form this way (tests/dumper/test_text_keys.py).
 bool IsTextKey(const Slice& key);
 void Base64Encode(const Slice& in, std::string* out);
-// Decodes standard base64 (with padding) into dst (which may alias src: output is never longer than
-// input). Returns the decoded length, or -1 if the input is malformed.
+// Decodes canonical standard base64 (with padding, zero pad bits) into dst (which may alias src: output
+// is never longer than input). Returns the decoded length, or -1 if the input is malformed.
 long Base64DecodeInPlace(const char* src, size_t n, char* dst);
 // Lower-case hex, two digits a byte (hashkit descriptions, the stream's routing record).
 std::string HexEncode(const Slice& in);

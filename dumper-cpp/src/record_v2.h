@@ -1,9 +1,9 @@
 // Data format v2 records (docs/data-format.md section 7.1): each record is the command that stores
 // the item — a quiet meta add `ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\r\n<value>\r\n`, or
-// for a key no meta command can name, a binary-protocol ADDQ request. The writer encodes the part
-// before the value (the value follows as it is); the reader parses and checks a whole record (check 4,
-// section 7.2). The Python reader (agent/cachewarm/datapath/format.py) and the populator's C walk
-// (_speedups.c) are its twins, pinned by the golden vectors in tests/vectors/v2/.
+// for a key no meta command can name, a binary-protocol ADDQ request. The encoding and check 4's
+// reader (section 7.2) are core/record_v2.c's, shared with the populator's C walk and pinned by
+// tests/vectors/core/record_v2.txt and the golden files in tests/vectors/v2/ and v3/; this is the
+// dumper's view of them (its version 1 exptime, its types).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace cachewarm {
 constexpr size_t kMaxMetaLineV2 = 352;
 // The binary record's request header + extras (flags, expiration).
 constexpr size_t kBinaryHeadV2 = 32;
-constexpr uint8_t kBinaryMagic = 0x80, kBinaryOpAddQ = 0x12;
+constexpr uint8_t kBinaryMagic = 0x80;
 
 // The T of an item whose version 1 exptime is `exptime` (-1 = never): 0, or exptime - kExpiryMargin.
 int64_t ExpiryToSend(int64_t exptime);

@@ -8,9 +8,9 @@
 #include <map>
 #include <set>
 
+#include "cachewarm_core.h"
 #include "clock.h"
 #include "codec.h"
-#include "coding.h"
 #include "json.h"
 #include "stream_sink.h"
 
@@ -313,11 +313,10 @@ Status Stream::RecordStamps(const RecheckPart& part) {
   for (const RecheckEntry& e : part.entries) {
     out.push_back(char(e.key_len));
     out.append(part.keys, e.key_off, e.key_len);
-    char b[24];
-    EncodeFixed64(b, e.source_cas);
-    EncodeFixed64(b + 8, uint64_t(e.source_exp));
-    EncodeFixed64(b + 16, uint64_t(e.value_len));
-    out.append(b, sizeof b);
+    const cw_read rd{e.source_cas, e.source_exp, e.value_len};
+    unsigned char b[CW_READ_STAMP];
+    cw_read_pack(b, &rd);
+    out.append(reinterpret_cast<const char*>(b), sizeof b);
   }
   std::lock_guard<std::mutex> l(mu_);
   if (!stamps_log_) CW_RETURN_IF_ERROR(env_->NewAppendableFile(o_.out + "/keys/" + kStampsName, &stamps_log_));

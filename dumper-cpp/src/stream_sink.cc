@@ -33,16 +33,7 @@ char* Put(char* p, const char* s, size_t n) {
   std::memcpy(p, s, n);
   return p + n;
 }
-char* PutU64(char* p, uint64_t v) {
-  char b[20];
-  int n = 0;
-  do {
-    b[n++] = char('0' + v % 10);
-    v /= 10;
-  } while (v);
-  while (n) *p++ = b[--n];
-  return p;
-}
+char* PutU64(char* p, uint64_t v) { return p + cw_put_u64(p, v); }
 
 double MonotonicS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -168,3 +168,58 @@ TEST(Core, CompareVerdicts) {
         << c[0] << " " << c[3] << " / " << c[8];
   }
 }
+
+TEST(Core, Records) {
+  for (const auto& c : Cases("record_v2.txt")) {
+    if (c[0] == "parse") {
+      const std::string data = FromHex(c[3]);
+      cw_record r;
+      unsigned char keybuf[CW_MAX_KEY];
+      char why[CW_RECORD_WHY];
+      const int got = cw_record_parse(U(data), 0, data.size(), c[2] == "1", &r, keybuf, why);
+      if (c[4] == "bad") {
+        std::string want;
+        for (size_t i = 5; i < c.size(); i++) want += (i > 5 ? " " : "") + c[i];
+        ASSERT_EQ(got, -1) << c[1];
+        EXPECT_EQ(std::string(why), want) << c[1];
+        continue;
+      }
+      ASSERT_EQ(got, 0) << c[1] << ": " << why;
+      EXPECT_EQ(ToHex(r.key, r.key_len), c[5]) << c[1];
+      EXPECT_EQ(r.flags, N(c[6])) << c[1];
+      EXPECT_EQ(r.expiry, I(c[7])) << c[1];
+      EXPECT_EQ(r.value_at, N(c[8])) << c[1];
+      EXPECT_EQ(r.value_len, N(c[9])) << c[1];
+      EXPECT_EQ(r.next, N(c[10])) << c[1];
+      EXPECT_EQ(r.binary, int(N(c[11]))) << c[1];
+      EXPECT_EQ(r.source_cas, N(c[12])) << c[1];
+      EXPECT_EQ(r.source_exp, I(c[13])) << c[1];
+    } else if (c[0] == "line") {
+      const std::string key = FromHex(c[1]);
+      char out[CW_RECORD_MAX_LINE];
+      const size_t n = cw_record_meta_line(out, U(key), key.size(), uint32_t(N(c[2])), uint32_t(N(c[3])),
+                                           uint32_t(N(c[4])), N(c[5]));
+      EXPECT_EQ(ToHex(out, n), c[6]) << c[1];
+    } else if (c[0] == "binhead") {
+      unsigned char out[CW_BIN_ADD_HEAD];
+      cw_record_binary_head(out, N(c[1]), uint32_t(N(c[2])), uint32_t(N(c[3])), uint32_t(N(c[4])));
+      EXPECT_EQ(ToHex(out, sizeof out), c[5]);
+    } else {
+      unsigned char out[CW_RECORD_STAMP];
+      cw_record_stamp(out, N(c[1]), I(c[2]));
+      EXPECT_EQ(ToHex(out, sizeof out), c[3]);
+    }
+  }
+}
+
+TEST(Core, ReadStampsRoundTrip) {
+  for (const cw_read r : {cw_read{0, CW_NEVER, -1}, cw_read{UINT64_MAX, INT64_MAX, 0}, cw_read{42, 1795000000, 1}}) {
+    unsigned char b[CW_READ_STAMP];
+    cw_read_pack(b, &r);
+    cw_read back;
+    cw_read_unpack(b, &back);
+    EXPECT_EQ(back.source_cas, r.source_cas);
+    EXPECT_EQ(back.source_exp, r.source_exp);
+    EXPECT_EQ(back.value_len, r.value_len);
+  }
+}

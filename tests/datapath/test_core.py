@@ -88,3 +88,36 @@ def test_compare_verdicts(c: list[str]) -> None:
     s = (int(c[0]), 0, int(c[1]), int(c[2]), unhex(c[3]))
     d = (int(c[4]), int(c[5]), int(c[6]), int(c[7]), unhex(c[8]))
     assert sp.core_compare_verdict(s, d, int(c[9]), int(c[10]), int(c[11]), int(c[12])) == int(c[13])
+
+
+def test_records() -> None:
+    """The one reader of v2/v3 records (check 4) and the writer's encoding."""
+    for c in cases("record_v2.txt"):
+        if c[0] == "parse":
+            data, stamped = unhex(c[3]), c[2] == "1"
+            try:
+                got = sp.record_parse(data, 0, len(data), stamped)
+            except ValueError as e:
+                assert c[4:] == ["bad", *str(e).split()], c[:3]
+                continue
+            key, flags, t, value_at, value_len, nxt, binary, _, cas, exp = got
+            assert c[4] == "ok", (c[:3], got)
+            assert [hexed(key), flags, t, value_at, value_len, nxt, int(binary), cas, exp] == [
+                c[5],
+                *map(int, c[6:]),
+            ], c[:3]
+        elif c[0] == "line":
+            assert hexed(sp.core_record_meta_line(unhex(c[1]), *map(int, c[2:6]))) == c[6], c[:2]
+        elif c[0] == "binhead":
+            assert sp.core_record_binary_head(*map(int, c[1:5])).hex() == c[5], c
+        else:
+            assert sp.core_record_stamp(int(c[1]), int(c[2])).hex() == c[3], c
+
+
+def test_read_stamps_round_trip() -> None:
+    for cas, exp, vlen in [(0, -1, -1), (2**64 - 1, 2**63 - 1, 0), (42, 1795000000, 1 << 40)]:
+        packed = sp.pack_read_stamp(cas, exp, vlen)
+        assert len(packed) == 24
+        assert sp.read_stamp(b"x" + packed, 1) == (cas, exp, vlen)
+    with pytest.raises(ValueError):
+        sp.read_stamp(bytes(23), 0)

@@ -192,7 +192,109 @@ static PyObject *compare_verdict(PyObject *self, PyObject *args) {
   return PyLong_FromLong(v);
 }
 
+/* The record at pos of data[..end) (check 4): -> (key, flags, expiry, value_at, value_len, next, binary,
+ * mode_at, source_cas, source_exp); ValueError with the core's words for a bad one. mode_at is -1 for
+ * a binary record. */
+static PyObject *record_parse(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer b;
+  Py_ssize_t pos, end;
+  int stamped;
+  if (!PyArg_ParseTuple(args, "y*nnp", &b, &pos, &end, &stamped)) return NULL;
+  PyObject *result = NULL;
+  if (pos < 0 || end < pos || end > b.len) {
+    PyErr_SetString(PyExc_ValueError, "no record");
+  } else {
+    cw_record r;
+    unsigned char keybuf[CW_MAX_KEY];
+    char why[CW_RECORD_WHY];
+    if (cw_record_parse(b.buf, (size_t)pos, (size_t)end, stamped, &r, keybuf, why) < 0) {
+      PyErr_SetString(PyExc_ValueError, why);
+    } else {
+      result = Py_BuildValue("(y#kLnKnOnKL)", (const char *)r.key, (Py_ssize_t)r.key_len, (unsigned long)r.flags,
+                             (long long)r.expiry, (Py_ssize_t)r.value_at, (unsigned long long)r.value_len,
+                             (Py_ssize_t)r.next, r.binary ? Py_True : Py_False,
+                             r.binary ? (Py_ssize_t)-1 : (Py_ssize_t)r.mode_at, (unsigned long long)r.source_cas,
+                             (long long)r.source_exp);
+    }
+  }
+  PyBuffer_Release(&b);
+  return result;
+}
+
+static PyObject *record_meta_line(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer k;
+  unsigned long value_len, flags, expiry;
+  unsigned long long offset;
+  if (!PyArg_ParseTuple(args, "y*kkkK", &k, &value_len, &flags, &expiry, &offset)) return NULL;
+  char out[CW_RECORD_MAX_LINE];
+  const size_t n = k.len <= CW_MAX_KEY ? cw_record_meta_line(out, k.buf, (size_t)k.len, (uint32_t)value_len,
+                                                              (uint32_t)flags, (uint32_t)expiry, offset)
+                                      : 0;
+  PyBuffer_Release(&k);
+  return PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
+}
+
+static PyObject *record_binary_head(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_ssize_t key_len;
+  unsigned long value_len, flags, expiry;
+  if (!PyArg_ParseTuple(args, "nkkk", &key_len, &value_len, &flags, &expiry)) return NULL;
+  unsigned char out[CW_BIN_ADD_HEAD];
+  cw_record_binary_head(out, (size_t)key_len, (uint32_t)value_len, (uint32_t)flags, (uint32_t)expiry);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+static PyObject *record_stamp(PyObject *self, PyObject *args) {
+  (void)self;
+  unsigned long long cas;
+  long long exp;
+  if (!PyArg_ParseTuple(args, "KL", &cas, &exp)) return NULL;
+  unsigned char out[CW_RECORD_STAMP];
+  cw_record_stamp(out, cas, exp);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+/* The 24-byte cw_read at `at` of a buffer -> (source_cas, source_exp, value_len). */
+static PyObject *read_stamp(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer b;
+  Py_ssize_t at;
+  if (!PyArg_ParseTuple(args, "y*n", &b, &at)) return NULL;
+  PyObject *result = NULL;
+  if (at < 0 || b.len - at < CW_READ_STAMP) {
+    PyErr_SetString(PyExc_ValueError, "a read stamp runs past its buffer");
+  } else {
+    cw_read r;
+    cw_read_unpack((const unsigned char *)b.buf + at, &r);
+    result = Py_BuildValue("(KLL)", (unsigned long long)r.source_cas, (long long)r.source_exp, (long long)r.value_len);
+  }
+  PyBuffer_Release(&b);
+  return result;
+}
+
+static PyObject *pack_read_stamp(PyObject *self, PyObject *args) {
+  (void)self;
+  cw_read r;
+  unsigned long long cas;
+  long long exp, vlen;
+  if (!PyArg_ParseTuple(args, "KLL", &cas, &exp, &vlen)) return NULL;
+  r.source_cas = cas;
+  r.source_exp = exp;
+  r.value_len = vlen;
+  unsigned char out[CW_READ_STAMP];
+  cw_read_pack(out, &r);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
 PyMethodDef kCoreMethods[] = {
+    {"record_parse", record_parse, METH_VARARGS, "cw_record_parse"},
+    {"core_record_meta_line", record_meta_line, METH_VARARGS, "cw_record_meta_line"},
+    {"core_record_binary_head", record_binary_head, METH_VARARGS, "cw_record_binary_head"},
+    {"core_record_stamp", record_stamp, METH_VARARGS, "cw_record_stamp"},
+    {"read_stamp", read_stamp, METH_VARARGS, "cw_read_unpack"},
+    {"pack_read_stamp", pack_read_stamp, METH_VARARGS, "cw_read_pack"},
     {"core_bin_add_head", bin_add_head, METH_VARARGS, "cw_bin_add_head"},
     {"core_bin_key_request", bin_key_request, METH_VARARGS, "cw_bin_key_request"},
     {"core_bin_reply", bin_reply, METH_VARARGS, "cw_bin_reply_parse"},

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_v2record.h"
+#include "_v2plan.h"
 
 struct cw_placement;
 const struct cw_placement *placement_of(PyObject *o);
@@ -41,25 +41,6 @@ static size_t unquote(const unsigned char *s, size_t n, unsigned char *out, size
     }
   }
   return o;
-}
-
-static void b64encode(const unsigned char *in, size_t n, char *out) {
-  size_t o = 0, i = 0;
-  for (; i + 2 < n; i += 3) {
-    const uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-    out[o++] = kV2B64[v >> 18];
-    out[o++] = kV2B64[(v >> 12) & 63];
-    out[o++] = kV2B64[(v >> 6) & 63];
-    out[o++] = kV2B64[v & 63];
-  }
-  if (i < n) {
-    const uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < n ? (uint32_t)in[i + 1] << 8 : 0);
-    out[o++] = kV2B64[v >> 18];
-    out[o++] = kV2B64[(v >> 12) & 63];
-    out[o++] = i + 1 < n ? kV2B64[(v >> 6) & 63] : '=';
-    out[o++] = '=';
-  }
-  out[o] = 0;
 }
 
 typedef struct {
@@ -94,7 +75,7 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
     if (!(sh[i].binary = PyList_New(0))) goto done;
   const unsigned char *p = view.buf, *end = p + view.len;
   long line_no = 0;
-  unsigned char key[V2_MAX_KEY + 1];
+  unsigned char key[CW_MAX_KEY + 1];
   while (p < end) {
     line_no++;
     const unsigned char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -122,7 +103,7 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
     const size_t klen = unquote(p, (size_t)(sp - 1 - p), key, sizeof key);
     p = nl ? nl + 1 : end;
     if (exp != -1 && exp <= now) continue;
-    if (klen == 0 || klen > V2_MAX_KEY) {
+    if (klen == 0 || klen > CW_MAX_KEY) {
       PyErr_Format(PyExc_ValueError, "key list line %ld: a key of %zu bytes", line_no, klen);
       goto done;
     }
@@ -132,7 +113,10 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
       goto done;
     }
     Share *s = &sh[idx];
-    if (!v2_plain(key, klen) && klen > V2_MAX_BASE64_KEY) {
+    char tok[CW_MAX_KEY];
+    int kind;
+    const size_t tl = cw_key_token(tok, key, klen, &kind);
+    if (kind != CW_KEY_PLAIN && kind != CW_KEY_BASE64) {
       PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)klen);
       if (!k || PyList_Append(s->binary, k) < 0) {
         Py_XDECREF(k);
@@ -142,14 +126,7 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
       continue;
     }
     char line[V2_MAX_LINE];
-    int ll;
-    if (v2_plain(key, klen)) {
-      ll = snprintf(line, sizeof line, "mg %.*s\r\n", (int)klen, (const char *)key);
-    } else {
-      char enc[V2_MAX_WIRE_KEY + 4];
-      b64encode(key, klen, enc);
-      ll = snprintf(line, sizeof line, "mg %s b\r\n", enc);
-    }
+    const int ll = snprintf(line, sizeof line, kind == CW_KEY_PLAIN ? "mg %.*s\r\n" : "mg %.*s b\r\n", (int)tl, tok);
     const int64_t t = exp == -1 ? 0 : exp;
     if (v2buf_put(&s->probes, line, (size_t)ll) < 0 || v2buf_put(&s->expiry, &t, sizeof t) < 0) {
       PyErr_NoMemory();

@@ -31,7 +31,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "_v2record.h"
+#include "_v2plan.h"
 #include "cachewarm_core.h"
 
 #define LOOK_ROUNDS 4
@@ -314,8 +314,8 @@ static PyObject *source_look(PyObject *self, PyObject *args) {
       }
       for (size_t j = 0; j < m; j++) {
         const size_t i = todo[first + j];
-        const unsigned char *st = stamps + 24 * i;
-        const cw_read rd = {v2_le64(st), (int64_t)v2_le64(st + 8), (int64_t)v2_le64(st + 16)};
+        cw_read rd;
+        cw_read_unpack(stamps + CW_READ_STAMP * i, &rd);
         cw_source_now now = {seen[j], cas[j], CW_NEVER, CW_NEVER, size[j] == UINT64_MAX ? -1 : (int64_t)size[j]};
         if (seen[j] && ttl[j] != CW_NEVER) {
           now.exp_lo = l.t0 + ttl[j];
@@ -460,17 +460,20 @@ static PyObject *stamped_keys(PyObject *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "offsets: packed int64");
     goto out;
   }
-  unsigned char keybuf[V2_MAX_KEY];
-  char why[96];
+  unsigned char keybuf[CW_MAX_KEY];
+  char why[CW_RECORD_WHY];
   for (Py_ssize_t i = 0; i < offs.len / 8; i++) {
     const int64_t at = (int64_t)v2_le64((const unsigned char *)offs.buf + 8 * i);
-    V2Record r;
-    if (at < 0 || at >= data.len || v2_parse(data.buf, (Py_ssize_t)at, data.len, stamped, &r, keybuf, why) < 0) {
+    cw_record r;
+    if (at < 0 || at >= data.len ||
+        cw_record_parse(data.buf, (size_t)at, (size_t)data.len, stamped, &r, keybuf, why) < 0) {
       PyErr_Format(PyExc_ValueError, "no record at offset %lld", (long long)at);
       goto out;
     }
     const unsigned char kl = (unsigned char)r.key_len;
-    const int64_t st[3] = {(int64_t)r.source_cas, r.source_exp, stamped ? (int64_t)r.value_len : -1};
+    const cw_read rd = {r.source_cas, r.source_exp, stamped ? (int64_t)r.value_len : -1};
+    unsigned char st[CW_READ_STAMP];
+    cw_read_pack(st, &rd);
     if (v2buf_put(&keys, &kl, 1) < 0 || v2buf_put(&keys, r.key, r.key_len) < 0 ||
         v2buf_put(&stamps, st, sizeof st) < 0) {
       PyErr_NoMemory();

@@ -45,7 +45,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_v2record.h"
+#include "_v2plan.h"
 #include "cachewarm_core.h"
 
 /* plan_v2's modes (populate/plan.py PLAN_*: 0 and 1 are the old set_mode flag's False and True). */
@@ -98,12 +98,14 @@ static int end_batch(Node *n) {
 
 /* The target check's lookup of a record a meta command names, its T and its source stamp (value length
  * -1: the file has none). */
-static int add_probe(Node *n, const V2Record *r, int stamped) {
+static int add_probe(Node *n, const cw_record *r, int stamped) {
   char probe[V2_MAX_LINE];
   const int pl = r->b64 ? snprintf(probe, sizeof probe, "mg %.*s b\r\n", (int)r->tok_len, (const char *)r->tok)
                         : snprintf(probe, sizeof probe, "mg %.*s\r\n", (int)r->key_len, (const char *)r->key);
   const int64_t e = r->expiry;
-  const int64_t st[3] = {(int64_t)r->source_cas, r->source_exp, stamped ? (int64_t)r->value_len : -1};
+  const cw_read rd = {r->source_cas, r->source_exp, stamped ? (int64_t)r->value_len : -1};
+  unsigned char st[CW_READ_STAMP];
+  cw_read_pack(st, &rd);
   if (v2buf_put(&n->probes, probe, (size_t)pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0 ||
       v2buf_put(&n->probe_stamps, st, sizeof st) < 0)
     return -1;
@@ -176,17 +178,17 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     if ((budget[i] == -1 && PyErr_Occurred()) || !nodes[i].oversize || !nodes[i].binary) goto done;
   }
   const unsigned char *data = view.buf;
-  unsigned char keybuf[V2_MAX_KEY];
-  V2Record r;
-  char why[96];
+  unsigned char keybuf[CW_MAX_KEY];
+  cw_record r;
+  char why[CW_RECORD_WHY];
   while (pos < end) {
-    if (v2_parse(data, pos, end, stamped, &r, keybuf, why) < 0) {
+    if (cw_record_parse(data, (size_t)pos, (size_t)end, stamped, &r, keybuf, why) < 0) {
       PyErr_Format(PyExc_ValueError, "record %ld at offset %zd: %s", records, pos, why);
       goto done;
     }
     records++;
     const Py_ssize_t at = pos;
-    pos = r.next;
+    pos = (Py_ssize_t)r.next;
     Py_ssize_t idx = 0;
     if (placement) {
       idx = (Py_ssize_t)cw_place(placement, r.key, r.key_len);

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from cachewarm.datapath import format as df
+from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.placement import Placer
 
 if TYPE_CHECKING:
@@ -52,11 +53,8 @@ PLAIN_KEY_BYTES = (0x21, 0x7E)
 MAX_RELATIVE_TTL = 30 * 24 * 3600
 # memcached parses an exptime/T as a signed 32-bit number.
 MAX_EXPIRY = 2**31 - 1
-# Seconds sent before a record's exptime. The dumper records exptime as its wall clock plus the
-# remaining TTL `mg t` reports, in whole seconds, from a server whose clock ticks once a second behind
-# the wall clock: up to 1 s later than the source's own expiry. One second less keeps the
-# destination's expiry in [source's - 2 s, source's], never after it.
-EXPIRY_MARGIN = 1
+# Seconds sent before a record's exptime (format_v2.EXPIRY_MARGIN).
+EXPIRY_MARGIN = v2.EXPIRY_MARGIN
 # The C loop copies each value into its batch once; above this average record size the Python
 # loop's zero-copy pieces are as fast (measured, 200k x 10 KB: 67-73k items/s vs 68-77k) and copy
 # nothing; at 1 KB the C loop is ~1.3x faster end to end.

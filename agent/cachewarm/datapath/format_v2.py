@@ -3,10 +3,11 @@ stores the item — `ms <key> <len>[ b] T<expiry> F<flags> ME q O<offset>\\r\\n<
 no meta command can name a binary-protocol ADDQ request. Version 3 (section 8) puts a 16-byte source
 stamp (the item's CAS on the source at the read, its expiry on the source's clock) in front of each.
 
-The one Python walker of v2 records (check 4, section 7.2) and the writer's encoding. The C++ writer
-(dumper-cpp/src/record_v2.cc) and the populator's C walk (_v2plan.c) are its twins; the golden vectors
-(tests/vectors/v2/) and tests/datapath/test_plan_v2.py pin that they agree, messages included.
-Self-contained (no import of format.py, which imports this module).
+Check 4's walk of v2 records (section 7.2) through the one reader, dumper-cpp/core/record_v2.c (the
+dumper's and the populator's C walk's), and the encoding of the Python test writer (writer.py). The
+core's vectors (tests/vectors/core/record_v2.txt), the golden files (tests/vectors/v2/, v3/) and a
+Python oracle (tests/datapath/v2_oracle.py) pin them. Self-contained (no import of format.py, which
+imports this module).
 """
 
 from __future__ import annotations
@@ -17,12 +18,21 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+try:
+    from cachewarm.datapath import _speedups
+except ImportError:  # pragma: no cover - exercised where no C compiler was available
+    _speedups = None  # type: ignore[assignment]
+
 MAX_KEY_LEN = 250
 MAX_WIRE_KEY = 250
 MAX_BASE64_KEY = MAX_WIRE_KEY // 4 * 3  # 186
 NEVER_EXPIRES = -1
-# T is the record's expiry less this (docs/populator.md "Expiry"), absolute: memcached reads a T above
-# 30 days as a unix time and parses it as a signed 32-bit number.
+# Seconds sent before a record's exptime: a version 2 record's T is its exptime less this (docs/
+# populator.md "Expiry"). The dumper records exptime as its wall clock plus the remaining TTL `mg t`
+# reports, in whole seconds, from a server whose clock ticks once a second behind the wall clock: up
+# to 1 s later than the source's own expiry. One second less keeps the destination's expiry in
+# [source's - 2 s, source's], never after it. T is absolute: memcached reads a T above 30 days as a
+# unix time and parses it as a signed 32-bit number.
 EXPIRY_MARGIN = 1
 MAX_RELATIVE_TTL = 30 * 24 * 3600
 MAX_EXPIRY = 2**31 - 1
@@ -36,10 +46,6 @@ BINARY_HEAD_LEN = BINARY_HEAD.size  # 32
 STAMP = struct.Struct("<Qq")
 STAMP_LEN = STAMP.size  # 16
 
-_NUM = rb"(0|[1-9][0-9]{0,19})"
-_LINE = re.compile(
-    rb"ms ([\x21-\x7e]{1,250}) " + _NUM + rb"( b)? T" + _NUM + rb" F" + _NUM + rb" ME q O" + _NUM + rb"\r\n"
-)
 _PLAIN = re.compile(rb"[\x21-\x7e]{1,250}")
 
 
@@ -66,7 +72,7 @@ def dest_expiry(expiry: int, offset: int) -> int:
     `stats time` minus ours, rounded down): memcached converts an absolute T with its own idea of the
     time, so the T moves onto that clock. 0 stays 0 (never); above MAX_EXPIRY it is clamped (only
     shortens); -1 when it would not be an absolute time there (not sent: expired). The C twin is
-    _v2record.h's v2_dest_expiry."""
+    _v2plan.h's v2_dest_expiry."""
     if expiry == 0:
         return 0
     t = min(expiry + offset, MAX_EXPIRY)
@@ -107,75 +113,19 @@ def _bad(n: int, pos: int, why: str) -> RecordError:
 
 def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0, stamped: bool = False) -> Span:
     """The record at `pos` (record number `n`, for messages), checked as section 7.2 says; `stamped`:
-    a version 3 record (section 8.2), its stamp first."""
-    if not stamped:
-        return _command_at(data, pos, end, n, pos)
-    if end - pos < STAMP_LEN:
-        raise _bad(n, pos, "source stamp runs past the records")
-    cas, exp = STAMP.unpack_from(data, pos)
-    if exp != NEVER_EXPIRES and exp <= 0:
-        raise _bad(n, pos, f"source_exp {exp}")
-    s = _command_at(data, pos + STAMP_LEN, end, n, pos)
+    a version 3 record (section 8.2), its stamp first. The reader is the dumper's and the populator's
+    C walk's (dumper-cpp/core/record_v2.c)."""
+    if _speedups is None:
+        raise RuntimeError("reading version 2 and 3 data files needs the populator's C extension: build it")
+    try:
+        key, flags, expiry, vstart, vlen, nxt, binary, mode_at, cas, exp = _speedups.record_parse(
+            data, pos, end, stamped
+        )
+    except ValueError as e:
+        raise _bad(n, pos, str(e)) from None
     return Span(
-        pos, s.key, s.flags, s.exptime, s.value_start, s.value_end, s.end, s.binary, s.mode_at, cas, exp, True
+        pos, key, flags, exptime_of(expiry), vstart, vstart + vlen, nxt, binary, mode_at, cas, exp, stamped
     )
-
-
-def _command_at(data: bytes | memoryview, pos: int, end: int, n: int, o_expect: int) -> Span:
-    """A version 2 record at `pos` whose meta line's O names `o_expect`."""
-    if pos >= end:
-        raise _bad(n, pos, "no record")
-    first = data[pos]
-    if first == BINARY_MAGIC:
-        if end - pos < BINARY_HEAD_LEN:
-            raise _bad(n, pos, "binary record runs past the records")
-        _, op, klen, elen, dtype, vb, body, opaque, cas, flags, expiry = BINARY_HEAD.unpack_from(data, pos)
-        if op != OP_ADDQ or elen != 8 or dtype or vb or opaque or cas:
-            raise _bad(n, pos, "not an ADDQ request")
-        if not MAX_BASE64_KEY < klen <= MAX_KEY_LEN or body < 8 + klen:
-            raise _bad(n, pos, "bad binary key length")
-        nxt = pos + BINARY_HEAD_LEN + body - 8
-        if nxt > end:
-            raise _bad(n, pos, "binary record runs past the records")
-        if not valid_expiry(expiry):
-            raise _bad(n, pos, "bad expiration")
-        kstart = pos + BINARY_HEAD_LEN
-        key = bytes(data[kstart : kstart + klen])
-        if is_plain_key(key):
-            raise _bad(n, pos, "a printable key in a binary record")
-        return Span(pos, key, flags, exptime_of(expiry), kstart + klen, nxt, nxt, True)
-    if first != 0x6D:  # "m"
-        raise _bad(n, pos, "neither a meta set nor a binary record")
-    # A line is at most ~340 bytes: match on a bounded slice (re needs no more).
-    m = _LINE.match(data[pos : min(end, pos + 400)])
-    if m is None:
-        raise _bad(n, pos, "not a meta set line")
-    tok, vlen_s, b, t_s, f_s, o_s = m.groups()
-    vlen, expiry, flags, offset = int(vlen_s), int(t_s), int(f_s), int(o_s)
-    if vlen > U32_MAX:
-        raise _bad(n, pos, "bad value length")
-    if not valid_expiry(expiry):
-        raise _bad(n, pos, "bad T")
-    if flags > U32_MAX:
-        raise _bad(n, pos, "bad F")
-    if offset != o_expect:
-        raise _bad(n, pos, "O is not the record's offset")
-    vstart = pos + m.end()
-    vend = vstart + vlen
-    if vend + 2 > end or data[vend] != 0x0D or data[vend + 1] != 0x0A:
-        raise _bad(n, pos, "value not followed by \\r\\n within the records")
-    if b:
-        try:
-            key = base64.b64decode(tok, validate=True)
-        except ValueError:
-            raise _bad(n, pos, "bad base64 key") from None
-        if not 1 <= len(key) <= MAX_BASE64_KEY or is_plain_key(key) or base64.b64encode(key) != tok:
-            raise _bad(n, pos, "bad base64 key")
-    else:
-        key = tok
-    # The E of " ME q O...": the line ends with it, the O token and \r\n.
-    mode_at = pos + m.start(6) - len(b" ME q O") + 2
-    return Span(pos, key, flags, exptime_of(expiry), vstart, vend, vend + 2, False, mode_at)
 
 
 def spans(data: bytes | memoryview, start: int, end: int, stamped: bool = False) -> Iterator[Span]:

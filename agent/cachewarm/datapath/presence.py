@@ -39,8 +39,9 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
 
 _T = struct.Struct("<q")
 # A lookup's source stamp (populate/plan.py PROBE_STAMP): source_cas, source_exp, value length (-1:
-# no stamp, the key's presence at the source is all that tells).
-_STAMP_LEN = 24
+# no stamp, the key's presence at the source is all that tells); the core's cw_read, read with
+# _speedups.read_stamp (CW_READ_STAMP bytes).
+READ_STAMP = 24
 NO_STAMP = struct.pack("<Qqq", 0, -1, -1)
 _HIT, _MISS, _END = b"HD\r\n", b"EN\r\n", b"MN\r\n"
 # How long a destination may stay silent while the check waits for its replies (seconds).
@@ -59,12 +60,12 @@ class NodeProbes:
     probes: bytes  # `mg <key>\r\n` / `mg <base64> b\r\n` lines
     expiry: bytes  # each lookup's T, packed int64 (0 = never)
     binary: list[bytes]  # keys for the binary protocol
-    # Each lookup's source stamp (_STAMP_LEN bytes each), or empty: none known.
+    # Each lookup's source stamp (READ_STAMP bytes each), or empty: none known.
     stamps: bytes = b""
 
     def stamp(self, i: int) -> bytes:
-        at = i * _STAMP_LEN
-        return self.stamps[at : at + _STAMP_LEN] if len(self.stamps) >= at + _STAMP_LEN else NO_STAMP
+        at = i * READ_STAMP
+        return self.stamps[at : at + READ_STAMP] if len(self.stamps) >= at + READ_STAMP else NO_STAMP
 
     @property
     def count(self) -> int:

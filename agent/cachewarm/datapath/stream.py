@@ -20,7 +20,6 @@ import contextlib
 import functools
 import json
 import re
-import struct
 import subprocess
 import threading
 import time
@@ -34,6 +33,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cachewarm.datapath import presence
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
+from cachewarm.datapath.encode import EXPIRY_MARGIN
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node, resolve_nodes
@@ -245,13 +245,10 @@ def _check_list_py(
 
 
 STAMPS = "STAMPS"
-_STAMP_SIZE = 24
-# Seconds a copy may end before its source (the expiry margin, the clocks' whole-second rounding).
-_COPY_ENDS_EARLIER = 3
 
 
 def _stamps(out: Path, keys: Iterable[bytes]) -> dict[bytes, bytes]:
-    """The source stamps (populator's packed <Qqq>) the stream's re-check kept for `keys`
+    """The source stamps (presence.READ_STAMP bytes each) the stream's re-check kept for `keys`
     (OUT/keys/STAMPS: u8 key length, key, stamp; a part sent twice: the later one)."""
     want = set(keys)
     path = out / "keys" / STAMPS
@@ -262,7 +259,7 @@ def _stamps(out: Path, keys: Iterable[bytes]) -> dict[bytes, bytes]:
     i = 0
     while i < len(data):
         n = data[i]
-        end = i + 1 + n + _STAMP_SIZE
+        end = i + 1 + n + presence.READ_STAMP
         if n == 0 or end > len(data):
             break  # a torn tail: the rest is unknown (those keys are judged by presence)
         key = data[i + 1 : i + 1 + n]
@@ -277,15 +274,16 @@ def _unexplained(
 ) -> tuple[list[bytes], int]:
     """Of the keys a target misses, those the source does not explain (gone, rewritten, touched
     shorter since the read, or ending within a copy's margin), and `checked` less the explained."""
-    # A copy ends up to EXPIRY_MARGIN + 1 s before its source (docs/populator.md "Expiry"): one
-    # whose source item ends that soon may be gone already, as the file check leaves out records
-    # that end by then (a key list's exp is the listing's; a touch may have shortened it since).
+    # A copy ends up to EXPIRY_MARGIN + 1 s before its source (docs/populator.md "Expiry"), and the
+    # source's `stats time` is up to 1 s behind its clock: one whose source item ends that soon may be
+    # gone already, as the files check leaves out records that end by then (a key list's exp is the
+    # listing's; a touch may have shortened it since).
     with MetaConnection(source.connect_host, source.port) as src:
         source_now = int(src.stats()["time"])
     ending = {
         k
         for k in absent
-        if k in stamps and -1 < struct.unpack_from("<Qqq", stamps[k])[1] <= source_now + _COPY_ENDS_EARLIER
+        if k in stamps and -1 < _speedups.read_stamp(stamps[k], 0)[1] <= source_now + 1 + EXPIRY_MARGIN + 1
     }
     rest = [k for k in absent if k not in ending]
     explained = presence.explained_at_source(source, rest, [stamps.get(k, presence.NO_STAMP) for k in rest])

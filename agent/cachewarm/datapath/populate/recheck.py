@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 
 from cachewarm.datapath import format as df
+from cachewarm.datapath import presence
 from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, BinaryConnection
 from cachewarm.datapath.encode import meta_expressible
 from cachewarm.datapath.meta import (
@@ -48,7 +49,6 @@ MAX_ROUNDS = 3
 # Keys per pipelined batch on the source and the destinations.
 BATCH = 1000
 _U64 = struct.Struct("<Q")
-_STAMP = struct.Struct("<Qqq")
 # The source restarted since the dump: its CAS values mean nothing any more.
 SOURCE_RESTARTED = "source_restarted"
 RECHECK_ERROR = "recheck_error"
@@ -229,7 +229,7 @@ def _one_destination(
         looked = _binary_keys(
             s,
             [keys[j] for j in binary],
-            [_STAMP.unpack_from(stamps, j * _STAMP.size) for j in binary],
+            [_speedups.read_stamp(stamps, j * presence.READ_STAMP) for j in binary],
             timeout,
         )
         for j, v in zip(binary, looked, strict=True):
