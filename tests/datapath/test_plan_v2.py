@@ -15,7 +15,7 @@ import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath import presence
-from cachewarm.datapath.encode import UNLIMITED, is_plain_key
+from cachewarm.datapath.encode import UNLIMITED
 from cachewarm.datapath.ketama import KetamaRing, Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.populate import plan as planmod
@@ -29,6 +29,7 @@ from cachewarm.datapath.populate.plan import (
     plan,
     plan_py,
 )
+from cachewarm.datapath.wire import is_plain_key
 from cachewarm.datapath.writer import encode_file
 
 NOW = 1_800_000_000

@@ -4,6 +4,7 @@
 - `writer.py`      a format v1 writer for tests and fault injection (the dumper writes in production)
 - `encode.py`      records -> meta-protocol set commands (plain vs base64 keys, TTLs over 30 days);
                    `_speedups.c` is its C twin and takes its constants from it
+- `wire.py`        how a key is named to memcached (plain, base64, binary), `DestinationUnavailable`
 - `meta.py`        the meta-protocol client (pipelined writes and reads, key listing)
 - `ketama.py`      EVCache's key -> node mapping
 - `dumper.py`      `cachewarm-dump` from Python: its command line and progress lines

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.verify import verify
 from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+from cachewarm.datapath.wire import wire_key
 from cachewarm.testing.memcached import MemcachedServer
 
 

@@ -12,7 +12,7 @@ so the server never stalls writing replies we do not read and we never wait a fu
 batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: the caller fails.
 
 Reads: `mg <key> b v f t k q O<index>` in batches ended by `mn`; replies are parsed by declared
-lengths. A key no meta command can name (`encode.meta_expressible`) is read with the binary protocol
+lengths. A key no meta command can name (`wire.meta_expressible`) is read with the binary protocol
 (`binproto.py`), which does not tell its TTL.
 """
 
@@ -29,27 +29,13 @@ from dataclasses import dataclass, field
 
 import tenacity
 
-from cachewarm.datapath.encode import meta_expressible, wire_key
+from cachewarm.datapath.binproto import BinaryConnection
+from cachewarm.datapath.wire import DestinationUnavailable, meta_expressible, wire_key
 
 # Pieces per sendmsg call (Linux IOV_MAX is 1024).
 _IOV_MAX = 1000
 _ERRORS = (b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")
 _METADUMP = re.compile(rb"key=(\S+) exp=(-?\d+)")
-
-
-class DestinationUnavailable(ConnectionError):
-    """The server refused, reset or closed the connection: retry the file after a backoff."""
-
-
-def retry_while_unavailable(timeout: float) -> tenacity.Retrying:
-    """Retries on DestinationUnavailable with exponential backoff for up to `timeout` seconds, then
-    raises the last one."""
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-        stop=tenacity.stop_after_delay(timeout),
-        reraise=True,
-    )
 
 
 @dataclass(frozen=True)
@@ -396,8 +382,6 @@ class MetaConnection:
             (meta if meta_expressible(k) else long).append(k)
         if not long:
             return meta, {}
-        from cachewarm.datapath.binproto import BinaryConnection  # binproto imports this module
-
         with BinaryConnection(self.host, self.port, self.timeout) as bc:
             got = bc.get_many_cas(long)
         return meta, {k: Item(v, f, None, c) for k, (v, f, c) in got.items()}

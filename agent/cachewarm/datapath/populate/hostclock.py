@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.ketama import Node
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, ServerClock
+from cachewarm.datapath.meta import MetaConnection, ServerClock
+from cachewarm.datapath.wire import DestinationUnavailable
 
 # The two hosts' clocks may disagree by this much before a populate is refused (what they disagree by
 # within it, the shortening takes back).

@@ -20,9 +20,9 @@ from array import array
 from dataclasses import dataclass, field
 
 from cachewarm.datapath import format_v2 as v2
-from cachewarm.datapath.encode import is_plain_key
 from cachewarm.datapath.ketama import KetamaRing
 from cachewarm.datapath.placement import Placer
+from cachewarm.datapath.wire import is_plain_key
 
 try:
     from cachewarm.datapath import _speedups

@@ -23,16 +23,10 @@ from dataclasses import dataclass, field, fields
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, BinaryConnection
-from cachewarm.datapath.encode import meta_expressible
 from cachewarm.datapath.ketama import Node
-from cachewarm.datapath.meta import (
-    DestinationUnavailable,
-    Item,
-    MetaConnection,
-    ServerIdentity,
-    retry_while_unavailable,
-)
+from cachewarm.datapath.meta import Item, MetaConnection, ServerIdentity
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.wire import DestinationUnavailable, meta_expressible, retry_while_unavailable
 
 try:
     from cachewarm.datapath import _speedups
