@@ -12,4 +12,7 @@
 - `pool.py`        the process pools the populator, `warm` and `verify` use
 - `remount.py`     seeing the writer's new files on a read-only mount
 - `warm.py`, `verify.py`, `demo.py` and `commands.py`: the `cachewarm warm|populate|verify|demo` commands
+- `warm_config.py`, `warm_summary.py`, `warm_check.py`, `workdir.py`, `warm_errors.py`: what every mode of
+                   the warm shares (what it is told, what it reports, the target check, its work
+                   directory, what it fails with); `stream.py`, `s3warm.py`: its other two modes
 """
