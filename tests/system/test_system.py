@@ -18,7 +18,7 @@ import pytest
 from cachewarm import __version__
 from cachewarm.contract.replicas import parse_pairs
 from cachewarm.datapath.ketama import EVCACHE_NODE_KEY, KetamaRing, Node
-from cachewarm.datapath.meta import list_keys
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm_controller.steps.common import Deps
 

@@ -5,7 +5,7 @@
 - `encode.py`      records -> meta-protocol set commands (plain vs base64 keys, TTLs over 30 days);
                    `_speedups.c` is its C twin and takes its constants from it
 - `wire.py`        how a key is named to memcached (plain, base64, binary), `DestinationUnavailable`
-- `meta.py`        the meta-protocol client (pipelined writes and reads, key listing)
+- `meta.py`        the meta-protocol client (pipelined writes and reads); `metadump.py` key listing
 - `ketama.py`      EVCache's key -> node mapping
 - `dumper.py`      `cachewarm-dump` from Python: its command line and progress lines
 - `populate/`      the populator: `config`, `worker` (one file), `state` (consumed files), `loop`

@@ -50,6 +50,10 @@ def wire_key(key: bytes) -> tuple[bytes, bytes]:
     return enc, b" b"
 
 
+# How memcached's text protocol answers a command it failed (meta commands too).
+ERROR_REPLIES = (b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")
+
+
 class DestinationUnavailable(ConnectionError):
     """The server refused, reset or closed the connection: retry the file after a backoff."""
 
