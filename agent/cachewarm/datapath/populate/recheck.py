@@ -26,6 +26,7 @@ from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, Bi
 from cachewarm.datapath.ketama import Node
 from cachewarm.datapath.meta import Item, MetaConnection, ServerIdentity
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.populate.worker import DEST_UNAVAILABLE, mapped
 from cachewarm.datapath.wire import DestinationUnavailable, meta_expressible, retry_while_unavailable
 
 try:
@@ -251,8 +252,6 @@ def _one_destination(
 def recheck_file(path: str, params: WorkerParams, job: RecheckJob) -> RecheckOutcome:
     """Re-check one applied file (see the module doc). Retries while a server is unavailable, for the
     destination timeout."""
-    from cachewarm.datapath.populate.worker import DEST_UNAVAILABLE, mapped
-
     out = RecheckOutcome(job.name)
     name = df.parse_name(job.name)
     assert name is not None
