@@ -39,7 +39,8 @@ import psutil
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateConfig, populate
-from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+from cachewarm.datapath.warm import find_dumper, run_warm
+from cachewarm.datapath.warm_config import WarmConfig
 from cachewarm.stdio import survive_closed_outputs
 from cachewarm.testing.memcached import MemcachedServer
 

@@ -16,7 +16,7 @@ import pytest
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node, parse_nodes
 from cachewarm.datapath.stream import StreamCommand
-from cachewarm.datapath.warm import WarmConfig, dumper_command
+from cachewarm.datapath.warm_config import WarmConfig, dumper_command
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
 

@@ -15,7 +15,7 @@ import pytest
 from cachewarm.cli import main
 from cachewarm.datapath import warm as warm_mod
 from cachewarm.datapath.nodes import Node
-from cachewarm.datapath.warm import WarmConfig, dumper_command, populate_config
+from cachewarm.datapath.warm_config import WarmConfig, dumper_command, populate_config
 from click.testing import CliRunner
 
 from tests.cli.support import load

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.meta import MetaConnection, ServerClock, list_keys
+from cachewarm.datapath.meta import MetaConnection, ServerClock
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.datapath.populate import loop
 from cachewarm.datapath.populate.hostclock import (
     HOST_CLOCK_TOLERANCE_S,

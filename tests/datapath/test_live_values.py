@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from cachewarm.datapath.encode import ITEM_CAS, ITEM_FLAGS_SUFFIX, ITEM_HEADER, ItemLimit, wire_key
+from cachewarm.datapath.encode import ITEM_CAS, ITEM_FLAGS_SUFFIX, ITEM_HEADER, ItemLimit
 from cachewarm.datapath.format import Record
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.populate import PopulateError, PopulateIncomplete, populate
 from cachewarm.datapath.routing import Routing
+from cachewarm.datapath.wire import wire_key
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from cachewarm.datapath.encode import wire_key
-from cachewarm.datapath.meta import MetaConnection, list_keys
+from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.metadump import list_keys
+from cachewarm.datapath.wire import wire_key
 from cachewarm.testing.memcached import MemcachedServer
 
 from tests.dumper.dumputil import another_clients_crawl

@@ -15,7 +15,7 @@ import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath import presence
-from cachewarm.datapath.encode import UNLIMITED, is_plain_key
+from cachewarm.datapath.encode import UNLIMITED
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.placement import PlacementSpec
 from cachewarm.datapath.populate import plan as planmod
@@ -30,6 +30,7 @@ from cachewarm.datapath.populate.plan import (
     plan_py,
 )
 from cachewarm.datapath.routing import evcache_ring
+from cachewarm.datapath.wire import is_plain_key
 from cachewarm.datapath.writer import encode_file
 
 from tests.ketama_oracle import KetamaRing

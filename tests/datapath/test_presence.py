@@ -22,7 +22,8 @@ from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.worker import apply_file
 from cachewarm.datapath.routing import Routing, evcache_ring
 from cachewarm.datapath.stream import _check_list
-from cachewarm.datapath.warm import WarmConfig, compare_sample
+from cachewarm.datapath.warm_check import compare_sample
+from cachewarm.datapath.warm_config import WarmConfig
 from cachewarm.datapath.writer import encode_file
 
 from tests.datapath.test_warm import put

@@ -18,16 +18,16 @@ from botocore.awsrequest import AWSResponse
 from botocore.exceptions import EndpointConnectionError
 from cachewarm.datapath.dumper import dumper_node_id
 from cachewarm.datapath.populate import PopulateState, populate
+from cachewarm.datapath.s3download import S3Downloader
 from cachewarm.datapath.s3transport import (
     MIB,
     MIN_PART_SIZE,
-    S3Downloader,
     S3Location,
     S3TransportError,
     delete_prefix,
     make_client,
-    upload_dump,
 )
+from cachewarm.datapath.s3upload import upload_dump
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.populating import ClockWatch, config, expiries, expiry_within, fetch, records
 

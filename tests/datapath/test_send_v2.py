@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import UNLIMITED
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection
+from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateIncomplete, populate
 from cachewarm.datapath.populate import send_v2 as sendmod
 from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, plan
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.routing import evcache_ring
+from cachewarm.datapath.wire import DestinationUnavailable
 from cachewarm.datapath.writer import DirWriter, encode_file
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import config, fetch

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cachewarm.datapath import encode
+from cachewarm.datapath import encode, wire
 from cachewarm.datapath import format as df
 from cachewarm.datapath.encode import UNLIMITED, EncodeStats, FileJob, Mode, encode_sets, encode_sets_c
 from cachewarm.datapath.nodes import Node
@@ -190,11 +190,11 @@ def test_the_c_loop_takes_its_constants_from_encode_py() -> None:
     assert not stats.long_keys[0] and not stats.oversize[0]
     try:
         encode._speedups.configure(
-            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 12, 4, 100
+            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *wire.PLAIN_KEY_BYTES, 12, 4, 100
         )
         assert _c(_verdict(data), params)[0].startswith(b"ms AAAAAAAAAAAA 10 b T%d " % (NOW + 3500))
         encode._speedups.configure(
-            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *encode.PLAIN_KEY_BYTES, 11, 5, 1
+            df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, *wire.PLAIN_KEY_BYTES, 11, 5, 1
         )
         assert _c(_verdict(data), params)[1].long_keys[0] == [df.HEADER_FIXED + 2]
         _, stats = _c(_verdict(data), params, budget=9 + 10 + encode.ITEM_FLAGS_SUFFIX)

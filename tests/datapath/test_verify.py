@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.verify import verify
+from cachewarm.datapath.wire import wire_key
 from cachewarm.testing.memcached import MemcachedServer
 
 

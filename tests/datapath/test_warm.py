@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.wire import wire_key
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer, free_port
 from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cachewarm.datapath.binproto import BinaryConnection, store_request
-from cachewarm.datapath.encode import is_plain_key, meta_expressible
+from cachewarm.datapath.wire import is_plain_key, meta_expressible
 from cachewarm.exitcodes import ExitCode
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import ClockWatch, expiries, expiry_within, fetch, listed_expiries

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.meta import list_keys
+from cachewarm.datapath.metadump import list_keys
 
 from tests.dumper.dumputil import Item, dump_cmd, load
 from tests.faults.test_clock_faults import _stall_to

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.meta import list_keys
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.datapath.populate import PopulateError, populate
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer

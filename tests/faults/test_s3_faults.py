@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.s3transport import S3Location, upload_dump
+from cachewarm.datapath.s3transport import S3Location
+from cachewarm.datapath.s3upload import upload_dump
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.testing.memcached import MemcachedServer
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from cachewarm.datapath import format as df
-from cachewarm.datapath.s3transport import GuardSignal, S3Location, S3Uploader, make_client
+from cachewarm.datapath.s3transport import S3Location, make_client
+from cachewarm.datapath.s3upload import GuardSignal, S3Uploader
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.node_agent.cli import agent_group
 from cachewarm.node_agent.errors import ExitCode

@@ -13,13 +13,9 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from cachewarm.contract.status import StatusLocation
-from cachewarm.datapath.s3transport import (
-    S3Downloader,
-    S3Location,
-    S3TransportError,
-    S3Uploader,
-    delete_prefix,
-)
+from cachewarm.datapath.s3download import S3Downloader
+from cachewarm.datapath.s3transport import S3Location, S3TransportError, delete_prefix
+from cachewarm.datapath.s3upload import S3Uploader
 from cachewarm.datapath.writer import DirWriter
 from cachewarm.node_agent import identity
 from cachewarm.node_agent.status import StatusPublisher

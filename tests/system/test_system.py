@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from cachewarm import __version__
 from cachewarm.contract.replicas import parse_pairs
-from cachewarm.datapath.meta import list_keys
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.routing import EVCACHE_NODE_KEY
 from cachewarm.testing.memcached import MemcachedServer

@@ -1,5 +1,5 @@
 """memcached's binary protocol, for the one thing the meta protocol cannot do: name a key whose base64
-form is longer than 250 characters (binary keys of 187..250 bytes; `encode.meta_expressible`).
+form is longer than 250 characters (binary keys of 187..250 bytes; `wire.meta_expressible`).
 
 memcached 1.6 still speaks it (`-B auto`, the default; checked on 1.6.18, 1.6.38 and 1.6.45) and
 decides the protocol per connection from its first byte, so these items travel on a connection of
@@ -16,7 +16,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cachewarm.datapath.meta import DestinationUnavailable
+from cachewarm.datapath.wire import DestinationUnavailable
 
 # magic, opcode, key length, extras length, data type, vbucket (request) / status (response),
 # total body length, opaque, cas

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from cachewarm.datapath.encode import wire_key
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.verify import verify
-from cachewarm.datapath.warm import WarmConfig, find_dumper, run_warm
+from cachewarm.datapath.warm import find_dumper, run_warm
+from cachewarm.datapath.warm_config import WarmConfig
+from cachewarm.datapath.wire import wire_key
 from cachewarm.testing.memcached import MemcachedServer
 
 

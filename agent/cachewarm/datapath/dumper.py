@@ -1,6 +1,7 @@
 """`cachewarm-dump` (the C++ dumper, dumper-cpp/) seen from Python: its command line and its progress
 lines. `cachewarm warm` and the node agent's dump job both run it through `DumperCommand`, and
-`DumperProgress.parse` is the only place that knows the progress fields' names.
+`DumperProgress.parse` is the only place that knows the progress fields' names; `DumperRun` reads a
+running dumper's output.
 
 The dumper prints one JSON object a line on stdout (dumper-cpp/src/dumper.cc, `PrintProgress`):
 `{"event": "progress"|"done", "phase", "keys_listed", "items", "bytes", "files", "misses",
@@ -18,8 +19,11 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +185,43 @@ class DumperProgress:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+
+@dataclass
+class DumperRun:
+    proc: subprocess.Popen[bytes]
+    last_progress: DumperProgress | None = None
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    ended_at: float | None = None
+    on_progress: Callable[[DumperProgress], None] | None = None
+
+    def pump(self) -> None:
+        def out() -> None:
+            assert self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                p = DumperProgress.parse(raw)
+                if p is None:
+                    self.stderr_tail.append(raw.decode(errors="replace").rstrip())
+                else:
+                    self.last_progress = p
+                    if self.on_progress is not None:
+                        self.on_progress(p)
+
+        def err() -> None:
+            assert self.proc.stderr is not None
+            for raw in self.proc.stderr:
+                self.stderr_tail.append(raw.decode(errors="replace").rstrip())
+
+        threading.Thread(target=out, daemon=True).start()
+        threading.Thread(target=err, daemon=True).start()
+
+    def failure(self) -> str | None:
+        rc = self.proc.poll()
+        if rc is None:
+            return None
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
+        if rc == 0:
+            return None
+        tail = " | ".join(list(self.stderr_tail)[-5:])
+        return f"cachewarm-dump failed with exit code {rc}: {tail}"

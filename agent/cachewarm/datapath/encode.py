@@ -14,15 +14,14 @@ The one place that knows how an item travels to memcached:
   30 days as one), so however long an item waits before it is sent it never outlives the source's;
 - size: an item a destination cannot hold (memcached's own rule, `ItemLimit`) is never sent, because
   a store memcached cannot allocate unlinks the key's live value, in add mode too.
-`meta.py` (reads), the demo and the tests take `wire_key` and `ttl_token` from here; the C loop
-(_speedups.c) gets these constants from `configure` below at import, and tests check that it writes
-the same bytes and reports the same records as the Python loop.
+How a key is named (plain, base64, binary) is `wire.py`'s. The C loop (_speedups.c) gets these
+constants from `configure` below at import, and tests check that it writes the same bytes and reports
+the same records as the Python loop.
 """
 
 from __future__ import annotations
 
 import base64
-import re
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.placement import Placer
+from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY, PLAIN_KEY_BYTES
 
 if TYPE_CHECKING:
     from cachewarm.datapath.populate.hostclock import SourceClock
@@ -42,13 +42,6 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
     _speedups = None  # type: ignore[assignment]
 
 Mode = Literal["add", "set"]
-# memcached's KEY_MAX_LENGTH: the key token on the wire, plain or base64.
-MAX_WIRE_KEY = 250
-# The longest binary key whose base64 form fits in MAX_WIRE_KEY (186 bytes); longer ones (up to the
-# format's 250) go through the binary protocol.
-MAX_BINARY_KEY = MAX_WIRE_KEY // 4 * 3
-# Keys made only of these bytes (printable ASCII but space) travel as they are.
-PLAIN_KEY_BYTES = (0x21, 0x7E)
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
 MAX_RELATIVE_TTL = 30 * 24 * 3600
 # memcached parses an exptime/T as a signed 32-bit number.
@@ -72,7 +65,6 @@ ITEM_CAS = 8
 UNLIMITED = (1 << 62) - 1
 
 _ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
-_PLAIN_KEY = re.compile(b"[\\x%02x-\\x%02x]{1,%d}" % (*PLAIN_KEY_BYTES, MAX_WIRE_KEY))
 _TAIL = {"add": b" ME q", "set": b" MS q"}
 # A text add: key, flags, expiry, value length.
 _ADD = b"%badd %b %d %d %d\r\n"
@@ -115,28 +107,6 @@ class ItemLimit:
 
 def item_fits(budget: int, key_len: int, value_len: int, flags: int) -> bool:
     return key_len + value_len + (ITEM_FLAGS_SUFFIX if flags else 0) <= budget
-
-
-def is_plain_key(key: bytes | memoryview) -> bool:
-    """A key memcached's text protocol takes as is: 1..250 bytes in 0x21..0x7E."""
-    return _PLAIN_KEY.fullmatch(key) is not None
-
-
-def meta_expressible(key: bytes | memoryview) -> bool:
-    """Whether a meta command can name the key (plain, or base64 of at most MAX_WIRE_KEY chars)."""
-    return is_plain_key(key) or len(key) <= MAX_BINARY_KEY
-
-
-def wire_key(key: bytes) -> tuple[bytes, bytes]:
-    """(key token, extra flag) for a meta command: base64 + ` b` for keys with other bytes."""
-    if is_plain_key(key):
-        return key, b""
-    enc = base64.b64encode(key)
-    if len(enc) > MAX_WIRE_KEY:
-        raise ValueError(
-            f"key of {len(key)} bytes is too long for a base64 meta key (max {MAX_BINARY_KEY} bytes)"
-        )
-    return enc, b" b"
 
 
 def ttl_token(exptime: int, now: int) -> int | None:
@@ -242,7 +212,7 @@ def encode_sets(
     end_line = _TAIL[params.mode] + (b" O%d\r\n" if tagged else b"\r\n")
     fmt_plain = b"%bms %b %d T%d F%d" + end_line
     fmt_b64 = b"%bms %b %d b T%d F%d" + end_line
-    plain = _PLAIN_KEY.fullmatch
+    plain = PLAIN_KEY.fullmatch
     b64 = base64.b64encode
     never = df.NEVER_EXPIRES
     suffix = ITEM_FLAGS_SUFFIX

@@ -11,6 +11,9 @@ Every walk over records (check 4, `iter_records`, the populator's encoder) goes 
 `record_spans`; the C encoder (_speedups.c) is its twin, and tests pin that both agree.
 """
 
+# why this file is long: it is docs/data-format.md's reader, section by section (names, the data file
+# and its four checks, DONE), sharing the constants and FormatError; every caller takes it as `df`.
+
 from __future__ import annotations
 
 import enum

@@ -1,6 +1,6 @@
 """The one meta-protocol client: a raw socket to one memcached, for pipelined quiet writes (the
-populator, the demo's load), pipelined reads (`cachewarm verify`, the warm's final check, tests), and
-key listing by `lru_crawler metadump`. How keys and TTLs are put on the wire is `encode.py`'s.
+populator, the demo's load) and pipelined reads (`cachewarm verify`, the warm's final check, tests).
+How keys are named on the wire is `wire.py`'s, how items and TTLs are `encode.py`'s.
 
 Writes: quiet mode suppresses `HD` (stored), so on the wire come back only `NS` (add mode: the key is
 already there, which counts as present; with an `O<tag>` on the set, the NS carries the tag), errors,
@@ -12,44 +12,24 @@ so the server never stalls writing replies we do not read and we never wait a fu
 batch. Every `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR` is counted and reported: the caller fails.
 
 Reads: `mg <key> b v f t k q O<index>` in batches ended by `mn`; replies are parsed by declared
-lengths. A key no meta command can name (`encode.meta_expressible`) is read with the binary protocol
-(`binproto.py`), which does not tell its TTL.
+lengths. A key no meta command can name (`wire.meta_expressible`) is read with the binary protocol
+(`binproto.py`), which does not tell its TTL. Listing keys (`lru_crawler metadump`) is `metadump.py`'s.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import socket
 import time
-import urllib.parse
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import tenacity
-
-from cachewarm.datapath.encode import meta_expressible, wire_key
+from cachewarm.datapath.binproto import BinaryConnection
+from cachewarm.datapath.wire import ERROR_REPLIES, DestinationUnavailable, meta_expressible, wire_key
 
 # Pieces per sendmsg call (Linux IOV_MAX is 1024).
 _IOV_MAX = 1000
-_ERRORS = (b"SERVER_ERROR", b"CLIENT_ERROR", b"ERROR")
-_METADUMP = re.compile(rb"key=(\S+) exp=(-?\d+)")
-
-
-class DestinationUnavailable(ConnectionError):
-    """The server refused, reset or closed the connection: retry the file after a backoff."""
-
-
-def retry_while_unavailable(timeout: float) -> tenacity.Retrying:
-    """Retries on DestinationUnavailable with exponential backoff for up to `timeout` seconds, then
-    raises the last one."""
-    return tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(DestinationUnavailable),
-        wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-        stop=tenacity.stop_after_delay(timeout),
-        reraise=True,
-    )
 
 
 @dataclass(frozen=True)
@@ -280,7 +260,7 @@ class MetaConnection:
             parts = line.decode("ascii", "replace").split(" ", 2)
             if len(parts) == 3 and parts[0] == "STAT":
                 stats[parts[1]] = parts[2]
-            elif line.startswith(_ERRORS):
+            elif line.startswith(ERROR_REPLIES):
                 raise DestinationUnavailable(f"{self.host}:{self.port}: stats failed: {line!r}")
         return stats
 
@@ -385,7 +365,7 @@ class MetaConnection:
             req += b"mn\r\n"
             self._send(req)
             while (line := self._readline()) != b"MN":
-                if line.startswith(_ERRORS):
+                if line.startswith(ERROR_REPLIES):
                     raise RuntimeError(f"{self.host}:{self.port} answered {line!r} to mg")
                 yield line
 
@@ -396,8 +376,6 @@ class MetaConnection:
             (meta if meta_expressible(k) else long).append(k)
         if not long:
             return meta, {}
-        from cachewarm.datapath.binproto import BinaryConnection  # binproto imports this module
-
         with BinaryConnection(self.host, self.port, self.timeout) as bc:
             got = bc.get_many_cas(long)
         return meta, {k: Item(v, f, None, c) for k, (v, f, c) in got.items()}
@@ -435,88 +413,3 @@ class MetaConnection:
             if line.startswith(b"HD")
         }
         return [k for j, k in enumerate(keys) if j not in found] + [k for k in long if k not in long_found]
-
-
-# ---- listing keys --------------------------------------------------------------------------------
-
-
-def list_keys(
-    host: str, port: int, timeout: float = 60.0, modes: Sequence[str] = ("hash", "all")
-) -> Iterator[tuple[bytes, int]]:
-    """(key, absolute exptime or -1) of every item, from `lru_crawler metadump hash`.
-
-    `hash` walks the hash table waiting on each bucket's lock, so it lists every item that exists
-    throughout the crawl; `all` walks the LRUs and skips items whose lock is busy (1.6.18), so a
-    verify of a server under load could miss keys. A server without `hash` (a memcached older than
-    it answers `BADCLASS invalid class id`, as 1.6.18 does to an unknown mode) or one answering any
-    other error before listing a key is asked again with the next of `modes`: `metadump all`, with
-    its skips. While another crawl runs (`stats`), the same mode is asked again for up to `timeout`
-    seconds, then `BUSY` is raised; never another mode.
-    """
-    for i, mode in enumerate(modes):
-        try:
-            for attempt in tenacity.Retrying(
-                retry=tenacity.retry_if_exception_type(_CrawlerBusy),
-                wait=tenacity.wait_exponential(multiplier=0.1, max=5),
-                stop=tenacity.stop_after_delay(timeout),
-                reraise=True,
-            ):
-                with attempt:
-                    yield from _metadump(host, port, mode, timeout)
-            return
-        except _ModeRefused:
-            if i == len(modes) - 1:
-                raise
-
-
-class _CrawlerBusy(RuntimeError):
-    """Another crawl holds memcached's crawler (raised before any key is listed)."""
-
-
-def _crawler_running(host: str, port: int) -> bool:
-    """Whether `stats` says a crawl (a client's or memcached's own) holds the crawler now."""
-    c = MetaConnection(host, port)
-    c.connect()
-    try:
-        return c.stats().get("lru_crawler_running") == "1"
-    finally:
-        c.close()
-
-
-class _ModeRefused(RuntimeError):
-    """The server answered an error to `lru_crawler metadump <mode>` before listing any key."""
-
-
-def _metadump(host: str, port: int, mode: str, timeout: float) -> Iterator[tuple[bytes, int]]:
-    if _crawler_running(host, port):
-        # Never queue a crawl behind a running one: the request's worker thread would wait on the
-        # crawler's lock, and a hash table expansion starting then deadlocks memcached.
-        raise _CrawlerBusy(f"{host}:{port}: metadump {mode} not sent: another crawl is running (BUSY)")
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(b"lru_crawler metadump %s\r\n" % mode.encode())
-        buf = b""
-        listed = 0
-        while True:
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                raise DestinationUnavailable(f"{host}:{port}: closed during metadump {mode}")
-            buf += chunk
-            lines = buf.split(b"\n")
-            buf = lines.pop()
-            for ln in lines:
-                ln = ln.rstrip(b"\r")
-                if ln == b"END":
-                    return
-                m = _METADUMP.match(ln)
-                if m is None:
-                    if ln.startswith((*_ERRORS, b"BADCLASS")):
-                        err = _ModeRefused if listed == 0 else RuntimeError
-                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
-                    if ln.startswith(b"BUSY"):  # another crawl (memcached's own) took the crawler first
-                        err = _CrawlerBusy if listed == 0 else RuntimeError
-                        raise err(f"{host}:{port}: metadump {mode} failed: {ln!r}")
-                    continue
-                listed += 1
-                raw = m[1]
-                key = urllib.parse.unquote_to_bytes(raw) if b"%" in raw else raw
-                yield key, int(m[2])

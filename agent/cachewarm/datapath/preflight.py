@@ -12,16 +12,13 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cachewarm.datapath.binproto import speaks_binary
 from cachewarm.datapath.meta import MetaConnection, ServerIdentity
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.destinations import reason
+from cachewarm.datapath.warm_config import WarmConfig
 from cachewarm.datapath.warm_errors import SettingError, Unreachable
-
-if TYPE_CHECKING:
-    from cachewarm.datapath.warm import WarmConfig
 
 
 def check_reachable(node: Node, role: str = "source", timeout: float = 5.0) -> None:

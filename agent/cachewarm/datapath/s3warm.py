@@ -1,12 +1,12 @@
 """`cachewarm warm --via-s3 s3://BUCKET/PREFIX`: the S3 transport's whole path on one machine.
 
-dump (cachewarm-dump into WORKDIR/dump) and, while it runs, upload (datapath/s3transport.py: each
+dump (cachewarm-dump into WORKDIR/dump) and, while it runs, upload (datapath/s3upload.py: each
 verified data file as it is published, holding while the dumper's guard backs off; DONE last and
-conditional, once the dump has ended) -> download (range GETs into WORKDIR/s3-staging, a thread) and
-populate (the populator loop, unchanged, on the staging directory, while the download runs) -> the
-target check -> every object under the prefix deleted. On AWS the upload runs on the source node and
-the download on a populator in the other region; here both run in one process against a local S3
-(moto's server mode: `--s3-endpoint-url` or AWS_ENDPOINT_URL).
+conditional, once the dump has ended) -> download (datapath/s3download.py: range GETs into
+WORKDIR/s3-staging, a thread) and populate (the populator loop, unchanged, on the staging directory,
+while the download runs) -> the target check -> every object under the prefix deleted. On AWS the
+upload runs on the source node and the download on a populator in the other region; here both run in
+one process against a local S3 (moto's server mode: `--s3-endpoint-url` or AWS_ENDPOINT_URL).
 """
 
 from __future__ import annotations
@@ -19,49 +19,20 @@ from dataclasses import dataclass
 from typing import IO
 
 from cachewarm.datapath import presence
-from cachewarm.datapath.dumper import DumperProgress, dumper_node_id, terminate_child
+from cachewarm.datapath.dumper import DumperProgress, DumperRun, dumper_node_id, terminate_child
 from cachewarm.datapath.populate import PopulateIncomplete, PopulateSummary, populate
 from cachewarm.datapath.progress import Display, make_display
-from cachewarm.datapath.s3transport import (
-    DEFAULT_PART_SIZE,
-    DownloadReport,
-    GuardSignal,
-    S3Downloader,
-    S3Location,
-    S3TransportError,
-    S3Uploader,
-    UploadReport,
-    delete_prefix,
-    make_client,
-)
-from cachewarm.datapath.warm import (
-    DumperRun,
-    WarmConfig,
-    WarmSummary,
-    conclude,
-    dumper_command,
-    populate_config,
-)
+from cachewarm.datapath.s3download import DownloadReport, S3Downloader
+from cachewarm.datapath.s3transport import S3TransportError, delete_prefix, make_client
+from cachewarm.datapath.s3upload import GuardSignal, S3Uploader, UploadReport
+from cachewarm.datapath.warm_check import conclude
+from cachewarm.datapath.warm_config import S3Transport, WarmConfig, dumper_command, populate_config
 from cachewarm.datapath.warm_errors import WarmError
+from cachewarm.datapath.warm_summary import WarmSummary
 
 STAGING_DIR = "s3-staging"
 # Files downloaded ahead of the populator, at most (its workers take one file each).
 STAGED_AHEAD = 4
-
-
-@dataclass(frozen=True)
-class S3Transport:
-    """The S3 transport of one warm (`--via-s3` and its flags)."""
-
-    location: S3Location
-    endpoint_url: str | None = None
-    part_size: int = DEFAULT_PART_SIZE
-    # Bytes/s of the upload (the source node's network is its clients'); None = unlimited.
-    max_bytes_per_second: float | None = None
-    # Delete every object under the prefix when the warm succeeds (a failed warm keeps them for --resume).
-    clean: bool = True
-    # Range GETs in flight at once in the download (each holds one part in memory).
-    parallel_gets: int = 4
 
 
 @dataclass

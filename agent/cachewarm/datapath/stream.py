@@ -40,6 +40,11 @@ from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.placement import Placer
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
 from cachewarm.datapath.routing import Routing
+from cachewarm.datapath.warm_check import compare_sample
+from cachewarm.datapath.warm_config import WarmConfig, dumper_command
+from cachewarm.datapath.warm_errors import Unreachable, WarmError
+from cachewarm.datapath.warm_summary import WarmSummary
+from cachewarm.datapath.workdir import STREAM_DIR, prepare_workdir
 
 try:
     from cachewarm.datapath import _speedups
@@ -48,12 +53,9 @@ except ImportError:  # pragma: no cover - exercised where no C compiler was avai
 
 if TYPE_CHECKING:
     from cachewarm.datapath.progress import Display
-    from cachewarm.datapath.warm import WarmConfig, WarmSummary
 
 # How the dumper says it gave up on a destination (dumper-cpp/src/stream.cc, stream_sink.cc).
 _UNAVAILABLE = re.compile(r"destination \S+ unavailable for [^|]*")
-# The dumper's --out inside a warm's work directory.
-STREAM_DIR = "stream"
 SUMMARY_EVENT = "stream_summary"
 # Each reason's first words and the flag that accepts it (the C++ summary uses the populator's words).
 ACCEPT_FLAGS = {
@@ -365,8 +367,6 @@ class _Lines:
 
 
 def stream_command(cfg: WarmConfig, out: Path) -> StreamCommand:
-    from cachewarm.datapath.warm import dumper_command
-
     target_rate = cfg.target_rate
     return StreamCommand(
         # The file path's dump command (the same workers read the source, with the same protection),
@@ -388,9 +388,6 @@ def run_stream_warm(
     """`warm --stream`: the dumper streams into the targets; then the same target check as `warm`
     (in `pool`'s processes, when given). Progress: plain lines on `stream`, or the dumper's events
     to `display` (`--json`: `dump_progress`)."""
-    from cachewarm.datapath.warm import WarmSummary, compare_sample, prepare_workdir
-    from cachewarm.datapath.warm_errors import Unreachable, WarmError
-
     out = cfg.workdir / STREAM_DIR
     prepare_workdir(cfg)
     start = time.monotonic()

@@ -14,7 +14,8 @@ import random
 from dataclasses import asdict, dataclass, field
 
 from cachewarm.datapath.keytext import key_text
-from cachewarm.datapath.meta import Item, MetaConnection, list_keys
+from cachewarm.datapath.meta import Item, MetaConnection
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.pool import process_pool
 from cachewarm.datapath.populate.report import event_time

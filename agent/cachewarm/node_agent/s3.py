@@ -22,16 +22,15 @@ from typing import Any
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.dumper import DumperProgress
+from cachewarm.datapath.s3download import S3Downloader
 from cachewarm.datapath.s3transport import (
     DEFAULT_PART_SIZE,
     DamagedObject,
-    GuardSignal,
-    S3Downloader,
     S3Location,
     S3TransportError,
-    S3Uploader,
     make_client,
 )
+from cachewarm.datapath.s3upload import GuardSignal, S3Uploader
 from cachewarm.node_agent.errors import AgentError, ExitCode
 from cachewarm.node_agent.jobs import (
     PopulateFn,

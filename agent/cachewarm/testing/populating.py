@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.meta import Item, MetaConnection, list_keys
+from cachewarm.datapath.meta import Item, MetaConnection
+from cachewarm.datapath.metadump import list_keys
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateConfig, PopulateSummary, Progress, populate
 from cachewarm.testing.memcached import MemcachedServer

@@ -16,14 +16,10 @@ import tenacity
 
 from cachewarm.datapath.binproto import speaks_binary
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.meta import (
-    DestinationUnavailable,
-    MetaConnection,
-    ServerClock,
-    retry_while_unavailable,
-)
+from cachewarm.datapath.meta import MetaConnection, ServerClock
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import DestinationUnreachable
+from cachewarm.datapath.wire import DestinationUnavailable, retry_while_unavailable
 
 # The meta protocol (every write of ours) is memcached 1.6's.
 MIN_VERSION = (1, 6, 0)

@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.meta import DestinationUnavailable, MetaConnection, ServerClock
+from cachewarm.datapath.meta import MetaConnection, ServerClock
 from cachewarm.datapath.nodes import Node
+from cachewarm.datapath.wire import DestinationUnavailable
 
 # The two hosts' clocks may disagree by this much before a populate is refused (what they disagree by
 # within it, the shortening takes back).

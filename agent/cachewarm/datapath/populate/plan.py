@@ -18,8 +18,8 @@ import struct
 from dataclasses import dataclass, field
 
 from cachewarm.datapath import format_v2 as v2
-from cachewarm.datapath.encode import is_plain_key
 from cachewarm.datapath.placement import Placer
+from cachewarm.datapath.wire import is_plain_key
 
 try:
     from cachewarm.datapath import _speedups

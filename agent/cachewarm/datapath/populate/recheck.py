@@ -24,16 +24,11 @@ from dataclasses import dataclass, field, fields
 from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
 from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, BinaryConnection
-from cachewarm.datapath.encode import meta_expressible
-from cachewarm.datapath.meta import (
-    DestinationUnavailable,
-    Item,
-    MetaConnection,
-    ServerIdentity,
-    retry_while_unavailable,
-)
+from cachewarm.datapath.meta import Item, MetaConnection, ServerIdentity
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.populate.worker import DEST_UNAVAILABLE, mapped
+from cachewarm.datapath.wire import DestinationUnavailable, meta_expressible, retry_while_unavailable
 
 try:
     from cachewarm.datapath import _speedups
@@ -257,8 +252,6 @@ def _one_destination(
 def recheck_file(path: str, params: WorkerParams, job: RecheckJob) -> RecheckOutcome:
     """Re-check one applied file (see the module doc). Retries while a server is unavailable, for the
     destination timeout."""
-    from cachewarm.datapath.populate.worker import DEST_UNAVAILABLE, mapped
-
     out = RecheckOutcome(job.name)
     name = df.parse_name(job.name)
     assert name is not None

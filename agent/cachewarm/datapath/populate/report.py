@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cachewarm.datapath import format as df
-from cachewarm.datapath.encode import is_plain_key
 from cachewarm.datapath.populate.destinations import DestinationProbe
 from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts
 from cachewarm.datapath.populate.worker import OversizeItem
+from cachewarm.datapath.wire import is_plain_key
 
 
 @dataclass

@@ -11,9 +11,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 
-from cachewarm.datapath.meta import BatchCounts, DestinationUnavailable, MetaConnection
+from cachewarm.datapath.meta import BatchCounts, MetaConnection
 from cachewarm.datapath.populate.plan import PIECE_LINE, PIECE_MN, PIECE_S, Plan, pieces_of
 from cachewarm.datapath.populate.ratelimit import RateLimiter
+from cachewarm.datapath.wire import DestinationUnavailable
 
 try:
     from cachewarm.datapath import _speedups

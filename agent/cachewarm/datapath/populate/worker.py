@@ -27,12 +27,7 @@ from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.binproto import BinaryConnection, BinaryProtocolRefused, store_request
 from cachewarm.datapath.encode import EXPIRY_MARGIN, EncodeStats, FileJob, encode_file
 from cachewarm.datapath.format_v2 import dest_expiry
-from cachewarm.datapath.meta import (
-    BatchCounts,
-    DestinationUnavailable,
-    MetaConnection,
-    retry_while_unavailable,
-)
+from cachewarm.datapath.meta import BatchCounts, MetaConnection
 from cachewarm.datapath.populate import hostclock
 from cachewarm.datapath.populate.config import WorkerParams
 from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, PLAN_ADD_TEXT, PLAN_SET, plan
@@ -40,6 +35,7 @@ from cachewarm.datapath.populate.ratelimit import RateLimiter
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.populate.state import NodeCounts
 from cachewarm.datapath.presence import save_probes
+from cachewarm.datapath.wire import DestinationUnavailable, retry_while_unavailable
 
 DEST_ERROR = "dest_error"
 # This host's clock disagrees with the dumper host's: the expiries cannot be kept (hostclock.py).
