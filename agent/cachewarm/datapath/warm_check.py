@@ -15,10 +15,11 @@ from typing import IO
 from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
 from cachewarm.datapath.encode import ItemLimit
-from cachewarm.datapath.ketama import Node, Routing, resolve_nodes
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
+from cachewarm.datapath.nodes import Node, resolve_nodes
 from cachewarm.datapath.populate import PopulateSummary
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.verify import _compare
 from cachewarm.datapath.warm_config import WarmConfig, probe_dir, sample_rate
 from cachewarm.datapath.warm_errors import WarmError

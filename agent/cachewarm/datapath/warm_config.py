@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachewarm.datapath.dumper import DumperCommand, SourceProtection
-from cachewarm.datapath.ketama import Node, Routing
+from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import Mode, PopulateConfig, default_workers
+from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.s3transport import DEFAULT_PART_SIZE, S3Location
 
 

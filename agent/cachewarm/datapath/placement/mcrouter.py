@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cachewarm.datapath.nodes import Node
-from cachewarm.datapath.placement.spec import Description, NodeEntry, PlacementError
+from cachewarm.datapath.placement.description import Description, NodeEntry, PlacementError
 from cachewarm.datapath.placement.twemproxy import _match
 
 SUPPORTED = ("Ch3", "Crc32", "WeightedCh3")

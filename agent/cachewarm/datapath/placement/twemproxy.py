@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cachewarm.datapath.nodes import Node
-from cachewarm.datapath.placement.spec import (
+from cachewarm.datapath.placement.description import (
     Description,
     NodeEntry,
     PlacementError,
