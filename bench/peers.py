@@ -18,7 +18,9 @@ without flags: files, recency order, the target check):
     `warm --stream --no-check --order crawl` (what each safety and the order cost).
 The re-check's cost on the source (the files path's look at every stored item once settled, `mg <key>
 c t s` without the value): the source memcached's CPU for that look over every item, measured alone,
-reported as `recheck` per data set beside each files mode's whole source CPU per million items.
+and `warm` against `warm --accept-no-recheck` (the source memcached's and the dumper's CPU per million
+items with and without it), reported as `recheck` per data set beside each files mode's whole source
+CPU per million items (the stream always re-checks: its cost is set beside mcdumpload's, which has none).
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
@@ -139,6 +141,8 @@ MODES: dict[str, list[str]] = {
     "warm --no-check --order crawl": ["--no-check", "--order", "crawl"],
     "warm --stream --no-check": ["--stream", "--no-check"],
     "warm --stream --no-check --order crawl": ["--stream", "--no-check", "--order", "crawl"],
+    # The defaults without the re-check: the re-check's whole cost is the difference to `warm`.
+    "warm --accept-no-recheck": ["--accept-no-recheck"],
 }
 SHORT = {  # --modes names
     "default": "warm",
@@ -147,6 +151,7 @@ SHORT = {  # --modes names
     "no-check-crawl": "warm --no-check --order crawl",
     "stream-no-check": "warm --stream --no-check",
     "stream-no-check-crawl": "warm --stream --no-check --order crawl",
+    "no-recheck": "warm --accept-no-recheck",
 }
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -385,18 +390,44 @@ def bench_set(
             entry["check_share"] = share
         entry["runs"] = rs
         result["modes"][mode] = entry
-    # The re-check's cost on the source (docs/reliability.md "Live traffic during the warm"): its look
-    # at every stored item (`mg <key> c t s`, no value) measured alone, beside each files mode's whole
-    # source CPU (the dump's reads, the crawl and the re-check).
-    result["recheck"] = {
+    result["recheck"] = recheck_cost(limit, result["modes"])
+    return result
+
+
+def recheck_cost(limit: dict[str, Any], modes: dict[str, Any]) -> dict[str, Any]:
+    """The re-check's cost (docs/reliability.md "Live traffic during the warm"): its look at every
+    stored item (`mg <key> c t s`, no value) measured alone on the source; the source memcached's, the
+    dumper's and the populator's (it re-checks) CPU per million items of `warm` with and without it
+    (`--accept-no-recheck`) and the difference; each files mode's whole source CPU. The stream always
+    re-checks in add mode: its source CPU is set beside mcdumpload's (no re-check) when the peer ran."""
+
+    def cpu(mode: str) -> dict[str, float] | None:
+        if mode not in modes:
+            return None
+        c = modes[mode]["cpu_s_per_million"]
+        return {k: c[k] for k in ("source_memcached", "dumper", "populator") if k in c}
+
+    out: dict[str, Any] = {
         "source_cpu_s_per_million": limit["source_recheck_look_cpu_s_per_million"],
         "warm_source_cpu_s_per_million": {
             m: e["cpu_s_per_million"]["source_memcached"]
-            for m, e in result["modes"].items()
+            for m, e in modes.items()
             if m != "mcdumpload" and "--stream" not in m
         },
     }
-    return result
+    on, off = cpu("warm"), cpu("warm --accept-no-recheck")
+    if on is not None and off is not None:
+        out["warm_cpu_s_per_million"] = {
+            "with_recheck": on,
+            "without_recheck": off,
+            "recheck_adds": {k: round(on[k] - off[k], 2) for k in on if k in off},
+        }
+    stream, peer = cpu("warm --stream"), cpu("mcdumpload")
+    if stream is not None:
+        out["stream_cpu_s_per_million"] = {"with_recheck": stream}
+        if peer is not None:
+            out["stream_cpu_s_per_million"]["mcdumpload_source_memcached"] = peer["source_memcached"]
+    return out
 
 
 def table(result: dict[str, Any]) -> str:
@@ -496,6 +527,13 @@ def main() -> None:
             f"warm's whole source CPU per million: {r['warm_source_cpu_s_per_million']}",
             file=sys.stderr,
         )
+        if "warm_cpu_s_per_million" in r:
+            w = r["warm_cpu_s_per_million"]
+            print(
+                f"  `warm` CPU s per million items with the re-check {w['with_recheck']}, without "
+                f"{w['without_recheck']}: the re-check adds {w['recheck_adds']}",
+                file=sys.stderr,
+            )
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
