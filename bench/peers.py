@@ -18,9 +18,10 @@ without flags: files, recency order, the target check):
     `warm --stream --no-check --order crawl` (what each safety and the order cost).
 The re-check's cost on the source (the files path's look at every stored item once settled, `mg <key>
 c t s` without the value): the source memcached's CPU for that look over every item, measured alone,
-and `warm` against `warm --accept-no-recheck` (the source memcached's and the dumper's CPU per million
-items with and without it), reported as `recheck` per data set beside each files mode's whole source
-CPU per million items (the stream always re-checks: its cost is set beside mcdumpload's, which has none).
+and one dump populated with it and without it (`populate --source` against `populate
+--accept-no-recheck`: the source memcached's and the populator's CPU per million items), reported as
+`recheck` per data set beside each files mode's whole source CPU per million items (the stream always
+re-checks: its source and dumper CPU are set beside mcdumpload's source CPU, which has none).
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
@@ -141,8 +142,6 @@ MODES: dict[str, list[str]] = {
     "warm --no-check --order crawl": ["--no-check", "--order", "crawl"],
     "warm --stream --no-check": ["--stream", "--no-check"],
     "warm --stream --no-check --order crawl": ["--stream", "--no-check", "--order", "crawl"],
-    # The defaults without the re-check: the re-check's whole cost is the difference to `warm`.
-    "warm --accept-no-recheck": ["--accept-no-recheck"],
 }
 SHORT = {  # --modes names
     "default": "warm",
@@ -151,7 +150,6 @@ SHORT = {  # --modes names
     "no-check-crawl": "warm --no-check --order crawl",
     "stream-no-check": "warm --stream --no-check",
     "stream-no-check-crawl": "warm --stream --no-check --order crawl",
-    "no-recheck": "warm --accept-no-recheck",
 }
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -366,6 +364,7 @@ def bench_set(
                     file=sys.stderr,
                     flush=True,
                 )
+        populate = populate_pair(src, binary, n, tmp)
     result: dict[str, Any] = {"items": n, "value_bytes": size, "physical_limit": limit, "modes": {}}
     base = None
     if "mcdumpload" in modes:
@@ -390,43 +389,77 @@ def bench_set(
             entry["check_share"] = share
         entry["runs"] = rs
         result["modes"][mode] = entry
-    result["recheck"] = recheck_cost(limit, result["modes"])
+    result["recheck"] = recheck_cost(limit, result["modes"], populate)
     return result
 
 
-def recheck_cost(limit: dict[str, Any], modes: dict[str, Any]) -> dict[str, Any]:
-    """The re-check's cost (docs/reliability.md "Live traffic during the warm"): its look at every
-    stored item (`mg <key> c t s`, no value) measured alone on the source; the source memcached's, the
-    dumper's and the populator's (it re-checks) CPU per million items of `warm` with and without it
-    (`--accept-no-recheck`) and the difference; each files mode's whole source CPU. The stream always
-    re-checks in add mode: its source CPU is set beside mcdumpload's (no re-check) when the peer ran."""
+def populate_cpu(
+    src: MemcachedServer, dump: Path, binary: str, state: Path, n: int, with_source: bool
+) -> dict[str, Any]:
+    """`cachewarm populate` of one dump into a fresh destination, with the re-check (`--source`) or
+    without it (no source: `--accept-no-recheck`); the source memcached's and the populator's CPU per
+    million items (the source serves nothing else meanwhile: without the re-check, ~0)."""
+    assert src.proc is not None
+    state.unlink(missing_ok=True)
+    with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
+        argv = [*cachewarm_argv(), "populate", "--from", str(dump), "--to", dst.address]
+        argv += ["--state-file", str(state), "--json"]
+        argv += ["--source", src.address] if with_source else ["--accept-no-recheck"]
+        before, children0, t0 = cpu_s(src.proc.pid) or 0.0, children_cpu(), time.monotonic()
+        p = subprocess.run(argv, capture_output=True, text=True)
+        dt = time.monotonic() - t0
+        source_s = (cpu_s(src.proc.pid) or 0.0) - before
+    out: dict[str, Any] = {
+        "seconds": round(dt, 3),
+        "exit": p.returncode,
+        "source_memcached": round(source_s * 1e6 / n, 2),
+        "populator": round((children_cpu() - children0) * 1e6 / n, 2),
+    }
+    if p.returncode != 0:
+        out["stderr_tail"] = p.stderr.strip().splitlines()[-5:]
+    return out
 
-    def cpu(mode: str) -> dict[str, float] | None:
-        if mode not in modes:
-            return None
-        c = modes[mode]["cpu_s_per_million"]
-        return {k: c[k] for k in ("source_memcached", "dumper", "populator") if k in c}
 
+def populate_pair(src: MemcachedServer, binary: str, n: int, tmp: Path) -> dict[str, Any]:
+    """`warm` has no switch for the re-check (`--accept-no-recheck` only accepts its absence where it
+    cannot run), so one dump (`warm --no-check`, its work directory kept) is populated twice into fresh
+    destinations, with the re-check and without it: the source memcached's and the populator's CPU."""
+    work = tmp / "recheck"
+    shutil.rmtree(work, ignore_errors=True)
+    with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as first:
+        argv = [*cachewarm_argv(), "warm", "--source", src.address, "--target", first.address]
+        argv += ["--workdir", str(work), "--no-check", "--json"]
+        subprocess.run(argv, capture_output=True, check=True)
+    populate = {}
+    for name, on in (("with_recheck", True), ("without_recheck", False)):
+        settle(src)
+        populate[name] = populate_cpu(src, work / "dump", binary, tmp / "recheck-state.json", n, on)
+    shutil.rmtree(work, ignore_errors=True)
+    on_, off = populate["with_recheck"], populate["without_recheck"]
+    populate["recheck_adds"] = {k: round(on_[k] - off[k], 2) for k in ("source_memcached", "populator")}
+    return populate
+
+
+def recheck_cost(limit: dict[str, Any], modes: dict[str, Any], populate: dict[str, Any]) -> dict[str, Any]:
+    """The re-check's cost (docs/reliability.md "Live traffic during the warm"): one dump populated with
+    it and without it (populate_pair); its look at every stored item (`mg <key> c t s`, no value)
+    measured alone; each files mode's whole source CPU. The stream re-checks always (in its dumper):
+    its source and dumper CPU are set beside mcdumpload's source CPU (no re-check) when the peer ran."""
     out: dict[str, Any] = {
         "source_cpu_s_per_million": limit["source_recheck_look_cpu_s_per_million"],
+        "populate_cpu_s_per_million": populate,
         "warm_source_cpu_s_per_million": {
             m: e["cpu_s_per_million"]["source_memcached"]
             for m, e in modes.items()
             if m != "mcdumpload" and "--stream" not in m
         },
     }
-    on, off = cpu("warm"), cpu("warm --accept-no-recheck")
-    if on is not None and off is not None:
-        out["warm_cpu_s_per_million"] = {
-            "with_recheck": on,
-            "without_recheck": off,
-            "recheck_adds": {k: round(on[k] - off[k], 2) for k in on if k in off},
-        }
-    stream, peer = cpu("warm --stream"), cpu("mcdumpload")
-    if stream is not None:
-        out["stream_cpu_s_per_million"] = {"with_recheck": stream}
-        if peer is not None:
-            out["stream_cpu_s_per_million"]["mcdumpload_source_memcached"] = peer["source_memcached"]
+    if "warm --stream" in modes:
+        c = modes["warm --stream"]["cpu_s_per_million"]
+        out["stream_cpu_s_per_million"] = {"source_memcached": c["source_memcached"], "dumper": c["dumper"]}
+        if "mcdumpload" in modes:
+            peer = modes["mcdumpload"]["cpu_s_per_million"]["source_memcached"]
+            out["stream_cpu_s_per_million"]["mcdumpload_source_memcached"] = peer
     return out
 
 
@@ -527,13 +560,12 @@ def main() -> None:
             f"warm's whole source CPU per million: {r['warm_source_cpu_s_per_million']}",
             file=sys.stderr,
         )
-        if "warm_cpu_s_per_million" in r:
-            w = r["warm_cpu_s_per_million"]
-            print(
-                f"  `warm` CPU s per million items with the re-check {w['with_recheck']}, without "
-                f"{w['without_recheck']}: the re-check adds {w['recheck_adds']}",
-                file=sys.stderr,
-            )
+        w = r["populate_cpu_s_per_million"]
+        print(
+            f"  `populate` of one dump, CPU s per million items: with the re-check {w['with_recheck']}, "
+            f"without {w['without_recheck']}: the re-check adds {w['recheck_adds']}",
+            file=sys.stderr,
+        )
     json.dump(result, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
