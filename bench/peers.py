@@ -18,7 +18,10 @@ without flags: files, recency order, the target check):
     `warm --stream --no-check --order crawl` (what each safety and the order cost).
 The re-check's cost on the source (the files path's look at every stored item once settled, `mg <key>
 c t s` without the value): the source memcached's CPU for that look over every item, measured alone,
-reported as `recheck` per data set beside each files mode's whole source CPU per million items.
+and one dump populated with it and without it (`populate --source` against `populate
+--accept-no-recheck`: the source memcached's and the populator's CPU per million items), reported as
+`recheck` per data set beside each files mode's whole source CPU per million items (the stream always
+re-checks: its source and dumper CPU are set beside mcdumpload's source CPU, which has none).
 Each run is timed from process start to exit (the CLI's start-up included: it is what a user waits;
 the package's bytecode is written first, as an installed package has it).
 Per run, beside the wall time: CPU seconds per million items of each process — the dumper
@@ -361,6 +364,7 @@ def bench_set(
                     file=sys.stderr,
                     flush=True,
                 )
+        populate = populate_pair(src, binary, n, tmp)
     result: dict[str, Any] = {"items": n, "value_bytes": size, "physical_limit": limit, "modes": {}}
     base = None
     if "mcdumpload" in modes:
@@ -385,18 +389,78 @@ def bench_set(
             entry["check_share"] = share
         entry["runs"] = rs
         result["modes"][mode] = entry
-    # The re-check's cost on the source (docs/reliability.md "Live traffic during the warm"): its look
-    # at every stored item (`mg <key> c t s`, no value) measured alone, beside each files mode's whole
-    # source CPU (the dump's reads, the crawl and the re-check).
-    result["recheck"] = {
+    result["recheck"] = recheck_cost(limit, result["modes"], populate)
+    return result
+
+
+def populate_cpu(
+    src: MemcachedServer, dump: Path, binary: str, state: Path, n: int, with_source: bool
+) -> dict[str, Any]:
+    """`cachewarm populate` of one dump into a fresh destination, with the re-check (`--source`) or
+    without it (no source: `--accept-no-recheck`); the source memcached's and the populator's CPU per
+    million items (the source serves nothing else meanwhile: without the re-check, ~0)."""
+    assert src.proc is not None
+    state.unlink(missing_ok=True)
+    with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as dst:
+        argv = [*cachewarm_argv(), "populate", "--from", str(dump), "--to", dst.address]
+        argv += ["--state-file", str(state), "--json"]
+        argv += ["--source", src.address] if with_source else ["--accept-no-recheck"]
+        before, children0, t0 = cpu_s(src.proc.pid) or 0.0, children_cpu(), time.monotonic()
+        p = subprocess.run(argv, capture_output=True, text=True)
+        dt = time.monotonic() - t0
+        source_s = (cpu_s(src.proc.pid) or 0.0) - before
+    out: dict[str, Any] = {
+        "seconds": round(dt, 3),
+        "exit": p.returncode,
+        "source_memcached": round(source_s * 1e6 / n, 2),
+        "populator": round((children_cpu() - children0) * 1e6 / n, 2),
+    }
+    if p.returncode != 0:
+        out["stderr_tail"] = p.stderr.strip().splitlines()[-5:]
+    return out
+
+
+def populate_pair(src: MemcachedServer, binary: str, n: int, tmp: Path) -> dict[str, Any]:
+    """`warm` has no switch for the re-check (`--accept-no-recheck` only accepts its absence where it
+    cannot run), so one dump (`warm --no-check`, its work directory kept) is populated twice into fresh
+    destinations, with the re-check and without it: the source memcached's and the populator's CPU."""
+    work = tmp / "recheck"
+    shutil.rmtree(work, ignore_errors=True)
+    with MemcachedServer(memory_mb=4096, threads=2, binary=binary) as first:
+        argv = [*cachewarm_argv(), "warm", "--source", src.address, "--target", first.address]
+        argv += ["--workdir", str(work), "--no-check", "--json"]
+        subprocess.run(argv, capture_output=True, check=True)
+    populate = {}
+    for name, on in (("with_recheck", True), ("without_recheck", False)):
+        settle(src)
+        populate[name] = populate_cpu(src, work / "dump", binary, tmp / "recheck-state.json", n, on)
+    shutil.rmtree(work, ignore_errors=True)
+    on_, off = populate["with_recheck"], populate["without_recheck"]
+    populate["recheck_adds"] = {k: round(on_[k] - off[k], 2) for k in ("source_memcached", "populator")}
+    return populate
+
+
+def recheck_cost(limit: dict[str, Any], modes: dict[str, Any], populate: dict[str, Any]) -> dict[str, Any]:
+    """The re-check's cost (docs/reliability.md "Live traffic during the warm"): one dump populated with
+    it and without it (populate_pair); its look at every stored item (`mg <key> c t s`, no value)
+    measured alone; each files mode's whole source CPU. The stream re-checks always (in its dumper):
+    its source and dumper CPU are set beside mcdumpload's source CPU (no re-check) when the peer ran."""
+    out: dict[str, Any] = {
         "source_cpu_s_per_million": limit["source_recheck_look_cpu_s_per_million"],
+        "populate_cpu_s_per_million": populate,
         "warm_source_cpu_s_per_million": {
             m: e["cpu_s_per_million"]["source_memcached"]
-            for m, e in result["modes"].items()
+            for m, e in modes.items()
             if m != "mcdumpload" and "--stream" not in m
         },
     }
-    return result
+    if "warm --stream" in modes:
+        c = modes["warm --stream"]["cpu_s_per_million"]
+        out["stream_cpu_s_per_million"] = {"source_memcached": c["source_memcached"], "dumper": c["dumper"]}
+        if "mcdumpload" in modes:
+            peer = modes["mcdumpload"]["cpu_s_per_million"]["source_memcached"]
+            out["stream_cpu_s_per_million"]["mcdumpload_source_memcached"] = peer
+    return out
 
 
 def table(result: dict[str, Any]) -> str:
@@ -494,6 +558,12 @@ def main() -> None:
             f"re-check, {result[k]['items']:,} x {result[k]['value_bytes']:,} B: "
             f"{r['source_cpu_s_per_million']} source CPU s per million items (its look alone), beside the "
             f"warm's whole source CPU per million: {r['warm_source_cpu_s_per_million']}",
+            file=sys.stderr,
+        )
+        w = r["populate_cpu_s_per_million"]
+        print(
+            f"  `populate` of one dump, CPU s per million items: with the re-check {w['with_recheck']}, "
+            f"without {w['without_recheck']}: the re-check adds {w['recheck_adds']}",
             file=sys.stderr,
         )
     json.dump(result, sys.stdout, indent=1)

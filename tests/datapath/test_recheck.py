@@ -348,3 +348,31 @@ def test_a_warm_under_deletes_touches_and_increments_exits_0(
     src_ends = expiries(src, touched, clock_ahead(src))
     ends = expiries(dst, touched, clock_ahead(dst))
     assert all(k not in ends or (ends[k] != -1 and ends[k] <= src_ends.get(k, 0) + 0.05) for k in touched)
+
+
+def test_the_target_check_looks_again_at_a_delete_that_reached_the_target_first(
+    memcached: Callable[..., MemcachedServer], dumper_bin: Path, tmp_path: Path
+) -> None:
+    """A client's delete reaches the target as the populate ends and the source half a second later
+    (inside --settle-seconds): the check may look the key up on the target after the delete and on
+    the source before it. A key missing there is looked at again after the settle delay, on both
+    sides: the application's delete, not a miss (exit 0)."""
+    src, dst = memcached(memory_mb=64), memcached(memory_mb=64)
+    load(src)
+    env = {**os.environ, "CACHEWARM_DUMP": str(dumper_bin)}
+    out = tmp_path / "warm.out"
+    argv = [*CLI, "warm", "--source", src.address, "--target", dst.address, "--workdir", str(tmp_path / "w")]
+    with out.open("wb") as f:
+        proc = subprocess.Popen([*argv, "--settle-seconds", "1.5", "--json"], stdout=f, env=env)
+    deadline = time.monotonic() + 120
+    while b'"event": "done"' not in out.read_bytes() and b'"event":"done"' not in out.read_bytes():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.005)
+    deleted = [b"k%d" % i for i in range(0, N, 3)]
+    text(dst, *[b"delete %b\r\n" % k for k in deleted])
+    time.sleep(0.5)
+    text(src, *[b"delete %b\r\n" % k for k in deleted])
+    assert proc.wait(timeout=120) == 0, out.read_text()[-2000:]
+    s = json.loads(out.read_text().strip().splitlines()[-1])
+    assert s["ok"] and s["missing_in_target"] == 0, s
+    assert not get(dst, deleted)

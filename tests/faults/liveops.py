@@ -35,7 +35,7 @@ from typing import Any
 
 from cachewarm.datapath.meta import Item as MetaItem
 from cachewarm.testing.memcached import MemcachedServer
-from cachewarm.testing.populating import READ_SLACK, ClockWatch, expiries, fetch
+from cachewarm.testing.populating import READ_SLACK, ClockWatch, clock_slack, expiries, fetch
 
 from tests.dumper.dumputil import Item
 
@@ -295,6 +295,10 @@ def judge(plan: Plan, src: MemcachedServer, dst: MemcachedServer, clocks: ClockW
     """The destination against the source and the client's ops (see the module's docstring)."""
     v = Verdict()
     slack = clocks.slack(src, dst)
+    # A key the client touched last got its end from each replica's own clock, so the slack for it
+    # widens by both clocks' moves, the source's too (slack leaves that out for copies: the dumper
+    # carried their ends with the source's ceiling).
+    touched = clock_slack(clocks.moved(src), clocks.moved(dst))
     keys = [it.key for it in plan.items]
     read: dict[int, tuple[dict[bytes, MetaItem], dict[bytes, float]] | BaseException] = {}
 
@@ -352,7 +356,8 @@ def judge(plan: Plan, src: MemcachedServer, dst: MemcachedServer, clocks: ClockW
             v.counters_behind += behind
             v.counters_ahead += not behind
             v.note(f"counter {k!r}: {int(d.value)} on the destination, {int(s.value)} on the source")
-        late = slack.late + READ_SLACK + (TOUCH_SKEW if ev is not None and ev.op == "touch" else 0.0)
+        by_touch = ev is not None and ev.op == "touch"
+        late = (max(slack.late, touched.late) + TOUCH_SKEW if by_touch else slack.late) + READ_SLACK
         de, se = dst_end.get(k), src_end.get(k)
         if de is None:  # ended between the two readings
             continue
@@ -364,5 +369,6 @@ def judge(plan: Plan, src: MemcachedServer, dst: MemcachedServer, clocks: ClockW
         elif se != -1 and (de == -1 or de > se + late):
             v.outliving += 1
             after = "never" if de == -1 else f"{de - se:+.3f} s"
-            v.note(f"{k!r} ({kind or 'no client op'}) ends {after} after the source's {slack.why}")
+            why = touched.why if by_touch else slack.why
+            v.note(f"{k!r} ({kind or 'no client op'}) ends {after} after the source's {why}")
     return v

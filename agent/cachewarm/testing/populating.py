@@ -112,6 +112,10 @@ class ClockWatch:
         """`srv`'s clock against this host's as `slack` last measured it."""
         return self._after[srv.port]
 
+    def moved(self, srv: MemcachedServer) -> float:
+        """How far `srv`'s clock moved from the watch's start to `slack`'s measurement (seconds)."""
+        return self._after[srv.port] - self._before[srv.port]
+
 
 def node(srv: MemcachedServer) -> Node:
     return Node(srv.host, srv.port)
