@@ -101,8 +101,13 @@ test-cpp: dumper-asan
 	cd $(BUILD)/asan && ctest --output-on-failure -j$(JOBS)
 
 # dist: tests/infra synthesize the stacks and the example app from the real bundle (the deploy path).
+# The suite runs in TEST_WORKERS pytest-xdist processes (more than cores: most of a test's time is spent
+# waiting on servers, subprocesses, TTLs and settle delays); tests/conftest.py keeps on one worker what
+# shares a module's or a session's setup. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 6
 test-py: deps-py deps-node build memcached-versions dist
-	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q --durations=30 tests
+	$(IN_VENV) CACHEWARM_REQUIRE_SPEEDUPS=1 CACHEWARM_DUMP=$(CURDIR)/$(DUMPER) $(PY) -m pytest -q --durations=30 \
+	  $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder) tests
 
 # The data-path tests on every memcached release alone (tests/conftest.py: MATRIX).
 test-matrix: deps-py build memcached-versions

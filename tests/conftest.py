@@ -130,12 +130,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        # The long tests first (marked slow; the fault scenarios, 20-60 s each), so that none is left
-        # running alone at the end.
+        # The long work first, so that none is left running alone at the end: `make test-py` passes
+        # --no-loadscope-reorder, so workers take the groups in the order their first test has here.
+        # Longest first: the tests marked slow (1-2 min of CPU each), then the groups (a shared moto
+        # world, CDK synth, venv installs, a Go build: 20-140 s each), then the fault scenarios
+        # (20-60 s each), then the rest (mostly seconds each). The sort is stable: within a tier, the
+        # collection's order.
         faults = REPO / "tests" / "faults"
         items.sort(
             key=lambda item: (
                 item.get_closest_marker("slow") is None,
+                _xdist_group(item) is None,
                 not Path(str(item.path)).is_relative_to(faults),
             )
         )

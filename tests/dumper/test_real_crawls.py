@@ -141,7 +141,12 @@ def test_crawler_busy_with_another_client_is_waited_for(dumper_bin: Path, memcac
 
 def test_slow_output_never_stops_the_crawl_reader(dumper_bin: Path, memcached, tmp_path: Path) -> None:
     """Key lists fsynced on a deliberately slow output (40 ms a sync): the crawl's socket is still read
-    at once, into the 1 MiB buffer and then the spill file, and the dump is complete."""
+    at once, into the 1 MiB buffer and then the spill file, and the dump is complete.
+
+    The buffer overflows only if the crawl outruns the key-list writer by 1 MiB of its ~2 MB listing:
+    a relative speed, so the writer is made slow enough for any host's load. 4 KiB key lists (~430
+    keys, ~30 KB of listing each) with two 40 ms syncs apiece drain ~0.35 MB/s: the crawl stays ahead
+    unless it takes over ~2 s (on this 2-core host under load 17 it was ahead by the whole listing)."""
     srv: MemcachedServer = memcached()
     n = 30_000
     load_numbered(srv, n, value_size=10)
@@ -152,8 +157,8 @@ def test_slow_output_never_stops_the_crawl_reader(dumper_bin: Path, memcached, t
         dumper_bin,
         srv,
         out,
-        *("--key-file-size", "16k", "--crawl-buffer", "1M", "--spill-dir", str(spill)),
-        *("--debug-sync-delay-us", "20000"),
+        *("--key-file-size", "4k", "--crawl-buffer", "1M", "--spill-dir", str(spill)),
+        *("--debug-sync-delay-us", "40000"),
         # Crawl order: the key lists are written (and fsynced) while the crawl runs. In recency order
         # the listing goes to unsynced tier files and the key lists follow the crawl.
         *("--order", "crawl"),
