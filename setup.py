@@ -1,7 +1,9 @@
 """Only the C extension lives here (everything else is in pyproject.toml).
 
-`optional=True`: without a C compiler the agent installs anyway and the populator uses its
-pure-Python encoder (slower: see agent/cachewarm/datapath/_speedups.c). `make test` requires the extension.
+The extension is required: the data files' one record reader, the placement core (hashkit) and the
+re-check's decisions are C, shared with the dumper (dumper-cpp/core, dumper-cpp/hashkit). Without a C
+compiler and Python's headers (python3-dev) the install fails, naming the compiler's error, rather than
+installing an agent that cannot read a dump.
 """
 
 import glob
@@ -33,7 +35,6 @@ setup(
                 "dumper-cpp/hashkit/placement.h",
                 "dumper-cpp/core/cachewarm_core.h",
             ],
-            optional=True,
         )
     ]
 )
