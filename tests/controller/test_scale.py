@@ -20,6 +20,9 @@ INTERVAL_S = 120
 
 
 @pytest.mark.slow  # ~1 min of CPU
+# The limits catch hangs; this test's 1 min of CPU takes ~15 min of wall on the shared 2-core host
+# under load 20-25 (every process gets a twelfth of a core).
+@pytest.mark.timeout(2400)
 def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> None:
     ec2 = FakeEc2(world.subnets, world.deps.settings.vpc_id)
     world.deps.ec2 = ec2
@@ -41,7 +44,7 @@ def test_300_nodes_9_hours_stays_well_under_the_history_limit(world: Any) -> Non
         verify={"sample_nodes": 32},
     )
     start = world.clock()
-    ex = world.run(body, timeout_s=300)
+    ex = world.run(body, timeout_s=1800)
     assert ex.status == "SUCCEEDED", (ex.entered()[-8:], ex.events[-1])
     events = len(ex.events)
     polls = len(ex.outputs("CheckProgress"))
