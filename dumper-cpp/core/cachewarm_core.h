@@ -1,12 +1,13 @@
 /* cachewarm's wire rules, in C99, shared by the dumper (C++, dumper-cpp/) and the populator's Python
  * extension (agent/cachewarm/datapath/): one implementation of each rule, one idea per file.
  *
- *   binary_request.c  memcached's binary protocol requests: the ADD that stores an item, key-only
+ *   binary_request.c  memcached's binary protocol requests: the stores (ADD, ADDQ, SETQ), key-only
  *                     requests (GETK, NOOP)
  *   binary_reply.c    a binary response's header (status, opaque, CAS)
  *   key_token.c       how a meta command names a key (plain, base64 + `b`, raw, or not at all)
  *   text_codec.c      decimal numbers and base64 on a command line
  *   record_v2.c       data format v2/v3 records: the writer's encoding and check 4's reader
+ *   store_lines.c     the text commands that store an item: `ms ... MS|ME q[ O<n>]` and `add`
  *   meta_lines.c      the re-check's meta commands: `mg <key> c t s q O<n>` (a look without the
  *                     value), `md <key> C<cas> q O<n>` (a CAS-guarded delete), and their replies
  *   recheck.c         the re-check's decisions (docs/reliability.md "Live traffic during the warm")
@@ -36,6 +37,7 @@ extern "C" {
 #define CW_BIN_OP_NOOP 0x0a
 #define CW_BIN_OP_GETK 0x0c
 #define CW_BIN_OP_GETKQ 0x0d
+#define CW_BIN_OP_SETQ 0x11
 #define CW_BIN_OP_ADDQ 0x12
 /* Response statuses the populator tells apart; any other is an error that fails the file. */
 #define CW_BIN_OK 0x0000
@@ -48,7 +50,8 @@ extern "C" {
  * fails, and echoes `opaque`. expiration: 0 = never, else memcached's (absolute above 30 days). */
 void cw_bin_add_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiration,
                      uint32_t opaque);
-/* The same head for another store opcode (ADDQ: a data file's binary record, with opaque 0). */
+/* The same head for another store opcode (ADDQ: a data file's binary record, with opaque 0; SETQ: the
+ * stream's and set mode's store of a key no meta command names). */
 void cw_bin_store_head(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t value_len, uint32_t flags,
                        uint32_t expiration, uint32_t opaque);
 /* A 24-byte request header with a key of key_len bytes and nothing else (GETK, GETKQ; NOOP: 0). */
@@ -79,6 +82,15 @@ const char *cw_bin_status_text(uint16_t status);
 
 /* Writes v in decimal (no leading zeros, at most 20 characters); returns the length. */
 size_t cw_put_u64(char *out, uint64_t v);
+/* The length cw_put_u64 writes for v (inline: the store lines size every item with it). */
+static inline size_t cw_u64_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 10) {
+    v /= 10;
+    n++;
+  }
+  return n;
+}
 /* Standard base64 with `=` padding of s[0..n) (4 * ceil(n / 3) characters); returns the length. */
 size_t cw_base64_encode(char *out, const unsigned char *s, size_t n);
 /* Decodes canonical base64 (padded, zero pad bits: what cw_base64_encode writes) into out, which may
@@ -107,6 +119,28 @@ size_t cw_mg_look_line(char *out, const unsigned char *key, size_t n, uint64_t o
  * says nothing (q), `EX O<opaque>` = another CAS, `NF O<opaque>` = no such key. Returns the length,
  * 0 when no meta command names the key. */
 size_t cw_md_cas_line(char *out, const unsigned char *key, size_t n, uint64_t cas, uint64_t opaque);
+
+/* `ms <tok> <value_len>[ b] T<expiry> F<flags> MS|ME q[ O<opaque>]\r\n`: a quiet meta set (MS) or add
+ * (ME) of a key named by its token (cw_key_token; ` b` when it is base64); at most 339 bytes
+ * (CW_RECORD_MAX_LINE holds it). expiry: memcached's T (0 = never; above 30 days an absolute time). */
+typedef struct {
+  const char *tok;
+  size_t tok_len;
+  int b64;
+  uint64_t value_len;
+  uint64_t expiry;
+  uint32_t flags;
+  int add;    /* ME rather than MS */
+  int tagged; /* with O<opaque> */
+  uint64_t opaque;
+} cw_ms;
+size_t cw_ms_line(char *out, const cw_ms *m);
+/* What cw_ms_line writes for m, without writing it. */
+size_t cw_ms_line_len(const cw_ms *m);
+/* `add <key> <flags> <expiry> <value_len>\r\n` (a key of 1..250 printable bytes; memcached answers
+ * every one, and a failed one never unlinks the key's live value). Returns the length. */
+size_t cw_add_line(char *out, const char *key, size_t key_len, uint32_t flags, uint64_t expiry, uint64_t value_len);
+size_t cw_add_line_len(size_t key_len, uint32_t flags, uint64_t expiry, uint64_t value_len);
 
 /* A meta reply line (without its \r\n), e.g. `HD c5 t-1 s3 O7`, `EX O7`, `NF O7`, `MN`. */
 typedef struct {

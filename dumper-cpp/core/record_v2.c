@@ -30,28 +30,11 @@ int cw_record_valid_expiry(int64_t t) { return t == 0 || (t > CW_MAX_RELATIVE_TT
 size_t cw_record_meta_line(char *out, const unsigned char *key, size_t n, uint32_t value_len, uint32_t flags,
                            uint32_t expiry, uint64_t offset) {
   int kind;
-  memcpy(out, "ms ", 3);
-  size_t o = 3;
-  const size_t t = cw_key_token(out + o, key, n, &kind);
+  char tok[CW_MAX_KEY];
+  const size_t t = cw_key_token(tok, key, n, &kind);
   if (kind != CW_KEY_PLAIN && kind != CW_KEY_BASE64) return 0;
-  o += t;
-  out[o++] = ' ';
-  o += cw_put_u64(out + o, value_len);
-  if (kind == CW_KEY_BASE64) {
-    memcpy(out + o, " b", 2);
-    o += 2;
-  }
-  memcpy(out + o, " T", 2);
-  o += 2;
-  o += cw_put_u64(out + o, expiry);
-  memcpy(out + o, " F", 2);
-  o += 2;
-  o += cw_put_u64(out + o, flags);
-  memcpy(out + o, " ME q O", 7);
-  o += 7;
-  o += cw_put_u64(out + o, offset);
-  memcpy(out + o, "\r\n", 2);
-  return o + 2;
+  const cw_ms m = {tok, t, kind == CW_KEY_BASE64, value_len, expiry, flags, 1, 1, offset};
+  return cw_ms_line(out, &m);
 }
 
 void cw_record_binary_head(unsigned char *out, size_t key_len, uint32_t value_len, uint32_t flags, uint32_t expiry) {

@@ -5,13 +5,11 @@
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 size_t cw_put_u64(char *out, uint64_t v) {
-  char tmp[20];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
+  const size_t n = cw_u64_len(v);
+  for (size_t i = n; i > 0; i--) {
+    out[i - 1] = (char)('0' + v % 10);
     v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+  }
   return n;
 }
 

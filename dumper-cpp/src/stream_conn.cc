@@ -22,32 +22,12 @@ constexpr size_t kReplyBuffer = 64 << 10;
 constexpr int kProbeTimeoutMs = 3000;
 constexpr size_t kMaxReplyLine = 4096;
 
-void PutBe16(char* p, uint16_t v) {
-  p[0] = char(v >> 8);
-  p[1] = char(v);
-}
-void PutBe32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = char(v >> (24 - 8 * i));
-}
 uint16_t Be16(const char* p) { return uint16_t((uint8_t(p[0]) << 8) | uint8_t(p[1])); }
 uint32_t Be32(const char* p) {
   return (uint32_t(uint8_t(p[0])) << 24) | (uint32_t(uint8_t(p[1])) << 16) | (uint32_t(uint8_t(p[2])) << 8) |
          uint32_t(uint8_t(p[3]));
 }
 }  // namespace
-
-void binstore::EncodeStore(char* dst, bool add, uint16_t keylen, uint32_t value_len, uint32_t flags,
-                           uint32_t expiry, uint32_t opaque) {
-  std::memset(dst, 0, kHeader + kExtras);
-  dst[0] = char(0x80);
-  dst[1] = char(add ? kAddQ : kSetQ);
-  PutBe16(dst + 2, keylen);
-  dst[4] = char(kExtras);
-  PutBe32(dst + 8, uint32_t(kExtras + keylen + value_len));
-  PutBe32(dst + 12, opaque);
-  PutBe32(dst + 24, flags);
-  PutBe32(dst + 28, expiry);
-}
 
 const char DestConn::kMetaMark[] = "mn\r\n";
 

@@ -113,12 +113,9 @@ class DestConn {
 
 // Binary protocol constants for stores (memcached's protocol_binary.h; binary_get.h has the reads).
 namespace binstore {
-constexpr uint8_t kSetQ = 0x11, kAddQ = 0x12, kAdd = 0x02, kNoop = 0x0a;
+constexpr uint8_t kAddQ = 0x12, kAdd = 0x02, kNoop = 0x0a;
 constexpr uint16_t kKeyExists = 0x0002, kNotStored = 0x0005;
-constexpr size_t kHeader = 24, kExtras = 8;
-// Header and extras of an ADDQ/SETQ whose key and value follow: dst[0..32).
-void EncodeStore(char* dst, bool add, uint16_t keylen, uint32_t value_len, uint32_t flags, uint32_t expiry,
-                 uint32_t opaque);
+constexpr size_t kHeader = 24;
 }  // namespace binstore
 
 }  // namespace cachewarm

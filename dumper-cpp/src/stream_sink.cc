@@ -33,7 +33,6 @@ char* Put(char* p, const char* s, size_t n) {
   std::memcpy(p, s, n);
   return p + n;
 }
-char* PutU64(char* p, uint64_t v) { return p + cw_put_u64(p, v); }
 
 double MonotonicS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -204,29 +203,17 @@ Status StreamSink::StartRecord() {
   } else if (meta_named) {
     if (d.crlf_owed) p = Put(p, kCrlf, 2);  // the previous value's end rides with this line
     d.crlf_owed = false;
-    p = Put(p, "ms ", 3);
-    p = plain ? Put(p, key_, key_len_) : Put(p, b64_.data(), b64_.size());
-    *p++ = ' ';
-    p = PutU64(p, vlen_);
-    if (!plain) p = Put(p, " b", 2);
-    p = Put(p, " T", 2);
-    p = PutU64(p, ttl);
-    p = Put(p, " F", 2);
-    p = PutU64(p, flags_);
-    p = Put(p, " MS q", 5);
-    if (tagged_) {
-      p = Put(p, " O", 2);
-      p = PutU64(p, ord);
-    }
-    p = Put(p, kCrlf, 2);
+    const cw_ms m = {plain ? key_ : b64_.data(), plain ? key_len_ : b64_.size(), !plain, vlen_, ttl, flags_, 0,
+                     tagged_, ord};
+    p += cw_ms_line(p, &m);
     d.meta.Queue(line, size_t(p - line));
     action_ = kSend;
   } else {
     // No meta command can name it: the binary protocol's SETQ, on a connection of its own.
     if (!d.bin.connected()) CW_RETURN_IF_ERROR(d.bin.Connect(s_->endpoint(dest_).connect_host(), s_->endpoint(dest_).port));
-    binstore::EncodeStore(p, false, uint16_t(key_len_), vlen_, flags_, uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)),
-                          uint32_t(ord));
-    p = Put(p + binstore::kHeader + binstore::kExtras, key_, key_len_);
+    cw_bin_store_head(reinterpret_cast<unsigned char*>(p), CW_BIN_OP_SETQ, key_len_, vlen_, flags_,
+                      uint32_t(std::min<uint64_t>(ttl, 0xFFFFFFFFu)), uint32_t(ord));
+    p = Put(p + CW_BIN_ADD_HEAD, key_, key_len_);
     d.bin.Queue(line, size_t(p - line));
     action_ = kSendBinary;
   }

@@ -67,6 +67,31 @@ TEST(Core, BinaryRequests) {
   }
 }
 
+TEST(Core, StoreLines) {
+  for (const auto& c : Cases("store_lines.txt")) {
+    if (c[0] == "ms") {
+      const std::string tok = FromHex(c[1]);
+      const cw_ms m = {tok.data(), tok.size(), int(N(c[2])), N(c[3]), N(c[4]), uint32_t(N(c[5])), int(N(c[6])),
+                       int(N(c[7])), N(c[8])};
+      char out[CW_RECORD_MAX_LINE];
+      const size_t n = cw_ms_line(out, &m);
+      EXPECT_EQ(ToHex(out, n), c[9]) << c[1];
+      EXPECT_EQ(cw_ms_line_len(&m), n) << c[1];
+    } else if (c[0] == "add") {
+      const std::string key = FromHex(c[1]);
+      char out[CW_RECORD_MAX_LINE];
+      const size_t n = cw_add_line(out, key.data(), key.size(), uint32_t(N(c[2])), N(c[3]), N(c[4]));
+      EXPECT_EQ(ToHex(out, n), c[5]) << c[1];
+      EXPECT_EQ(cw_add_line_len(key.size(), uint32_t(N(c[2])), N(c[3]), N(c[4])), n) << c[1];
+    } else {
+      unsigned char out[CW_BIN_ADD_HEAD];
+      cw_bin_store_head(out, uint8_t(N(c[1])), N(c[2]), uint32_t(N(c[3])), uint32_t(N(c[4])), uint32_t(N(c[5])),
+                        uint32_t(N(c[6])));
+      EXPECT_EQ(ToHex(out, sizeof out), c[7]) << c[1] << " " << c[2];
+    }
+  }
+}
+
 TEST(Core, BinaryReplies) {
   for (const auto& c : Cases("binary_reply.txt")) {
     const std::string b = FromHex(c[0]);

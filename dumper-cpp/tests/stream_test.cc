@@ -264,21 +264,5 @@ TEST(DestConn, BinaryRepliesExistsNoopAndErrors) {
   ::close(sv[1]);
 }
 
-TEST(DestConn, StoreRequestLayout) {
-  char h[32];
-  binstore::EncodeStore(h, true, 200, 1000, 0xFFFFFFFFu, 1800000000u, 77);
-  EXPECT_EQ(uint8_t(h[0]), 0x80);
-  EXPECT_EQ(uint8_t(h[1]), binstore::kAddQ);
-  EXPECT_EQ((uint8_t(h[2]) << 8) | uint8_t(h[3]), 200);
-  EXPECT_EQ(h[4], 8);  // extras: flags, expiration
-  EXPECT_EQ(uint32_t(uint8_t(h[8])) << 24 | uint32_t(uint8_t(h[9])) << 16 | uint32_t(uint8_t(h[10])) << 8 |
-                uint32_t(uint8_t(h[11])),
-            8u + 200u + 1000u);
-  EXPECT_EQ(uint8_t(h[15]), 77);
-  EXPECT_EQ(uint8_t(h[24]), 0xFF);
-  binstore::EncodeStore(h, false, 1, 0, 0, 0, 0);
-  EXPECT_EQ(uint8_t(h[1]), binstore::kSetQ);
-}
-
 }  // namespace
 }  // namespace cachewarm

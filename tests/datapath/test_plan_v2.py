@@ -27,12 +27,12 @@ from cachewarm.datapath.populate.plan import (
     Plan,
     pieces_of,
     plan,
-    plan_py,
 )
 from cachewarm.datapath.routing import evcache_ring
 from cachewarm.datapath.wire import is_plain_key
 from cachewarm.datapath.writer import encode_file
 
+from tests.datapath.plan_oracle import plan_py, plan_with
 from tests.ketama_oracle import KetamaRing
 
 NOW = 1_800_000_000
@@ -70,7 +70,7 @@ def _both(data: bytes, start: int, end: int, **kw: object) -> Plan:
     args = dict(now=NOW, budgets=(UNLIMITED,), set_mode=False, batch_items=1000, batch_bytes=1 << 22)
     args.update(kw)  # type: ignore[arg-type]
     c_args = {("mode" if k == "set_mode" else k): v for k, v in args.items()}
-    c = plan(data, start, end, use_c=True, **c_args)  # type: ignore[arg-type]
+    c = plan(data, start, end, **c_args)  # type: ignore[arg-type]
     py = plan_py(data, start, end, **args)  # type: ignore[arg-type]
     assert c == py
     return c
@@ -244,7 +244,7 @@ def test_forbidden_records_are_rejected_alike(name: str, record: bytes, why: str
     msgs = []
     for use_c in (True, False):
         with pytest.raises(v2.RecordError) as e:
-            plan(data, start, end, NOW, (UNLIMITED,), False, 1000, 1 << 20, use_c=use_c)
+            plan_with(use_c, data, start, end, NOW, (UNLIMITED,), False, 1000, 1 << 20)
         msgs.append(str(e.value))
     with pytest.raises(v2.RecordError) as e:
         list(v2.spans(data, start, end))
@@ -435,7 +435,7 @@ def test_a_bad_stamp_is_rejected_alike() -> None:
     msgs = []
     for use_c in (True, False):
         with pytest.raises(v2.RecordError) as e:
-            plan(data, head_len, end, NOW, (UNLIMITED,), False, 1000, 1 << 20, use_c=use_c, stamped=True)
+            plan_with(use_c, data, head_len, end, NOW, (UNLIMITED,), False, 1000, 1 << 20, stamped=True)
         msgs.append(str(e.value))
     with pytest.raises(v2.RecordError) as e:
         list(v2.spans(data, head_len, end, stamped=True))

@@ -12,8 +12,10 @@ import pytest
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.format import Record
-from cachewarm.datapath.populate.plan import PIECE_LINE, PIECE_MN, PIECE_S, NodePlan, pieces_of, plan
+from cachewarm.datapath.populate.plan import PIECE_LINE, PIECE_MN, PIECE_S, NodePlan, pieces_of
 from cachewarm.datapath.writer import encode_file
+
+from tests.datapath.plan_oracle import plan_with
 
 VECTORS = Path(__file__).resolve().parent.parent / "vectors"
 SETS = {1: VECTORS, 2: VECTORS / "v2", 3: VECTORS / "v3"}
@@ -112,7 +114,7 @@ def test_v2_vectors_are_sent_as_their_own_bytes(f: dict[str, Any], use_c: bool) 
     assert v.header is not None and v.trailer is not None
     start, end = df.records_bounds(v.header, v.trailer)
     for set_mode in (True, False):
-        p = plan(data, start, end, 1_700_000_000, (1 << 40,), set_mode, 1000, 1 << 20, use_c=use_c)
+        p = plan_with(use_c, data, start, end, 1_700_000_000, (1 << 40,), set_mode, 1000, 1 << 20)
         assert p.records == f["record_count"]
         node = p.nodes[0]
 

@@ -16,6 +16,65 @@ static PyObject *bin_add_head(PyObject *self, PyObject *args) {
   return PyBytes_FromStringAndSize((const char *)out, sizeof out);
 }
 
+static PyObject *bin_store_head(PyObject *self, PyObject *args) {
+  (void)self;
+  int opcode;
+  Py_ssize_t key_len;
+  unsigned long value_len, flags, expiration, opaque;
+  if (!PyArg_ParseTuple(args, "inkkkk", &opcode, &key_len, &value_len, &flags, &expiration, &opaque)) return NULL;
+  unsigned char out[CW_BIN_ADD_HEAD];
+  cw_bin_store_head(out, (uint8_t)opcode, (size_t)key_len, (uint32_t)value_len, (uint32_t)flags, (uint32_t)expiration,
+                    (uint32_t)opaque);
+  return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+/* (token, b64, value_len, T, flags, add, tagged, opaque): the token as it goes on the line. */
+static PyObject *ms_line(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer tok;
+  int b64, add, tagged;
+  unsigned long long value_len, expiry, opaque;
+  unsigned long flags;
+  if (!PyArg_ParseTuple(args, "y*pKKkppK", &tok, &b64, &value_len, &expiry, &flags, &add, &tagged, &opaque))
+    return NULL;
+  if (tok.len < 1 || tok.len > CW_MAX_KEY) {
+    PyBuffer_Release(&tok);
+    PyErr_SetString(PyExc_ValueError, "a key token is 1..250 bytes");
+    return NULL;
+  }
+  char out[CW_RECORD_MAX_LINE];
+  const cw_ms m = {tok.buf, (size_t)tok.len, b64, value_len, expiry, (uint32_t)flags, add, tagged, opaque};
+  const size_t n = cw_ms_line(out, &m);
+  PyBuffer_Release(&tok);
+  if (n != cw_ms_line_len(&m)) {
+    PyErr_SetString(PyExc_SystemError, "cw_ms_line_len disagrees with cw_ms_line");
+    return NULL;
+  }
+  return PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
+}
+
+static PyObject *add_line(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer key;
+  unsigned long flags;
+  unsigned long long expiry, value_len;
+  if (!PyArg_ParseTuple(args, "y*kKK", &key, &flags, &expiry, &value_len)) return NULL;
+  if (key.len < 1 || key.len > CW_MAX_KEY) {
+    PyBuffer_Release(&key);
+    PyErr_SetString(PyExc_ValueError, "a key is 1..250 bytes");
+    return NULL;
+  }
+  char out[CW_RECORD_MAX_LINE];
+  const size_t n = cw_add_line(out, key.buf, (size_t)key.len, (uint32_t)flags, expiry, value_len);
+  const size_t want = cw_add_line_len((size_t)key.len, (uint32_t)flags, expiry, value_len);
+  PyBuffer_Release(&key);
+  if (n != want) {
+    PyErr_SetString(PyExc_SystemError, "cw_add_line_len disagrees with cw_add_line");
+    return NULL;
+  }
+  return PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
+}
+
 static PyObject *bin_key_request(PyObject *self, PyObject *args) {
   (void)self;
   int opcode;
@@ -297,6 +356,9 @@ PyMethodDef kCoreMethods[] = {
     {"pack_read_stamp", pack_read_stamp, METH_VARARGS, "cw_read_pack"},
     {"core_bin_add_head", bin_add_head, METH_VARARGS, "cw_bin_add_head"},
     {"core_bin_key_request", bin_key_request, METH_VARARGS, "cw_bin_key_request"},
+    {"core_bin_store_head", bin_store_head, METH_VARARGS, "cw_bin_store_head"},
+    {"core_ms_line", ms_line, METH_VARARGS, "cw_ms_line"},
+    {"core_add_line", add_line, METH_VARARGS, "cw_add_line"},
     {"core_bin_reply", bin_reply, METH_VARARGS, "cw_bin_reply_parse"},
     {"core_bin_add_outcome", bin_add_outcome, METH_VARARGS, "cw_bin_add_outcome"},
     {"core_bin_status_text", bin_status_text, METH_VARARGS, "cw_bin_status_text"},

@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cachewarm_core.h"
+
 /* Set once by configure(); encode_ms refuses to run before. */
 static struct {
   int ready;
@@ -47,8 +49,6 @@ static struct {
   long long expiry_margin;  /* seconds sent before a record's exptime */
 } cfg;
 
-static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 static uint32_t le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -57,44 +57,6 @@ static int64_t le64(const unsigned char *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return (int64_t)v;
-}
-
-static size_t digits(uint64_t v) {
-  size_t n = 1;
-  while (v >= 10) {
-    v /= 10;
-    n++;
-  }
-  return n;
-}
-
-/* Writes v in decimal at d; returns the number of chars. */
-static size_t put_u64(char *d, uint64_t v) {
-  const size_t n = digits(v);
-  for (size_t i = n; i > 0; i--) {
-    d[i - 1] = (char)('0' + v % 10);
-    v /= 10;
-  }
-  return n;
-}
-
-static size_t b64_encode(char *d, const unsigned char *s, size_t n) {
-  size_t o = 0, i = 0;
-  for (; i + 2 < n; i += 3) {
-    uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
-    d[o++] = kB64[v >> 18 & 63];
-    d[o++] = kB64[v >> 12 & 63];
-    d[o++] = kB64[v >> 6 & 63];
-    d[o++] = kB64[v & 63];
-  }
-  if (i < n) {
-    uint32_t v = (uint32_t)s[i] << 16 | (i + 1 < n ? (uint32_t)s[i + 1] << 8 : 0);
-    d[o++] = kB64[v >> 18 & 63];
-    d[o++] = kB64[v >> 12 & 63];
-    d[o++] = i + 1 < n ? kB64[v >> 6 & 63] : '=';
-    d[o++] = '=';
-  }
-  return o;
 }
 
 static int is_plain(const unsigned char *k, size_t n) {
@@ -189,60 +151,33 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
   return kSend;
 }
 
-/* "add <key> <flags> <ttl> <len>\r\n<value>\r\n" (plain keys only) */
-static size_t add_size(const Item *it) {
-  return 4 + it->klen + 1 + digits(it->flags) + 1 + digits(it->ttl) + 1 + digits(it->vlen) + 2 + it->vlen + 2;
-}
-
-static char *put_add(char *d, const Item *it) {
-  memcpy(d, "add ", 4);
-  d += 4;
-  memcpy(d, it->key, it->klen);
-  d += it->klen;
-  *d++ = ' ';
-  d += put_u64(d, it->flags);
-  *d++ = ' ';
-  d += put_u64(d, it->ttl);
-  *d++ = ' ';
-  d += put_u64(d, it->vlen);
-  memcpy(d, "\r\n", 2);
-  d += 2;
-  memcpy(d, it->value, it->vlen);
-  d += it->vlen;
-  memcpy(d, "\r\n", 2);
-  return d + 2;
-}
-
-/* "ms <key> <len>[ b] T<ttl> F<flags> MS q\r\n<value>\r\n" */
-static size_t item_size(const Item *it) {
-  const size_t key = it->plain ? it->klen : (it->klen + 2) / 3 * 4;
-  return 3 + key + 1 + digits(it->vlen) + (it->plain ? 0 : 2) + 2 + digits(it->ttl) + 2 + digits(it->flags) + 7 +
-         it->vlen + 2;
-}
-
-static char *put_item(char *d, const Item *it, const char *tail) {
-  memcpy(d, "ms ", 3);
-  d += 3;
-  if (it->plain) {
-    memcpy(d, it->key, it->klen);
-    d += it->klen;
-  } else {
-    d += b64_encode(d, it->key, it->klen);
-  }
-  *d++ = ' ';
-  d += put_u64(d, it->vlen);
+/* The item's `add` or `ms ... MS q` line (dumper-cpp/core/store_lines.c), its value and \r\n. The key
+ * token of a binary key is built in tok (base64). */
+static cw_ms ms_of(const Item *it, char *tok) {
+  cw_ms m = {(const char *)it->key, it->klen, 0, it->vlen, it->ttl, it->flags, 0, 0, 0};
   if (!it->plain) {
-    memcpy(d, " b", 2);
-    d += 2;
+    m.tok = tok;
+    m.tok_len = cw_base64_encode(tok, it->key, it->klen);
+    m.b64 = 1;
   }
-  memcpy(d, " T", 2);
-  d += 2;
-  d += put_u64(d, it->ttl);
-  memcpy(d, " F", 2);
-  d += 2;
-  d += put_u64(d, it->flags);
-  memcpy(d, tail, 7);
-  d += 7;
+  return m;
+}
+
+static size_t item_size(const Item *it, int add) {
+  if (add) return cw_add_line_len(it->klen, it->flags, it->ttl, it->vlen) + it->vlen + 2;
+  char tok[CW_MAX_KEY * 2];
+  const cw_ms m = ms_of(it, tok);
+  return cw_ms_line_len(&m) + it->vlen + 2;
+}
+
+static char *put_item(char *d, const Item *it, int add) {
+  if (add) {
+    d += cw_add_line(d, (const char *)it->key, it->klen, it->flags, it->ttl, it->vlen);
+  } else {
+    char tok[CW_MAX_KEY * 2];
+    const cw_ms m = ms_of(it, tok);
+    d += cw_ms_line(d, &m);
+  }
   memcpy(d, it->value, it->vlen);
   d += it->vlen;
   memcpy(d, "\r\n", 2);
@@ -289,7 +224,6 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
                         &offset))
     return NULL;
   const unsigned char *data = view.buf;
-  const char *tail = " MS q\r\n";
   Counts counts = {0, 0, budget, offset, NULL, NULL, add};
   Item it;
   PyObject *batches = NULL;
@@ -311,7 +245,7 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
       const int k = next_item(data, &pos, end, now, &counts, &it);
       if (k == kError) goto fail;
       if (k == kSend) {
-        size += add ? add_size(&it) : item_size(&it);
+        size += item_size(&it, add);
         count++;
       }
     }
@@ -329,12 +263,8 @@ static PyObject *encode_ms(PyObject *self, PyObject *args) {
     for (Py_ssize_t p = first; p < pos;) {
       const Py_ssize_t at = p;
       if (next_item(data, &p, pos, now, &again, &it) != kSend) continue;
-      if (add) {
-        d = put_add(d, &it);
-        *o++ = (int64_t)at;
-      } else {
-        d = put_item(d, &it, tail);
-      }
+      d = put_item(d, &it, add);
+      if (add) *o++ = (int64_t)at;
     }
     if (d != PyBytes_AS_STRING(bytes) + size) {
       Py_DECREF(bytes);

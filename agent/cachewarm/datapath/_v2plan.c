@@ -237,22 +237,20 @@ static PyObject *plan_v2(PyObject *self, PyObject *args) {
     uint64_t wire = (uint64_t)(r.next - at);
     if (!set_mode) {
       char line[V2_MAX_LINE];
-      const int ll = snprintf(line, sizeof line, "add %.*s %u %lld %llu\r\n", (int)r.key_len, (const char *)r.key,
-                              (unsigned)r.flags, t, (unsigned long long)r.value_len);
-      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
+      const size_t ll = cw_add_line(line, (const char *)r.key, r.key_len, r.flags, (uint64_t)t, r.value_len);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, (int64_t)ll};
       const int64_t rec = at;
-      if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
+      if (v2buf_put(&n->lines, line, ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
           add_range(n, r.value_at, r.next - r.value_at) < 0 || v2buf_put(&n->order, &rec, sizeof rec) < 0)
         goto nomem;
       wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);
     } else if (t != r.expiry || stamped) { /* set mode, another T than the file's (or a stamp before the
                                               * line): the whole line generated */
       char line[V2_MAX_LINE];
-      const int ll = snprintf(line, sizeof line, "ms %.*s %llu%s T%lld F%u MS q O%zd\r\n", (int)r.tok_len,
-                              (const char *)r.tok, (unsigned long long)r.value_len, r.b64 ? " b" : "", t,
-                              (unsigned)r.flags, at);
-      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, ll};
-      if (v2buf_put(&n->lines, line, (size_t)ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
+      const cw_ms m = {(const char *)r.tok, r.tok_len, r.b64, r.value_len, (uint64_t)t, r.flags, 0, 1, (uint64_t)at};
+      const size_t ll = cw_ms_line(line, &m);
+      const int64_t lp[2] = {V2_PIECE_LINE - (int64_t)n->lines.len, (int64_t)ll};
+      if (v2buf_put(&n->lines, line, ll) < 0 || v2buf_put(&n->pieces, lp, sizeof lp) < 0 ||
           add_range(n, r.value_at, r.next - r.value_at) < 0)
         goto nomem;
       wire = (uint64_t)ll + (uint64_t)(r.next - r.value_at);

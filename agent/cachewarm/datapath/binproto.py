@@ -16,6 +16,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cachewarm.datapath import _speedups
 from cachewarm.datapath.wire import DestinationUnavailable
 
 # magic, opcode, key length, extras length, data type, vbucket (request) / status (response),
@@ -57,9 +58,10 @@ def store_request(
 ) -> bytes:
     """The header, extras and key of an ADDQ/SETQ (the value follows as it is). `expiry`: 0 = never,
     else the absolute unix time (capped at the field's maximum: never later than the source)."""
-    extras = STORE_EXTRAS.pack(flags, min(expiry, _MAX_EXPIRATION))
-    body = len(extras) + len(key) + len(value)
-    return HEADER.pack(REQUEST, _STORE_OP[mode], len(key), len(extras), 0, 0, body, opaque, 0) + extras + key
+    head = _speedups.core_bin_store_head(
+        _STORE_OP[mode], len(key), len(value), flags, min(expiry, _MAX_EXPIRATION), opaque
+    )
+    return head + key
 
 
 def _request(opcode: int, key: bytes = b"", opaque: int = 0, cas: int = 0) -> bytes:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from cachewarm.datapath import _speedups
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.verify import verify
@@ -65,7 +66,7 @@ def load_items(target: Node, n: int, seed: int = 1, key_prefix: bytes = b"demo:"
                 ttl = rng.randint(300, 3600)
             flags = 0 if i % 3 == 0 else (0xFFFFFFFF if i % 3 == 1 else rng.getrandbits(32))
             tok, b = wire_key(key)
-            buf += b"ms %b %d%b T%d F%d q\r\n" % (tok, size, b, ttl, flags)
+            buf += _speedups.core_ms_line(tok, bool(b), size, ttl, flags, False, False, 0)
             buf += pool[off : off + size]
             buf += b"\r\n"
             total += size

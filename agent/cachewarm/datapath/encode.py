@@ -36,10 +36,7 @@ from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY, PLAIN_KEY_BYTES
 if TYPE_CHECKING:
     from cachewarm.datapath.populate.hostclock import SourceClock
 
-try:  # the encoding loop in C (setup.py builds it; optional: without it the Python loop runs)
-    from cachewarm.datapath import _speedups
-except ImportError:  # pragma: no cover - exercised where no C compiler was available
-    _speedups = None  # type: ignore[assignment]
+from cachewarm.datapath import _speedups  # required (setup.py): the C loop and the command lines
 
 Mode = Literal["add", "set"]
 # memcached reads an exptime/TTL above 30 days as an absolute unix time.
@@ -65,9 +62,6 @@ ITEM_CAS = 8
 UNLIMITED = (1 << 62) - 1
 
 _ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
-_TAIL = {"add": b" ME q", "set": b" MS q"}
-# A text add: key, flags, expiry, value length.
-_ADD = b"%badd %b %d %d %d\r\n"
 
 
 def configure_speedups() -> None:
@@ -208,10 +202,9 @@ def encode_sets(
     budgets, only, tagged = job.budgets, job.only_nodes, job.tagged
     # A value up to this fits whatever its key and flags.
     roomy = [b - df.MAX_KEY_LEN - ITEM_FLAGS_SUFFIX for b in budgets]
-    # The command line's formats: a tagged set ends in ` O<record offset>` (its NS names it).
-    end_line = _TAIL[params.mode] + (b" O%d\r\n" if tagged else b"\r\n")
-    fmt_plain = b"%bms %b %d T%d F%d" + end_line
-    fmt_b64 = b"%bms %b %d b T%d F%d" + end_line
+    # The command lines are dumper-cpp/core's (store_lines.c); a tagged set ends in ` O<record
+    # offset>` (its NS names it).
+    ms_line, add_line = _speedups.core_ms_line, _speedups.core_add_line
     plain = PLAIN_KEY.fullmatch
     b64 = base64.b64encode
     never = df.NEVER_EXPIRES
@@ -259,24 +252,16 @@ def encode_sets(
             if not plain(key):  # no text form: ADDQ
                 stats.long_keys[idx].append(kstart - fixed)
                 continue
-            line = _ADD % (sep, key, flags, ttl, vlen)
+            line = sep + add_line(key, flags, ttl, vlen)
             orders[idx].append(kstart - fixed)
         elif plain(key):
-            line = (
-                fmt_plain % (sep, key, vlen, ttl, flags, kstart - fixed)
-                if tagged
-                else fmt_plain % (sep, key, vlen, ttl, flags)
-            )
+            line = sep + ms_line(key, False, vlen, ttl, flags, False, tagged, kstart - fixed)
         else:
             enc = b64(key)
             if len(enc) > MAX_WIRE_KEY:
                 stats.long_keys[idx].append(kstart - fixed)
                 continue
-            line = (
-                fmt_b64 % (sep, enc, vlen, ttl, flags, kstart - fixed)
-                if tagged
-                else fmt_b64 % (sep, enc, vlen, ttl, flags)
-            )
+            line = sep + ms_line(enc, True, vlen, ttl, flags, False, tagged, kstart - fixed)
         p.append(line)
         p.append(mv[vstart:nxt])
         counts[idx] += 1

@@ -12,7 +12,6 @@ imports this module).
 
 from __future__ import annotations
 
-import base64
 import re
 import struct
 from collections.abc import Iterator
@@ -140,18 +139,13 @@ def spans(data: bytes | memoryview, start: int, end: int, stamped: bool = False)
 
 
 def meta_line(key: bytes, value_len: int, flags: int, exptime: int, offset: int) -> bytes:
-    """A meta record's line (everything before the value) for a key that has a meta form."""
-    if is_plain_key(key):
-        tok, b = key, b""
-    else:
-        tok, b = base64.b64encode(key), b" b"
-    return b"ms %b %d%b T%d F%d ME q O%d\r\n" % (tok, value_len, b, expiry_to_send(exptime), flags, offset)
+    """A meta record's line (everything before the value) for a key that has a meta form
+    (dumper-cpp/core, the dumper's own encoding)."""
+    return _speedups.core_record_meta_line(key, value_len, flags, expiry_to_send(exptime), offset)
 
 
 def binary_head(key_len: int, value_len: int, flags: int, exptime: int) -> bytes:
-    return BINARY_HEAD.pack(
-        BINARY_MAGIC, OP_ADDQ, key_len, 8, 0, 0, 8 + key_len + value_len, 0, 0, flags, expiry_to_send(exptime)
-    )
+    return _speedups.core_record_binary_head(key_len, value_len, flags, expiry_to_send(exptime))
 
 
 def encode_record(

@@ -294,7 +294,6 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
                 params.batch_bytes,
                 params.routing.ring(nodes),
                 job.only_nodes,
-                params.use_speedups,
                 shifts,
                 probes=params.probe_dir is not None,
                 stamped=stamped,
