@@ -67,8 +67,6 @@ class Tally:
         figures = f"trials={self.trials} lost={self.lost} corrupt={self.corrupt} leaked={self.leaked}"
         where = f" [memcached {self.release}]" if self.release else ""
         line = f"{self.scenario}{where}: {figures}"
-        if self.counters_ahead_residual and self.counters_ahead:
-            line += f" (counters ahead allowed: {self.counters_ahead_residual})"
         return line + (f" (known bug: {self.known_bug})" if self.known_bug else "")
 
     def check(self) -> None:
