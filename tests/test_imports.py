@@ -1,6 +1,8 @@
-"""The agent's layout: no import circles among its modules, and no long file without a reason.
+"""The product's layout: no import circles among the agent's modules, and no long product file
+(Python, C or C++) without a reason.
 
-Both rules read the source with `ast` and import nothing of the product, so they run in milliseconds.
+Both rules read the source (the circles with `ast`) and import nothing of the product, so they run in
+milliseconds.
 `python tests/test_imports.py` prints the circles and the long files instead of asserting.
 """
 
@@ -26,12 +28,15 @@ LONG_LINES = 500
 REASON_WITHIN = 30
 LONG_MARKER = "why this file is long:"
 PRODUCT_DIRS = ("agent/cachewarm", "lambdas", "infra/cachewarm_infra")
+# The C and C++ product files (the agent's extension, the dumper and the code they share): the same
+# rule, the marker in a comment.
+NATIVE_DIRS = ("agent/cachewarm/datapath", "dumper-cpp/src", "dumper-cpp/core", "dumper-cpp/hashkit")
+NATIVE_SUFFIXES = (".c", ".cc", ".h")
 # Long files without a reason yet, each to be split or given one; an entry for a file that is no longer
 # long, or that now has its reason, fails the test so the list only shrinks.
 LONG_WITHOUT_REASON = {
-    "agent/cachewarm/datapath/populate/loop.py",
-    "lambdas/cachewarm_controller/model.py",
-    "infra/cachewarm_infra/iam.py",
+    # Being changed elsewhere when the rule reached C++: to be split or explained once that lands.
+    "dumper-cpp/src/stream_sink.cc",
 }
 
 
@@ -132,16 +137,20 @@ class LongFile:
     has_reason: bool
 
 
+def product_files() -> list[Path]:
+    python = [p for d in PRODUCT_DIRS for p in sorted((ROOT / d).rglob("*.py"))]
+    native = [p for d in NATIVE_DIRS for p in sorted((ROOT / d).iterdir()) if p.suffix in NATIVE_SUFFIXES]
+    return python + native
+
+
 def long_files() -> list[LongFile]:
     found = []
-    for d in PRODUCT_DIRS:
-        for p in sorted((ROOT / d).rglob("*.py")):
-            text = p.read_text().splitlines()
-            if len(text) > LONG_LINES:
-                head = text[:REASON_WITHIN]
-                found.append(
-                    LongFile(str(p.relative_to(ROOT)), len(text), any(LONG_MARKER in line for line in head))
-                )
+    for p in product_files():
+        text = p.read_text().splitlines()
+        if len(text) > LONG_LINES:
+            head = text[:REASON_WITHIN]
+            reason = any(LONG_MARKER in line for line in head)
+            found.append(LongFile(str(p.relative_to(ROOT)), len(text), reason))
     return found
 
 

@@ -1,5 +1,7 @@
 /* Placement descriptions (placement.h) parsed, and keys placed: the key transforms, then ketama,
  * modula, rendezvous or furc. */
+/* why this file is long: the parser and the placing share the private struct cw_placement; split,
+ * it would need an internal header that setup.py and the sdist ship besides placement.h. */
 #define _GNU_SOURCE /* memmem */
 #include "placement.h"
 

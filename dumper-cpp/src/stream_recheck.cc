@@ -1,3 +1,6 @@
+// The stream's re-check (stream_recheck.h): its thread, and the looks and deletes it pipelines.
+// why this file is long: the re-check's rounds and the wire requests only they send share private
+// types (Lines, Item) in one anonymous namespace: one idea, which a split would spread over a header.
 #include "stream_recheck.h"
 
 #include <algorithm>

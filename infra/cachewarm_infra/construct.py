@@ -31,14 +31,8 @@ from cachewarm_infra import orchestration
 from cachewarm_infra.asl import AslTask, check_teardown_grace, discover_function_substitutions, read_asl
 from cachewarm_infra.compute import DOCUMENT_VERSION, build_artifacts, build_documents, build_populator
 from cachewarm_infra.contract.replicas import parse_pairs
-from cachewarm_infra.iam import (
-    RemoteRegion,
-    allow_describe_executions,
-    build_agent_policy,
-    build_controller_role,
-    check_destination_regions,
-    remote_statements,
-)
+from cachewarm_infra.iam import allow_describe_executions, build_agent_policy, build_controller_role
+from cachewarm_infra.iam_remote import RemoteRegion, check_destination_regions, remote_statements
 from cachewarm_infra.nag import acknowledge_nag_findings, acknowledge_region_findings
 from cachewarm_infra.observability import (
     build_agent_log_group,

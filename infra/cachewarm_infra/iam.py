@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aws_cdk import ArnFormat, Aws, Stack, Token
+from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
@@ -16,11 +16,11 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from cachewarm_infra.compute import Artifacts, Populator
-from cachewarm_infra.contract import inputs, status, tags
+from cachewarm_infra.contract import status, tags
 from cachewarm_infra.storage import Storage
 
 
-def _allow(
+def allow(
     sid: str, actions: Sequence[str], resources: Sequence[str], conditions: Mapping[str, Any] | None = None
 ) -> iam.PolicyStatement:
     return iam.PolicyStatement(
@@ -70,7 +70,7 @@ def build_agent_policy(
         "AgentPolicy",
         description="cachewarm agents: read the agent/dumper artifacts, publish status objects",
         statements=[
-            _allow(
+            allow(
                 "ReadArtifacts",
                 ["s3:GetObject"],
                 [
@@ -81,7 +81,7 @@ def build_agent_policy(
             ),
             # Only objects whose key ends in this instance's own ARN (cachewarm.contract.status): an
             # agent can neither speak for another node nor read or touch the controller's state.
-            _allow(
+            allow(
                 "PublishOwnStatus",
                 ["s3:GetObject", "s3:PutObject"],
                 [storage.status_bucket.arn_for_objects(f"{status_prefix}/*/{OWN_INSTANCE_ARN}.json")],
@@ -91,17 +91,15 @@ def build_agent_policy(
             # below dumps/<its own ARN>/ (and reads it back to resume); a populator reads only keys
             # that name its own ARN, which only the source node paired with it writes. Each bucket's
             # own policy denies the same to every other principal and keeps populators read-only.
-            _allow(
+            allow(
                 "WriteOwnDump",
                 ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
                 [f"{dumps}/{OWN_INSTANCE_ARN}/*"],
                 in_this_account(),
             ),
-            _allow(
-                "ReadPairedDump", ["s3:GetObject"], [f"{dumps}/*/{OWN_INSTANCE_ARN}/*"], in_this_account()
-            ),
+            allow("ReadPairedDump", ["s3:GetObject"], [f"{dumps}/*/{OWN_INSTANCE_ARN}/*"], in_this_account()),
             # Listing those prefixes only.
-            _allow(
+            allow(
                 "ListOwnDumps",
                 ["s3:ListBucket"],
                 [transport_buckets],
@@ -114,19 +112,19 @@ def build_agent_policy(
             ),
             # Only through S3 (the status objects, the transport's objects): the key never decrypts
             # anything else for an agent.
-            _allow(
+            allow(
                 "StatusBucketKey",
                 ["kms:Decrypt", "kms:GenerateDataKey"],
                 [storage.key.key_arn],
                 {"StringEquals": {"kms:ViaService": via("s3")}},
             ),
-            _allow(
+            allow(
                 "CommandOutput",
                 ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
                 [agent_logs.log_group_arn, f"{agent_logs.log_group_arn}:log-stream:*"],
             ),
             # The SSM agent looks the group up before writing; DescribeLogGroups cannot be scoped.
-            _allow("FindCommandOutputGroup", ["logs:DescribeLogGroups"], ["*"]),
+            allow("FindCommandOutputGroup", ["logs:DescribeLogGroups"], ["*"]),
         ],
     )
 
@@ -153,8 +151,8 @@ def build_controller_role(
     """One role for the controller Lambdas: every EC2 mutation is scoped by cachewarm tags, this
     stack's own (`stack_tag`) among them — two stacks in one account cannot touch each other's.
     `destination_regions`: where a cross-region S3 warm's populators may run (each region's own
-    statements come with its resources: `remote_statements`); every regional read and command of the
-    controller is limited to its own region and these."""
+    statements come with its resources: `iam_remote.remote_statements`); every regional read and
+    command of the controller is limited to its own region and these."""
     stack = Stack.of(scope)
 
     def ec2_arn(resource: str) -> str:
@@ -201,17 +199,17 @@ def build_controller_role(
     statements = [
         # Describe/List calls have no resource-level permissions in IAM: "*" is the only option; the
         # regions are named instead.
-        _allow("Inventory", inventory, ["*"], in_regions),
-        _allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
+        allow("Inventory", inventory, ["*"], in_regions),
+        allow("CreateTaggedVolumes", ["ec2:CreateVolume"], [volumes], managed_request),
         # Only from this stack's launch template (its AMI, profile, security group, user data).
-        _allow(
+        allow(
             "LaunchTaggedPopulators",
             ["ec2:RunInstances"],
             [instances],
             {**managed_request, "ArnEquals": {"ec2:LaunchTemplate": launch_template}},
         ),
         # The other resources a RunInstances request names: only our launch template.
-        _allow(
+        allow(
             "LaunchFromTemplate",
             ["ec2:RunInstances"],
             [
@@ -223,7 +221,7 @@ def build_controller_role(
                 f"arn:{Aws.PARTITION}:ec2:{Aws.REGION}::image/*",
             ],
         ),
-        _allow(
+        allow(
             "TagOnCreateOnly",
             ["ec2:CreateTags"],
             [volumes, instances],
@@ -231,19 +229,19 @@ def build_controller_role(
         ),
         # Attach/detach name two resources: our tagged volume, and a populator of this stack or a
         # replica node (the platform's cachewarm:replica tag) — never any other instance.
-        _allow("AttachOurVolumes", ["ec2:AttachVolume", "ec2:DetachVolume"], [volumes], managed_resource),
-        _allow(
+        allow("AttachOurVolumes", ["ec2:AttachVolume", "ec2:DetachVolume"], [volumes], managed_resource),
+        allow(
             "AttachToOurPopulators", ["ec2:AttachVolume", "ec2:DetachVolume"], [instances], managed_resource
         ),
-        _allow(
+        allow(
             "AttachToReplicaNodes",
             ["ec2:AttachVolume", "ec2:DetachVolume"],
             [instances],
             {"Null": {f"aws:ResourceTag/{tags.REPLICA}": "false"}},
         ),
-        _allow("DeleteOurVolumes", ["ec2:DeleteVolume"], [volumes], managed_resource),
-        _allow("TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
-        _allow(
+        allow("DeleteOurVolumes", ["ec2:DeleteVolume"], [volumes], managed_resource),
+        allow("TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
+        allow(
             "PassPopulatorRole",
             ["iam:PassRole"],
             [populator.role.role_arn],
@@ -254,8 +252,8 @@ def build_controller_role(
         # populators it launched (cachewarm:managed=true) and the nodes the platform tagged as
         # replica nodes (cachewarm:replica). IAM evaluates a condition against every resource of
         # the request, so documents and instances are allowed by separate statements.
-        _allow("RunOurDocuments", ["ssm:SendCommand"], _document_arns(scope, documents)),
-        _allow(
+        allow("RunOurDocuments", ["ssm:SendCommand"], _document_arns(scope, documents)),
+        allow(
             "CommandsToOurPopulators",
             ["ssm:SendCommand"],
             [instances],
@@ -266,19 +264,19 @@ def build_controller_role(
                 }
             },
         ),
-        _allow(
+        allow(
             "CommandsToReplicaNodes",
             ["ssm:SendCommand"],
             [instances],
             {"Null": {f"ssm:resourceTag/{tags.REPLICA}": "false"}},
         ),
-        _allow("CancelCommands", ["ssm:CancelCommand"], ["*"], in_regions),
+        allow("CancelCommands", ["ssm:CancelCommand"], ["*"], in_regions),
         # The whole status bucket (its own): the controller reads status objects by their exact
         # keys, and S3 answers a GET of one not written yet with 404, not 403, only to a caller
         # that may s3:ListBucket the bucket (a condition on s3:prefix need not hold for that check).
-        _allow("ListStatus", ["s3:ListBucket"], [bucket.bucket_arn], in_this_account()),
+        allow("ListStatus", ["s3:ListBucket"], [bucket.bucket_arn], in_this_account()),
         # The agents' objects (read; deleted at teardown) and the controller's own state.
-        _allow(
+        allow(
             "ReadWriteStatus",
             ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
             [
@@ -291,12 +289,12 @@ def build_controller_role(
         # configured (encryption, public access block, lifecycle, policy, tags), emptied and deleted
         # by the controller; no other bucket. Creating makes a bucket of this account by definition
         # (and there is no owner yet to name); everything after names this account's buckets only.
-        _allow(
+        allow(
             "CreateTransportBuckets",
             ["s3:CreateBucket", "s3:PutBucketOwnershipControls"],
             [transport_buckets],
         ),
-        _allow(
+        allow(
             "TransportBuckets",
             [
                 "s3:PutEncryptionConfiguration",
@@ -312,14 +310,14 @@ def build_controller_role(
             [transport_buckets],
             in_this_account(),
         ),
-        _allow(
+        allow(
             "EmptyTransportBuckets",
             ["s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload"],
             [transport_objects],
             in_this_account(),
         ),
         # Encrypted io2 volumes with our key: EC2 uses a grant on the caller's behalf.
-        _allow(
+        allow(
             "UseKey",
             [
                 "kms:Decrypt",
@@ -333,7 +331,7 @@ def build_controller_role(
             # Only through EC2 (volumes) and S3 (status objects, plan).
             {"StringEquals": {"kms:ViaService": [via("ec2"), via("s3")]}},
         ),
-        _allow(
+        allow(
             "GrantKeyToEbs",
             ["kms:CreateGrant"],
             [key_arn],
@@ -359,136 +357,10 @@ def allow_describe_executions(scope: Construct, role: iam.IRole, machine: sfn.IS
     policy = iam.Policy(
         scope,
         "ControllerDescribesWarms",
-        statements=[_allow("DescribeWarmExecutions", ["states:DescribeExecution"], [executions])],
+        statements=[allow("DescribeWarmExecutions", ["states:DescribeExecution"], [executions])],
     )
     policy.attach_to_role(role)
     return policy
-
-
-def check_destination_regions(scope: Construct, regions: Sequence[str]) -> tuple[str, ...]:
-    """The `destination_regions` prop: region names, none twice, not the stack's own."""
-    own = Stack.of(scope).region
-    for r in regions:
-        if not inputs.matches(inputs.AWS_REGION, r):
-            raise ValueError(f"destination_regions: {r!r} is not a region name (e.g. us-west-2)")
-        if not Token.is_unresolved(own) and r == own:
-            raise ValueError(f"destination_regions: {r} is the stack's own region (same-region: the default)")
-    if len(set(regions)) != len(regions):
-        raise ValueError(f"destination_regions: {', '.join(regions)} names a region twice")
-    return tuple(regions)
-
-
-@dataclass(frozen=True)
-class RemoteRegion:
-    """What the controller's IAM is told of a destination region's resources (region.py)."""
-
-    region: str
-    vpc_id: str
-    launch_template_id: str
-    security_group_id: str
-    populator_role_arn: str
-    key_arn: str
-    documents: Sequence[str]
-
-
-def remote_statements(r: RemoteRegion, stack_tag: str) -> list[iam.PolicyStatement]:
-    """A cross-region S3 warm's populators (docs/transport-s3.md, Cross-region): launched from the
-    region's own launch template only (its id, not a tag), into its fixed VPC, with its security
-    group; tagged, commanded and terminated under the same tag scoping as at home; commands only with
-    the stack's documents there. Every ARN names `r.region`."""
-    sid = "Remote" + "".join(p.capitalize() for p in r.region.split("-"))
-
-    def ec2_arn(resource: str, account: str = Aws.ACCOUNT_ID) -> str:
-        return f"arn:{Aws.PARTITION}:ec2:{r.region}:{account}:{resource}"
-
-    instances, volumes = ec2_arn("instance/*"), ec2_arn("volume/*")
-    template = ec2_arn(f"launch-template/{r.launch_template_id}")
-    managed_request = {
-        "StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": stack_tag}
-    }
-    managed_resource = {
-        "StringEquals": {
-            f"aws:ResourceTag/{tags.MANAGED}": "true",
-            f"aws:ResourceTag/{tags.STACK}": stack_tag,
-        }
-    }
-    via_ec2 = {"StringEquals": {"kms:ViaService": f"ec2.{r.region}.amazonaws.com"}}
-    return [
-        _allow(
-            f"{sid}LaunchTaggedPopulators",
-            ["ec2:RunInstances"],
-            [instances],
-            {**managed_request, "ArnEquals": {"ec2:LaunchTemplate": template}},
-        ),
-        _allow(f"{sid}LaunchFromItsTemplate", ["ec2:RunInstances"], [template]),
-        _allow(
-            f"{sid}LaunchWithItsGroup",
-            ["ec2:RunInstances"],
-            [ec2_arn(f"security-group/{r.security_group_id}")],
-        ),
-        # The subnets (the input's s3.subnet_ids) and the new network interface: in the fixed VPC.
-        _allow(
-            f"{sid}LaunchIntoItsVpc",
-            ["ec2:RunInstances"],
-            [ec2_arn("subnet/*"), ec2_arn("network-interface/*")],
-            {"ArnEquals": {"ec2:Vpc": ec2_arn(f"vpc/{r.vpc_id}")}},
-        ),
-        _allow(
-            f"{sid}LaunchEncryptedRootVolume",
-            ["ec2:RunInstances"],
-            [volumes],
-            {"Bool": {"ec2:Encrypted": "true"}},
-        ),
-        _allow(f"{sid}LaunchImage", ["ec2:RunInstances"], [ec2_arn("image/*", account="")]),
-        _allow(
-            f"{sid}TagOnCreateOnly",
-            ["ec2:CreateTags"],
-            [volumes, instances],
-            {"StringEquals": {"ec2:CreateAction": ["RunInstances"]}},
-        ),
-        _allow(f"{sid}TerminateOurPopulators", ["ec2:TerminateInstances"], [instances], managed_resource),
-        _allow(
-            f"{sid}RunOurDocuments",
-            ["ssm:SendCommand"],
-            [f"arn:{Aws.PARTITION}:ssm:{r.region}:{Aws.ACCOUNT_ID}:document/{d}" for d in r.documents],
-        ),
-        _allow(
-            f"{sid}CommandsToOurPopulators",
-            ["ssm:SendCommand"],
-            [instances],
-            {
-                "StringEquals": {
-                    f"ssm:resourceTag/{tags.MANAGED}": "true",
-                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
-                }
-            },
-        ),
-        _allow(
-            f"{sid}PassPopulatorRole",
-            ["iam:PassRole"],
-            [r.populator_role_arn],
-            {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
-        ),
-        # The populators' encrypted root volumes: EC2 there uses the region's key on the caller's behalf.
-        _allow(
-            f"{sid}UseKeyThroughEc2",
-            [
-                "kms:Decrypt",
-                "kms:DescribeKey",
-                "kms:GenerateDataKeyWithoutPlaintext",
-                "kms:ReEncryptFrom",
-                "kms:ReEncryptTo",
-            ],
-            [r.key_arn],
-            via_ec2,
-        ),
-        _allow(
-            f"{sid}GrantKeyToEbs",
-            ["kms:CreateGrant"],
-            [r.key_arn],
-            {"Bool": {"kms:GrantIsForAWSResource": "true"}, **via_ec2},
-        ),
-    ]
 
 
 def _keep_controller_state_to_the_controller(bucket: s3.Bucket, role: iam.IRole) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 from cachewarm.contract import tags
 
 from cachewarm_controller.awsutil import chunks
-from cachewarm_controller.model import NodePlan, WarmPlan
+from cachewarm_controller.plan import NodePlan, WarmPlan
 
 LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
 # DescribeInstances takes at most 200 values per filter.

@@ -32,7 +32,7 @@ from cachewarm.contract.status import (
 from cachewarm_controller.awsutil import error_code
 from cachewarm_controller.budget import STATUS_READERS
 from cachewarm_controller.errors import TransientError
-from cachewarm_controller.model import Survey, TeardownState, WarmPlan
+from cachewarm_controller.plan import Survey, TeardownState, WarmPlan
 
 StatusMap = dict[tuple[str, str], NodeStatus]  # (role, node_id) -> status
 # (role, node_id) -> the ARN of the instance whose object counts: the node itself for `dump`, its

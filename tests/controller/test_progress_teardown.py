@@ -16,7 +16,8 @@ from cachewarm_controller.errors import (
     WaitTimedOutError,
     WarmTimedOutError,
 )
-from cachewarm_controller.model import NodePlan, RoleRun, parse_input
+from cachewarm_controller.model import parse_input
+from cachewarm_controller.plan import NodePlan, RoleRun
 from cachewarm_controller.steps.progress import assess_node, check_progress
 from cachewarm_controller.steps.teardown import TeardownTarget, teardown, teardown_target
 from cachewarm_controller.steps.verification import verify

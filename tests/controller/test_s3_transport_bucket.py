@@ -107,7 +107,7 @@ def test_every_call_names_the_owner_and_another_accounts_bucket_is_refused(s3: A
 
 
 def test_the_status_store_names_its_owner_on_every_call(s3: Any) -> None:
-    from cachewarm_controller.model import TeardownState, WarmPlan
+    from cachewarm_controller.plan import TeardownState, WarmPlan
     from cachewarm_controller.store import S3Store
 
     s3.create_bucket(Bucket="status", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})

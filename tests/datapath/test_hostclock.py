@@ -13,7 +13,7 @@ from cachewarm.datapath import format as df
 from cachewarm.datapath.format import Record
 from cachewarm.datapath.meta import MetaConnection, ServerClock
 from cachewarm.datapath.metadump import list_keys
-from cachewarm.datapath.populate import loop
+from cachewarm.datapath.populate import clocks
 from cachewarm.datapath.populate.hostclock import (
     HOST_CLOCK_TOLERANCE_S,
     SourceClock,
@@ -123,7 +123,7 @@ def test_files_dumped_before_a_source_jump_are_shortened_once_the_populator_sees
     """The populator looks at the source again while it runs (every CLOCK_REMEASURE_S, here 0.3 s):
     the files it writes after seeing the jump end never after their source; those it wrote before
     may end up to the jump later (a source on another host: docs/reliability.md, what remains)."""
-    monkeypatch.setattr(loop, "CLOCK_REMEASURE_S", 0.3)
+    monkeypatch.setattr(clocks, "CLOCK_REMEASURE_S", 0.3)
     src, dst = memcached(memory_mb=16), memcached(memory_mb=16)
     _stall_to(src, 0.95)  # its clock 0.95 s under its ceiling while the dump measures it
     load(src, [Item(b"j:%d:%d" % (f, i), b"v", 0, 120) for f in range(10) for i in range(20)])

@@ -343,7 +343,7 @@ def test_the_controller_is_told_the_far_regions_vpc_template_documents_and_logs(
 
 def test_a_bad_destination_region_is_refused_at_synth() -> None:
     from aws_cdk import App, Stack
-    from cachewarm_infra.iam import check_destination_regions
+    from cachewarm_infra.iam_remote import check_destination_regions
 
     stack = Stack(App(), "S", env={"region": SOURCE})
     assert check_destination_regions(stack, [FAR]) == (FAR,)

@@ -3,6 +3,8 @@
  * mode) to one connection per destination and reads their replies concurrently, in one poll loop,
  * without the GIL. Its Python twin is populate/send_v2.py (send_py, over MetaConnection); tests run
  * both against real memcacheds.
+ * why this file is long: one poll loop over every destination (pieces out, text and binary replies
+ * in) whose helpers all share its Conn; a third of it is the contract below, the Python API's.
  *
  * send_v2(fds, data, pieces, lines, orders, collect_tags, items_per_second, bytes_per_second, timeout
  *         [, binary])

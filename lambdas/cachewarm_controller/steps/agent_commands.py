@@ -21,7 +21,7 @@ from cachewarm_controller.awsutil import chunks
 from cachewarm_controller.budget import COMMANDS_PER_PASS
 from cachewarm_controller.errors import AgentInstallError, TransportError
 from cachewarm_controller.history import passes
-from cachewarm_controller.model import NodePlan, Probe, RoleRun, WarmPlan
+from cachewarm_controller.plan import NodePlan, Probe, RoleRun, WarmPlan
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, routed
 
 CommandRole = Literal["dump", "populate", "verify"]

@@ -14,7 +14,8 @@ from cachewarm_controller.agents import AgentRunner
 from cachewarm_controller.attach import VolumeAttacher
 from cachewarm_controller.budget import EC2_MUTATIONS_PER_S, Deadline, Pacer
 from cachewarm_controller.errors import PlanError, WaitTimedOutError
-from cachewarm_controller.model import WarmInput, WarmPlan
+from cachewarm_controller.model import WarmInput
+from cachewarm_controller.plan import WarmPlan
 from cachewarm_controller.regions import RegionClients, RegionFactory, RoutedAgents
 from cachewarm_controller.store import S3Store, StatusReader
 

@@ -18,16 +18,9 @@ from cachewarm_controller.awsutil import chunks, tag_value
 from cachewarm_controller.budget import COMMANDS_PER_PASS
 from cachewarm_controller.errors import InvalidInputError, PlanError
 from cachewarm_controller.history import history_problem, passes
-from cachewarm_controller.model import (
-    NodePlan,
-    Probe,
-    Survey,
-    WarmInput,
-    WarmPlan,
-    parse_input,
-    volume_size_gib,
-)
+from cachewarm_controller.model import WarmInput, parse_input, volume_size_gib
 from cachewarm_controller.ownership import new_nonce
+from cachewarm_controller.plan import NodePlan, Probe, Survey, WarmPlan
 from cachewarm_controller.steps.common import Deps, Warm, pass_result, populator_clients, populator_region
 from cachewarm_controller.steps.inventory import (
     candidate_sources,

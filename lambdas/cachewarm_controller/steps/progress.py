@@ -18,7 +18,7 @@ from cachewarm.contract.status import ROLES, NodeStatus, Role
 from cachewarm_controller.agents import FAILED_COMMAND_STATES, NOT_INSTALLED_EXIT, WRONG_VERSION_EXIT
 from cachewarm_controller.budget import COMMAND_LOOKUPS_PER_POLL, REVIVES_PER_POLL
 from cachewarm_controller.errors import NodeFailedError, WarmTimedOutError
-from cachewarm_controller.model import NodePlan, RoleRun
+from cachewarm_controller.plan import NodePlan, RoleRun
 from cachewarm_controller.steps.agent_commands import CommandRole, reconcile, send_roles
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, routed
 from cachewarm_controller.store import StatusMap

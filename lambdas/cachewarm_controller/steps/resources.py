@@ -26,8 +26,9 @@ from cachewarm_controller.errors import (
     TransportError,
 )
 from cachewarm_controller.history import passes
-from cachewarm_controller.model import MULTI_ATTACH_LIMIT, NodePlan, WarmPlan
+from cachewarm_controller.model import MULTI_ATTACH_LIMIT
 from cachewarm_controller.ownership import populator_token, volume_request
+from cachewarm_controller.plan import NodePlan, WarmPlan
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, populator_clients
 from cachewarm_controller.steps.inventory import describe_instances
 

@@ -36,7 +36,6 @@ from cachewarm_controller.budget import TEARDOWN_CALLS_PER_PASS
 from cachewarm_controller.errors import InvalidInputError, WaitTimedOutError
 from cachewarm_controller.events import TeardownEvent, parse_event
 from cachewarm_controller.history import TEARDOWN_MAX_PASSES
-from cachewarm_controller.model import TeardownState, WarmPlan
 from cachewarm_controller.ownership import (
     live_instances,
     live_volumes,
@@ -45,6 +44,7 @@ from cachewarm_controller.ownership import (
     recover_volumes,
     volume_ids,
 )
+from cachewarm_controller.plan import TeardownState, WarmPlan
 from cachewarm_controller.steps.common import Deps, backoff_seconds, populator_region, routed
 from cachewarm_controller.steps.inventory import Inventory, describe_instances
 

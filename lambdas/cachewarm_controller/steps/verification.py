@@ -16,7 +16,7 @@ from cachewarm_controller.agents import FAILED_COMMAND_STATES
 from cachewarm_controller.budget import COMMAND_LOOKUPS_PER_POLL, COMMANDS_PER_PASS
 from cachewarm_controller.errors import VerifyFailedError
 from cachewarm_controller.history import passes
-from cachewarm_controller.model import NodePlan, WarmPlan
+from cachewarm_controller.plan import NodePlan, WarmPlan
 from cachewarm_controller.steps.agent_commands import reconcile, send_roles
 from cachewarm_controller.steps.common import Deps, Warm, load_plan, pass_result, routed
 

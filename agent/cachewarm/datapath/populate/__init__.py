@@ -1,6 +1,9 @@
 """The populator: verified data files -> destination memcached(s). `config` (what it is told), `worker`
 (one file, in a pool process), `state` (what it remembers), `destinations` (what each can hold,
-restarts, evictions), `report` (the summary and the keys never sent), `loop` (the rounds, until DONE)."""
+evictions), `restarts` (a destination that came back empty), `clocks` (the destinations' and the
+source's clocks while it runs), `liveops` (add mode's re-check, decided up front), `volume` (the dump
+directory as a remounted volume shows it), `finish` (applied against DONE, then judged), `report`
+(the summary and the keys never sent), `loop` (the rounds, until DONE)."""
 
 from cachewarm.datapath.encode import Mode
 from cachewarm.datapath.populate.config import (
