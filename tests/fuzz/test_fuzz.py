@@ -59,12 +59,13 @@ def corpus_dir(tmp_path: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def fuzz_build() -> Path:
     """Configure and build the libFuzzer targets with clang (incremental after the first time)."""
-    clang = shutil.which("clang++")
-    if clang is None:
-        pytest.skip("clang++ is not installed (make deps-apt installs it): libFuzzer targets not run")
+    clang, clang_c = shutil.which("clang++"), shutil.which("clang")
+    if clang is None or clang_c is None:
+        pytest.skip("clang is not installed (make deps-apt installs it): libFuzzer targets not run")
+    # Both compilers clang: the parsers call the C wire core (core/*.c), built with the same sanitizers.
     cfg = subprocess.run(
         ["cmake", "-S", str(REPO / "dumper-cpp"), "-B", str(BUILD), "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-         f"-DCMAKE_CXX_COMPILER={clang}", "-DCACHEWARM_FUZZ=ON"],
+         f"-DCMAKE_CXX_COMPILER={clang}", f"-DCMAKE_C_COMPILER={clang_c}", "-DCACHEWARM_FUZZ=ON"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
