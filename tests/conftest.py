@@ -178,6 +178,22 @@ def _xdist_groups(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse a worker whose groups xdist will not honour. `--dist loadgroup` learns an item's group
+    from a `@group` suffix xdist's own hook writes into the node id (after ours, which adds the marks);
+    a pytest whose node ids ignore that write (9.2 with xdist 3.8) spreads every group over the
+    workers without a word: two workers then build the fuzzers into one directory at once, attach the
+    same loop devices, or start a module's servers twice."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist ignores the xdist_group marks under this pytest ({pytest.__version__}): "
+            f"{len(lost)} grouped tests have no @group in their ids, e.g. {lost[0]} (pin pytest as pyproject.toml does)"
+        )
+
+
 @pytest.fixture
 def warm_mode(request: pytest.FixtureRequest) -> str:
     """ "files" or "stream" (parametrized by pytest_generate_tests); `warm_args` gives its flags."""
