@@ -190,7 +190,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if lost:
         raise pytest.UsageError(
             f"pytest-xdist ignores the xdist_group marks under this pytest ({pytest.__version__}): "
-            f"{len(lost)} grouped tests have no @group in their ids, e.g. {lost[0]} (pin pytest as pyproject.toml does)"
+            f"{len(lost)} grouped tests have no @group in their ids, e.g. {lost[0]} "
+            "(pin pytest as pyproject.toml does)"
         )
 
 
