@@ -109,6 +109,8 @@ long cw_base64_decode(const char *src, size_t n, unsigned char *out);
  * `\n` or NUL (CW_KEY_RAW: measured on 1.6.18, 1.6.38 and 1.6.45, docs/data-format.md); CW_KEY_NONE:
  * only the binary protocol names it. */
 enum { CW_KEY_NONE = 0, CW_KEY_PLAIN = 1, CW_KEY_BASE64 = 2, CW_KEY_RAW = 3 };
+/* Whether the key travels as it is (CW_KEY_PLAIN): 1..250 bytes of 0x21..0x7E. */
+int cw_key_is_plain(const unsigned char *key, size_t n);
 /* Writes the key's token (at most 250 bytes) to out and its kind to *kind; returns the token's length
  * (0 with CW_KEY_NONE). */
 size_t cw_key_token(char *out, const unsigned char *key, size_t n, int *kind);

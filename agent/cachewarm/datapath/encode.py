@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.placement import Placer
-from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY, PLAIN_KEY_BYTES
+from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY
 
 if TYPE_CHECKING:
     from cachewarm.datapath.populate.hostclock import SourceClock
@@ -65,15 +65,13 @@ _ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
 
 
 def configure_speedups() -> None:
-    """Hand the C loop the format's sizes and limits and the rules above (it restates none)."""
+    """Hand the C loop the format's sizes and limits and the rules above (the key rules are the
+    core's: dumper-cpp/core/key_token.c)."""
     if _speedups is not None:
         _speedups.configure(
             df.RECORD_FIXED,
             df.MAX_KEY_LEN,
             df.NEVER_EXPIRES,
-            PLAIN_KEY_BYTES[0],
-            PLAIN_KEY_BYTES[1],
-            MAX_WIRE_KEY,
             ITEM_FLAGS_SUFFIX,
             EXPIRY_MARGIN,
         )
