@@ -16,12 +16,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cachewarm.datapath import _speedups  # required (setup.py)
 from cachewarm.datapath.wire import MAX_BINARY_KEY, is_plain_key
-
-try:
-    from cachewarm.datapath import _speedups
-except ImportError:  # pragma: no cover - exercised where no C compiler was available
-    _speedups = None  # type: ignore[assignment]
 
 MAX_KEY_LEN = 250
 NEVER_EXPIRES = -1
@@ -107,8 +103,6 @@ def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0, stamped: 
     """The record at `pos` (record number `n`, for messages), checked as section 7.2 says; `stamped`:
     a version 3 record (section 8.2), its stamp first. The reader is the dumper's and the populator's
     C walk's (dumper-cpp/core/record_v2.c)."""
-    if _speedups is None:
-        raise RuntimeError("reading version 2 and 3 data files needs the populator's C extension: build it")
     try:
         key, flags, expiry, vstart, vlen, nxt, binary, mode_at, cas, exp = _speedups.record_parse(
             data, pos, end, stamped
