@@ -41,3 +41,9 @@ void cw_bin_add_head(unsigned char *out, size_t key_len, uint32_t value_len, uin
 void cw_bin_key_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque) {
   header(out, opcode, key_len, 0, (uint32_t)key_len, opaque);
 }
+
+void cw_bin_cas_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque, uint64_t cas) {
+  cw_bin_key_request(out, opcode, key_len, opaque);
+  put32(out + 16, (uint32_t)(cas >> 32));
+  put32(out + 20, (uint32_t)cas);
+}

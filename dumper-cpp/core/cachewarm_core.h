@@ -2,14 +2,15 @@
  * extension (agent/cachewarm/datapath/): one implementation of each rule, one idea per file.
  *
  *   binary_request.c  memcached's binary protocol requests: the stores (ADD, ADDQ, SETQ), key-only
- *                     requests (GETK, NOOP)
+ *                     requests (GETK, GETKQ, NOOP, DELETE with a CAS)
  *   binary_reply.c    a binary response's header (status, opaque, CAS)
  *   key_token.c       how a meta command names a key (plain, base64 + `b`, raw, or not at all)
  *   text_codec.c      decimal numbers and base64 on a command line
  *   record_v2.c       data format v2/v3 records: the writer's encoding and check 4's reader
  *   store_lines.c     the text commands that store an item: `ms ... MS|ME q[ O<n>]` and `add`
- *   meta_lines.c      the re-check's meta commands: `mg <key> c t s q O<n>` (a look without the
- *                     value), `md <key> C<cas> q O<n>` (a CAS-guarded delete), and their replies
+ *   meta_lines.c      the meta commands: `mg <key> <flags>[ O<n>]` (the populator's reads and target
+ *                     check; the re-check's `mg <key> c t s q O<n>`, a look without the value),
+ *                     `md <key> C<cas> q O<n>` (a CAS-guarded delete), and their replies
  *   recheck.c         the re-check's decisions (docs/reliability.md "Live traffic during the warm")
  *   read_stamp.c      what the dumper read of an item (cw_read) as the re-check receives it: 24 bytes
  *
@@ -34,6 +35,7 @@ extern "C" {
 #define CW_BIN_RESPONSE 0x81
 #define CW_BIN_OP_GET 0x00
 #define CW_BIN_OP_ADD 0x02
+#define CW_BIN_OP_DELETE 0x04
 #define CW_BIN_OP_NOOP 0x0a
 #define CW_BIN_OP_GETK 0x0c
 #define CW_BIN_OP_GETKQ 0x0d
@@ -56,6 +58,8 @@ void cw_bin_store_head(unsigned char *out, uint8_t opcode, size_t key_len, uint3
                        uint32_t expiration, uint32_t opaque);
 /* A 24-byte request header with a key of key_len bytes and nothing else (GETK, GETKQ; NOOP: 0). */
 void cw_bin_key_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque);
+/* The same with a CAS (DELETE: deletes the item only while its CAS is still `cas`). */
+void cw_bin_cas_request(unsigned char *out, uint8_t opcode, size_t key_len, uint32_t opaque, uint64_t cas);
 
 typedef struct {
   uint8_t opcode;
@@ -105,12 +109,24 @@ long cw_base64_decode(const char *src, size_t n, unsigned char *out);
  * `\n` or NUL (CW_KEY_RAW: measured on 1.6.18, 1.6.38 and 1.6.45, docs/data-format.md); CW_KEY_NONE:
  * only the binary protocol names it. */
 enum { CW_KEY_NONE = 0, CW_KEY_PLAIN = 1, CW_KEY_BASE64 = 2, CW_KEY_RAW = 3 };
+/* Whether the key travels as it is (CW_KEY_PLAIN): 1..250 bytes of 0x21..0x7E. */
+int cw_key_is_plain(const unsigned char *key, size_t n);
 /* Writes the key's token (at most 250 bytes) to out and its kind to *kind; returns the token's length
  * (0 with CW_KEY_NONE). */
 size_t cw_key_token(char *out, const unsigned char *key, size_t n, int *kind);
 
 /* The longest line below (a 250-byte token, flags, 20-digit numbers), rounded up. */
 #define CW_MAX_META_LINE 320
+/* The longest flags cw_mg_line takes (the longest line it writes then fits CW_MAX_META_LINE). */
+#define CW_MAX_MG_FLAGS 32
+/* `mg <token>[ b][ <flags>][ O<opaque>]\r\n`: a meta get of a key named by its token (cw_key_token;
+ * ` b` when it is base64). flags: meta flags apart by spaces ("v f t q"; "" for none); tagged: with
+ * O<opaque>, which ties the reply to its request whatever form the echoed key takes. Returns the
+ * length. */
+size_t cw_mg_token_line(char *out, const char *tok, size_t tok_len, int b64, const char *flags, int tagged,
+                        uint64_t opaque);
+/* The same for a key; 0 when no meta command names it. */
+size_t cw_mg_line(char *out, const unsigned char *key, size_t n, const char *flags, int tagged, uint64_t opaque);
 /* `mg <token>[ b] c t s q O<opaque>\r\n`: the item's CAS, remaining TTL and value size, no value;
  * a miss says nothing (q), a hit `HD c<cas> t<ttl> s<size> O<opaque>`. Returns the length, 0 when no
  * meta command names the key. */

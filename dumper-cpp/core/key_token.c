@@ -3,16 +3,21 @@
 
 #include "cachewarm_core.h"
 
+int cw_key_is_plain(const unsigned char *key, size_t n) {
+  if (n < 1 || n > CW_MAX_KEY) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (key[i] < 0x21 || key[i] > 0x7e) return 0;
+  return 1;
+}
+
 size_t cw_key_token(char *out, const unsigned char *key, size_t n, int *kind) {
   *kind = CW_KEY_NONE;
   if (n < 1 || n > CW_MAX_KEY) return 0;
-  int plain = 1, text = 1;
-  for (size_t i = 0; i < n; i++) {
-    if (key[i] < 0x21 || key[i] > 0x7e) plain = 0;
+  int text = 1;
+  for (size_t i = 0; i < n; i++)
     /* a space ends the token, `\n` the line; 1.6.18 and 1.6.38 end the command at a NUL */
     if (key[i] == ' ' || key[i] == '\n' || key[i] == 0) text = 0;
-  }
-  if (plain) {
+  if (cw_key_is_plain(key, n)) {
     memcpy(out, key, n);
     *kind = CW_KEY_PLAIN;
     return n;

@@ -1,4 +1,4 @@
-/* The re-check's meta commands and their replies (memcached's proto_text.c / proto_parser.c). */
+/* The meta commands (mg, md) and their replies (memcached's proto_text.c / proto_parser.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,13 +21,34 @@ static size_t command(char *out, const char *cmd, const unsigned char *key, size
   return o;
 }
 
-size_t cw_mg_look_line(char *out, const unsigned char *key, size_t n, uint64_t opaque) {
-  size_t o = command(out, "mg ", key, n);
-  if (o == 0) return 0;
-  o += put(out + o, " c t s q O");
-  o += cw_put_u64(out + o, opaque);
+size_t cw_mg_token_line(char *out, const char *tok, size_t tok_len, int b64, const char *flags, int tagged,
+                        uint64_t opaque) {
+  size_t o = put(out, "mg ");
+  memcpy(out + o, tok, tok_len);
+  o += tok_len;
+  if (b64) o += put(out + o, " b");
+  if (flags[0]) {
+    out[o++] = ' ';
+    o += put(out + o, flags);
+  }
+  if (tagged) {
+    o += put(out + o, " O");
+    o += cw_put_u64(out + o, opaque);
+  }
   o += put(out + o, "\r\n");
   return o;
+}
+
+size_t cw_mg_line(char *out, const unsigned char *key, size_t n, const char *flags, int tagged, uint64_t opaque) {
+  char tok[CW_MAX_KEY];
+  int kind;
+  const size_t t = cw_key_token(tok, key, n, &kind);
+  if (kind == CW_KEY_NONE) return 0;
+  return cw_mg_token_line(out, tok, t, kind == CW_KEY_BASE64, flags, tagged, opaque);
+}
+
+size_t cw_mg_look_line(char *out, const unsigned char *key, size_t n, uint64_t opaque) {
+  return cw_mg_line(out, key, n, "c t s q", 1, opaque);
 }
 
 size_t cw_md_cas_line(char *out, const unsigned char *key, size_t n, uint64_t cas, uint64_t opaque) {

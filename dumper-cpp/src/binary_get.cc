@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "cachewarm_core.h"
 #include "env.h"
 #include "format.h"
 
@@ -21,32 +22,7 @@ constexpr int kProbeTimeoutMs = 3000;
 // Requests per round trip: small enough that the requests always fit the socket buffers (no
 // deadlock with a server that stops reading while its responses are not read).
 constexpr size_t kGroup = 32;
-
-uint16_t Be16(const char* p) { return uint16_t((uint8_t(p[0]) << 8) | uint8_t(p[1])); }
-uint32_t Be32(const char* p) {
-  return (uint32_t(uint8_t(p[0])) << 24) | (uint32_t(uint8_t(p[1])) << 16) | (uint32_t(uint8_t(p[2])) << 8) |
-         uint32_t(uint8_t(p[3]));
-}
-void PutBe16(char* p, uint16_t v) {
-  p[0] = char(v >> 8);
-  p[1] = char(v);
-}
-void PutBe32(char* p, uint32_t v) {
-  p[0] = char(v >> 24);
-  p[1] = char(v >> 16);
-  p[2] = char(v >> 8);
-  p[3] = char(v);
-}
 }  // namespace
-
-void binproto::EncodeRequest(char* dst, uint8_t opcode, uint16_t keylen, uint32_t opaque) {
-  std::memset(dst, 0, kHeader);
-  dst[0] = char(kRequest);
-  dst[1] = char(opcode);
-  PutBe16(dst + 2, keylen);
-  PutBe32(dst + 8, keylen);  // total body: the key (no extras, no value)
-  PutBe32(dst + 12, opaque);
-}
 
 BinaryGetter::BinaryGetter(std::string host, int port, size_t buffer_bytes)
     : host_(std::move(host)), port_(port), buf_(new char[std::max<size_t>(buffer_bytes, 4096)]),
@@ -125,12 +101,13 @@ Status BinaryGetter::ReadExact(char* dst, size_t n, int timeout_ms) {
 Status BinaryGetter::Open() {
   opened_ = true;
   if (fd_ < 0) CW_RETURN_IF_ERROR(conn_.Connect(host_, port_, kConnectTimeoutMs));
-  char probe[binproto::kHeader];
-  binproto::EncodeRequest(probe, binproto::kNoop, 0, 0xffffffffu);
-  char h[binproto::kHeader] = {0};
-  Status s = Send(Slice(probe, sizeof probe));
-  if (s.ok()) s = ReadExact(h, sizeof h, kProbeTimeoutMs);
-  if (!s.ok() || uint8_t(h[0]) != binproto::kResponse || uint8_t(h[1]) != binproto::kNoop || Be32(h + 8) != 0) {
+  unsigned char probe[CW_BIN_HEADER];
+  cw_bin_key_request(probe, CW_BIN_OP_NOOP, 0, 0xffffffffu);
+  unsigned char h[CW_BIN_HEADER] = {0};
+  Status s = Send(Slice(reinterpret_cast<const char*>(probe), sizeof probe));
+  if (s.ok()) s = ReadExact(reinterpret_cast<char*>(h), sizeof h, kProbeTimeoutMs);
+  cw_bin_reply r;
+  if (!s.ok() || cw_bin_reply_parse(h, sizeof h, &r) != 1 || r.opcode != CW_BIN_OP_NOOP || r.body_len != 0) {
     unavailable_ = "memcached at " + host_ + ":" + std::to_string(port_) +
                    " does not answer the binary protocol (started with -B ascii?)" +
                    (s.ok() ? std::string(": unexpected answer to a NOOP") : ": " + s.message()) +
@@ -143,34 +120,33 @@ Status BinaryGetter::Open() {
 Status BinaryGetter::Group(const std::vector<std::string>& keys, size_t begin, size_t end, const ValueFn& on_value,
                            const PieceFn& on_piece, const FailedFn& on_failed) {
   std::string req;
+  unsigned char h[CW_BIN_HEADER];
   for (size_t i = begin; i < end; i++) {
-    char h[binproto::kHeader];
-    binproto::EncodeRequest(h, binproto::kGetKQ, uint16_t(keys[i].size()), uint32_t(i));
-    req.append(h, sizeof h);
+    cw_bin_key_request(h, CW_BIN_OP_GETKQ, keys[i].size(), uint32_t(i));
+    req.append(reinterpret_cast<const char*>(h), sizeof h);
     req += keys[i];
   }
-  char noop[binproto::kHeader];
-  binproto::EncodeRequest(noop, binproto::kNoop, 0, 0xffffffffu);
-  req.append(noop, sizeof noop);
+  cw_bin_key_request(h, CW_BIN_OP_NOOP, 0, 0xffffffffu);
+  req.append(reinterpret_cast<const char*>(h), sizeof h);
   CW_RETURN_IF_ERROR(Send(req));
   for (;;) {
-    char h[binproto::kHeader];
-    CW_RETURN_IF_ERROR(ReadExact(h, sizeof h, kIoTimeoutMs));
-    if (uint8_t(h[0]) != binproto::kResponse)
-      return Status::Protocol("binary protocol response with magic " + std::to_string(uint8_t(h[0])));
-    const uint8_t op = uint8_t(h[1]);
-    const uint16_t keylen = Be16(h + 2);
-    const uint8_t extlen = uint8_t(h[4]);
-    const uint16_t status = Be16(h + 6);
-    const uint32_t body = Be32(h + 8);
-    const uint32_t opaque = Be32(h + 12);
-    const uint64_t cas = uint64_t(Be32(h + 16)) << 32 | Be32(h + 20);
+    CW_RETURN_IF_ERROR(ReadExact(reinterpret_cast<char*>(h), sizeof h, kIoTimeoutMs));
+    cw_bin_reply r;
+    if (cw_bin_reply_parse(h, sizeof h, &r) != 1)
+      return Status::Protocol("binary protocol response with magic " + std::to_string(h[0]));
+    const uint8_t op = r.opcode;
+    const uint16_t keylen = r.key_len;
+    const uint8_t extlen = r.extras_len;
+    const uint16_t status = r.status;
+    const uint32_t body = r.body_len;
+    const uint32_t opaque = r.opaque;
+    const uint64_t cas = r.cas;
     if (uint64_t(extlen) + keylen > body) return Status::Protocol("binary protocol response with a short body");
-    if (op == binproto::kNoop) {
+    if (op == CW_BIN_OP_NOOP) {
       if (body != 0) return Status::Protocol("binary protocol NOOP response with a body");
       return Status::OK();
     }
-    if (op != binproto::kGetKQ || opaque < begin || opaque >= end)
+    if (op != CW_BIN_OP_GETKQ || opaque < begin || opaque >= end)
       return Status::Protocol("unexpected binary protocol response (opcode " + std::to_string(op) + ", opaque " +
                               std::to_string(opaque) + ")");
     if (status != 0) {
@@ -183,7 +159,7 @@ Status BinaryGetter::Group(const std::vector<std::string>& keys, size_t begin, s
         CW_RETURN_IF_ERROR(ReadExact(skip, k, kIoTimeoutMs));
         left -= k;
       }
-      if (status == binproto::kKeyNotFound) continue;  // GETKQ is quiet on a miss; tolerate it anyway
+      if (status == CW_BIN_NOT_FOUND) continue;  // GETKQ is quiet on a miss; tolerate it anyway
       char code[16];
       std::snprintf(code, sizeof code, "0x%04x", status);
       for (char& c : msg)
@@ -192,12 +168,13 @@ Status BinaryGetter::Group(const std::vector<std::string>& keys, size_t begin, s
       continue;
     }
     if (extlen != 4) return Status::Protocol("binary GETK hit without 4 bytes of flags");
-    char head[4 + 255];
-    CW_RETURN_IF_ERROR(ReadExact(head, size_t(extlen) + keylen, kIoTimeoutMs));
-    if (Slice(head + 4, keylen) != Slice(keys[opaque]))
+    unsigned char head[4 + 255];
+    CW_RETURN_IF_ERROR(ReadExact(reinterpret_cast<char*>(head), size_t(extlen) + keylen, kIoTimeoutMs));
+    if (Slice(reinterpret_cast<const char*>(head) + 4, keylen) != Slice(keys[opaque]))
       return Status::Protocol("binary GETK answered another key than the one asked for");
     const uint32_t vlen = body - extlen - keylen;
-    CW_RETURN_IF_ERROR(on_value(opaque, Be32(head), vlen, cas));
+    const uint32_t flags = uint32_t(head[0]) << 24 | uint32_t(head[1]) << 16 | uint32_t(head[2]) << 8 | head[3];
+    CW_RETURN_IF_ERROR(on_value(opaque, flags, vlen, cas));
     for (uint32_t left = vlen; left > 0;) {
       if (pos_ == filled_) CW_RETURN_IF_ERROR(Fill(kIoTimeoutMs));
       const size_t take = std::min<size_t>(left, filled_ - pos_);

@@ -66,14 +66,4 @@ class BinaryGetter {
   size_t cap_, pos_ = 0, filled_ = 0;
 };
 
-// Binary protocol constants (memcached's protocol_binary.h).
-namespace binproto {
-constexpr uint8_t kRequest = 0x80, kResponse = 0x81;
-constexpr uint8_t kGetKQ = 0x0d, kNoop = 0x0a;
-constexpr uint16_t kKeyNotFound = 0x0001;
-constexpr size_t kHeader = 24;
-// A request header for `opcode` with a key of `keylen` bytes and no extras.
-void EncodeRequest(char* dst, uint8_t opcode, uint16_t keylen, uint32_t opaque);
-}  // namespace binproto
-
 }  // namespace cachewarm

@@ -25,7 +25,6 @@ constexpr size_t kCompareBatch = 32;
 constexpr int kLookRounds = 4;
 // Looks at a destination holding a client's value before it is left and reported (recheck.py).
 constexpr int kMaxRounds = 3;
-constexpr uint8_t kBinDelete = 0x04;
 
 double Mono() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -186,8 +185,7 @@ Status GuardedDeletes(Lines* c, const Endpoint& ep, const std::string& keys, con
   for (size_t j : binary) {
     const RecheckEntry& e = es[todo[j].first];
     unsigned char req[CW_BIN_HEADER + CW_MAX_KEY];
-    cw_bin_key_request(req, kBinDelete, e.key_len, uint32_t(j));
-    for (int i = 0; i < 8; i++) req[16 + i] = (unsigned char)(todo[j].second >> (56 - 8 * i));
+    cw_bin_cas_request(req, CW_BIN_OP_DELETE, e.key_len, uint32_t(j), todo[j].second);
     std::memcpy(req + CW_BIN_HEADER, U(keys, e), e.key_len);
     CW_RETURN_IF_ERROR(b.SendAll(Slice(reinterpret_cast<const char*>(req), CW_BIN_HEADER + e.key_len), kIoTimeoutMs));
     std::string got;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "binary_get.h"
+#include "cachewarm_core.h"
 #include "testutil.h"
 
 namespace cachewarm {
@@ -15,8 +16,8 @@ namespace {
 
 std::string Response(uint8_t op, uint16_t status, uint32_t opaque, const std::string& extras, const std::string& key,
                      const std::string& value) {
-  std::string h(binproto::kHeader, '\0');
-  h[0] = char(binproto::kResponse);
+  std::string h(CW_BIN_HEADER, '\0');
+  h[0] = char(CW_BIN_RESPONSE);
   h[1] = char(op);
   h[2] = char(key.size() >> 8);
   h[3] = char(key.size());
@@ -43,23 +44,23 @@ bool ReadN(int fd, std::string* out, size_t n) {
 // A server that holds `items` (key -> (flags, value)) and refuses `refused` with status 0x0020.
 void Serve(int fd, const std::map<std::string, std::pair<uint32_t, std::string>>& items, const std::string& refused) {
   std::string h, key;
-  while (ReadN(fd, &h, binproto::kHeader)) {
+  while (ReadN(fd, &h, CW_BIN_HEADER)) {
     const uint8_t op = uint8_t(h[1]);
     const size_t keylen = (uint8_t(h[2]) << 8) | uint8_t(h[3]);
     const uint32_t opaque = (uint32_t(uint8_t(h[12])) << 24) | (uint32_t(uint8_t(h[13])) << 16) |
                             (uint32_t(uint8_t(h[14])) << 8) | uint8_t(h[15]);
     if (!ReadN(fd, &key, keylen)) return;
     std::string out;
-    if (op == binproto::kNoop) {
-      out = Response(binproto::kNoop, 0, opaque, "", "", "");
+    if (op == CW_BIN_OP_NOOP) {
+      out = Response(CW_BIN_OP_NOOP, 0, opaque, "", "", "");
     } else if (key == refused) {
-      out = Response(binproto::kGetKQ, 0x20, opaque, "", "", "Auth failure");
+      out = Response(CW_BIN_OP_GETKQ, 0x20, opaque, "", "", "Auth failure");
     } else {
       auto it = items.find(key);
       if (it == items.end()) continue;  // quiet miss
       const uint32_t f = it->second.first;
       const std::string flags = {char(f >> 24), char(f >> 16), char(f >> 8), char(f)};
-      out = Response(binproto::kGetKQ, 0, opaque, flags, key, it->second.second);
+      out = Response(CW_BIN_OP_GETKQ, 0, opaque, flags, key, it->second.second);
     }
     if (SocketWrite(fd, out.data(), out.size()) != ssize_t(out.size())) return;
   }

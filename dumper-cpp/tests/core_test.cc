@@ -61,6 +61,12 @@ TEST(Core, BinaryRequests) {
       EXPECT_EQ(ToHex(out, sizeof out), c[4]);
       continue;
     }
+    if (c[0] == "cas") {
+      unsigned char out[CW_BIN_HEADER];
+      cw_bin_cas_request(out, uint8_t(N(c[1])), N(c[2]), uint32_t(N(c[3])), N(c[4]));
+      EXPECT_EQ(ToHex(out, sizeof out), c[5]);
+      continue;
+    }
     unsigned char out[CW_BIN_ADD_HEAD];
     cw_bin_add_head(out, N(c[0]), uint32_t(N(c[1])), uint32_t(N(c[2])), uint32_t(N(c[3])), uint32_t(N(c[4])));
     EXPECT_EQ(ToHex(out, sizeof out), c[5]) << c[0];
@@ -134,6 +140,10 @@ TEST(Core, MetaLines) {
     char out[CW_MAX_META_LINE];
     if (c[0] == "look") {
       EXPECT_EQ(ToHex(out, cw_mg_look_line(out, U(k), k.size(), N(c[2]))), c[3]) << c[1];
+    } else if (c[0] == "mg") {
+      const bool tagged = c[3] != "-";
+      const size_t n = cw_mg_line(out, U(k), k.size(), FromHex(c[2]).c_str(), tagged, tagged ? N(c[3]) : 0);
+      EXPECT_EQ(ToHex(out, n), c[4]) << c[1];
     } else {
       EXPECT_EQ(ToHex(out, cw_md_cas_line(out, U(k), k.size(), N(c[2]), N(c[3]))), c[4]) << c[1];
     }

@@ -31,6 +31,21 @@ def allow(
     )
 
 
+def commands_to_our_populators(sid: str, instances: str, stack_tag: str) -> iam.PolicyStatement:
+    """SSM commands to the populators this stack launched only (tags only the controller can set)."""
+    return allow(
+        sid,
+        ["ssm:SendCommand"],
+        [instances],
+        {
+            "StringEquals": {
+                f"ssm:resourceTag/{tags.MANAGED}": "true",
+                f"ssm:resourceTag/{tags.STACK}": stack_tag,
+            }
+        },
+    )
+
+
 # IAM's policy variable for the instance a request was signed from (instance-profile credentials).
 OWN_INSTANCE_ARN = "${ec2:SourceInstanceARN}"
 # The controller's own state (cachewarm.contract.status.CONTROLLER_ROOT).
@@ -253,17 +268,7 @@ def build_controller_role(
         # replica nodes (cachewarm:replica). IAM evaluates a condition against every resource of
         # the request, so documents and instances are allowed by separate statements.
         allow("RunOurDocuments", ["ssm:SendCommand"], _document_arns(scope, documents)),
-        allow(
-            "CommandsToOurPopulators",
-            ["ssm:SendCommand"],
-            [instances],
-            {
-                "StringEquals": {
-                    f"ssm:resourceTag/{tags.MANAGED}": "true",
-                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
-                }
-            },
-        ),
+        commands_to_our_populators("CommandsToOurPopulators", instances, stack_tag),
         allow(
             "CommandsToReplicaNodes",
             ["ssm:SendCommand"],

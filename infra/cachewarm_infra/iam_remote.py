@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from cachewarm_infra.contract import inputs, tags
-from cachewarm_infra.iam import allow
+from cachewarm_infra.iam import allow, commands_to_our_populators
 
 
 def check_destination_regions(scope: Construct, regions: Sequence[str]) -> tuple[str, ...]:
@@ -101,17 +101,7 @@ def remote_statements(r: RemoteRegion, stack_tag: str) -> list[iam.PolicyStateme
             ["ssm:SendCommand"],
             [f"arn:{Aws.PARTITION}:ssm:{r.region}:{Aws.ACCOUNT_ID}:document/{d}" for d in r.documents],
         ),
-        allow(
-            f"{sid}CommandsToOurPopulators",
-            ["ssm:SendCommand"],
-            [instances],
-            {
-                "StringEquals": {
-                    f"ssm:resourceTag/{tags.MANAGED}": "true",
-                    f"ssm:resourceTag/{tags.STACK}": stack_tag,
-                }
-            },
-        ),
+        commands_to_our_populators(f"{sid}CommandsToOurPopulators", instances, stack_tag),
         allow(
             f"{sid}PassPopulatorRole",
             ["iam:PassRole"],

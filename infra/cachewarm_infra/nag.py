@@ -3,6 +3,7 @@ on any other finding, and on an acknowledgement without a written reason)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aws_cdk import Acknowledgment, Stack, Token, Validations
@@ -38,17 +39,7 @@ def acknowledge_nag_findings(w: CacheWarmer) -> list[tuple[str, str, str]]:
         "AwsSolutions-S1",
         "This is the access-log bucket; logging it into itself would loop.",
     )
-    ssm_agent = w.node.find_child("PopulatorSsmAgentPolicy")
-    ack(
-        ssm_agent,
-        "AwsSolutions-IAM5[Resource::*]",
-        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
-    )
-    ack(
-        ssm_agent,
-        f"AwsSolutions-IAM5[Resource::{ec2_any}:instance/*]",
-        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
-    )
+    _ack_ssm_agent(ack, w, f"{ec2_any}:instance/*")
     ack(
         w.controller_policy,
         "AwsSolutions-IAM5[Resource::*]",
@@ -205,17 +196,7 @@ def acknowledge_region_findings(w: CacheWarmer, r: CacheWarmerRegion) -> list[tu
     )
     stack = Stack.of(r)
     account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
-    ssm_agent = r.node.find_child("PopulatorSsmAgentPolicy")
-    ack(
-        ssm_agent,
-        "AwsSolutions-IAM5[Resource::*]",
-        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
-    )
-    ack(
-        ssm_agent,
-        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:{r.region}:{account}:instance/*]",
-        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
-    )
+    _ack_ssm_agent(ack, r, f"arn:<AWS::Partition>:ec2:{r.region}:{account}:instance/*")
     role_policy = r.role.node.find_child("DefaultPolicy")
     ack(
         role_policy,
@@ -229,6 +210,21 @@ def acknowledge_region_findings(w: CacheWarmer, r: CacheWarmerRegion) -> list[tu
         "SSM names one log stream per command, instance and step in the region's agent output group.",
     )
     return acknowledged
+
+
+def _ack_ssm_agent(ack: Callable[[Construct, str, str], None], scope: Construct, instances: str) -> None:
+    """The populator's SSM agent policy (in `scope`): its wildcards, as cdk-nag prints them."""
+    policy = scope.node.find_child("PopulatorSsmAgentPolicy")
+    ack(
+        policy,
+        "AwsSolutions-IAM5[Resource::*]",
+        "The SSM agent's message channels (ec2messages, ssmmessages) have no resource-level permissions.",
+    )
+    ack(
+        policy,
+        f"AwsSolutions-IAM5[Resource::{instances}]",
+        "ssm:UpdateInstanceInformation: the populator registers itself; instance ids are per warm.",
+    )
 
 
 def _logical(resource: s3.Bucket | logs.LogGroup) -> str:

@@ -30,6 +30,8 @@ def test_binary_requests() -> None:
     for c in cases("binary_request.txt"):
         if c[0] == "key":
             assert sp.core_bin_key_request(int(c[1]), int(c[2]), int(c[3])).hex() == c[4]
+        elif c[0] == "cas":
+            assert sp.core_bin_key_request(*map(int, c[1:5])).hex() == c[5], c
         else:
             assert sp.core_bin_add_head(*map(int, c[:5])).hex() == c[5], c
 
@@ -58,6 +60,13 @@ def test_meta_lines() -> None:
     for c in cases("meta_lines.txt"):
         if c[0] == "look":
             assert hexed(sp.core_mg_look_line(unhex(c[1]), int(c[2]))) == c[3], c
+        elif c[0] == "mg":
+            opaque = None if c[3] == "-" else int(c[3])
+            if c[4] == "-":
+                with pytest.raises(ValueError, match="no meta command names"):
+                    sp.core_mg_line(unhex(c[1]), unhex(c[2]), opaque)
+            else:
+                assert sp.core_mg_line(unhex(c[1]), unhex(c[2]), opaque).hex() == c[4], c
         else:
             assert hexed(sp.core_md_cas_line(unhex(c[1]), int(c[2]), int(c[3]))) == c[4], c
 

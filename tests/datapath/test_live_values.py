@@ -126,11 +126,8 @@ def test_oversize_items_are_never_sent_and_live_values_survive(memcached, tmp_pa
     assert s2["ok"] and s2["oversize"] == 4 and s2["accepted"] == s2["incomplete"]
 
 
-@pytest.mark.parametrize("use_speedups", [True, False], ids=["c-loop", "python-loop"])
 @pytest.mark.parametrize("one_pass_max", [64 << 20, 4096], ids=["one-pass", "streamed"])
-def test_oversize_the_same_in_every_encoding_path(
-    memcached, tmp_path: Path, use_speedups: bool, one_pass_max: int
-) -> None:
+def test_oversize_the_same_in_every_encoding_path(memcached, tmp_path: Path, one_pass_max: int) -> None:
     dst = memcached(memory_mb=64, max_item_size="1m")
     recs = [*records(30), Record(b"huge", 0, -1, b"h" * (MIB + 1)), *records(30, start=30)]
     _dump(tmp_path / "dump", recs)
@@ -138,7 +135,6 @@ def test_oversize_the_same_in_every_encoding_path(
         tmp_path / "dump",
         tmp_path,
         [dst],
-        use_speedups=use_speedups,
         one_pass_max_bytes=one_pass_max,
         batch_items=7,
         accept_oversize=True,

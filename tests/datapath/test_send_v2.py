@@ -1,12 +1,12 @@
-"""Sending data format v2/v3 files (populate/send_v2.py): the C sender (_v2send.c) and its Python twin
-against real memcacheds — the same answers counted, `NS` named by their records, `ME` sent as `MS` in
-set mode, errors loud and no batch started after one, a broken connection reported; add mode's
-binary-protocol ADDs (C only) the same way, with the CAS of every item stored; and the whole populator
-on v1, v2 and v3 dumps of the same items, through every path, leaving the same destinations."""
+"""Sending data format v2/v3 files (populate/send_v2.py): the C sender (_v2send.c) and its Python
+oracle (send_oracle.py) against real memcacheds — the same answers counted, `NS` named by their
+records, `ME` sent as `MS` in set mode, errors loud and no batch started after one, a broken
+connection reported; add mode's binary-protocol ADDs (C only) the same way, with the CAS of every item
+stored; and the whole populator on v1, v2 and v3 dumps of the same items, leaving the same
+destinations."""
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import struct
@@ -20,7 +20,6 @@ from cachewarm.datapath.encode import UNLIMITED
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import PopulateIncomplete, populate
-from cachewarm.datapath.populate import send_v2 as sendmod
 from cachewarm.datapath.populate.plan import PLAN_ADD_BINARY, plan
 from cachewarm.datapath.populate.send_v2 import send_planned
 from cachewarm.datapath.routing import evcache_ring
@@ -29,12 +28,8 @@ from cachewarm.datapath.writer import DirWriter, encode_file
 from cachewarm.testing.memcached import MemcachedServer
 from cachewarm.testing.populating import config, fetch
 
+from tests.datapath.send_oracle import send_py
 from tests.ketama_oracle import KetamaRing
-
-if sendmod._speedups is None:
-    if os.environ.get("CACHEWARM_REQUIRE_SPEEDUPS"):
-        pytest.fail("cachewarm.datapath._speedups is not built (pip install -e . needs a C compiler)")
-    pytest.skip("cachewarm.datapath._speedups is not built", allow_module_level=True)
 
 PATHS = pytest.mark.parametrize("use_c", [True, False], ids=["c-sender", "python-sender"])
 # Add mode: text adds (C and Python senders) and binary ADDs (the C sender only).
@@ -78,7 +73,9 @@ def _send(
     for c in conns.values():
         c.connect()
     try:
-        return data, send_planned(conns, data, p, tagged, rate, byte_rate, 10.0, bool(use_c), socks)
+        if not use_c:
+            return data, send_py(conns, data, p, rate, byte_rate)
+        return data, send_planned(conns, data, p, tagged, rate, byte_rate, 10.0, socks)
     finally:
         for c in conns.values():
             c.close()
@@ -169,7 +166,10 @@ def test_a_broken_connection_is_reported(memcached: Callable[..., MemcachedServe
     c.connect()
     dst.kill()
     with pytest.raises(DestinationUnavailable):
-        send_planned({0: c}, data, p, False, None, None, 5.0, use_c)
+        if use_c:
+            send_planned({0: c}, data, p, False, None, None, 5.0)
+        else:
+            send_py({0: c}, data, p, None, None)
     c.close()
 
 
@@ -214,19 +214,18 @@ def _dump(out: Path, version: int, seed: int) -> list[df.Record]:
 
 
 @pytest.mark.parametrize("version", [1, 2, 3])
-@PATHS
-def test_the_populator_on_either_version_either_path(
-    memcached: Callable[..., MemcachedServer], tmp_path: Path, version: int, use_c: bool
+def test_the_populator_on_either_version(
+    memcached: Callable[..., MemcachedServer], tmp_path: Path, version: int
 ) -> None:
-    """The same items as a version 1 or a version 2 dump, through the C or the Python path, with an
-    item size limit that makes some oversize: the same summary and the same destination."""
+    """The same items as a version 1, 2 or 3 dump, with an item size limit that makes some oversize:
+    the same summary and the same destination."""
     dst = memcached(memory_mb=64, max_item_size="1m")
     with MetaConnection(dst.host, dst.port) as c:
         c.send_batch(b"ms key:1 4 T0 F0 q\r\nlive\r\n", 1)
         c.flush()
     recs = _dump(tmp_path / "dump", version, seed=5)
     with pytest.raises(PopulateIncomplete) as e:  # the oversize items make it incomplete
-        populate(config(tmp_path / "dump", tmp_path, [dst], use_speedups=use_c))
+        populate(config(tmp_path / "dump", tmp_path, [dst]))
     s = e.value.summary
     live = [r for r in recs if r.exptime == -1 or r.exptime - 1 > time.time()]
     small = [

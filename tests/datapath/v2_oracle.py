@@ -12,7 +12,6 @@ from cachewarm.datapath.format_v2 import (
     BINARY_HEAD,
     BINARY_HEAD_LEN,
     BINARY_MAGIC,
-    MAX_BASE64_KEY,
     MAX_KEY_LEN,
     NEVER_EXPIRES,
     OP_ADDQ,
@@ -22,9 +21,9 @@ from cachewarm.datapath.format_v2 import (
     RecordError,
     Span,
     exptime_of,
-    is_plain_key,
     valid_expiry,
 )
+from cachewarm.datapath.wire import MAX_BINARY_KEY, is_plain_key
 
 _NUM = rb"(0|[1-9][0-9]{0,19})"
 _LINE = re.compile(
@@ -64,7 +63,7 @@ def _command_at(data: bytes | memoryview, pos: int, end: int, n: int, o_expect: 
         _, op, klen, elen, dtype, vb, body, opaque, cas, flags, expiry = BINARY_HEAD.unpack_from(data, pos)
         if op != OP_ADDQ or elen != 8 or dtype or vb or opaque or cas:
             raise _bad(n, o_expect, "not an ADDQ request")
-        if not MAX_BASE64_KEY < klen <= MAX_KEY_LEN or body < 8 + klen:
+        if not MAX_BINARY_KEY < klen <= MAX_KEY_LEN or body < 8 + klen:
             raise _bad(n, o_expect, "bad binary key length")
         nxt = pos + BINARY_HEAD_LEN + body - 8
         if nxt > end:
@@ -101,7 +100,7 @@ def _command_at(data: bytes | memoryview, pos: int, end: int, n: int, o_expect: 
             key = base64.b64decode(tok, validate=True)
         except ValueError:
             raise _bad(n, o_expect, "bad base64 key") from None
-        if not 1 <= len(key) <= MAX_BASE64_KEY or is_plain_key(key) or base64.b64encode(key) != tok:
+        if not 1 <= len(key) <= MAX_BINARY_KEY or is_plain_key(key) or base64.b64encode(key) != tok:
             raise _bad(n, o_expect, "bad base64 key")
     else:
         key = tok

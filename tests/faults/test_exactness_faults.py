@@ -122,12 +122,11 @@ def stream_to(dst: MemcachedServer) -> list[str]:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-@pytest.mark.parametrize("speedups", [True, False], ids=["c", "python"])
 def test_out_of_memory_destination_keeps_live_values_files(
-    memcached, tmp_path: Path, tally, version: int, speedups: bool
+    memcached, tmp_path: Path, tally, version: int
 ) -> None:
     t = tally(
-        f"files v{version}, {'C' if speedups else 'Python'} path: destination out of memory, live values "
+        f"files v{version}, C path: destination out of memory, live values "
         "under the keys → all kept, loud failure"
     )
     for trial in range(trials()):
@@ -135,9 +134,7 @@ def test_out_of_memory_destination_keeps_live_values_files(
         dst = full_destination(memcached, live)
         dump = tmp_path / f"t{trial}" / "vol"
         dumped(version, dump)
-        cfg = config(
-            dump, tmp_path / f"t{trial}", [dst], workers=1, accept_no_evictions=True, use_speedups=speedups
-        )
+        cfg = config(dump, tmp_path / f"t{trial}", [dst], workers=1, accept_no_evictions=True)
         t.trials += 1
         try:
             populate(cfg)
@@ -210,15 +207,14 @@ def test_out_of_memory_destination_keeps_live_values_stream(
     t.check()
 
 
-@pytest.mark.parametrize("speedups", [True, False], ids=["c", "python"])
 def test_a_dropped_connection_never_discards_another_destinations_error(
-    memcached, tmp_path: Path, tally, speedups: bool
+    memcached, tmp_path: Path, tally
 ) -> None:
     """Two destinations: A out of memory (it answers SERVER_ERROR), B's connection reset mid-file; at
     the reset A gets its memory back, so a retry of the file would succeed. A's error must still fail
     the file (it was answered), not vanish with the retry."""
     t = tally(
-        f"files, {'C' if speedups else 'Python'} sender: a connection dropped while another destination "
+        "files, C sender: a connection dropped while another destination "
         "holds an error reply → the error fails the run"
     )
     for trial in range(trials()):
@@ -235,7 +231,6 @@ def test_a_dropped_connection_never_discards_another_destinations_error(
             workers=1,
             accept_no_evictions=True,
             batch_items=20,
-            use_speedups=speedups,
         )
         t.trials += 1
         try:

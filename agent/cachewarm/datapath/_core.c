@@ -80,9 +80,10 @@ static PyObject *bin_key_request(PyObject *self, PyObject *args) {
   int opcode;
   Py_ssize_t key_len;
   unsigned long opaque;
-  if (!PyArg_ParseTuple(args, "ink", &opcode, &key_len, &opaque)) return NULL;
+  unsigned long long cas = 0;
+  if (!PyArg_ParseTuple(args, "ink|K", &opcode, &key_len, &opaque, &cas)) return NULL;
   unsigned char out[CW_BIN_HEADER];
-  cw_bin_key_request(out, (uint8_t)opcode, (size_t)key_len, (uint32_t)opaque);
+  cw_bin_cas_request(out, (uint8_t)opcode, (size_t)key_len, (uint32_t)opaque, cas);
   return PyBytes_FromStringAndSize((const char *)out, sizeof out);
 }
 
@@ -133,6 +134,35 @@ static PyObject *mg_look_line(PyObject *self, PyObject *args) {
   const size_t n = cw_mg_look_line(out, k.buf, (size_t)k.len, opaque);
   PyBuffer_Release(&k);
   return PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
+}
+
+/* (key, flags, opaque: int | None) -> `mg <token>[ b][ <flags>][ O<opaque>]\r\n`; ValueError for a key
+ * no meta command names. */
+static PyObject *mg_line(PyObject *self, PyObject *args) {
+  (void)self;
+  Py_buffer k;
+  const char *flags;
+  Py_ssize_t flags_len;
+  PyObject *opaque_o;
+  if (!PyArg_ParseTuple(args, "y*y#O", &k, &flags, &flags_len, &opaque_o)) return NULL;
+  const int tagged = opaque_o != Py_None;
+  const unsigned long long opaque = tagged ? PyLong_AsUnsignedLongLong(opaque_o) : 0;
+  PyObject *res = NULL;
+  char out[CW_MAX_META_LINE];
+  size_t n = 0;
+  if (tagged && PyErr_Occurred()) goto done;
+  if (flags_len > CW_MAX_MG_FLAGS || strlen(flags) != (size_t)flags_len) {
+    PyErr_Format(PyExc_ValueError, "mg flags %R: at most %d characters", PyTuple_GET_ITEM(args, 1), CW_MAX_MG_FLAGS);
+    goto done;
+  }
+  n = cw_mg_line(out, k.buf, (size_t)k.len, flags, tagged, opaque);
+  if (n == 0)
+    PyErr_Format(PyExc_ValueError, "no meta command names a key of %zd bytes", k.len);
+  else
+    res = PyBytes_FromStringAndSize(out, (Py_ssize_t)n);
+done:
+  PyBuffer_Release(&k);
+  return res;
 }
 
 static PyObject *md_cas_line(PyObject *self, PyObject *args) {
@@ -355,7 +385,7 @@ PyMethodDef kCoreMethods[] = {
     {"read_stamp", read_stamp, METH_VARARGS, "cw_read_unpack"},
     {"pack_read_stamp", pack_read_stamp, METH_VARARGS, "cw_read_pack"},
     {"core_bin_add_head", bin_add_head, METH_VARARGS, "cw_bin_add_head"},
-    {"core_bin_key_request", bin_key_request, METH_VARARGS, "cw_bin_key_request"},
+    {"core_bin_key_request", bin_key_request, METH_VARARGS, "cw_bin_key_request / cw_bin_cas_request"},
     {"core_bin_store_head", bin_store_head, METH_VARARGS, "cw_bin_store_head"},
     {"core_ms_line", ms_line, METH_VARARGS, "cw_ms_line"},
     {"core_add_line", add_line, METH_VARARGS, "cw_add_line"},
@@ -364,6 +394,7 @@ PyMethodDef kCoreMethods[] = {
     {"core_bin_status_text", bin_status_text, METH_VARARGS, "cw_bin_status_text"},
     {"core_key_token", key_token, METH_VARARGS, "cw_key_token"},
     {"core_mg_look_line", mg_look_line, METH_VARARGS, "cw_mg_look_line"},
+    {"core_mg_line", mg_line, METH_VARARGS, "cw_mg_line"},
     {"core_md_cas_line", md_cas_line, METH_VARARGS, "cw_md_cas_line"},
     {"core_meta_reply", meta_reply, METH_VARARGS, "cw_meta_reply_parse"},
     {"core_source_verdict", source_verdict, METH_VARARGS, "cw_source_verdict"},

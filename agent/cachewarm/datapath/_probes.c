@@ -126,9 +126,9 @@ static PyObject *probe_keys(PyObject *self, PyObject *args) {
       continue;
     }
     char line[V2_MAX_LINE];
-    const int ll = snprintf(line, sizeof line, kind == CW_KEY_PLAIN ? "mg %.*s\r\n" : "mg %.*s b\r\n", (int)tl, tok);
+    const size_t ll = cw_mg_token_line(line, tok, tl, kind == CW_KEY_BASE64, "", 0, 0);
     const int64_t t = exp == -1 ? 0 : exp;
-    if (v2buf_put(&s->probes, line, (size_t)ll) < 0 || v2buf_put(&s->expiry, &t, sizeof t) < 0) {
+    if (v2buf_put(&s->probes, line, ll) < 0 || v2buf_put(&s->expiry, &t, sizeof t) < 0) {
       PyErr_NoMemory();
       goto done;
     }

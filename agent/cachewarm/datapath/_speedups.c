@@ -9,8 +9,7 @@
  * import): nothing here restates them. The record's fields are decoded at the offsets of
  * format.RECORD ("<IIqB3x": value_len, flags, exptime, key_len).
  *
- * configure(record_fixed, max_key_len, never_expires, plain_first, plain_last, max_wire_key,
- *           flags_suffix, expiry_margin)
+ * configure(record_fixed, max_key_len, never_expires, flags_suffix, expiry_margin)
  * encode_ms(data, pos, end, now, add, batch_items, batch_bytes, budget, clock_offset)
  *   -> (batches: list[(bytes, count, order)], records: int, expired: int, long_keys: list[int],
  *       oversize: list[int])
@@ -24,7 +23,7 @@
  * ours, whole seconds, rounded down) and clamped to 2^31-1 (memcached parses T as a signed 32-bit
  * number; clamping only shortens); one that would not be above 30 days then is expired too.
  * long_keys: the record offsets of binary keys whose base64 form is longer than
- * max_wire_key, and in add mode of every binary key (no text form) — the caller sends them with the
+ * memcached's key token (CW_MAX_BASE64_KEY), and in add mode of every binary key (no text form) — the caller sends them with the
  * binary protocol;
  * oversize: the record offsets of items whose key + value (+ flags_suffix when flags != 0) exceed
  * `budget` (never sent). Raises ValueError naming the record on a record the format forbids; nothing
@@ -43,8 +42,6 @@ static struct {
   Py_ssize_t record_fixed;  /* bytes before a record's key */
   size_t max_key_len;       /* the format's key_len bound */
   long long never_expires;  /* the exptime of an item that never expires */
-  unsigned char plain_first, plain_last; /* keys of only these bytes travel as plain text */
-  size_t max_wire_key;      /* memcached's key token limit (plain or base64) */
   size_t flags_suffix;      /* what non-zero flags add to an item's size in memcached */
   long long expiry_margin;  /* seconds sent before a record's exptime */
 } cfg;
@@ -57,12 +54,6 @@ static int64_t le64(const unsigned char *p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return (int64_t)v;
-}
-
-static int is_plain(const unsigned char *k, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (k[i] < cfg.plain_first || k[i] > cfg.plain_last) return 0;
-  return 1;
 }
 
 /* One record, decoded and judged. */
@@ -145,8 +136,8 @@ static int next_item(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
     return note(c->oversize, at) < 0 ? kError : kSkip;
   it->key = r + cfg.record_fixed;
   it->value = it->key + it->klen;
-  it->plain = is_plain(it->key, it->klen);
-  if (!it->plain && (c->add || (it->klen + 2) / 3 * 4 > cfg.max_wire_key))
+  it->plain = cw_key_is_plain(it->key, it->klen);
+  if (!it->plain && (c->add || it->klen > CW_MAX_BASE64_KEY))
     return note(c->long_keys, at) < 0 ? kError : kSkip;
   return kSend;
 }
@@ -186,24 +177,18 @@ static char *put_item(char *d, const Item *it, int add) {
 
 static PyObject *configure(PyObject *self, PyObject *args) {
   (void)self;
-  Py_ssize_t record_fixed, max_key_len, max_wire_key, flags_suffix;
+  Py_ssize_t record_fixed, max_key_len, flags_suffix;
   long long never_expires, expiry_margin;
-  unsigned char plain_first, plain_last;
-  if (!PyArg_ParseTuple(args, "nnLbbnnL", &record_fixed, &max_key_len, &never_expires, &plain_first, &plain_last,
-                        &max_wire_key, &flags_suffix, &expiry_margin))
+  if (!PyArg_ParseTuple(args, "nnLnL", &record_fixed, &max_key_len, &never_expires, &flags_suffix, &expiry_margin))
     return NULL;
   /* The fields decoded below end at byte 17; key_len is one byte. */
-  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || max_wire_key < 1 || flags_suffix < 0 || expiry_margin < 0 ||
-      plain_first > plain_last) {
+  if (record_fixed < 17 || max_key_len < 1 || max_key_len > 255 || flags_suffix < 0 || expiry_margin < 0) {
     PyErr_SetString(PyExc_ValueError, "configure: constants out of range");
     return NULL;
   }
   cfg.record_fixed = record_fixed;
   cfg.max_key_len = (size_t)max_key_len;
   cfg.never_expires = never_expires;
-  cfg.plain_first = plain_first;
-  cfg.plain_last = plain_last;
-  cfg.max_wire_key = (size_t)max_wire_key;
   cfg.flags_suffix = (size_t)flags_suffix;
   cfg.expiry_margin = expiry_margin;
   cfg.ready = 1;

@@ -100,13 +100,13 @@ static int end_batch(Node *n) {
  * -1: the file has none). */
 static int add_probe(Node *n, const cw_record *r, int stamped) {
   char probe[V2_MAX_LINE];
-  const int pl = r->b64 ? snprintf(probe, sizeof probe, "mg %.*s b\r\n", (int)r->tok_len, (const char *)r->tok)
-                        : snprintf(probe, sizeof probe, "mg %.*s\r\n", (int)r->key_len, (const char *)r->key);
+  const size_t pl = r->b64 ? cw_mg_token_line(probe, (const char *)r->tok, r->tok_len, 1, "", 0, 0)
+                           : cw_mg_token_line(probe, (const char *)r->key, r->key_len, 0, "", 0, 0);
   const int64_t e = r->expiry;
   const cw_read rd = {r->source_cas, r->source_exp, stamped ? (int64_t)r->value_len : -1};
   unsigned char st[CW_READ_STAMP];
   cw_read_pack(st, &rd);
-  if (v2buf_put(&n->probes, probe, (size_t)pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0 ||
+  if (v2buf_put(&n->probes, probe, pl) < 0 || v2buf_put(&n->probe_exp, &e, sizeof e) < 0 ||
       v2buf_put(&n->probe_stamps, st, sizeof st) < 0)
     return -1;
   return 0;

@@ -1,8 +1,8 @@
 /* The populator's sender for data format v2 (docs/data-format.md section 7.3), in C: writes the
  * pieces _v2plan.c planned (ranges of the verified file's bytes, `mn` after each batch, `S` in set
  * mode) to one connection per destination and reads their replies concurrently, in one poll loop,
- * without the GIL. Its Python twin is populate/send_v2.py (send_py, over MetaConnection); tests run
- * both against real memcacheds.
+ * without the GIL. Its Python oracle is tests/datapath/send_oracle.py (send_py, over MetaConnection);
+ * tests run both against real memcacheds.
  * why this file is long: one poll loop over every destination (pieces out, text and binary replies
  * in) whose helpers all share its Conn; a third of it is the contract below, the Python API's.
  *

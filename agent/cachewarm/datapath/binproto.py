@@ -23,7 +23,7 @@ from cachewarm.datapath.wire import DestinationUnavailable
 # total body length, opaque, cas
 HEADER = struct.Struct(">BBHBBHIIQ")
 STORE_EXTRAS = struct.Struct(">II")  # flags, expiration
-REQUEST, RESPONSE = 0x80, 0x81
+RESPONSE = 0x81
 OP_DELETE, OP_NOOP, OP_GETKQ, OP_SETQ, OP_ADDQ = 0x04, 0x0A, 0x0D, 0x11, 0x12
 STATUS_OK, KEY_NOT_FOUND, KEY_EXISTS, NOT_STORED = 0x00, 0x01, 0x02, 0x05
 _STORE_OP = {"add": OP_ADDQ, "set": OP_SETQ}
@@ -65,7 +65,7 @@ def store_request(
 
 
 def _request(opcode: int, key: bytes = b"", opaque: int = 0, cas: int = 0) -> bytes:
-    return HEADER.pack(REQUEST, opcode, len(key), 0, 0, 0, len(key), opaque, cas) + key
+    return _speedups.core_bin_key_request(opcode, len(key), opaque, cas) + key
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 
@@ -16,6 +17,7 @@ import click
 from cachewarm.contract.inputs import ADAPTIVE_TARGET_MAX, ADAPTIVE_TARGET_MIN, CRAWL_SLEEP_MAX
 from cachewarm.datapath.dumper import SourceProtection
 from cachewarm.datapath.nodes import DEFAULT_PORT, Node, parse_nodes
+from cachewarm.datapath.populate.config import default_workers
 from cachewarm.datapath.routing import EVCACHE_NODE_KEY, Routing
 from cachewarm.exitcodes import ExitCode, code_of
 from cachewarm.shared_options import source_protection
@@ -267,8 +269,17 @@ def check_routing(routing: Routing, nodes: list, param_hint: str = "--placement"
         raise click.BadParameter(str(e), param_hint="--node-key-format") from e
 
 
-WORKERS_HELP = "Populator worker processes, each writing one data file at a time."
-WORKERS_DEFAULT = "cores, 2..8"
+def workers_option(also: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--workers` (the populator's worker processes); `also`: what else the command sizes by it."""
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1),
+        default=default_workers,
+        show_default="cores, 2..8",
+        help="Populator worker processes, each writing one data file at a time." + also,
+    )
+
+
 DESTINATION_TIMEOUT_HELP = (
     "Seconds a destination may refuse connections or stay silent before the run fails (exit 6); "
     "meanwhile it says which one it waits for, and retries."

@@ -22,8 +22,6 @@ from cachewarm.datapath.cli_options import (
     BYTE_RATE,
     JSON_PROGRESS_HELP,
     RATE,
-    WORKERS_DEFAULT,
-    WORKERS_HELP,
     accept_options,
     check_routing,
     destination_timeout_option,
@@ -38,6 +36,7 @@ from cachewarm.datapath.cli_options import (
     source_option,
     target_option,
     unreachable,
+    workers_option,
 )
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate import (
@@ -45,7 +44,6 @@ from cachewarm.datapath.populate import (
     PopulateError,
     PopulateIncomplete,
     default_state_file,
-    default_workers,
     populate,
 )
 from cachewarm.datapath.progress import JsonDisplay, make_display, populate_summary_text
@@ -110,13 +108,7 @@ E = ExitCode
     "1024); 0 = unlimited.",
     show_default="unlimited",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=default_workers,
-    show_default=WORKERS_DEFAULT,
-    help=WORKERS_HELP,
-)
+@workers_option()
 @routing_options
 @click.option(
     "--device",

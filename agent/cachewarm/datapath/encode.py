@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from cachewarm.datapath import format as df
 from cachewarm.datapath import format_v2 as v2
 from cachewarm.datapath.placement import Placer
-from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY, PLAIN_KEY_BYTES
+from cachewarm.datapath.wire import MAX_WIRE_KEY, PLAIN_KEY
 
 if TYPE_CHECKING:
     from cachewarm.datapath.populate.hostclock import SourceClock
@@ -65,18 +65,9 @@ _ORDER = struct.Struct("=q")  # the C loop's order entries (native int64)
 
 
 def configure_speedups() -> None:
-    """Hand the C loop the format's sizes and limits and the rules above (it restates none)."""
-    if _speedups is not None:
-        _speedups.configure(
-            df.RECORD_FIXED,
-            df.MAX_KEY_LEN,
-            df.NEVER_EXPIRES,
-            PLAIN_KEY_BYTES[0],
-            PLAIN_KEY_BYTES[1],
-            MAX_WIRE_KEY,
-            ITEM_FLAGS_SUFFIX,
-            EXPIRY_MARGIN,
-        )
+    """Hand the C loop the format's sizes and limits and the rules above (the key rules are the
+    core's: dumper-cpp/core/key_token.c)."""
+    _speedups.configure(df.RECORD_FIXED, df.MAX_KEY_LEN, df.NEVER_EXPIRES, ITEM_FLAGS_SUFFIX, EXPIRY_MARGIN)
 
 
 configure_speedups()
@@ -126,8 +117,6 @@ class EncodeParams(Protocol):
     def batch_bytes(self) -> int: ...
     @property
     def one_pass_max_bytes(self) -> int: ...
-    @property
-    def use_speedups(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -286,7 +275,6 @@ def encode_sets_c(
     """`encode_sets` for one destination, in C: the same bytes (values copied into each batch, which
     for small items is cheaper than a scatter-gather piece per value), the same checks, the same
     records in `stats`."""
-    assert _speedups is not None
     assert verdict.data is not None and verdict.header is not None and verdict.trailer is not None
     start, end = df.records_bounds(verdict.header, verdict.trailer)
     try:
@@ -327,14 +315,7 @@ def encode_file(
     assert verdict.data is not None and verdict.trailer is not None and verdict.header is not None
     one_pass = len(verdict.data) <= params.one_pass_max_bytes
     avg_record = verdict.trailer.records_bytes / max(1, verdict.trailer.record_count)
-    if (
-        one_pass
-        and ring is None
-        and not job.tagged
-        and params.use_speedups
-        and _speedups is not None
-        and avg_record <= C_LOOP_MAX_AVG_RECORD
-    ):
+    if one_pass and ring is None and not job.tagged and avg_record <= C_LOOP_MAX_AVG_RECORD:
         return encode_sets_c(verdict, params, job, stats)
     if one_pass:
         return list(encode_sets(verdict, params, job, ring, stats))

@@ -6,25 +6,20 @@ stamp (the item's CAS on the source at the read, its expiry on the source's cloc
 Check 4's walk of v2 records (section 7.2) through the one reader, dumper-cpp/core/record_v2.c (the
 dumper's and the populator's C walk's), and the encoding of the Python test writer (writer.py). The
 core's vectors (tests/vectors/core/record_v2.txt), the golden files (tests/vectors/v2/, v3/) and a
-Python oracle (tests/datapath/v2_oracle.py) pin them. Self-contained (no import of format.py, which
-imports this module).
+Python oracle (tests/datapath/v2_oracle.py) pin them. No import of format.py (which imports this
+module); the key rules are wire.py's.
 """
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-try:
-    from cachewarm.datapath import _speedups
-except ImportError:  # pragma: no cover - exercised where no C compiler was available
-    _speedups = None  # type: ignore[assignment]
+from cachewarm.datapath import _speedups  # required (setup.py)
+from cachewarm.datapath.wire import MAX_BINARY_KEY, is_plain_key
 
 MAX_KEY_LEN = 250
-MAX_WIRE_KEY = 250
-MAX_BASE64_KEY = MAX_WIRE_KEY // 4 * 3  # 186
 NEVER_EXPIRES = -1
 # Seconds sent before a record's exptime: a version 2 record's T is its exptime less this (docs/
 # populator.md "Expiry"). The dumper records exptime as its wall clock plus the remaining TTL `mg t`
@@ -45,20 +40,14 @@ BINARY_HEAD_LEN = BINARY_HEAD.size  # 32
 STAMP = struct.Struct("<Qq")
 STAMP_LEN = STAMP.size  # 16
 
-_PLAIN = re.compile(rb"[\x21-\x7e]{1,250}")
-
 
 class RecordError(ValueError):
     """A record that is not exactly as section 7.1 writes it; the message names the record."""
 
 
-def is_plain_key(key: bytes) -> bool:
-    return _PLAIN.fullmatch(key) is not None
-
-
 def needs_binary_record(key: bytes) -> bool:
     """A key no meta command can name: not printable ASCII and too long for a base64 key token."""
-    return not is_plain_key(key) and len(key) > MAX_BASE64_KEY
+    return not is_plain_key(key) and len(key) > MAX_BINARY_KEY
 
 
 def expiry_to_send(exptime: int) -> int:
@@ -114,8 +103,6 @@ def parse_at(data: bytes | memoryview, pos: int, end: int, n: int = 0, stamped: 
     """The record at `pos` (record number `n`, for messages), checked as section 7.2 says; `stamped`:
     a version 3 record (section 8.2), its stamp first. The reader is the dumper's and the populator's
     C walk's (dumper-cpp/core/record_v2.c)."""
-    if _speedups is None:
-        raise RuntimeError("reading version 2 and 3 data files needs the populator's C extension: build it")
     try:
         key, flags, expiry, vstart, vlen, nxt, binary, mode_at, cas, exp = _speedups.record_parse(
             data, pos, end, stamped

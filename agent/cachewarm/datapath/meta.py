@@ -25,8 +25,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from cachewarm.datapath import _speedups
 from cachewarm.datapath.binproto import BinaryConnection
-from cachewarm.datapath.wire import ERROR_REPLIES, DestinationUnavailable, meta_expressible, wire_key
+from cachewarm.datapath.wire import ERROR_REPLIES, DestinationUnavailable, meta_expressible
 
 # Pieces per sendmsg call (Linux IOV_MAX is 1024).
 _IOV_MAX = 1000
@@ -360,8 +361,7 @@ class MetaConnection:
         for start in range(0, len(keys), batch):
             req = bytearray()
             for j, k in enumerate(keys[start : start + batch], start):
-                tok, b = wire_key(k)
-                req += b"mg %b%b %bq O%d\r\n" % (tok, b, flags, j)
+                req += _speedups.core_mg_line(k, flags + b"q", j)
             req += b"mn\r\n"
             self._send(req)
             while (line := self._readline()) != b"MN":

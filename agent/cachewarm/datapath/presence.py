@@ -29,13 +29,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachewarm.datapath import _speedups  # required (setup.py)
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node
-
-try:
-    from cachewarm.datapath import _speedups
-except ImportError:  # pragma: no cover - exercised where no C compiler was available
-    _speedups = None  # type: ignore[assignment]
 
 _T = struct.Struct("<q")
 # A lookup's source stamp (populate/plan.py PROBE_STAMP): source_cas, source_exp, value length (-1:
@@ -182,18 +178,16 @@ def explained_at_source(source: Node, keys: list[bytes], stamps: list[bytes] | N
         return set()
     stamps = stamps or [NO_STAMP] * len(keys)
     out: set[bytes] = set()
-    rest = list(range(len(keys)))
-    if _speedups is not None:
-        with socket.create_connection((source.connect_host, source.port), timeout=SILENCE_TIMEOUT) as s:
-            verdicts = _speedups.source_look(
-                s.fileno(),
-                b"".join(bytes([len(k)]) + k for k in keys),
-                b"".join(stamps),
-                1000,
-                SILENCE_TIMEOUT,
-            )
-        rest = [j for j, v in enumerate(verdicts) if v == 3]  # no meta command names it: by presence
-        out = {keys[j] for j, v in enumerate(verdicts) if v not in (0, 3)}
+    with socket.create_connection((source.connect_host, source.port), timeout=SILENCE_TIMEOUT) as s:
+        verdicts = _speedups.source_look(
+            s.fileno(),
+            b"".join(bytes([len(k)]) + k for k in keys),
+            b"".join(stamps),
+            1000,
+            SILENCE_TIMEOUT,
+        )
+    rest = [j for j, v in enumerate(verdicts) if v == 3]  # no meta command names it: by presence
+    out = {keys[j] for j, v in enumerate(verdicts) if v not in (0, 3)}
     if rest:
         with MetaConnection(source.connect_host, source.port) as src:
             out |= set(src.missing([keys[j] for j in rest]))

@@ -31,13 +31,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from cachewarm.datapath import presence
+from cachewarm.datapath import (
+    _speedups,  # required (setup.py)
+    presence,
+)
 from cachewarm.datapath.dumper import DumperCommand, DumperProgress, terminate_child
 from cachewarm.datapath.encode import EXPIRY_MARGIN
 from cachewarm.datapath.keytext import keys_text
 from cachewarm.datapath.meta import MetaConnection
 from cachewarm.datapath.nodes import Node, resolve_nodes
-from cachewarm.datapath.placement import Placer
 from cachewarm.datapath.populate.report import EVICTED, INCOMPLETE_DUMP, OVERSIZE
 from cachewarm.datapath.routing import Routing
 from cachewarm.datapath.warm_check import compare_sample
@@ -45,11 +47,6 @@ from cachewarm.datapath.warm_config import WarmConfig, dumper_command
 from cachewarm.datapath.warm_errors import Unreachable, WarmError
 from cachewarm.datapath.warm_summary import WarmSummary
 from cachewarm.datapath.workdir import STREAM_DIR, prepare_workdir
-
-try:
-    from cachewarm.datapath import _speedups
-except ImportError:  # pragma: no cover - exercised where no C compiler was available
-    _speedups = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from cachewarm.datapath.progress import Display
@@ -195,26 +192,14 @@ def _excluded(out: Path, summary: Mapping[str, Any]) -> frozenset[bytes]:
     return frozenset(keys)
 
 
-def _listed(path: Path, now: int) -> Iterable[bytes]:
-    """The keys of one key list (OUT/keys/<chunk>.keys) whose listed expiry has not passed."""
-    for line in path.read_bytes().splitlines():
-        url, _, exp = line.rpartition(b" ")
-        e = int(exp)
-        if e == -1 or e > now:
-            yield urllib.parse.unquote_to_bytes(url)
-
-
 def _check_list(
     path: Path, targets: list[Node], routing: Routing, excluded: frozenset[bytes], sample_rate: float = 0.0
 ) -> tuple[int, list[bytes], list[bytes]]:
     """(keys checked, keys missing, a sample of the keys present) of one key list on the target
     nodes (runs in a pool process):
-    the C walk routes its keys into lookups (_probes.c), presence.py sends them; without the C
-    extension, the keys are routed here."""
+    the C walk routes its keys into lookups (_probes.c), presence.py sends them."""
     now = int(time.time()) + 1
     ring = routing.ring(targets)
-    if _speedups is None:  # pragma: no cover - exercised where no C compiler was available
-        return (*_check_list_py(path, targets, ring, excluded, now), [])
     shares = _speedups.probe_keys(
         path.read_bytes(), now, len(targets), ring.c_placement if ring is not None else None
     )
@@ -229,21 +214,6 @@ def _check_list(
     # The stream never sent these on purpose (too large for their node, undumpable): not its misses.
     skipped = [k for k in gone if k in excluded]
     return checked - len(skipped), [k for k in gone if k not in excluded], sample
-
-
-def _check_list_py(
-    path: Path, targets: list[Node], ring: Placer | None, excluded: frozenset[bytes], now: int
-) -> tuple[int, list[bytes]]:
-    per_node: list[list[bytes]] = [[] for _ in targets]
-    for key in _listed(path, now):
-        if key not in excluded:
-            per_node[ring.index_for(key) if ring else 0].append(key)
-    gone: list[bytes] = []
-    for n, keys in zip(targets, per_node, strict=True):
-        if keys:
-            with MetaConnection(n.connect_host, n.port) as rd:
-                gone += rd.missing(keys)
-    return sum(len(k) for k in per_node), gone
 
 
 STAMPS = "STAMPS"

@@ -20,8 +20,6 @@ from cachewarm.datapath.cli_options import (
     BYTE_RATE,
     JSON_PROGRESS_HELP,
     RATE,
-    WORKERS_DEFAULT,
-    WORKERS_HELP,
     accept_options,
     check_routing,
     command_with,
@@ -37,9 +35,10 @@ from cachewarm.datapath.cli_options import (
     source_option,
     target_option,
     unreachable,
+    workers_option,
 )
 from cachewarm.datapath.nodes import Node
-from cachewarm.datapath.populate import PopulateError, default_workers
+from cachewarm.datapath.populate import PopulateError
 from cachewarm.datapath.progress import JsonDisplay, make_display
 from cachewarm.exitcodes import ExitCode, epilog
 from cachewarm.shared_options import mode_option, protection_options, threads_option
@@ -85,13 +84,7 @@ def _s3_transport(
 )
 @threads_option
 @mode_option
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=default_workers,
-    show_default=WORKERS_DEFAULT,
-    help=WORKERS_HELP + " Also the target check's.",
-)
+@workers_option(" Also the target check's.")
 @click.option(
     "--max-items-per-second",
     type=RATE,

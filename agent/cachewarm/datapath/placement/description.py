@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cachewarm.datapath import _speedups  # required (setup.py): hashkit
 from cachewarm.datapath.nodes import Node
 
 
@@ -65,23 +66,9 @@ class Description:
         return "\n".join(lines) + "\n"
 
 
-def _speedups():  # type: ignore[no-untyped-def]
-    try:
-        from cachewarm.datapath import _speedups
-    except ImportError:
-        _speedups = None
-    if _speedups is None or not hasattr(_speedups, "Placement"):
-        raise PlacementError(
-            "routing keys over several destinations (and --placement) needs cachewarm's C extension "
-            "(hashkit), which this installation lacks: reinstall with a C compiler and Python headers "
-            "(python3-dev)"
-        )
-    return _speedups
-
-
 def weighted_points(weight: int, total: int, n: int, base: int = 160, libmemcached: bool = False) -> int:
     """Weighted ketama's points for one server (float32 arithmetic, as twemproxy or libmemcached)."""
-    return int(_speedups().ketama_weighted_points(weight, total, n, base, libmemcached))
+    return int(_speedups.ketama_weighted_points(weight, total, n, base, libmemcached))
 
 
 def node_name(host: str, port: int) -> str:
@@ -101,9 +88,8 @@ class Placer:
     _place: Callable[[bytes], int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        sp = _speedups()
         try:
-            self._c = sp.Placement(self.description.text().encode())
+            self._c = _speedups.Placement(self.description.text().encode())
         except ValueError as e:
             raise PlacementError(f"{self.scheme}: {e}") from e
         self._place = self._c.place  # type: ignore[attr-defined]

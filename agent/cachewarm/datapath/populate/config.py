@@ -110,7 +110,6 @@ class PopulateConfig:
     # Seconds between looks at the destinations' evictions (and identities) while writing.
     destination_check_interval: float = 5.0
     one_pass_max_bytes: int = 64 << 20
-    use_speedups: bool = True
     remounter: Remounter = field(default_factory=NoopRemounter)
     # Polled between rounds: returns a reason to stop (e.g. the local dumper failed), or None.
     should_abort: Callable[[], str | None] | None = None
@@ -175,9 +174,6 @@ class WorkerParams:
     # file has passed (one pass over the records); larger files are checked first (a cheap walk),
     # then encoded and sent batch by batch: memory ~ file size + two batches per node.
     one_pass_max_bytes: int = 64 << 20
-    # Encode with the C loop when it is built (single destination, one-pass files, small items);
-    # False forces the Python loop (tests compare the two).
-    use_speedups: bool = True
     # PopulateConfig.probe_dir: where each applied file's lookups go for warm's target check.
     probe_dir: Path | None = None
     # Add mode: how stored items are written and re-checked (the loop decides it at its preflight):

@@ -19,7 +19,7 @@ import math
 import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath import presence
@@ -27,6 +27,7 @@ from cachewarm.datapath.binproto import KEY_EXISTS, KEY_NOT_FOUND, STATUS_OK, Bi
 from cachewarm.datapath.meta import Item, MetaConnection, ServerIdentity
 from cachewarm.datapath.nodes import Node
 from cachewarm.datapath.populate.config import WorkerParams
+from cachewarm.datapath.populate.state import RecheckCounts
 from cachewarm.datapath.populate.worker import DEST_UNAVAILABLE, mapped
 from cachewarm.datapath.wire import DestinationUnavailable, meta_expressible, retry_while_unavailable
 
@@ -47,29 +48,6 @@ _U64 = struct.Struct("<Q")
 # The source restarted since the dump: its CAS values mean nothing any more.
 SOURCE_RESTARTED = "source_restarted"
 RECHECK_ERROR = "recheck_error"
-
-
-@dataclass
-class RecheckCounts:
-    """What one file's re-check found for one destination (summed into NodeCounts)."""
-
-    # Items looked at on the source.
-    rechecked: int = 0
-    # Of those, the source no longer held as read (deleted, expired, rewritten, incremented, touched
-    # shorter): our copy was stale.
-    changed_at_source: int = 0
-    # Stale copies deleted from the destination (ours, or a client's op on ours).
-    deleted_stale: int = 0
-    # The destination held a client's write (made after ours) equal to the source's: kept.
-    client_overwrote: int = 0
-    # A destination value that kept changing for MAX_ROUNDS looks: left, reported.
-    unsettled: int = 0
-    # Keys no meta command names: compared by CAS only (their expiry cannot be read).
-    cas_only: int = 0
-
-    def add(self, other: RecheckCounts) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from cachewarm.datapath import format as df
 from cachewarm.datapath.populate.destinations import DestinationProbe
-from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts
+from cachewarm.datapath.populate.state import ConsumedFile, NodeCounts, RecheckCounts
 from cachewarm.datapath.populate.worker import OversizeItem
 from cachewarm.datapath.wire import is_plain_key
 
@@ -57,7 +57,7 @@ def progress_printer(stream: Any) -> Callable[[Progress], None]:
 
 
 @dataclass
-class PopulateSummary:
+class _SummaryFields:
     files: int
     records: int
     stored: int
@@ -92,16 +92,16 @@ class PopulateSummary:
     already_complete: bool = False
     # The re-check (add mode; docs/reliability.md "Live traffic during the warm"): "on", "off" (the
     # reason is in recheck_off and `accepted`) or "n/a" (set mode overwrites by definition), and its
-    # counts (NodeCounts).
+    # counts (RecheckCounts, summed over the files and destinations).
     recheck: str = "on"
     recheck_off: str | None = None
     settle_seconds: float = 0.0
-    rechecked: int = 0
-    changed_at_source: int = 0
-    deleted_stale: int = 0
-    client_overwrote: int = 0
-    unsettled: int = 0
-    cas_only: int = 0
+
+
+# The bases in this order keep the re-check's counts last in the summary line.
+@dataclass
+class PopulateSummary(RecheckCounts, _SummaryFields):
+    """What a run did, as its summary line says it."""
 
     @property
     def ok(self) -> bool:
@@ -164,12 +164,7 @@ def summarize(
         recheck=recheck,
         recheck_off=recheck_off,
         settle_seconds=settle_seconds,
-        rechecked=total.rechecked,
-        changed_at_source=total.changed_at_source,
-        deleted_stale=total.deleted_stale,
-        client_overwrote=total.client_overwrote,
-        unsettled=total.unsettled,
-        cas_only=total.cas_only,
+        **{f.name: getattr(total, f.name) for f in fields(RecheckCounts)},
         destinations={
             a: {
                 "version": i.version,

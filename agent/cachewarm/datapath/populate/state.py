@@ -18,8 +18,32 @@ STATE_VERSION = 2
 
 
 @dataclass
-class NodeCounts:
-    """What became of one file's items that route to one destination."""
+class RecheckCounts:
+    """What one file's re-check (recheck.py; add mode) found for one destination."""
+
+    # Items looked at on the source.
+    rechecked: int = 0
+    # Of those, the source no longer held as read (deleted, expired, rewritten, incremented, touched
+    # shorter): our copy was stale.
+    changed_at_source: int = 0
+    # Stale copies deleted from the destination (ours, or a client's op on ours).
+    deleted_stale: int = 0
+    # The destination held a client's write (made after ours) equal to the source's: kept.
+    client_overwrote: int = 0
+    # A destination value that kept changing for MAX_ROUNDS looks: left, reported.
+    unsettled: int = 0
+    # Keys no meta command names: compared by CAS only (their expiry cannot be read).
+    cas_only: int = 0
+
+    def add(self, other: RecheckCounts) -> None:
+        """Adds every count of `other` (of this class) to this one's."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class _Written:
+    """What became of one file's items that route to one destination as they were written."""
 
     stored: int = 0
     # NS: the key held a value we did not write (live traffic); add mode kept it.
@@ -31,15 +55,12 @@ class NodeCounts:
     oversize: int = 0
     # Of stored + present + resent: written with the binary protocol (keys no meta command can name).
     binary: int = 0
-    # The re-check (recheck.py; add mode): items looked at on the source once settled; those the
-    # source had changed since the read; stale copies deleted; a client's later write kept; values
-    # that kept changing, left; keys compared by CAS only (no meta command names them).
-    rechecked: int = 0
-    changed_at_source: int = 0
-    deleted_stale: int = 0
-    client_overwrote: int = 0
-    unsettled: int = 0
-    cas_only: int = 0
+
+
+# The bases in this order keep the written counts first in the state file.
+@dataclass
+class NodeCounts(RecheckCounts, _Written):
+    """What became of one file's items that route to one destination: written, then re-checked."""
 
     @property
     def items(self) -> int:
@@ -48,10 +69,6 @@ class NodeCounts:
     @property
     def written(self) -> int:
         return self.stored + self.present + self.resent
-
-    def add(self, other: NodeCounts) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 @dataclass

@@ -318,7 +318,6 @@ def write_records_v2(verdict: df.Verdict, params: WorkerParams, job: FileJob, ou
             params.items_per_second,
             params.bytes_per_second,
             params.socket_timeout,
-            params.use_speedups,
             {i: b.sock for i, b in binary.items() if b.sock is not None} if binary else None,
         )
         out.written_at = time.time()
