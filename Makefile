@@ -70,14 +70,15 @@ deps-node: $(STAMPS)/node
 
 # ---- the dumper (C++) -------------------------------------------------------------------------
 # Release build for use (the dumper and its tools for `vectors`, `bench` and the routing test; not the GoogleTest binary),
-# and a test build with AddressSanitizer + UBSan for the GoogleTest suite.
+# and a test build with AddressSanitizer + UBSan of the GoogleTest suite only (ctest and tests/cli run
+# that binary; nothing runs the sanitized dumper or tools, whose sources the release build compiles).
 build: dumper dumper-asan
 dumper: deps-apt-run
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/release -DCMAKE_BUILD_TYPE=Release -DCACHEWARM_TESTS=OFF >/dev/null
 	cmake --build $(BUILD)/release -j$(JOBS) --target cachewarm-dump write_vectors ceiling_reader ceiling_writer ketama_route
 dumper-asan: deps-apt
 	cmake -S $(DUMPER_SRC) -B $(BUILD)/asan -DCMAKE_BUILD_TYPE=Debug -DCACHEWARM_SANITIZE=ON >/dev/null
-	cmake --build $(BUILD)/asan -j$(JOBS)
+	cmake --build $(BUILD)/asan -j$(JOBS) --target dumper_tests
 
 # Regenerate the golden vectors with the real writer (data format v1 in tests/vectors/, v2 in
 # tests/vectors/v2/, v3 in tests/vectors/v3/); a GoogleTest and tests/datapath/test_vectors.py check they match.
