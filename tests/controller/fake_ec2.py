@@ -27,6 +27,7 @@ class FakeEc2:
         self.instances: dict[str, dict[str, Any]] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
         self.volume_tokens: dict[str, str] = {}
+        self.instance_tokens: dict[str, str] = {}
         self._n = 0
 
     def _id(self, prefix: str) -> str:
@@ -66,15 +67,19 @@ class FakeEc2:
         return ids
 
     @staticmethod
-    def _match(res: dict[str, Any], filters: list[dict[str, Any]]) -> bool:
-        tags = {t["Key"]: t["Value"] for t in res.get("Tags", [])}
-        for f in filters:
-            name, values = f["Name"], f["Values"]
+    def _filters(filters: Any) -> list[tuple[str, set[Any]]]:
+        # Sets: the 1000-node budget test filters 1,500 instances by batches of 1,000 values.
+        return [(f["Name"], set(f["Values"])) for f in filters]
+
+    @staticmethod
+    def _match(res: dict[str, Any], filters: list[tuple[str, set[Any]]]) -> bool:
+        tags = {t["Key"]: t["Value"] for t in res.get("Tags", [])} if filters else {}
+        for name, values in filters:
             if name.startswith("tag:"):
                 if tags.get(name[4:]) not in values:
                     return False
             elif name == "tag-key":
-                if not set(values) & tags.keys():
+                if not values & tags.keys():
                     return False
             elif name == "instance-state-name":
                 if res["State"]["Name"] not in values:
@@ -96,10 +101,11 @@ class FakeEc2:
         return _P()
 
     def describe_instances(self, InstanceIds: list[str] | None = None, Filters: Any = ()) -> dict[str, Any]:
+        wanted, filters = None if InstanceIds is None else set(InstanceIds), self._filters(Filters)
         found = [
             dict(i)
             for iid, i in self.instances.items()
-            if (InstanceIds is None or iid in InstanceIds) and self._match(i, list(Filters))
+            if (wanted is None or iid in wanted) and self._match(i, filters)
         ]
         return {"Reservations": [{"Instances": found}] if found else []}
 
@@ -127,23 +133,24 @@ class FakeEc2:
         return dict(self.volumes[vid])
 
     def describe_volumes(self, VolumeIds: list[str] | None = None, Filters: Any = ()) -> dict[str, Any]:
+        wanted, filters = None if VolumeIds is None else set(VolumeIds), self._filters(Filters)
         vols = [
             dict(v)
             for vid, v in self.volumes.items()
-            if (VolumeIds is None or vid in VolumeIds)
-            and self._match({**v, "State": {"Name": "running"}}, list(Filters))
+            if (wanted is None or vid in wanted) and self._match({**v, "State": {"Name": "running"}}, filters)
         ]
         return {"Volumes": vols}
 
     def run_instances(self, **kw: Any) -> dict[str, Any]:
         token = kw.get("ClientToken")
-        for i in self.instances.values():
-            if token and i.get("ClientToken") == token:  # EC2's idempotency
-                return {"Instances": [dict(i)]}
+        if token in self.instance_tokens:  # EC2's idempotency
+            return {"Instances": [dict(self.instances[self.instance_tokens[token]])]}
         az = next(a for a, s in self.subnets.items() if s == kw["SubnetId"])
         iid = self.add_instances(1, "m5.large", self._tags(kw.get("TagSpecifications"), "instance"))[0]
         self.instances[iid]["Placement"] = {"AvailabilityZone": az}
         self.instances[iid]["ClientToken"] = token
+        if token:
+            self.instance_tokens[token] = iid
         return {"Instances": [dict(self.instances[iid])]}
 
     def terminate_instances(self, InstanceIds: list[str]) -> dict[str, Any]:
