@@ -223,7 +223,8 @@ def teardown(target: TeardownTarget, state: Mapping[str, Any], deps: Deps) -> di
                 mem.unmount_tries[i] = mem.unmount_tries.get(i, 0) + 1
                 done.pop(i, None)
                 mem.unmount_results.pop(i, None)
-    sources = sorted({a.instance_id for _, a in live if a.instance_id in set(hosts) - ours.keys()})
+    not_ours = set(hosts) - ours.keys()
+    sources = sorted({a.instance_id for _, a in live if a.instance_id in not_ours})
     source_state = (
         {i: d["State"]["Name"] for i, d in describe_instances(deps.ec2, sources).items()} if sources else {}
     )
