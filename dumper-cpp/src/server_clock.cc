@@ -26,7 +26,7 @@ Status WatchClock(const ClockSource& src, ServerClock* out) {
   ServerClock best{double(first) - b0, double(first) + 1 - a0};
   bool ticked = false, tight = false;
   // memcached's time minus floor(its monotonic clock at a tick): an integer fixed at its start.
-  int64_t k_lo = src.k_lo, k_hi = src.k_hi, k_safe = INT64_MIN;
+  int64_t k_lo = src.k_lo, k_hi = src.k_hi, k_safe = src.k_hi == INT64_MAX ? INT64_MIN : src.k_hi;
   double mono_minus_wall = 0;
   double deadline = b0 + kClockWatchS;
   const double limit = b0 + kClockPatienceS;
@@ -69,7 +69,8 @@ Status WatchClock(const ClockSource& src, ServerClock* out) {
     last = now;
   }
   if (ticked) {
-    // Ticks that disagree (never, for one memcached process): the largest K any of them allows.
+    // Ticks that disagree (never, for one memcached process) or disagree with the earlier look: the
+    // largest K any of them allows.
     if (k_lo > k_hi) k_lo = k_hi = k_safe;
     best.k_lo = k_lo;
     best.k_hi = k_hi;
