@@ -85,6 +85,12 @@ Status Dumper::Prepare() {
   // host bounded for good by its ceiling (server_clock.h).
   source_same_host_ = SameHostServer(control_, stats_before_, &source_ceiling_why_);
   CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_, source_same_host_));
+  // A ceiling still a second in doubt (every tick watched fell beside a whole second of the monotonic
+  // clock, as around the wrap of its phase): a few more ticks settle it, once per dump.
+  for (int i = 0; i < 2 && source_clock_.has_ceiling() && !source_clock_.ceiling_exact(); ++i) {
+    const ServerClock known = source_clock_;
+    CW_RETURN_IF_ERROR(MeasureClock(&control_, &source_clock_, true, &known));
+  }
   if (source_same_host_ && !source_clock_.has_ceiling()) source_ceiling_why_ = "its clock did not tick while watched";
   control_.Close();  // no idle connection to the source (SourceStats connects for each look)
   CW_RETURN_IF_ERROR(checkpoint_.Open(stats_before_));
@@ -273,6 +279,7 @@ Status Dumper::WriteDone(double crawl_s, double reconcile_s, std::chrono::steady
   m.source_clock_lo_ms = int64_t(std::floor(source_clock_.lo * 1000.0));
   m.source_clock_hi_ms = int64_t(std::ceil(source_clock_.hi * 1000.0));
   m.source_ceiling = source_clock_.has_ceiling();
+  m.source_ceiling_unsettled = source_clock_.has_ceiling() && !source_clock_.ceiling_exact();
   m.source_ceiling_why = source_clock_.has_ceiling() ? "" : source_ceiling_why_;
   m.source_pid = stats_before_.pid;
   m.source_started = stats_before_.started();

@@ -87,6 +87,7 @@ std::string RenderManifest(const Manifest& m) {
     o += "  \"clock\": {\"source_clock_ms\": " + std::to_string(m.source_clock_ms) + ", \"source_clock_lo_ms\": " +
          std::to_string(m.source_clock_lo_ms) + ", \"source_clock_hi_ms\": " + std::to_string(m.source_clock_hi_ms) +
          ", \"ceiling\": " + (m.source_ceiling ? "true" : "false") +
+         (m.source_ceiling_unsettled ? ", \"ceiling_unsettled_ms\": 1000" : "") +
          (m.source_ceiling ? std::string() : ", \"ceiling_unknown\": " + JsonQuote(m.source_ceiling_why)) +
          ", \"source_pid\": " + std::to_string(m.source_pid) + ", \"source_started\": " +
          std::to_string(m.source_started) + "},\n";

@@ -61,6 +61,9 @@ struct Manifest {
   // ceiling is not known when it is not.
   int64_t source_clock_hi_ms = 0;
   bool source_ceiling = false;
+  // The ceiling may be a second high (the ticks watched all straddled a whole monotonic second): the
+  // copies up to a second shorter than the rule. Rendered only then.
+  bool source_ceiling_unsettled = false;
   std::string source_ceiling_why;
 
   // The stream mode (stream.h): "cachewarm-stream", and its object's line(s) before "timings".

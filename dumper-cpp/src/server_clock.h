@@ -33,7 +33,12 @@ struct ServerClock {
   // is never less at any later moment.
   int64_t seen = 0;
   double seen_at = 0;
+  // That integer (memcached's time minus floor(its monotonic clock at a tick)) lies in [k_lo, k_hi]:
+  // fixed for the life of the process, so every later look narrows it (WatchClock). The ceiling is
+  // built on k_hi: exact when k_lo == k_hi, else a second high (copies a second short, never late).
+  int64_t k_lo = INT64_MIN, k_hi = INT64_MAX;
   bool has_ceiling() const { return !std::isnan(ceiling); }
+  bool ceiling_exact() const { return has_ceiling() && k_lo == k_hi; }
   // What a server time is moved by to become one on this host's clock that is never later: the
   // ceiling when known (never later, whatever the server's clock does next), else hi (never later
   // while its clock stays as measured).
@@ -86,18 +91,26 @@ struct ClockSource {
   std::function<double()> wall = WallNow;
   std::function<double()> mono = MonoNow;
   std::function<void(double)> sleep = SleepSeconds;
+  // Whether the ceiling is wanted (a server of this host): then a tick whose readings straddle a
+  // whole second of the monotonic clock, which leaves the integer one of two, is watched past.
+  bool ceiling = true;
+  // What earlier looks at the same process knew of that integer (ServerClock k_lo, k_hi).
+  int64_t k_lo = INT64_MIN, k_hi = INT64_MAX;
 };
 
 // Reads the server's time until it ticks and bounds beta by the readings around the tick (see the
 // constants above). A server whose clock does not tick within kClockPatienceS gets the one-reading
 // bound (a second wide). The tick's moment on the monotonic clock also gives the server's ceiling
-// (out->ceiling, meaningful only for a server on this host: MeasureClock keeps it only then). The
+// (out->ceiling, meaningful only for a server on this host: MeasureClock keeps it only then); a tick
+// just either side of a whole monotonic second leaves it a second in doubt, so the watch goes on to
+// the next ticks (within kClockPatienceS) until the readings around one do not straddle it. The
 // populator's twin (lo and hi): watch_clock in agent/cachewarm/datapath/meta.py; both read the shared
 // vectors in tests/vectors/clock_watch.txt.
 Status WatchClock(const ClockSource& src, ServerClock* out);
 // WatchClock over `stats time` on c; `same_host`: the server runs on this host (SameHostServer), so its
 // ceiling is kept.
-Status MeasureClock(Conn* c, ServerClock* out, bool same_host = false);
+// `known`: an earlier look at the same process (its k_lo, k_hi narrow this one's).
+Status MeasureClock(Conn* c, ServerClock* out, bool same_host = false, const ServerClock* known = nullptr);
 
 }  // namespace cachewarm
 

@@ -192,5 +192,15 @@ TEST(Manifest, ListsFilesSortedWithTotals) {
   EXPECT_NE(j.find("\"host\": \"h\\\"x\""), std::string::npos) << j;
 }
 
+TEST(Manifest, TheClockSaysAnUnsettledCeilingOnlyWhenItIsOne) {
+  Manifest m;
+  m.source_clock_known = true;
+  m.source_ceiling = true;
+  EXPECT_EQ(RenderManifest(m).find("ceiling_unsettled_ms"), std::string::npos);
+  m.source_ceiling_unsettled = true;
+  EXPECT_NE(RenderManifest(m).find("\"ceiling\": true, \"ceiling_unsettled_ms\": 1000,"), std::string::npos)
+      << RenderManifest(m);
+}
+
 }  // namespace
 }  // namespace cachewarm

@@ -588,6 +588,12 @@ def test_a_binary_key_rewritten_between_listing_and_fetch_is_never_copied_wrong(
     t.check()
 
 
+def dump_clock(workdir: Path) -> object:
+    """What the warm's dump moved the expiries by (DONE's clock), for a failure's note."""
+    done = workdir / "dump" / "DONE"
+    return json.loads(done.read_text()).get("clock") if done.exists() else "no DONE (stream)"
+
+
 @pytest.mark.parametrize("shift", [-600, 600], ids=["source-600s-behind", "source-600s-ahead"])
 def test_binary_keys_ttl_from_a_skewed_sources_listing(
     dumper_bin: Path, memcached_binary: str, tmp_path: Path, tally, warm_mode: str, shift: int
@@ -641,7 +647,8 @@ def test_binary_keys_ttl_from_a_skewed_sources_listing(
                     t.corrupt += 1
                     t.note(
                         f"trial {trial}: ends {dst_end[k] - src_end[k]:+.3f} s off its source's end"
-                        f" {slack.why}"
+                        f" {slack.why} (allowed {slack.early:.3f} s early; the dump's clock:"
+                        f" {dump_clock(tmp_path / f't{trial}')})"
                     )
         finally:
             src.stop()

@@ -137,25 +137,33 @@ def clock_ahead(srv: MemcachedServer) -> float:
     return (clock.lo + clock.hi) / 2
 
 
-def clock_and_ceiling(srv: MemcachedServer) -> tuple[float, float | None]:
+def clock_and_ceiling(srv: MemcachedServer, patience: float = 8.0) -> tuple[float, float | None]:
     """The server's clock against this host's (as clock_ahead) and its ceiling, or None when no tick
-    was bounded within 20 ms. A test's own look (the dumper's is WatchClock, server_clock.h): memcached's
-    time is floor(the monotonic clock at its tick) + an integer fixed at its start, so a tick seen
-    between two readings gives that integer, and the ceiling = it + (monotonic - wall). A server of
-    this host only (the same monotonic clock)."""
+    settled it within `patience` s. A test's own look (the dumper's is WatchClock, server_clock.h):
+    memcached's time is floor(the monotonic clock at its tick) + an integer K fixed at its start, so a
+    tick seen between two readings gives K, and the ceiling = K + (monotonic - wall). Readings that
+    straddle a whole monotonic second leave K one of two: the next ticks are watched until one
+    settles it (the higher K would excuse copies a second short). A server of this host only (the
+    same monotonic clock)."""
+    ahead: float | None = None
+    k_lo, k_hi = -math.inf, math.inf
     with MetaConnection(srv.host, srv.port) as r:
         a, ma = time.time(), time.monotonic()
         last = int(r.stats()["time"])
-        deadline = ma + 3.6
+        deadline = ma + patience
         while time.monotonic() < deadline:
             time.sleep(0.002)
             a1, m1 = time.time(), time.monotonic()
             now = int(r.stats()["time"])
             b, mb = time.time(), time.monotonic()
-            if now != last and b - a <= 0.02:
-                return now - (a + b) / 2, now - math.floor(ma) + (mb - b)
+            if now != last:
+                k_lo, k_hi = max(k_lo, now - math.floor(mb)), min(k_hi, now - math.floor(ma))
+                if ahead is None and b - a <= 0.02:
+                    ahead = now - (a + b) / 2
+                if ahead is not None and k_lo == k_hi:
+                    return ahead, k_hi + (mb - b)
             a, ma, last = a1, m1, now
-    return clock_ahead(srv), None
+    return (clock_ahead(srv) if ahead is None else ahead), None
 
 
 def clock_aheads(
