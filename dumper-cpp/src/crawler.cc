@@ -7,39 +7,28 @@ namespace cachewarm {
 static constexpr size_t kMaxCrawlLine = 8192;
 
 namespace {
-// Where field `name` (" la=", " fetch=yes") starts at or after `from`; n if absent. Fields start
-// at a space: jump from space to space (memchr) rather than compare at every byte — this runs for
-// every listed key on the crawl's parser thread.
-size_t FindField(const char* p, size_t n, size_t from, const char* name, size_t len) {
-  for (size_t q = from; q + len <= n;) {
-    const void* sp = std::memchr(p + q, ' ', n - q);
-    if (!sp) return n;
-    q = size_t(static_cast<const char*>(sp) - p);
-    if (q + len <= n && std::memcmp(p + q, name, len) == 0) return q;
+// The integer at p[*q..n): an optional '-' and up to 18 digits, up to the first other byte; false
+// if there is no digit. *q moves past what was read.
+bool LeadingInt(const char* p, size_t n, size_t* at, int64_t* v) {
+  size_t q = *at;
+  const bool neg = q < n && p[q] == '-';
+  if (neg) q++;
+  int64_t x = 0;
+  size_t digits = 0;
+  while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
+    x = x * 10 + (p[q] - '0');
     q++;
+    digits++;
   }
-  return n;
+  *at = q;
+  if (digits == 0) return false;
+  *v = neg ? -x : x;
+  return true;
 }
 
-// The integer of field ` name=` (e.g. " la=") at or after `from`; false if absent or not a number.
-bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v) {
-  const size_t len = std::strlen(name);
-  for (size_t q = FindField(p, n, from, name, len); q + len < n;) {
-    q += len;
-    const bool neg = q < n && p[q] == '-';
-    if (neg) q++;
-    int64_t x = 0;
-    size_t digits = 0;
-    while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
-      x = x * 10 + (p[q] - '0');
-      q++;
-      digits++;
-    }
-    if (digits == 0) return false;
-    *v = neg ? -x : x;
-    return true;
-  }
-  return false;
+// Whether the field at p[f..n) starts with `name` (no spaces in it: a match lies within the field).
+bool Named(const char* p, size_t n, size_t f, const char* name, size_t len) {
+  return f + len <= n && std::memcmp(p + f, name, len) == 0;
 }
 }  // namespace
 
@@ -67,34 +56,56 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
   while (e < n && p[e] != ' ') e++;
   if (e == 4) return false;
   *url_key = Slice(p + 4, e - 4);
-  *exptime = -1;
-  // exp= follows; tolerate its absence (then -1; the TTL from mg is what gets written anyway).
-  size_t q = e;
-  while (q + 4 < n) {
-    if (p[q] == ' ' && std::memcmp(p + q + 1, "exp=", 4) == 0) {
-      q += 5;
-      bool neg = q < n && p[q] == '-';
-      if (neg) q++;
-      int64_t v = 0;
-      size_t digits = 0;
-      while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
-        v = v * 10 + (p[q] - '0');
-        q++;
-        digits++;
-      }
-      if (digits == 0) return false;
-      *exptime = neg ? -v : v;
-      break;
+  // One pass over the fields after the key (this runs for every listed key on the crawl's parser
+  // thread); a field starts after a space and only its first occurrence counts. exp= may be absent
+  // (then -1; the TTL from mg is what gets written anyway), but present it must hold a number.
+  bool seen_exp = false, seen_la = false, seen_cas = false, seen_cls = false, seen_fetch = false;
+  int64_t exp_v = -1, la_v = -1, cas_v = 0, cls_v = -1;
+  bool fetch_v = false;
+  for (size_t q = e; q < n;) {
+    const size_t f = q + 1;  // p[q] is the space before the field
+    size_t fe = f;           // the field's end: past its number when one is read, then to the space
+    switch (f < n ? p[f] : '\0') {
+      case 'e':
+        if (!seen_exp && Named(p, n, f, "exp=", 4)) {
+          seen_exp = true;
+          fe = f + 4;
+          if (!LeadingInt(p, n, &fe, &exp_v)) return false;
+        }
+        break;
+      case 'l':
+        if (!seen_la && Named(p, n, f, "la=", 3)) {
+          seen_la = true;
+          fe = f + 3;
+          if (!LeadingInt(p, n, &fe, &la_v)) la_v = -1;
+        }
+        break;
+      case 'c':
+        if (!seen_cas && Named(p, n, f, "cas=", 4)) {
+          seen_cas = true;
+          fe = f + 4;
+          int64_t c = 0;
+          cas_v = LeadingInt(p, n, &fe, &c) && c > 0 ? c : 0;
+        } else if (!seen_cls && Named(p, n, f, "cls=", 4)) {
+          seen_cls = true;
+          fe = f + 4;
+          if (!LeadingInt(p, n, &fe, &cls_v)) cls_v = -1;
+        }
+        break;
+      case 'f':
+        if (!seen_fetch && Named(p, n, f, "fetch=yes", 9)) seen_fetch = fetch_v = true;
+        break;
+      default:
+        break;
     }
-    q++;
+    while (fe < n && p[fe] != ' ') fe++;
+    q = fe;
   }
-  if (la != nullptr && !FieldInt(p, n, e, " la=", la)) *la = -1;
-  if (cas != nullptr) {
-    int64_t c = 0;
-    *cas = FieldInt(p, n, e, " cas=", &c) && c > 0 ? uint64_t(c) : 0;
-  }
-  if (fetched != nullptr) *fetched = FindField(p, n, e, " fetch=yes", 10) < n;
-  if (cls != nullptr && !FieldInt(p, n, e, " cls=", cls)) *cls = -1;
+  *exptime = exp_v;
+  if (la != nullptr) *la = la_v;
+  if (cas != nullptr) *cas = uint64_t(cas_v);
+  if (fetched != nullptr) *fetched = fetch_v;
+  if (cls != nullptr) *cls = cls_v;
   return true;
 }
 
