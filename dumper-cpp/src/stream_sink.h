@@ -19,7 +19,7 @@
 // each write with its ordinal; each EXISTS is then read back and counted as our own earlier write
 // when the destination holds exactly our value and flags (and re-checked with c_w unknown).
 #pragma once
-#include <xxhash.h>
+#include "xxhash_fast.h"
 
 #include <cmath>
 #include <cstdint>
