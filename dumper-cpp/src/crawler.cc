@@ -14,14 +14,14 @@ bool LeadingInt(const char* p, size_t n, size_t* at, int64_t* v) {
   const bool neg = q < n && p[q] == '-';
   if (neg) q++;
   int64_t x = 0;
-  size_t digits = 0;
-  while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
-    x = x * 10 + (p[q] - '0');
-    q++;
-    digits++;
+  const size_t first = q, lim = n - q > 18 ? q + 18 : n;
+  for (; q < lim; q++) {
+    const unsigned d = unsigned(static_cast<unsigned char>(p[q])) - '0';
+    if (d > 9) break;
+    x = x * 10 + d;
   }
   *at = q;
-  if (digits == 0) return false;
+  if (q == first) return false;
   *v = neg ? -x : x;
   return true;
 }
@@ -57,8 +57,10 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
   if (e == 4) return false;
   *url_key = Slice(p + 4, e - 4);
   // One pass over the fields after the key (this runs for every listed key on the crawl's parser
-  // thread); a field starts after a space and only its first occurrence counts. exp= may be absent
-  // (then -1; the TTL from mg is what gets written anyway), but present it must hold a number.
+  // thread); a field starts after a space and only its first occurrence counts (fetch=: the first
+  // says yes or no), so the pass ends once the five are seen (size= and flags= follow them).
+  // exp= may be absent (then -1; the TTL from mg is what gets written anyway), but present it must
+  // hold a number.
   bool seen_exp = false, seen_la = false, seen_cas = false, seen_cls = false, seen_fetch = false;
   int64_t exp_v = -1, la_v = -1, cas_v = 0, cls_v = -1;
   bool fetch_v = false;
@@ -93,11 +95,15 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
         }
         break;
       case 'f':
-        if (!seen_fetch && Named(p, n, f, "fetch=yes", 9)) seen_fetch = fetch_v = true;
+        if (!seen_fetch && Named(p, n, f, "fetch=", 6)) {
+          seen_fetch = true;
+          fetch_v = Named(p, n, f + 6, "yes", 3);
+        }
         break;
       default:
         break;
     }
+    if (seen_exp && seen_la && seen_cas && seen_cls && seen_fetch) break;
     while (fe < n && p[fe] != ' ') fe++;
     q = fe;
   }
