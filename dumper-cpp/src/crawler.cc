@@ -1,5 +1,6 @@
 #include "crawler.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace cachewarm {
@@ -64,35 +65,28 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
   bool seen_exp = false, seen_la = false, seen_cas = false, seen_cls = false, seen_fetch = false;
   int64_t exp_v = -1, la_v = -1, cas_v = 0, cls_v = -1;
   bool fetch_v = false;
+  constexpr int64_t kNoNumber = INT64_MIN;  // LeadingInt reads at most 18 digits: never this
   for (size_t q = e; q < n;) {
     const size_t f = q + 1;  // p[q] is the space before the field
     size_t fe = f;           // the field's end: past its number when one is read, then to the space
+    // Field `name` at f, if it is that field's first occurrence: its number into *v (`absent`
+    // when it holds none) and fe past it.
+    auto take = [&](bool* seen, const char* name, size_t len, int64_t* v, int64_t absent) {
+      if (*seen || !Named(p, n, f, name, len)) return false;
+      *seen = true;
+      fe = f + len;
+      if (!LeadingInt(p, n, &fe, v)) *v = absent;
+      return true;
+    };
     switch (f < n ? p[f] : '\0') {
       case 'e':
-        if (!seen_exp && Named(p, n, f, "exp=", 4)) {
-          seen_exp = true;
-          fe = f + 4;
-          if (!LeadingInt(p, n, &fe, &exp_v)) return false;
-        }
+        if (take(&seen_exp, "exp=", 4, &exp_v, kNoNumber) && exp_v == kNoNumber) return false;
         break;
       case 'l':
-        if (!seen_la && Named(p, n, f, "la=", 3)) {
-          seen_la = true;
-          fe = f + 3;
-          if (!LeadingInt(p, n, &fe, &la_v)) la_v = -1;
-        }
+        take(&seen_la, "la=", 3, &la_v, -1);
         break;
       case 'c':
-        if (!seen_cas && Named(p, n, f, "cas=", 4)) {
-          seen_cas = true;
-          fe = f + 4;
-          int64_t c = 0;
-          cas_v = LeadingInt(p, n, &fe, &c) && c > 0 ? c : 0;
-        } else if (!seen_cls && Named(p, n, f, "cls=", 4)) {
-          seen_cls = true;
-          fe = f + 4;
-          if (!LeadingInt(p, n, &fe, &cls_v)) cls_v = -1;
-        }
+        if (!take(&seen_cas, "cas=", 4, &cas_v, 0)) take(&seen_cls, "cls=", 4, &cls_v, -1);
         break;
       case 'f':
         if (!seen_fetch && Named(p, n, f, "fetch=", 6)) {
@@ -109,7 +103,7 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
   }
   *exptime = exp_v;
   if (la != nullptr) *la = la_v;
-  if (cas != nullptr) *cas = uint64_t(cas_v);
+  if (cas != nullptr) *cas = cas_v > 0 ? uint64_t(cas_v) : 0;
   if (fetched != nullptr) *fetched = fetch_v;
   if (cls != nullptr) *cls = cls_v;
   return true;
