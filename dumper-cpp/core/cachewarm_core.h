@@ -89,11 +89,14 @@ size_t cw_put_u64(char *out, uint64_t v);
 /* The length cw_put_u64 writes for v (inline: the store lines size every item with it). */
 static inline size_t cw_u64_len(uint64_t v) {
   size_t n = 1;
-  while (v >= 10) {
-    v /= 10;
-    n++;
+  for (;;) { /* four digits per division */
+    if (v < 10) return n;
+    if (v < 100) return n + 1;
+    if (v < 1000) return n + 2;
+    if (v < 10000) return n + 3;
+    v /= 10000;
+    n += 4;
   }
-  return n;
 }
 /* Standard base64 with `=` padding of s[0..n) (4 * ceil(n / 3) characters); returns the length. */
 size_t cw_base64_encode(char *out, const unsigned char *s, size_t n);

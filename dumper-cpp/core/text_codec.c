@@ -2,13 +2,29 @@
  * section 4, `=` padding), the one table both sides use. */
 #include "cachewarm_core.h"
 
+#include <string.h>
+
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* "00".."99": two digits per division (every store line and record writes four numbers). */
+static const char kDigitPairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
 size_t cw_put_u64(char *out, uint64_t v) {
   const size_t n = cw_u64_len(v);
-  for (size_t i = n; i > 0; i--) {
-    out[i - 1] = (char)('0' + v % 10);
-    v /= 10;
+  char *p = out + n;
+  while (v >= 100) {
+    const unsigned r = (unsigned)(v % 100);
+    v /= 100;
+    p -= 2;
+    memcpy(p, kDigitPairs + 2 * r, 2);
+  }
+  if (v >= 10) {
+    memcpy(p - 2, kDigitPairs + 2 * v, 2);
+  } else {
+    p[-1] = (char)('0' + v);
   }
   return n;
 }

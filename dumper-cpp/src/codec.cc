@@ -15,20 +15,27 @@ static int HexVal(char c) {
 }
 
 bool UrlDecode(const Slice& in, std::string* out) {
-  out->clear();
-  out->reserve(in.size());
-  for (size_t i = 0; i < in.size(); i++) {
-    char c = in[i];
-    if (c == '%') {
-      if (i + 2 >= in.size()) return false;
-      int h = HexVal(in[i + 1]), l = HexVal(in[i + 2]);
-      if (h < 0 || l < 0) return false;
-      out->push_back(char(h * 16 + l));
-      i += 2;
-    } else {
-      out->push_back(c);
+  // Written through a pointer into a buffer sized for the input (the decoded key is never longer):
+  // no per-byte capacity check (every key is decoded once per fetch).
+  out->resize(in.size());
+  char* const o = &(*out)[0];
+  char* w = o;
+  const char* p = in.data();
+  const char* const end = p + in.size();
+  while (p < end) {
+    const char c = *p;
+    if (c != '%') {
+      *w++ = c;
+      p++;
+      continue;
     }
+    if (end - p <= 2) return false;
+    const int h = HexVal(p[1]), l = HexVal(p[2]);
+    if (h < 0 || l < 0) return false;
+    *w++ = char(h * 16 + l);
+    p += 3;
   }
+  out->resize(size_t(w - o));
   return true;
 }
 

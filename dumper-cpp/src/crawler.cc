@@ -1,5 +1,6 @@
 #include "crawler.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace cachewarm {
@@ -7,39 +8,28 @@ namespace cachewarm {
 static constexpr size_t kMaxCrawlLine = 8192;
 
 namespace {
-// Where field `name` (" la=", " fetch=yes") starts at or after `from`; n if absent. Fields start
-// at a space: jump from space to space (memchr) rather than compare at every byte — this runs for
-// every listed key on the crawl's parser thread.
-size_t FindField(const char* p, size_t n, size_t from, const char* name, size_t len) {
-  for (size_t q = from; q + len <= n;) {
-    const void* sp = std::memchr(p + q, ' ', n - q);
-    if (!sp) return n;
-    q = size_t(static_cast<const char*>(sp) - p);
-    if (q + len <= n && std::memcmp(p + q, name, len) == 0) return q;
-    q++;
+// The integer at p[*q..n): an optional '-' and up to 18 digits, up to the first other byte; false
+// if there is no digit. *q moves past what was read.
+bool LeadingInt(const char* p, size_t n, size_t* at, int64_t* v) {
+  size_t q = *at;
+  const bool neg = q < n && p[q] == '-';
+  if (neg) q++;
+  int64_t x = 0;
+  const size_t first = q, lim = n - q > 18 ? q + 18 : n;
+  for (; q < lim; q++) {
+    const unsigned d = unsigned(static_cast<unsigned char>(p[q])) - '0';
+    if (d > 9) break;
+    x = x * 10 + d;
   }
-  return n;
+  *at = q;
+  if (q == first) return false;
+  *v = neg ? -x : x;
+  return true;
 }
 
-// The integer of field ` name=` (e.g. " la=") at or after `from`; false if absent or not a number.
-bool FieldInt(const char* p, size_t n, size_t from, const char* name, int64_t* v) {
-  const size_t len = std::strlen(name);
-  for (size_t q = FindField(p, n, from, name, len); q + len < n;) {
-    q += len;
-    const bool neg = q < n && p[q] == '-';
-    if (neg) q++;
-    int64_t x = 0;
-    size_t digits = 0;
-    while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
-      x = x * 10 + (p[q] - '0');
-      q++;
-      digits++;
-    }
-    if (digits == 0) return false;
-    *v = neg ? -x : x;
-    return true;
-  }
-  return false;
+// Whether the field at p[f..n) starts with `name` (no spaces in it: a match lies within the field).
+bool Named(const char* p, size_t n, size_t f, const char* name, size_t len) {
+  return f + len <= n && std::memcmp(p + f, name, len) == 0;
 }
 }  // namespace
 
@@ -67,34 +57,55 @@ bool ParseMetadumpLine(const char* p, size_t n, Slice* url_key, int64_t* exptime
   while (e < n && p[e] != ' ') e++;
   if (e == 4) return false;
   *url_key = Slice(p + 4, e - 4);
-  *exptime = -1;
-  // exp= follows; tolerate its absence (then -1; the TTL from mg is what gets written anyway).
-  size_t q = e;
-  while (q + 4 < n) {
-    if (p[q] == ' ' && std::memcmp(p + q + 1, "exp=", 4) == 0) {
-      q += 5;
-      bool neg = q < n && p[q] == '-';
-      if (neg) q++;
-      int64_t v = 0;
-      size_t digits = 0;
-      while (q < n && p[q] >= '0' && p[q] <= '9' && digits < 18) {
-        v = v * 10 + (p[q] - '0');
-        q++;
-        digits++;
-      }
-      if (digits == 0) return false;
-      *exptime = neg ? -v : v;
-      break;
+  // One pass over the fields after the key (this runs for every listed key on the crawl's parser
+  // thread); a field starts after a space and only its first occurrence counts (fetch=: the first
+  // says yes or no), so the pass ends once the five are seen (size= and flags= follow them).
+  // exp= may be absent (then -1; the TTL from mg is what gets written anyway), but present it must
+  // hold a number.
+  bool seen_exp = false, seen_la = false, seen_cas = false, seen_cls = false, seen_fetch = false;
+  int64_t exp_v = -1, la_v = -1, cas_v = 0, cls_v = -1;
+  bool fetch_v = false;
+  constexpr int64_t kNoNumber = INT64_MIN;  // LeadingInt reads at most 18 digits: never this
+  for (size_t q = e; q < n;) {
+    const size_t f = q + 1;  // p[q] is the space before the field
+    size_t fe = f;           // the field's end: past its number when one is read, then to the space
+    // Field `name` at f, if it is that field's first occurrence: its number into *v (`absent`
+    // when it holds none) and fe past it.
+    auto take = [&](bool* seen, const char* name, size_t len, int64_t* v, int64_t absent) {
+      if (*seen || !Named(p, n, f, name, len)) return false;
+      *seen = true;
+      fe = f + len;
+      if (!LeadingInt(p, n, &fe, v)) *v = absent;
+      return true;
+    };
+    switch (f < n ? p[f] : '\0') {
+      case 'e':
+        if (take(&seen_exp, "exp=", 4, &exp_v, kNoNumber) && exp_v == kNoNumber) return false;
+        break;
+      case 'l':
+        take(&seen_la, "la=", 3, &la_v, -1);
+        break;
+      case 'c':
+        if (!take(&seen_cas, "cas=", 4, &cas_v, 0)) take(&seen_cls, "cls=", 4, &cls_v, -1);
+        break;
+      case 'f':
+        if (!seen_fetch && Named(p, n, f, "fetch=", 6)) {
+          seen_fetch = true;
+          fetch_v = Named(p, n, f + 6, "yes", 3);
+        }
+        break;
+      default:
+        break;
     }
-    q++;
+    if (seen_exp && seen_la && seen_cas && seen_cls && seen_fetch) break;
+    while (fe < n && p[fe] != ' ') fe++;
+    q = fe;
   }
-  if (la != nullptr && !FieldInt(p, n, e, " la=", la)) *la = -1;
-  if (cas != nullptr) {
-    int64_t c = 0;
-    *cas = FieldInt(p, n, e, " cas=", &c) && c > 0 ? uint64_t(c) : 0;
-  }
-  if (fetched != nullptr) *fetched = FindField(p, n, e, " fetch=yes", 10) < n;
-  if (cls != nullptr && !FieldInt(p, n, e, " cls=", cls)) *cls = -1;
+  *exptime = exp_v;
+  if (la != nullptr) *la = la_v;
+  if (cas != nullptr) *cas = cas_v > 0 ? uint64_t(cas_v) : 0;
+  if (fetched != nullptr) *fetched = fetch_v;
+  if (cls != nullptr) *cls = cls_v;
   return true;
 }
 

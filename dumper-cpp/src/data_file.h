@@ -2,7 +2,7 @@
 // reader (used by --resume, the golden-vector test and unit tests). The constants live in format.h,
 // version 2's records in record_v2.h.
 #pragma once
-#include <xxhash.h>
+#include "xxhash_fast.h"
 
 #include <climits>
 #include <cstdint>

@@ -118,6 +118,24 @@ Status KeyChunkWriter::Flush() {
   return error_;
 }
 
+namespace {
+// [-]digits filling [p, end), at most 18 digits (no overflow): what the dumper writes. Every key
+// line is read twice (recency tiers, the worker's key list), so this skips strtoll's generality.
+bool ShortDecimal(const char* p, const char* end, long long* out) {
+  const bool neg = p < end && *p == '-';
+  if (neg) p++;
+  if (p == end || end - p > 18) return false;
+  long long v = 0;
+  for (; p < end; p++) {
+    const unsigned dgt = unsigned(static_cast<unsigned char>(*p)) - '0';
+    if (dgt > 9) return false;
+    v = v * 10 + dgt;
+  }
+  *out = neg ? -v : v;
+  return true;
+}
+}  // namespace
+
 Status ForEachKeyLine(const Slice& contents, const std::function<Status(const Slice&, int64_t)>& fn) {
   size_t pos = 0;
   const char* d = contents.data();
@@ -128,9 +146,12 @@ Status ForEachKeyLine(const Slice& contents, const std::function<Status(const Sl
     const void* sp = std::memchr(d + pos, ' ', e - pos);
     if (!sp || sp == d + pos) return Status::Corruption("malformed key list line");
     const size_t s = size_t(static_cast<const char*>(sp) - d);
-    char* end = nullptr;
-    const long long exp = std::strtoll(d + s + 1, &end, 10);
-    if (end != d + e) return Status::Corruption("malformed exptime in key list");
+    long long exp = 0;
+    if (!ShortDecimal(d + s + 1, d + e, &exp)) {  // anything unusual: the C library's reading
+      char* end = nullptr;
+      exp = std::strtoll(d + s + 1, &end, 10);
+      if (end != d + e) return Status::Corruption("malformed exptime in key list");
+    }
     CW_RETURN_IF_ERROR(fn(Slice(d + pos, s - pos), exp));
     pos = e + 1;
   }

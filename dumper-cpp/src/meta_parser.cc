@@ -8,13 +8,20 @@ namespace {
 
 bool ParseU64(const char* p, size_t n, uint64_t max, uint64_t* out) {
   if (n == 0 || n > 20) return false;
+  // Up to 19 digits cannot overflow 64 bits: no check per digit (this runs for every number of
+  // every response line); a 20th digit is checked.
+  const size_t fast = n < 19 ? n : 19;
   uint64_t v = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (p[i] < '0' || p[i] > '9') return false;
-    uint64_t d = uint64_t(p[i] - '0');
-    if (v > (max - d) / 10) return false;
+  for (size_t i = 0; i < fast; i++) {
+    const unsigned d = unsigned(static_cast<unsigned char>(p[i])) - '0';
+    if (d > 9) return false;
     v = v * 10 + d;
   }
+  if (n == 20) {
+    const unsigned d = unsigned(static_cast<unsigned char>(p[19])) - '0';
+    if (d > 9 || __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, d, &v)) return false;
+  }
+  if (v > max) return false;
   *out = v;
   return true;
 }
@@ -41,6 +48,28 @@ std::string Printable(const char* p, size_t n) {
   return o;
 }
 
+// The token at line[pos..end) read as a number (ParseU64's rules) in the same pass that finds its
+// end (the next space or `end`): *tok_end is set either way.
+bool TokenU64(const char* line, size_t pos, size_t end, uint64_t max, uint64_t* out, size_t* tok_end) {
+  uint64_t v = 0;
+  size_t e = pos;
+  for (; e < end; e++) {
+    const unsigned d = unsigned(static_cast<unsigned char>(line[e])) - '0';
+    if (d > 9) break;
+    v = v * 10 + d;  // wraps past 19 digits: such a token is read again by ParseU64 below
+  }
+  if (e < end && line[e] != ' ') {  // not all digits
+    while (e < end && line[e] != ' ') e++;
+    *tok_end = e;
+    return false;
+  }
+  *tok_end = e;
+  if (e - pos > 19) return ParseU64(line + pos, e - pos, max, out);
+  if (e == pos || v > max) return false;
+  *out = v;
+  return true;
+}
+
 // Parses the flag tokens of VA/HD lines: "f123 t-1 kfoo b ...".
 bool ParseFlags(const char* line, size_t pos, size_t end, MetaResponse* r, std::string* err) {
   while (pos < end) {
@@ -48,42 +77,45 @@ bool ParseFlags(const char* line, size_t pos, size_t end, MetaResponse* r, std::
       pos++;
       continue;
     }
-    size_t e = pos;
-    while (e < end && line[e] != ' ') e++;
     const char f = line[pos];
-    const char* v = line + pos + 1;
-    const size_t vn = e - pos - 1;
+    const size_t v = pos + 1;
+    size_t e = v;
     uint64_t u;
     switch (f) {
       case 'f':
-        if (!ParseU64(v, vn, 0xffffffffULL, &u)) {
+        if (!TokenU64(line, v, end, 0xffffffffULL, &u, &e)) {
           *err = "bad client flags in response";
           return false;
         }
         r->has_flags = true;
         r->flags = uint32_t(u);
         break;
-      case 't':
-        if (!ParseI64(v, vn, &r->ttl) || r->ttl < -1) {
+      case 't': {
+        const bool neg = v < end && line[v] == '-';
+        if (!TokenU64(line, neg ? v + 1 : v, end, uint64_t(INT64_MAX), &u, &e) || (neg && u > 1)) {
           *err = "bad TTL in response";
           return false;
         }
+        r->ttl = neg ? -int64_t(u) : int64_t(u);
         r->has_ttl = true;
         break;
+      }
       case 'k':
-        if (vn == 0) {
+        while (e < end && line[e] != ' ') e++;
+        if (e == v) {
           *err = "empty key in response";
           return false;
         }
         r->has_key = true;
-        r->key_offset = pos + 1;
-        r->key_len = vn;
+        r->key_offset = v;
+        r->key_len = e - v;
         break;
       case 'b':
+        while (e < end && line[e] != ' ') e++;
         r->key_base64 = true;
         break;
       case 'c':
-        if (!ParseU64(v, vn, UINT64_MAX, &u)) {
+        if (!TokenU64(line, v, end, UINT64_MAX, &u, &e)) {
           *err = "bad CAS in response";
           return false;
         }
@@ -92,10 +124,11 @@ bool ParseFlags(const char* line, size_t pos, size_t end, MetaResponse* r, std::
         break;
       case 'O':
         // The dumper sends numbers; anything else is some other client's and ignored.
-        r->has_opaque = ParseU64(v, vn, UINT64_MAX, &u);
+        r->has_opaque = TokenU64(line, v, end, UINT64_MAX, &u, &e);
         r->opaque = r->has_opaque ? u : 0;
         break;
       default:
+        while (e < end && line[e] != ' ') e++;
         break;  // flags we did not ask for (s, ...) are ignored
     }
     pos = e;

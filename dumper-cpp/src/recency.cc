@@ -115,11 +115,12 @@ Status RecencyTiers::ReadTier(int t, uint64_t max_keys, const KeyFn& fn, uint64_
     // Whole lines only, at most the keys still wanted; a line cut by the buffer is read again next.
     size_t end = 0;
     uint64_t lines = 0;
-    for (size_t i = 0; i < size_t(n) && *taken + lines < max_keys; i++)
-      if (buf[i] == '\n') {
-        end = i + 1;
-        lines++;
-      }
+    while (end < size_t(n) && *taken + lines < max_keys) {  // line to line, not byte by byte
+      const void* nl = std::memchr(buf + end, '\n', size_t(n) - end);
+      if (!nl) break;
+      end = size_t(static_cast<const char*>(nl) - buf) + 1;
+      lines++;
+    }
     if (lines == 0) return Status::Corruption("recency tier " + TierPath(t) + " has a line longer than the read buffer");
     CW_RETURN_IF_ERROR(ForEachKeyLine(Slice(buf, end), fn));
     read_off_[size_t(t)] += end;

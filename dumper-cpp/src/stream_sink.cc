@@ -253,7 +253,8 @@ Status StreamSink::ParseLine() {
   size_t n = line_have_;
   if (n < 2 || line_[n - 2] != '\r' || line_[n - 1] != '\n') return Status::Corruption("a stream record's line without its end");
   n -= 2;
-  std::vector<std::pair<size_t, size_t>> tok;
+  std::vector<std::pair<size_t, size_t>>& tok = tok_;
+  tok.clear();
   for (size_t i = 0; i < n;) {
     size_t j = i;
     while (j < n && line_[j] != ' ') j++;

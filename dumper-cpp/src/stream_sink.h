@@ -19,7 +19,7 @@
 // each write with its ordinal; each EXISTS is then read back and counted as our own earlier write
 // when the destination holds exactly our value and flags (and re-checked with c_w unknown).
 #pragma once
-#include <xxhash.h>
+#include "xxhash_fast.h"
 
 #include <cmath>
 #include <cstdint>
@@ -126,6 +126,7 @@ class StreamSink : public PartWriter {
   size_t hdr_have_ = 0;
   char line_[kMaxMetaLineV2 + 2];
   size_t line_have_ = 0;
+  std::vector<std::pair<size_t, size_t>> tok_;  // ParseLine's tokens, reused: no allocation per record
   uint64_t stamp_cas_ = 0;
   int64_t stamp_exp_ = -1;
   size_t tail_left_ = 0;

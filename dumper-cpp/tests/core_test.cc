@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -258,3 +259,21 @@ TEST(Core, ReadStampsRoundTrip) {
     EXPECT_EQ(back.value_len, r.value_len);
   }
 }
+
+namespace {
+
+// Decimal digits at every length and both sides of each power of ten, against the C library.
+TEST(CoreDecimal, EveryLengthAgainstSnprintf) {
+  std::vector<uint64_t> vs = {0, UINT64_MAX, UINT64_MAX - 1, 1234567890123456789ULL};
+  for (uint64_t p = 1; p <= UINT64_MAX / 10; p *= 10)
+    for (uint64_t v : {p - 1, p, p + 1, 10 * p - 1, 5 * p, 3 * p + 7}) vs.push_back(v);
+  for (uint64_t v : vs) {
+    char want[32], got[32] = {};
+    const int n = std::snprintf(want, sizeof want, "%llu", static_cast<unsigned long long>(v));
+    ASSERT_EQ(cw_u64_len(v), size_t(n)) << v;
+    ASSERT_EQ(cw_put_u64(got, v), size_t(n)) << v;
+    ASSERT_EQ(std::string(got, size_t(n)), want) << v;
+  }
+}
+
+}  // namespace

@@ -322,3 +322,47 @@ TEST(Crawler, ListingCasOfLongEncodedKeysFirstListingWins) {
 
 }  // namespace
 }  // namespace cachewarm
+
+namespace cachewarm {
+namespace {
+
+// The metadump line's fields in any order, absent, repeated (the first counts) or without a number.
+TEST(Crawler, MetadumpLineFields) {
+  struct Want {
+    const char* line;
+    bool ok;
+    int64_t exp, la;
+    bool fetched;
+    uint64_t cas;
+    int64_t cls;
+  };
+  const Want cases[] = {
+      {"key=a exp=5 la=7 cas=9 fetch=yes cls=3 size=1 flags=2", true, 5, 7, true, 9, 3},
+      {"key=a cls=3 fetch=no cas=9 la=7 exp=-1", true, -1, 7, false, 9, 3},
+      {"key=a size=1", true, -1, -1, false, 0, -1},
+      {"key=a exp=1 exp=2 la=3 la=4 cas=5 cas=6 cls=7 cls=8 fetch=yes fetch=no", true, 1, 3, true, 5, 7},
+      {"key=a la=x cas=0 cls= exp=123456789012345678901", true, 123456789012345678, -1, false, 0, -1},
+      {"key=a  exp=2  la=-3", true, 2, -3, false, 0, -1},
+      {"key=a exp=", false, 0, 0, false, 0, 0},
+      {"key=a exp=x", false, 0, 0, false, 0, 0},
+      {"key= exp=1", false, 0, 0, false, 0, 0},
+  };
+  for (const Want& w : cases) {
+    Slice key;
+    int64_t exp = 0, la = 0, cls = 0;
+    bool fetched = false;
+    uint64_t cas = 0;
+    const std::string line = w.line;
+    ASSERT_EQ(ParseMetadumpLine(line.data(), line.size(), &key, &exp, &la, &fetched, &cas, &cls), w.ok) << w.line;
+    if (!w.ok) continue;
+    EXPECT_EQ(key.ToString(), "a") << w.line;
+    EXPECT_EQ(exp, w.exp) << w.line;
+    EXPECT_EQ(la, w.la) << w.line;
+    EXPECT_EQ(fetched, w.fetched) << w.line;
+    EXPECT_EQ(cas, w.cas) << w.line;
+    EXPECT_EQ(cls, w.cls) << w.line;
+  }
+}
+
+}  // namespace
+}  // namespace cachewarm

@@ -84,6 +84,27 @@ TEST(MetaParser, IncompleteAndBadLines) {
   EXPECT_NE(err.find("longer than"), std::string::npos);
 }
 
+// The numbers of a VA line at their limits: 20 digits, wrap-around, signs and stray bytes.
+TEST(MetaParser, FlagNumbersAtTheirLimits) {
+  MetaResponse r;
+  std::string err;
+  ASSERT_EQ(P("VA 1 c18446744073709551615 t-0 f0 O00012\r\n", &r, &err), ParseResult::kOk) << err;
+  EXPECT_EQ(r.cas, UINT64_MAX);
+  EXPECT_EQ(r.ttl, 0);
+  EXPECT_EQ(r.opaque, 12u);
+  ASSERT_EQ(P("VA 1 t9223372036854775807 Ox1 c1\r\n", &r, &err), ParseResult::kOk) << err;
+  EXPECT_EQ(r.ttl, INT64_MAX);
+  EXPECT_FALSE(r.has_opaque);
+  EXPECT_EQ(r.cas, 1u);
+  ASSERT_EQ(P("VA 1 O18446744073709551616 f7\r\n", &r, &err), ParseResult::kOk) << err;
+  EXPECT_FALSE(r.has_opaque);
+  EXPECT_EQ(r.flags, 7u);
+  for (const char* bad : {"VA 1 c18446744073709551616\r\n", "VA 1 c99999999999999999999\r\n",
+                          "VA 1 c184467440737095516150\r\n", "VA 1 t9223372036854775808\r\n", "VA 1 t-\r\n",
+                          "VA 1 t--1\r\n", "VA 1 f12x\r\n", "VA 1 f\r\n", "VA 1 c\r\n", "VA 1 c1-\r\n"})
+    EXPECT_EQ(P(bad, &r, &err), ParseResult::kBad) << bad;
+}
+
 // --- ResponseStream ---------------------------------------------------------------------------
 
 struct Rec {
