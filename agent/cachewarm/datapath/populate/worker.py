@@ -382,7 +382,10 @@ def mapped(path: str) -> Iterator[memoryview]:
             yield memoryview(b"")
             return
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # fault the pages in at once
-        mm = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+        try:
+            mm = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ)
+        except ValueError as e:  # it shrank since fstat (rewritten under us): not whole yet, as unreadable
+            raise OSError(f"{path}: its size changed while it was being mapped ({e})") from e
         view = memoryview(mm)
         try:
             yield view
